@@ -1,0 +1,327 @@
+"""Error budgets: how far each output of a variant may stray from its FP32 golden.
+
+A case file gives a budget per variant and output, usually only the few keys it cares about;
+:func:`complete_budget` fills in the rest from :data:`DEFAULT_BUDGETS`, keyed by the variant's
+precision class. A budget given partly is completed from the table, never silently zero
+(the habit of torch's ``_DTYPE_PRECISIONS``). A metric that is neither in the table nor given
+is not gated at all.
+
+Nothing here imports torch or pytest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: Error metrics of an output, each an upper bound (the measured value must be <= the limit).
+ERROR_METRICS = (
+    "max_abs",
+    "max_rel",
+    "rel_fro",
+    "calc_diff",
+    "ulp_p50",
+    "ulp_p99",
+    "ulp_max",
+    "frac_outside",
+)
+#: The band ``|x - y| <= atol + rtol * |y|``; ``frac_outside`` counts elements outside it.
+BAND_KEYS = ("atol", "rtol")
+#: Keys an ordinary (non-top-k) output budget accepts.
+OUTPUT_KEYS = (*ERROR_METRICS, *BAND_KEYS, "allow_nan")
+#: Top-k agreement limits, each a lower bound in [0, 1].
+TOPK_LIMITS = ("recall_min", "recall_mean", "tie_recall_min", "tie_recall_mean")
+#: How close to the k-th score a flip counts as a near-tie: relative to it, or in score units.
+TIE_BAND_KEYS = ("tie_band_rel", "tie_band_abs")
+#: Keys the top-k output budget accepts.
+TOPK_KEYS = (*TOPK_LIMITS, *TIE_BAND_KEYS)
+
+# Placeholder values, to be calibrated from measurements; docs/budgets.md explains each number.
+# Any key of ERROR_METRICS or TOPK_LIMITS added to a row becomes gated by default for that
+# precision; atol, rtol and one of tie_band_rel / tie_band_abs are required in every row.
+DEFAULT_BUDGETS: Mapping[str, Mapping[str, float]] = {
+    "fp32": {
+        "rel_fro": 1e-5,
+        "calc_diff": 1e-9,
+        "frac_outside": 0.0,
+        "atol": 1e-5,
+        "rtol": 1e-5,
+        "recall_min": 0.999,
+        "tie_recall_min": 1.0,
+        "tie_band_rel": 1e-5,
+    },
+    "tf32": {
+        "rel_fro": 2e-3,
+        "calc_diff": 1e-6,
+        "frac_outside": 1e-3,
+        "atol": 1e-4,
+        "rtol": 2e-3,
+        "recall_min": 0.99,
+        "tie_recall_min": 1.0,
+        "tie_band_rel": 5e-3,
+    },
+    "bf16": {
+        "rel_fro": 1e-2,
+        "calc_diff": 1e-4,
+        "frac_outside": 1e-2,
+        "atol": 1e-3,
+        "rtol": 1.6e-2,
+        "recall_min": 0.95,
+        "tie_recall_min": 1.0,
+        "tie_band_rel": 2e-2,
+    },
+}
+
+# Keys whose value is a fraction, so it must lie in [0, 1].
+_FRACTIONS = frozenset((*TOPK_LIMITS, "frac_outside"))
+
+
+@dataclass(frozen=True)
+class OutputBudget:
+    """The budget of one ordinary output.
+
+    ``limits`` maps each gated error metric (a key of :data:`ERROR_METRICS`) to the largest
+    value allowed; metrics absent from it are not gated. ``atol`` and ``rtol`` define the band
+    used by ``frac_outside``. ``allow_nan`` lets NaN in the output match NaN in the golden.
+    """
+
+    limits: Mapping[str, float]
+    atol: float
+    rtol: float
+    allow_nan: bool = False
+
+
+@dataclass(frozen=True)
+class TopkBudget:
+    """The budget of a top-k indices output: selection agreement, not elementwise error.
+
+    ``limits`` maps each gated key of :data:`TOPK_LIMITS` to the smallest value allowed.
+    ``tie_band`` is the width of the near-tie band around the k-th score, relative to it
+    when ``tie_band_kind`` is ``"rel"`` and in score units when it is ``"abs"``.
+    """
+
+    limits: Mapping[str, float]
+    tie_band: float
+    tie_band_kind: str
+
+
+@dataclass(frozen=True)
+class VariantBudget:
+    """Every budget of one variant: ``outputs`` holds the ordinary outputs by name (all of
+    them, the top-k indices output excepted); ``topk`` is the top-k budget, or None when the
+    op has no top-k output."""
+
+    outputs: Mapping[str, OutputBudget]
+    topk: TopkBudget | None
+
+
+class BudgetError(ValueError):
+    """A budget value or key that cannot be used.
+
+    ``key`` is dotted and relative to the variant (``"<output>.<metric>"``), so a caller that
+    knows the file and variant can prefix it; ``problem`` says what is wrong, ``fix`` how to
+    repair it.
+    """
+
+    def __init__(self, key: str, problem: str, fix: str) -> None:
+        super().__init__(f"key '{key}': {problem}. Fix: {fix}")
+        self.key = key
+        self.problem = problem
+        self.fix = fix
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep the error picklable (pytest-xdist ships exceptions between processes).
+        return (type(self), (self.key, self.problem, self.fix))
+
+
+def complete_budget(
+    precision: str,
+    given_outputs: Mapping[str, Mapping[str, Any]],
+    *,
+    outputs: Sequence[str],
+    topk_output: str | None,
+) -> VariantBudget:
+    """The full budget of a variant of precision class ``precision``.
+
+    ``given_outputs`` maps output names to the keys a case gave for them (raw values, as read
+    from TOML); every other key comes from the :data:`DEFAULT_BUDGETS` row of ``precision``.
+    ``outputs`` names every output of the op; ``topk_output`` is the one holding top-k indices
+    (it takes :data:`TOPK_KEYS`, the others :data:`OUTPUT_KEYS`).
+
+    Raises :class:`BudgetError` for an unknown output or key, a value of the wrong type, a
+    negative or NaN value, a fraction outside [0, 1], or both tie bands given; raises
+    ValueError for an unknown precision or a ``topk_output`` not in ``outputs``.
+    """
+    defaults = _default_row(precision)
+    if topk_output is not None and topk_output not in outputs:
+        raise ValueError(f"numcheck: top-k output {topk_output!r} is not one of {list(outputs)}")
+    for name, given in given_outputs.items():
+        if name not in outputs:
+            raise BudgetError(
+                name,
+                f"unknown output {name!r}",
+                f"give budgets only for outputs of this op: {', '.join(outputs)}",
+            )
+        if not isinstance(given, Mapping):
+            raise BudgetError(
+                name,
+                f"expected a table of budget keys, got {describe(given)}",
+                f"write it as a table, e.g. {name} = {{ rel_fro = 1e-3 }}",
+            )
+    budgets = {
+        name: _output_budget(name, defaults, given_outputs.get(name, {}), topk_output)
+        for name in outputs
+        if name != topk_output
+    }
+    topk = None
+    if topk_output is not None:
+        others = [name for name in outputs if name != topk_output]
+        topk = _topk_budget(topk_output, defaults, given_outputs.get(topk_output, {}), others)
+    return VariantBudget(outputs=budgets, topk=topk)
+
+
+def describe(value: Any) -> str:
+    """``value`` with its TOML type name, for error messages (``string '0'``)."""
+    names = {bool: "boolean", int: "integer", float: "float", str: "string"}
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, list):
+        return f"array {value!r}"
+    return f"{names.get(type(value), type(value).__name__)} {value!r}"
+
+
+def _default_row(precision: str) -> Mapping[str, float]:
+    try:
+        return DEFAULT_BUDGETS[precision]
+    except KeyError:
+        known = ", ".join(DEFAULT_BUDGETS)
+        raise ValueError(
+            f"numcheck: no default budget for precision {precision!r} (known: {known})"
+        ) from None
+
+
+def _output_budget(
+    name: str, defaults: Mapping[str, float], given: Mapping[str, Any], topk_output: str | None
+) -> OutputBudget:
+    for key in given:
+        if key in TOPK_KEYS:
+            fix = (
+                f"move it to the top-k output '{topk_output}'"
+                if topk_output is not None
+                else "remove it: this op has no top-k output"
+            )
+            raise BudgetError(
+                f"{name}.{key}", f"'{key}' is a top-k key, but '{name}' is not a top-k output", fix
+            )
+        if key not in OUTPUT_KEYS:
+            raise BudgetError(
+                f"{name}.{key}",
+                f"unknown metric '{key}'",
+                f"use one of: {', '.join(OUTPUT_KEYS)}",
+            )
+    limits = {key: value for key, value in defaults.items() if key in ERROR_METRICS}
+    limits.update(
+        {key: _number(f"{name}.{key}", given[key]) for key in ERROR_METRICS if key in given}
+    )
+    atol, rtol = (
+        _number(f"{name}.{key}", given[key]) if key in given else defaults[key] for key in BAND_KEYS
+    )
+    allow_nan = given.get("allow_nan", False)
+    if not isinstance(allow_nan, bool):
+        raise BudgetError(
+            f"{name}.allow_nan",
+            f"expected true or false, got {describe(allow_nan)}",
+            "write allow_nan = true or allow_nan = false",
+        )
+    return OutputBudget(limits=limits, atol=atol, rtol=rtol, allow_nan=allow_nan)
+
+
+def _topk_budget(
+    name: str, defaults: Mapping[str, float], given: Mapping[str, Any], others: Sequence[str]
+) -> TopkBudget:
+    for key in given:
+        if key in OUTPUT_KEYS:
+            raise BudgetError(
+                f"{name}.{key}",
+                f"'{key}' is an error metric, but '{name}' holds top-k indices, "
+                "which are checked by selection agreement",
+                f"put error metrics on another output ({', '.join(others) or 'none'}); "
+                f"here use one of: {', '.join(TOPK_KEYS)}",
+            )
+        if key not in TOPK_KEYS:
+            raise BudgetError(
+                f"{name}.{key}",
+                f"unknown top-k key '{key}'",
+                f"use one of: {', '.join(TOPK_KEYS)}",
+            )
+    if all(key in given for key in TIE_BAND_KEYS):
+        raise BudgetError(
+            name,
+            "both tie_band_rel and tie_band_abs are given",
+            "keep one: tie_band_rel is relative to the k-th score, tie_band_abs is in score units",
+        )
+    limits = {key: value for key, value in defaults.items() if key in TOPK_LIMITS}
+    limits.update(
+        {key: _number(f"{name}.{key}", given[key]) for key in TOPK_LIMITS if key in given}
+    )
+    for kind in ("rel", "abs"):
+        key = f"tie_band_{kind}"
+        if key in given:
+            return TopkBudget(
+                limits=limits, tie_band=_number(f"{name}.{key}", given[key]), tie_band_kind=kind
+            )
+    for kind in ("rel", "abs"):
+        key = f"tie_band_{kind}"
+        if key in defaults:
+            return TopkBudget(limits=limits, tie_band=defaults[key], tie_band_kind=kind)
+    raise AssertionError("unreachable: _check_defaults requires a tie band in every row")
+
+
+def _number(key: str, value: Any) -> float:
+    metric = key.rsplit(".", 1)[-1]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        example = f"{metric} = 1e-3"
+        if isinstance(value, str):
+            try:
+                float(value)
+                example = f"{metric} = {value.strip()}"
+            except ValueError:
+                pass
+        raise BudgetError(
+            key, f"expected a number, got {describe(value)}", f"write a bare number: {example}"
+        )
+    number = float(value)
+    if math.isnan(number):
+        raise BudgetError(
+            key, "the budget is NaN, which no measurement can meet", "give a finite number"
+        )
+    if number < 0:
+        raise BudgetError(key, f"the budget is negative ({value!r})", "give a number >= 0")
+    if metric in _FRACTIONS and number > 1:
+        raise BudgetError(
+            key,
+            f"{metric} is a fraction, so {value!r} is outside [0, 1]",
+            "give a number in [0, 1]",
+        )
+    return number
+
+
+def _check_defaults(table: Mapping[str, Mapping[str, float]]) -> None:
+    # Checked at import so an edit to the table fails loudly, not at the first case.
+    for precision, row in table.items():
+        allowed = (*ERROR_METRICS, *BAND_KEYS, *TOPK_KEYS)
+        for key, value in row.items():
+            if key not in allowed:
+                raise ValueError(f"numcheck: DEFAULT_BUDGETS[{precision!r}]: unknown key {key!r}")
+            _number(f"DEFAULT_BUDGETS.{precision}.{key}", value)
+        missing = [key for key in BAND_KEYS if key not in row]
+        if missing or not any(key in row for key in TIE_BAND_KEYS):
+            raise ValueError(
+                f"numcheck: DEFAULT_BUDGETS[{precision!r}] needs atol, rtol and one of "
+                f"tie_band_rel / tie_band_abs"
+            )
+
+
+_check_defaults(DEFAULT_BUDGETS)

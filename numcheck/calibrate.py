@@ -1,0 +1,107 @@
+"""Measure before budgeting: the error of every variant over many seeds.
+
+    python -m numcheck.calibrate [--device cpu|cuda] [--seeds 20] [--cases cases] [--json out.json]
+
+For every case and variant it runs the reference on the CPU (where the shipped goldens are
+made) and the variant on ``--device``, over the case's seeds plus ``--seeds`` fresh ones,
+and prints the worst value of each metric, plus the smallest relative tie band that would
+explain every top-k flip. docs/budgets.md says how budgets are set from these numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from numcheck.budgets import ERROR_METRICS
+from numcheck.cases import Case, load_cases
+from numcheck.inputs import to_device
+from numcheck.metrics import compare
+from numcheck.ops.registry import get_op
+from numcheck.runner import run_variant, ulp_dtype
+from numcheck.topk import topk_agreement
+
+
+def measure(case: Case, device: str, extra_seeds: int) -> dict[str, dict[str, float]]:
+    """Worst metric values over seeds, per ``variant/output``."""
+    op = get_op(case.op)
+    seeds = list(case.seeds) + [1000 + i for i in range(extra_seeds)]
+    run_case = replace(case, seeds=tuple(seeds))
+    worst: dict[str, dict[str, float]] = {}
+    for seed in seeds:
+        inputs = op.make_inputs(case.params, seed)
+        ref = run_variant(op.variants[op.reference], op, inputs, run_case, "cpu")
+        dev_inputs = to_device(inputs, device)
+        for name in (op.reference, *case.variants):
+            variant = op.variants[name]
+            if device not in variant.devices:
+                continue
+            out = run_variant(variant, op, dev_inputs, run_case, device)
+            budget = case.budgets[name]
+            for output in op.outputs:
+                row = worst.setdefault(f"{name}/{output}", {})
+                if op.topk is not None and output == op.topk.indices:
+                    _topk_row(row, ref, out, op.topk.indices, op.topk.scores, budget)
+                    continue
+                ob = budget.outputs[output]
+                m = compare(out[output], ref[output],
+                            ulp_dtype=ulp_dtype(variant.precision, out[output].dtype),
+                            atol=ob.atol, rtol=ob.rtol)
+                for metric in ERROR_METRICS:
+                    row[metric] = max(row.get(metric, 0.0), m.value(metric))
+                nf = m.nonfinite
+                row["nonfinite_mismatch"] = max(row.get("nonfinite_mismatch", 0),
+                                                nf.mask_mismatch + nf.nan_mismatch)
+    return worst
+
+
+def _topk_row(row: dict[str, float], ref: Any, out: Any, idx: str, scores: str, budget: Any) -> None:
+    tb = budget.topk
+    rep = topk_agreement(ref[idx].cpu(), out[idx].cpu(), ref[scores].cpu(),
+                         band=tb.tie_band, band_kind=tb.tie_band_kind, max_flips=10**9)
+    for metric in ("recall_min", "recall_mean", "tie_recall_min"):
+        row[metric] = min(row.get(metric, 1.0), rep.value(metric))
+    # Smallest relative band that explains every flip: max |margin| / |kth|.
+    zero = topk_agreement(ref[idx].cpu(), out[idx].cpu(), ref[scores].cpu(),
+                          band=0.0, band_kind="rel", max_flips=10**9)
+    need = max((abs(f.margin) / abs(f.kth_score) if f.kth_score else math.inf
+                for f in zero.unexplained), default=0.0)
+    row["band_rel_needed"] = max(row.get("band_rel_needed", 0.0), need)
+    row["flips"] = row.get("flips", 0) + zero.n_flips
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m numcheck.calibrate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--seeds", type=int, default=20, help="fresh seeds beyond the case's")
+    parser.add_argument("--cases", type=Path, default=Path("cases"))
+    parser.add_argument("-k", dest="select", default="", help="only cases whose id contains this")
+    parser.add_argument("--json", type=Path, help="write every number here too")
+    args = parser.parse_args(argv)
+    everything: dict[str, Any] = {}
+    for case in load_cases(args.cases):
+        if args.select not in case.id:
+            continue
+        worst = measure(case, args.device, args.seeds)
+        everything[f"{case.op}::{case.id}"] = worst
+        for key, row in worst.items():
+            cells = "  ".join(f"{k}={v:.3g}" for k, v in row.items() if v)
+            print(f"{case.op}::{case.id}  {key:<24} {cells}", flush=True)
+    if args.json:
+        meta = {"device": args.device, "torch": torch.__version__, "extra_seeds": args.seeds}
+        if args.device == "cuda":
+            meta["device_name"] = torch.cuda.get_device_name()
+        args.json.write_text(json.dumps({"meta": meta, "cases": everything}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,433 @@
+"""Case files: load and validate ``cases/*.toml`` into :class:`Case` objects.
+
+One top-level table per case id::
+
+    [v4flash-b4-l2k]
+    op = "indexer"
+    preset = "v4flash"
+    shape = { batch = 4, max_context = 2048 }
+    seeds = [0, 1]
+    variants = ["bf16", "tf32"]
+
+    [v4flash-b4-l2k.budget.bf16.logits]
+    calc_diff = 1e-5
+
+Every mistake is a :class:`CaseFileError` naming the file, the case, the dotted key and the
+fix, because a case file is written by hand and read by a merge gate. Budgets left out are
+completed from :data:`numcheck.budgets.DEFAULT_BUDGETS`. Nothing here imports pytest.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from numcheck.budgets import BudgetError, VariantBudget, complete_budget, describe
+from numcheck.ops import registry
+from numcheck.ops.registry import OpSpec
+
+#: Keys a case table accepts.
+CASE_KEYS = ("op", "description", "preset", "shape", "seeds", "devices", "variants", "budget")
+#: A case id becomes a file name and a test id, so it is kept to this alphabet.
+CASE_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]*")
+#: The ini key naming the case folder (read by the plugin; named here for error messages).
+CASES_INI_KEY = "numcheck_cases"
+
+OpLookup = Callable[[str], OpSpec]
+
+
+class CaseFileError(ValueError):
+    """A case file that cannot be used.
+
+    The message reads ``<file>: case '<id>': key '<dotted.key>': <problem>. Fix: <fix>``;
+    the case and key parts are left out when the error is about the whole file.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        problem: str,
+        fix: str,
+        *,
+        case: str | None = None,
+        key: str | None = None,
+    ) -> None:
+        where = [str(path)]
+        if case is not None:
+            where.append(f"case '{case}'")
+        if key is not None:
+            where.append(f"key '{key}'")
+        super().__init__(f"{': '.join(where)}: {problem}. Fix: {fix}")
+        self.path = path
+        self.case = case
+        self.key = key
+        self.problem = problem
+        self.fix = fix
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep the error picklable (pytest-xdist ships exceptions between processes).
+        return (
+            _rebuild_error,
+            (self.path, self.problem, self.fix, self.case, self.key),
+        )
+
+
+def _rebuild_error(
+    path: Path, problem: str, fix: str, case: str | None, key: str | None
+) -> CaseFileError:
+    return CaseFileError(path, problem, fix, case=case, key=key)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One validated case: an op, its resolved shape, seeds, devices, variants and budgets.
+
+    ``params`` is the op's defaults, then the preset, then ``shape`` (the later wins).
+    ``variants`` are the non-reference variants to check, in the op's variant order.
+    ``budgets`` holds a complete budget for each of them and for the op's reference.
+    Treat the mappings as read-only.
+    """
+
+    id: str
+    op: str
+    preset: str | None
+    params: Mapping[str, Any]
+    seeds: tuple[int, ...]
+    devices: tuple[str, ...]
+    variants: tuple[str, ...]
+    budgets: Mapping[str, VariantBudget]
+    source: Path
+    description: str = ""
+
+
+def load_cases(folder: Path, *, lookup: OpLookup = registry.get_op) -> list[Case]:
+    """Every case of every ``*.toml`` file directly in ``folder``, files in sorted order.
+
+    A folder that does not exist, or two cases of the same op and id in different files,
+    raise :class:`CaseFileError`. ``lookup`` maps an op name to its spec (KeyError if unknown).
+    """
+    if not folder.is_dir():
+        problem = "is not a folder" if folder.exists() else "the case folder does not exist"
+        raise CaseFileError(
+            folder,
+            problem,
+            f"create it and add case files (*.toml), or set the {CASES_INI_KEY} ini key "
+            "to the folder that holds them",
+        )
+    cases: list[Case] = []
+    seen: dict[tuple[str, str], Path] = {}
+    for path in sorted(folder.glob("*.toml")):
+        if not path.is_file():
+            continue
+        for case in load_case_file(path, lookup=lookup):
+            first = seen.setdefault((case.op, case.id), path)
+            if first != path:
+                raise CaseFileError(
+                    path,
+                    f"op '{case.op}' already has a case '{case.id}' in {first}",
+                    "rename one of them: the id names the golden file and the test",
+                    case=case.id,
+                )
+            cases.append(case)
+    return cases
+
+
+def load_case_file(path: Path, *, lookup: OpLookup = registry.get_op) -> list[Case]:
+    """The cases of one TOML file, in file order; any mistake raises :class:`CaseFileError`.
+
+    ``lookup`` maps an op name to its spec and raises KeyError for an unknown name; tests pass
+    a fake one so they do not depend on the real ops.
+    """
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise CaseFileError(path, f"cannot read the file ({exc})", "check the path") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise CaseFileError(
+            path, f"not valid TOML: {exc}", "correct the TOML syntax at the position shown"
+        ) from exc
+    if not data:
+        raise CaseFileError(
+            path,
+            "the file holds no cases",
+            'add a case table, e.g. [my-case] with op = "<op name>", or delete the file',
+        )
+    return [_parse_case(_Where(path, case_id), body, lookup) for case_id, body in data.items()]
+
+
+@dataclass(frozen=True)
+class _Where:
+    """The file and case being parsed, to raise errors that name both."""
+
+    path: Path
+    case: str
+
+    def error(self, key: str | None, problem: str, fix: str) -> CaseFileError:
+        return CaseFileError(self.path, problem, fix, case=self.case, key=key)
+
+
+def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
+    case_id = where.case
+    if not CASE_ID_PATTERN.fullmatch(case_id):
+        raise where.error(
+            None,
+            "the case id must match [a-z0-9][a-z0-9._-]* (it becomes a file name and a test id)",
+            f"rename the table, e.g. [{_suggest_id(case_id)}]",
+        )
+    if not isinstance(body, dict):
+        raise where.error(
+            None,
+            f"a top-level value must be a case table, got {describe(body)}",
+            f'write the case as a table: [{case_id}] followed by op = "<op name>" and its keys',
+        )
+    op = _parse_op(where, body, lookup)
+    for key in body:
+        if key not in CASE_KEYS:
+            raise where.error(key, f"unknown case key '{key}'", _unknown_key_fix(key, op))
+    description = body.get("description", "")
+    if not isinstance(description, str):
+        raise where.error(
+            "description",
+            f"expected a string, got {describe(description)}",
+            'write description = "..."',
+        )
+    preset = _parse_preset(where, body, op)
+    params = _parse_params(where, body, op, preset)
+    seeds = _parse_seeds(where, body)
+    devices = _parse_devices(where, body)
+    variants = _parse_variants(where, body, op)
+    budgets = _parse_budgets(where, body, op, variants)
+    return Case(
+        id=case_id,
+        op=op.name,
+        preset=preset,
+        params=params,
+        seeds=seeds,
+        devices=devices,
+        variants=variants,
+        budgets=budgets,
+        source=where.path,
+        description=description,
+    )
+
+
+def _parse_op(where: _Where, body: Mapping[str, Any], lookup: OpLookup) -> OpSpec:
+    if "op" not in body:
+        raise where.error("op", "the case names no op", 'add op = "<op name>" to the case table')
+    name = body["op"]
+    if not isinstance(name, str):
+        raise where.error(
+            "op", f"expected a string, got {describe(name)}", 'write op = "<op name>"'
+        )
+    try:
+        return lookup(name)
+    except KeyError as exc:
+        detail = exc.args[0] if exc.args and isinstance(exc.args[0], str) else ""
+        problem = detail if detail.startswith("unknown op") else f"unknown op '{name}'"
+        raise where.error("op", problem, "use the name of a registered op") from None
+
+
+def _parse_preset(where: _Where, body: Mapping[str, Any], op: OpSpec) -> str | None:
+    preset = body.get("preset")
+    if preset is None:
+        return None
+    known = ", ".join(op.presets) or "none"
+    if not isinstance(preset, str):
+        raise where.error(
+            "preset",
+            f"expected a string, got {describe(preset)}",
+            f'write preset = "<name>" with one of: {known}',
+        )
+    if preset not in op.presets:
+        fix = (
+            f"use one of: {known}"
+            if op.presets
+            else "remove the key: this op has no presets; set values in shape"
+        )
+        raise where.error("preset", f"unknown preset '{preset}' for op '{op.name}'", fix)
+    return preset
+
+
+def _parse_params(
+    where: _Where, body: Mapping[str, Any], op: OpSpec, preset: str | None
+) -> dict[str, Any]:
+    shape = body.get("shape", {})
+    if not isinstance(shape, dict):
+        raise where.error(
+            "shape",
+            f"expected a table, got {describe(shape)}",
+            "write shape = { name = value, ... }",
+        )
+    known = ", ".join(op.params) or "none"
+    overrides: dict[str, Any] = {}
+    for name, value in shape.items():
+        key = f"shape.{name}"
+        if name not in op.params:
+            raise where.error(
+                key, f"unknown shape parameter '{name}' for op '{op.name}'", f"use one of: {known}"
+            )
+        spec = op.params[name]
+        expected = spec.type
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        # bool is a subclass of int in Python, but `batch = true` is a mistake, not 1.
+        if (isinstance(value, bool) and expected is not bool) or not isinstance(value, expected):
+            raise where.error(
+                key,
+                f"expected {_type_word(expected)}, got {describe(value)}",
+                f"write e.g. {name} = {_toml_literal(spec.default)}",
+            )
+        overrides[name] = value
+    return op.resolve_params(preset, overrides)
+
+
+def _parse_seeds(where: _Where, body: Mapping[str, Any]) -> tuple[int, ...]:
+    seeds = body.get("seeds", [0])
+    fix = "write seeds = [0, 1]: a non-empty array of distinct integers >= 0"
+    if not isinstance(seeds, list):
+        raise where.error("seeds", f"expected an array of integers, got {describe(seeds)}", fix)
+    if not seeds:
+        raise where.error("seeds", "the array is empty, so the case would never run", fix)
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise where.error("seeds", f"expected integers, got {describe(seed)}", fix)
+        if seed < 0:
+            raise where.error("seeds", f"seed {seed} is negative", fix)
+    duplicates = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if duplicates:
+        raise where.error(
+            "seeds", f"seed {duplicates[0]} is listed more than once", "list each seed once"
+        )
+    return tuple(seeds)
+
+
+def _parse_devices(where: _Where, body: Mapping[str, Any]) -> tuple[str, ...]:
+    devices = body.get("devices", list(registry.DEVICES))
+    known = ", ".join(registry.DEVICES)
+    fix = f'write devices = ["cpu"], a non-empty array of distinct names among: {known}'
+    names = _string_list(where, "devices", devices, fix)
+    for name in names:
+        if name not in registry.DEVICES:
+            raise where.error("devices", f"unknown device '{name}'", f"use one of: {known}")
+    # Kept in registry order so test ids do not depend on how the file lists them.
+    return tuple(name for name in registry.DEVICES if name in names)
+
+
+def _parse_variants(where: _Where, body: Mapping[str, Any], op: OpSpec) -> tuple[str, ...]:
+    checked = [name for name in op.variants if name != op.reference]
+    if "variants" not in body:
+        return tuple(checked)
+    known = ", ".join(checked) or "none"
+    fix = f'write variants = ["{checked[0] if checked else "..."}"], using names among: {known}'
+    names = _string_list(where, "variants", body["variants"], fix)
+    for name in names:
+        if name == op.reference:
+            raise where.error(
+                "variants",
+                f"'{name}' is the reference of op '{op.name}'; it always runs to make the golden",
+                f"list only variants to check: {known}",
+            )
+        if name not in op.variants:
+            raise where.error(
+                "variants", f"unknown variant '{name}' for op '{op.name}'", f"use one of: {known}"
+            )
+    return tuple(name for name in checked if name in names)
+
+
+def _parse_budgets(
+    where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...]
+) -> dict[str, VariantBudget]:
+    given = body.get("budget", {})
+    if not isinstance(given, dict):
+        raise where.error(
+            "budget",
+            f"expected a table, got {describe(given)}",
+            f"write budgets as tables: [{where.case}.budget.<variant>.<output>]",
+        )
+    running = {op.reference, *variants}
+    for name, outputs in given.items():
+        key = f"budget.{name}"
+        if name not in op.variants:
+            raise where.error(
+                key,
+                f"unknown variant '{name}' for op '{op.name}'",
+                f"use one of: {', '.join(op.variants)}",
+            )
+        if name not in running:
+            raise where.error(
+                key,
+                f"a budget for variant '{name}', which the case does not run "
+                f"(variants = {list(variants)})",
+                f"add '{name}' to variants, or remove this budget",
+            )
+        if not isinstance(outputs, dict):
+            raise where.error(
+                key,
+                f"expected a table of outputs, got {describe(outputs)}",
+                f"write [{where.case}.budget.{name}.<output>] tables, outputs among: "
+                f"{', '.join(op.outputs)}",
+            )
+    topk_output = op.topk.indices if op.topk is not None else None
+    budgets: dict[str, VariantBudget] = {}
+    for name in op.variants:
+        if name not in running:
+            continue
+        try:
+            budgets[name] = complete_budget(
+                op.variants[name].precision,
+                given.get(name, {}),
+                outputs=op.outputs,
+                topk_output=topk_output,
+            )
+        except BudgetError as exc:
+            raise where.error(f"budget.{name}.{exc.key}", exc.problem, exc.fix) from None
+    return budgets
+
+
+def _string_list(where: _Where, key: str, value: Any, fix: str) -> list[str]:
+    if not isinstance(value, list):
+        raise where.error(key, f"expected an array of strings, got {describe(value)}", fix)
+    if not value:
+        raise where.error(key, "the array is empty, so the case would never run", fix)
+    for item in value:
+        if not isinstance(item, str):
+            raise where.error(key, f"expected strings, got {describe(item)}", fix)
+    for item in value:
+        if value.count(item) > 1:
+            raise where.error(key, f"'{item}' is listed more than once", "list each name once")
+    return value
+
+
+def _unknown_key_fix(key: str, op: OpSpec) -> str:
+    allowed = f"case keys are: {', '.join(CASE_KEYS)}"
+    if key in op.params:
+        return f"shape parameters go in shape = {{ {key} = ... }}; {allowed}"
+    if key in op.variants or key in op.outputs:
+        return f"budgets go in [<case>.budget.<variant>.<output>] tables; {allowed}"
+    return f"remove or rename it; {allowed}"
+
+
+def _suggest_id(case_id: str) -> str:
+    suggestion = re.sub(r"[^a-z0-9._-]+", "-", case_id.lower()).lstrip("._-")
+    return suggestion or "my-case"
+
+
+def _type_word(expected: type) -> str:
+    words = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+    return words.get(expected, f"a {expected.__name__}")
+
+
+def _toml_literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, float) and not math.isfinite(value):
+        return "inf" if value > 0 else "-inf" if value < 0 else "nan"
+    return repr(value)

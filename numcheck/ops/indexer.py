@@ -1,0 +1,234 @@
+"""Sparse-attention indexer: paged FP8 MQA logits + top-k (DeepSeek V3.2 / V4).
+
+The KV cache uses the public block-split layout: uint8 ``[num_blocks, block_size, 1, D + 4]``
+where, inside one block, the ``block_size * D`` fp8 e4m3 bytes of its tokens come first and
+their ``block_size`` fp32 scales follow. Math (DESIGN.md):
+
+    logit[b, t] = s_t * sum_h w[b, h] * relu(q[b, h] . k[t])   for t < valid length
+    logit[b, t] = -inf                                          otherwise
+    selected[b] = topk(logit[b], k = min(index_topk, valid length))   (-1 padded)
+
+with ``next_n > 1`` row ``j`` of request ``b`` seeing ``context_len[b] - next_n + j + 1`` tokens.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from numcheck.inputs import normal, quantize_e4m3, rng
+from numcheck.ops.registry import (
+    Inputs,
+    OpSpec,
+    Outputs,
+    Params,
+    ParamSpec,
+    TopkSpec,
+    Variant,
+    register,
+)
+from numcheck.precision import matmul_precision
+from numcheck.topk import select_topk
+
+PARAMS = {
+    "batch": ParamSpec(int, 4, "requests in the batch"),
+    "next_n": ParamSpec(int, 1, "query tokens per request (1 = decode, 2 = MTP)"),
+    "heads": ParamSpec(int, 64, "indexer heads H"),
+    "head_dim": ParamSpec(int, 128, "indexer head dim D"),
+    "block_size": ParamSpec(int, 64, "tokens per KV page"),
+    "max_context": ParamSpec(int, 2048, "longest context in the batch"),
+    "min_context": ParamSpec(int, 0, "shortest context (0: max_context // 4)"),
+    "index_topk": ParamSpec(int, 512, "tokens selected per query row"),
+    "shuffle_pages": ParamSpec(bool, True, "block tables are a random permutation of pages"),
+    "near_ties": ParamSpec(
+        float, 0.0, "fraction of tokens made exact or near copies of another token (adversarial ties)"
+    ),
+}
+
+PRESETS = {
+    "v32": {"heads": 64, "head_dim": 128, "index_topk": 2048},
+    "v4flash": {"heads": 64, "head_dim": 128, "index_topk": 512},
+    "v4pro": {"heads": 64, "head_dim": 128, "index_topk": 1024},
+}
+
+
+def make_inputs(p: Params, seed: int) -> Inputs:
+    """Inputs for one case and seed, on the CPU."""
+    b, n, h, d, bs, big = (
+        p["batch"], p["next_n"], p["heads"], p["head_dim"], p["block_size"], p["max_context"]
+    )
+    small = p["min_context"] or max(big // 4, 1)
+    small = max(small, n)
+    if not 1 <= small <= big:
+        raise ValueError(f"indexer: need next_n <= min_context <= max_context, got {small}, {big}")
+
+    lens_rng = rng(seed, "context_lens")
+    context_lens = np.asarray(lens_rng.integers(small, big, size=b, endpoint=True))
+    context_lens[lens_rng.integers(0, b)] = big  # the longest context is always present
+    blocks = [math.ceil(int(c) / bs) for c in context_lens]
+    max_blocks = math.ceil(big / bs)
+    # One spare page per request, so a wrong page index reads real but foreign data.
+    num_pages = sum(blocks) + b
+    order = (
+        rng(seed, "pages").permutation(num_pages)
+        if p["shuffle_pages"]
+        else np.arange(num_pages)
+    )
+    block_table = torch.zeros(b, max_blocks, dtype=torch.int32)
+    cache = torch.zeros(num_pages, bs * (d + 4), dtype=torch.uint8)
+    key_bytes = cache[:, : bs * d].view(num_pages, bs, d)
+    scale_bytes = cache[:, bs * d :].view(num_pages, bs, 4)
+
+    k_rng = rng(seed, "keys")
+    tie_rng = rng(seed, "near_ties")
+    next_page = 0
+    for i in range(b):
+        length = int(context_lens[i])
+        keys = normal(k_rng, (length, d))
+        # Token magnitudes vary like real keys, so per-token scales matter.
+        keys *= torch.from_numpy(np.exp(0.5 * k_rng.standard_normal((length, 1)))).float()
+        _plant_near_ties(keys, p["near_ties"], tie_rng)
+        q8, scale = quantize_e4m3(keys)
+        pages = torch.from_numpy(order[next_page : next_page + blocks[i]].astype(np.int64))
+        next_page += blocks[i]
+        block_table[i, : blocks[i]] = pages.to(torch.int32)
+        padded = blocks[i] * bs
+        q8_pad = torch.zeros(padded, d, dtype=torch.uint8)
+        q8_pad[:length] = q8.view(torch.uint8)
+        s_pad = torch.zeros(padded, dtype=torch.float32)
+        s_pad[:length] = scale
+        key_bytes[pages] = q8_pad.view(blocks[i], bs, d)
+        scale_bytes[pages] = s_pad.view(torch.uint8).view(blocks[i], bs, 4)
+
+    q_rng = rng(seed, "q")
+    q8, q_scale = quantize_e4m3(normal(q_rng, (b, n, h, d)))
+    w_raw = normal(rng(seed, "weights"), (b * n, h))
+    # Folded like the model: weights_proj(x) * H^-0.5 * q_scale * D^-0.5.
+    weights = w_raw * (h**-0.5) * (d**-0.5) * q_scale.view(b * n, h)
+    return {
+        "q": q8,
+        "kv_cache": cache.view(num_pages, bs, 1, d + 4),
+        "weights": weights.contiguous(),
+        "context_lens": torch.from_numpy(context_lens.astype(np.int32)),
+        "block_table": block_table,
+    }
+
+
+def _plant_near_ties(keys: torch.Tensor, fraction: float, gen: np.random.Generator) -> None:
+    """Turn ``fraction`` of the tokens into scaled copies of other tokens.
+
+    A copy scaled by ``1 + delta`` quantizes to the same fp8 bytes with a scale
+    ``1 + delta`` larger, so its logit is exactly ``(1 + delta)`` times the source's:
+    delta = 0 gives exact ties, |delta| <= 2^-9 gives ties below bf16 resolution.
+    """
+    length = keys.shape[0]
+    count = min(int(round(fraction * length)), length // 2)
+    if count == 0:
+        return
+    picked = gen.permutation(length)[: 2 * count]
+    sources, targets = picked[:count], picked[count:]
+    delta = gen.uniform(-(2.0**-9), 2.0**-9, size=count)
+    delta[gen.random(count) < 0.5] = 0.0
+    factor = torch.from_numpy(1.0 + delta).float().unsqueeze(1)
+    keys[torch.from_numpy(targets)] = keys[torch.from_numpy(sources)] * factor
+
+
+def paged_keys(inputs: Inputs, max_context: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gather the fp8 keys ``[B, L, D]`` and their fp32 scales ``[B, L]`` through the block table."""
+    cache, table = inputs["kv_cache"], inputs["block_table"]
+    pages, bs = cache.shape[0], cache.shape[1]
+    d = cache.shape[3] - 4
+    flat = cache.view(pages, bs * (d + 4))
+    keys = flat[:, : bs * d].contiguous().view(torch.float8_e4m3fn).view(pages, bs, d)
+    scales = flat[:, bs * d :].contiguous().view(torch.float32).view(pages, bs)
+    blocks = math.ceil(max_context / bs)
+    used = table[:, :blocks].long()
+    b = table.shape[0]
+    k = keys[used].view(b, blocks * bs, d)[:, :max_context]
+    s = scales[used].view(b, blocks * bs)[:, :max_context]
+    return k, s
+
+
+def valid_mask(context_lens: torch.Tensor, next_n: int, length: int) -> torch.Tensor:
+    """``[B, next_n, L]`` bool: row j of request b sees ``context_len - next_n + j + 1`` tokens."""
+    t = torch.arange(length, device=context_lens.device)
+    j = torch.arange(next_n, device=context_lens.device)
+    limit = context_lens.long().view(-1, 1, 1) - next_n + j.view(1, -1, 1) + 1
+    return t.view(1, 1, -1) < limit
+
+
+def logits_from_scores(scores: torch.Tensor, inputs: Inputs, k_scale: torch.Tensor, p: Params) -> torch.Tensor:
+    """fp32 epilogue: relu, head weights, head sum, kv scale and the -inf mask.
+
+    ``scores`` is ``[B, next_n * H, L]`` (any float dtype); returns ``[B * next_n, L]`` fp32.
+    """
+    b, n, h = inputs["q"].shape[:3]
+    length = scores.shape[-1]
+    s = scores.float().relu().view(b, n, h, length)
+    logits = (s * inputs["weights"].view(b, n, h, 1)).sum(dim=2)
+    logits = logits * k_scale.view(b, 1, length)
+    logits = logits.masked_fill(~valid_mask(inputs["context_lens"], n, length), float("-inf"))
+    return logits.view(b * n, length)
+
+
+def _outputs(scores: torch.Tensor, inputs: Inputs, k_scale: torch.Tensor, p: Params) -> Outputs:
+    logits = logits_from_scores(scores, inputs, k_scale, p)
+    return {"logits": logits, "topk": select_topk(logits, p["index_topk"])}
+
+
+def _operands(inputs: Inputs, p: Params, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    b, n, h, d = inputs["q"].shape
+    k, k_scale = paged_keys(inputs, p["max_context"])
+    q = inputs["q"].to(dtype).view(b, n * h, d)
+    return q, k.to(dtype).transpose(1, 2), k_scale
+
+
+def fp32(inputs: Inputs, p: Params) -> Outputs:
+    """Reference: upcast e4m3 to fp32, IEEE fp32 bmm (TF32 forced off)."""
+    with matmul_precision(tf32=False):
+        q, kt, k_scale = _operands(inputs, p, torch.float32)
+        return _outputs(torch.bmm(q, kt), inputs, k_scale, p)
+
+
+def bf16(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 bmm with bf16 output (the public change): per-head scores rounded to bf16."""
+    q, kt, k_scale = _operands(inputs, p, torch.bfloat16)
+    return _outputs(torch.bmm(q, kt), inputs, k_scale, p)
+
+
+def bf16_fp32out(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 operands (exact for e4m3), fp32 accumulation kept in the output; CUDA only."""
+    q, kt, k_scale = _operands(inputs, p, torch.bfloat16)
+    return _outputs(torch.bmm(q, kt, out_dtype=torch.float32), inputs, k_scale, p)
+
+
+def tf32(inputs: Inputs, p: Params) -> Outputs:
+    """The fp32 path with TF32 matmul allowed (e4m3 operands are exact in TF32)."""
+    with matmul_precision(tf32=True):
+        q, kt, k_scale = _operands(inputs, p, torch.float32)
+        return _outputs(torch.bmm(q, kt), inputs, k_scale, p)
+
+
+OP = OpSpec(
+    name="indexer",
+    version=1,
+    reference="fp32",
+    variants={
+        "fp32": Variant("fp32", fp32, "fp32", doc=fp32.__doc__ or ""),
+        "bf16": Variant("bf16", bf16, "bf16", doc=bf16.__doc__ or ""),
+        "bf16_fp32out": Variant(
+            "bf16_fp32out", bf16_fp32out, "bf16", devices=("cuda",), doc=bf16_fp32out.__doc__ or ""
+        ),
+        "tf32": Variant("tf32", tf32, "tf32", doc=tf32.__doc__ or ""),
+    },
+    make_inputs=make_inputs,
+    outputs=("logits", "topk"),
+    params=PARAMS,
+    presets=PRESETS,
+    topk=TopkSpec(indices="topk", scores="logits"),
+    doc=__doc__ or "",
+)
+
+register(OP)

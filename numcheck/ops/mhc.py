@@ -1,0 +1,132 @@
+"""mHC pre (manifold-constrained hyper-connections), hc_mult n = 4 (DeepSeek V4).
+
+    xf   = flatten(x) as fp32                          # [T, n*C]
+    r    = rsqrt(mean(xf^2) + eps)                     # RMSNorm without gain, fp32
+    m    = (xf @ hc_fn^T) * r                          # [T, (2+n)*n]: the GEMM that was flipped
+    pre  = sigmoid(m[:, :n] * s0 + base[:n]) + eps
+    post = 2 * sigmoid(m[:, n:2n] * s1 + base[n:2n])
+    comb = Sinkhorn(softmax_rows(m[:, 2n:] * s2 + base[2n:]) as [T, n, n] + eps)
+    y    = sum_i pre[:, i] * xf.view(T, n, C)[:, i]      # [T, C], back to bf16
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from numcheck.inputs import normal, rng
+from numcheck.ops.registry import Inputs, OpSpec, Outputs, Params, ParamSpec, Variant, register
+from numcheck.precision import matmul_precision
+
+PARAMS = {
+    "tokens": ParamSpec(int, 64, "tokens T"),
+    "hc_mult": ParamSpec(int, 4, "hyper-connection streams n"),
+    "hidden": ParamSpec(int, 4096, "hidden size C"),
+    "sinkhorn_iters": ParamSpec(int, 20, "Sinkhorn iterations"),
+    "eps": ParamSpec(float, 1e-6, "RMS and Sinkhorn epsilon"),
+}
+
+PRESETS = {
+    "v4flash": {"hidden": 4096, "hc_mult": 4},
+    "v4pro": {"hidden": 7168, "hc_mult": 4},
+}
+
+
+def make_inputs(p: Params, seed: int) -> Inputs:
+    """Inputs for one case and seed, on the CPU."""
+    t, n, c = p["tokens"], p["hc_mult"], p["hidden"]
+    mixes = (2 + n) * n
+    x_rng = rng(seed, "x")
+    x = normal(x_rng, (t, n, c))
+    # Hidden states: per-token magnitudes vary and a few channels carry outliers.
+    x *= torch.from_numpy(np.exp(0.5 * x_rng.standard_normal((t, 1, 1)))).float()
+    outliers = torch.from_numpy(x_rng.choice(c, size=max(c // 512, 1), replace=False))
+    x[:, :, outliers] *= 20.0
+    hc_rng = rng(seed, "hc")
+    return {
+        "x": x.to(torch.bfloat16),
+        "hc_fn": normal(hc_rng, (mixes, n * c), std=(n * c) ** -0.5),
+        "hc_scale": torch.from_numpy(hc_rng.uniform(0.5, 2.0, size=3)).float(),
+        "hc_base": normal(hc_rng, (mixes,), std=0.5),
+    }
+
+
+def _epilogue(m: torch.Tensor, xf: torch.Tensor, inputs: Inputs, p: Params) -> Outputs:
+    """Sigmoids, Sinkhorn and y from the fp32 mixes ``m`` [T, (2+n)*n]."""
+    n, eps = p["hc_mult"], p["eps"]
+    t = m.shape[0]
+    scale, base = inputs["hc_scale"], inputs["hc_base"]
+    pre = torch.sigmoid(m[:, :n] * scale[0] + base[:n]) + eps
+    post = 2 * torch.sigmoid(m[:, n : 2 * n] * scale[1] + base[n : 2 * n])
+    logits = (m[:, 2 * n :] * scale[2] + base[2 * n :]).view(t, n, n)
+    comb = torch.softmax(logits, dim=-1) + eps
+    comb = comb / (comb.sum(dim=-2, keepdim=True) + eps)
+    for _ in range(p["sinkhorn_iters"] - 1):
+        comb = comb / (comb.sum(dim=-1, keepdim=True) + eps)
+        comb = comb / (comb.sum(dim=-2, keepdim=True) + eps)
+    y = (pre.unsqueeze(-1) * xf.view(t, n, -1)).sum(dim=1).to(torch.bfloat16)
+    return {"mixes": m, "pre": pre, "post": post, "comb": comb, "y": y}
+
+
+def _rms_inv(xf: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.rsqrt(xf.square().mean(dim=-1, keepdim=True) + eps)
+
+
+def fp32(inputs: Inputs, p: Params) -> Outputs:
+    """Reference: fp32 copy of x, fp32 GEMM with TF32 forced off."""
+    with matmul_precision(tf32=False):
+        xf = inputs["x"].flatten(1).float()
+        m = (xf @ inputs["hc_fn"].T) * _rms_inv(xf, p["eps"])
+        return _epilogue(m, xf, inputs, p)
+
+
+def bf16(inputs: Inputs, p: Params) -> Outputs:
+    """The fix: GEMM on a bf16 view of x with bf16 hc_fn; RMS statistics stay fp32."""
+    x = inputs["x"].flatten(1)
+    xf = x.float()
+    mm = x @ inputs["hc_fn"].to(torch.bfloat16).T
+    m = mm.float() * _rms_inv(xf, p["eps"])
+    return _epilogue(m, xf, inputs, p)
+
+
+def bf16_roundtrip(inputs: Inputs, p: Params) -> Outputs:
+    """The seed's regression: upcast x for RMSNorm, then ``.to(bf16)`` the fp32 copy.
+
+    Numerically equal to ``bf16`` (bf16 -> fp32 -> bf16 is exact) and slower: kept on
+    purpose as the known-bad variant the cast ledger and the speedup gate must catch.
+    """
+    xf = inputs["x"].flatten(1).float()
+    x_flat = xf.to(torch.bfloat16)
+    mm = x_flat @ inputs["hc_fn"].to(torch.bfloat16).T
+    m = mm.float() * _rms_inv(xf, p["eps"])
+    return _epilogue(m, xf, inputs, p)
+
+
+def tf32(inputs: Inputs, p: Params) -> Outputs:
+    """The fp32 path with TF32 matmul allowed (what DeepSeek's prenorm GEMM uses)."""
+    with matmul_precision(tf32=True):
+        xf = inputs["x"].flatten(1).float()
+        m = (xf @ inputs["hc_fn"].T) * _rms_inv(xf, p["eps"])
+        return _epilogue(m, xf, inputs, p)
+
+
+OP = OpSpec(
+    name="mhc_pre",
+    version=1,
+    reference="fp32",
+    variants={
+        "fp32": Variant("fp32", fp32, "fp32", doc=fp32.__doc__ or ""),
+        "bf16": Variant("bf16", bf16, "bf16", doc=bf16.__doc__ or ""),
+        "bf16_roundtrip": Variant(
+            "bf16_roundtrip", bf16_roundtrip, "bf16", doc=bf16_roundtrip.__doc__ or ""
+        ),
+        "tf32": Variant("tf32", tf32, "tf32", doc=tf32.__doc__ or ""),
+    },
+    make_inputs=make_inputs,
+    outputs=("mixes", "pre", "post", "comb", "y"),
+    params=PARAMS,
+    presets=PRESETS,
+    doc=__doc__ or "",
+)
+
+register(OP)

@@ -1,0 +1,129 @@
+"""Text for people: the failure message of one check and the end-of-run summary table.
+
+One layout for every failure (STYLE.md, after torch's ``_make_mismatch_msg``): verdict;
+worst metric against its budget; the other violations; unexplained top-k flips as a
+capped table; the case; the commands to reproduce and to regenerate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from numcheck.runner import CheckResult
+from numcheck.topk import TopkReport
+
+#: Rows of the unexplained-flip table shown in a failure.
+MAX_FLIP_ROWS = 10
+
+
+@dataclass(frozen=True)
+class Commands:
+    """How to reproduce one check and how to regenerate its case's golden."""
+
+    reproduce: str
+    regenerate: str
+
+
+def failure_message(result: CheckResult, commands: Commands, source: str) -> str:
+    """The message of a failed check."""
+    lines = [f"numcheck FAIL {result.id}"]
+    top = result.worst()
+    if top is not None:
+        lines.append(f"  worst: {top.describe()}")
+    others = [v for v in result.violations if v is not top]
+    for v in others[:8]:
+        lines.append(f"  also:  {v.describe()}")
+    if len(others) > 8:
+        lines.append(f"  ... and {len(others) - 8} more violations")
+    report = result.worst_topk()
+    if report is not None and report.n_unexplained:
+        lines += ["", *flip_table(report)]
+    lines += [
+        "",
+        f"  case:        {source} [{result.case.id}]",
+        f"  reproduce:   {commands.reproduce}",
+        f"  regenerate:  {commands.regenerate}  (only if the reference itself changed)",
+    ]
+    return "\n".join(lines)
+
+
+def flip_table(report: TopkReport, limit: int = MAX_FLIP_ROWS) -> list[str]:
+    """The unexplained top-k flips, worst first, capped at ``limit`` rows."""
+    band = f"{report.band:g} {'of |k-th|' if report.band_kind == 'rel' else 'absolute'}"
+    lines = [
+        f"  unexplained top-k flips: {report.n_unexplained} "
+        f"(in {report.rows_with_flips} of {report.rows} rows; tie band {band})",
+        f"    {'row':>5} {'token':>7} {'dir':>4} {'golden score':>13} {'k-th score':>12} "
+        f"{'margin':>11}",
+    ]
+    shown = report.unexplained[:limit]
+    for f in shown:
+        lines.append(
+            f"    {f.row:>5} {f.token:>7} {f.direction:>4} {f.golden_score:>13.6g} "
+            f"{f.kth_score:>12.6g} {f.margin:>11.4g}"
+        )
+    if report.n_unexplained > len(shown):
+        lines.append(f"    ... {report.n_unexplained - len(shown)} more")
+    return lines
+
+
+def _cell(value: float | None, fmt: str = ".2e") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def summary_rows(results: Sequence[CheckResult]) -> list[list[str]]:
+    """One row per check: case, variant, device, worst metric vs budget, key metrics, verdict."""
+    rows = []
+    for r in results:
+        top = r.worst()
+        first = r.case.budgets[r.variant].outputs
+        output = next(iter(first)) if first else None
+        if top is not None:
+            worst_cell = f"{top.output}.{top.metric} {top.value:.3g}/{top.limit:.3g}"
+        else:
+            worst_cell = _headroom(r)
+        rows.append(
+            [
+                f"{r.case.op}::{r.case.id}",
+                r.variant,
+                r.device,
+                worst_cell,
+                _cell(r.metric(output, "calc_diff")) if output else "-",
+                _cell(r.metric(output, "rel_fro")) if output else "-",
+                _cell(r.topk_value("recall_min"), ".4f"),
+                _cell(r.topk_value("tie_recall_min"), ".4f"),
+                "PASS" if r.passed else "FAIL",
+            ]
+        )
+    return rows
+
+
+def _headroom(r: CheckResult) -> str:
+    """For a pass: the metric closest to its budget, as value/budget."""
+    best: tuple[float, str] | None = None
+    for name, ob in r.case.budgets[r.variant].outputs.items():
+        for metric, limit in ob.limits.items():
+            value = r.metric(name, metric)
+            if value is None or limit <= 0:
+                continue
+            ratio = value / limit
+            if best is None or ratio > best[0]:
+                best = (ratio, f"{name}.{metric} {value:.3g}/{limit:.3g}")
+    return best[1] if best else "-"
+
+
+SUMMARY_HEADER = [
+    "case", "variant", "device", "closest to budget (value/budget)",
+    "calc_diff", "rel_fro", "recall", "tie recall", "verdict",
+]
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A plain aligned text table."""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=False)).rstrip()
+
+    return [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]

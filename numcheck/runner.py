@@ -1,0 +1,320 @@
+"""Run one (case, variant, device) check end to end, without pytest.
+
+    inputs (CPU, seeded) --fingerprint--> golden freshness
+    variant(inputs on device) --> outputs --metrics / top-k vs golden--> violations
+
+The pytest plugin calls :func:`check` per test item and :func:`make_golden` under the
+regen flag; everything here is plain Python so it can be tested and scripted directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from numcheck.cases import Case
+from numcheck.goldens import (
+    Golden,
+    GoldenFormatError,
+    check_fresh,
+    input_fingerprint,
+    pack_output,
+    save_golden,
+    unpack_pair,
+)
+from numcheck.inputs import to_device
+from numcheck.metrics import ErrorMetrics, compare
+from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
+from numcheck.topk import TopkReport, topk_agreement
+from numcheck.verdict import Violation, check_output, check_topk, worst
+
+#: The dtype whose ULPs measure a variant of each precision class (TF32 has no torch
+#: dtype; its ULPs are counted in float32).
+PRECISION_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16}
+
+
+class VariantError(Exception):
+    """A variant that raised, or returned outputs of the wrong names, shape, dtype or device."""
+
+
+def seed_key(seed: int, output: str) -> str:
+    """The golden tensor name of one output of one seed."""
+    return f"s{seed}/{output}"
+
+
+def display_id(case: Case, variant: str, device: str) -> str:
+    """``indexer::v4flash-b4-l2k::bf16[cpu]``: how a check is named in messages and tables."""
+    return f"{case.op}::{case.id}::{variant}[{device}]"
+
+
+class CaseInputs:
+    """The CPU inputs of one case, made once per seed and fingerprinted."""
+
+    def __init__(self, op: OpSpec, case: Case) -> None:
+        self.op = op
+        self.case = case
+        self._made: dict[int, tuple[Inputs, str]] = {}
+
+    def get(self, seed: int) -> tuple[Inputs, str]:
+        if seed not in self._made:
+            inputs = self.op.make_inputs(self.case.params, seed)
+            self._made[seed] = (inputs, input_fingerprint(inputs))
+        return self._made[seed]
+
+    def fingerprint(self) -> str:
+        """One hash over every seed's input fingerprint, in seed order."""
+        joined = "|".join(f"{s}:{self.get(s)[1]}" for s in self.case.seeds)
+        return hashlib.sha256(joined.encode()).hexdigest()
+
+
+def run_variant(variant: Variant, op: OpSpec, inputs: Inputs, case: Case, device: str) -> Outputs:
+    """Call a variant and check what it returned has the op's output names on ``device``."""
+    try:
+        out = variant.fn(inputs, case.params)
+    except Exception as exc:  # the variant's own failure is a verdict, not a crash
+        raise VariantError(f"variant {variant.name!r} raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(out, Mapping):
+        raise VariantError(
+            f"variant {variant.name!r} returned {type(out).__name__}; "
+            f"expected a dict of outputs {list(op.outputs)}"
+        )
+    if set(out) != set(op.outputs):
+        raise VariantError(
+            f"variant {variant.name!r} returned outputs {sorted(out)}; "
+            f"op {op.name!r} names {list(op.outputs)}"
+        )
+    for name, t in out.items():
+        if not isinstance(t, torch.Tensor):
+            raise VariantError(f"variant {variant.name!r}: output {name!r} is not a tensor")
+        if t.device.type != device:
+            raise VariantError(
+                f"variant {variant.name!r}: output {name!r} is on {t.device.type}, "
+                f"expected {device}"
+            )
+    return dict(out)
+
+
+def make_golden(
+    op: OpSpec, case: Case, device: str, inputs: CaseInputs
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Run the reference for every seed: the tensors and metadata of the case's golden."""
+    reference = op.variants[op.reference]
+    tensors: dict[str, torch.Tensor] = {}
+    outputs_meta: dict[str, Any] = {}
+    for seed in case.seeds:
+        cpu_inputs, _ = inputs.get(seed)
+        out = run_variant(reference, op, to_device(cpu_inputs, device), case, device)
+        for name, t in out.items():
+            key = seed_key(seed, name)
+            # Top-k checks need the golden score of any token a variant may pick.
+            full = True if op.topk is not None and name == op.topk.scores else None
+            tensors.update(pack_output(key, t, full=full))
+            outputs_meta[key] = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
+    meta: dict[str, Any] = {
+        "op": op.name,
+        "case": case.id,
+        "op_version": op.version,
+        "fingerprint": inputs.fingerprint(),
+        "device": _device_name(device),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "seeds": list(case.seeds),
+        "outputs": outputs_meta,
+        "params": dict(case.params),
+        "reference": op.reference,
+    }
+    return tensors, meta
+
+
+def _device_name(device: str) -> str:
+    if device == "cuda":
+        return f"cuda ({torch.cuda.get_device_name()})"
+    return "cpu"
+
+
+def write_golden(path: Path, op: OpSpec, case: Case, device: str, inputs: CaseInputs) -> bool:
+    """Regenerate a golden; returns False (and writes nothing) when the stored one is equal.
+
+    Equal means same tensors bit for bit and same input fingerprint, so re-running the regen
+    flag on an unchanged case never churns the repository.
+    """
+    from numcheck.goldens import GoldenError, load_golden
+
+    tensors, meta = make_golden(op, case, device, inputs)
+    try:
+        old = load_golden(path, case=case.id, regen_hint="")
+    except GoldenError:
+        old = None
+    if old is not None and _same(old, tensors, meta):
+        return False
+    save_golden(path, tensors, meta)
+    return True
+
+
+def _same(old: Golden, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any]) -> bool:
+    if old.meta.get("fingerprint") != meta["fingerprint"] or old.meta.get("op_version") != meta[
+        "op_version"
+    ]:
+        return False
+    if set(old.tensors) != set(tensors):
+        return False
+    return all(
+        old.tensors[k].dtype == t.dtype
+        and old.tensors[k].shape == t.shape
+        and torch.equal(old.tensors[k], t.cpu())
+        for k, t in tensors.items()
+    )
+
+
+@dataclass
+class SeedResult:
+    """What one seed measured: metrics per output, the top-k report, and violations."""
+
+    seed: int
+    metrics: dict[str, ErrorMetrics] = field(default_factory=dict)
+    topk: TopkReport | None = None
+    violations: list[Violation] = field(default_factory=list)
+
+
+@dataclass
+class CheckResult:
+    """The verdict of one (case, variant, device)."""
+
+    case: Case
+    variant: str
+    device: str
+    seeds: list[SeedResult]
+    violations: list[Violation]
+
+    @property
+    def passed(self) -> bool:
+        return not self.violations
+
+    @property
+    def id(self) -> str:
+        return display_id(self.case, self.variant, self.device)
+
+    def worst(self) -> Violation | None:
+        return worst(self.violations)
+
+    def metric(self, output: str, name: str) -> float | None:
+        """Worst value of an error metric over seeds (None when not measured)."""
+        values = [s.metrics[output].value(name) for s in self.seeds if output in s.metrics]
+        return max(values) if values else None
+
+    def topk_value(self, name: str) -> float | None:
+        """Worst (lowest) value of a top-k statistic over seeds."""
+        values = [s.topk.value(name) for s in self.seeds if s.topk is not None]
+        return min(values) if values else None
+
+    def worst_topk(self) -> TopkReport | None:
+        """The seed's top-k report with the most unexplained flips."""
+        reports = [s.topk for s in self.seeds if s.topk is not None]
+        return max(reports, key=lambda r: (r.n_unexplained, -r.recall_min), default=None)
+
+
+def ulp_dtype(precision: str, output_dtype: torch.dtype) -> torch.dtype:
+    """The coarser of the variant's compute dtype and the output's dtype."""
+    compute = PRECISION_DTYPES[precision]
+    if not output_dtype.is_floating_point:
+        return compute
+    return max(compute, output_dtype, key=lambda d: torch.finfo(d).eps)
+
+
+def check(
+    op: OpSpec,
+    case: Case,
+    variant_name: str,
+    device: str,
+    golden: Golden,
+    inputs: CaseInputs,
+    *,
+    regen_hint: str,
+    max_flips: int = 20,
+) -> CheckResult:
+    """Compare one variant with the golden for every seed of the case.
+
+    Raises :class:`~numcheck.goldens.GoldenStale` before running anything when the golden
+    was made from other inputs, and :class:`VariantError` when the variant misbehaves.
+    """
+    check_fresh(
+        golden,
+        op_version=op.version,
+        fingerprint=inputs.fingerprint(),
+        seeds=case.seeds,
+        regen_hint=regen_hint,
+    )
+    variant = op.variants[variant_name]
+    budget = case.budgets[variant_name]
+    results: list[SeedResult] = []
+    for seed in case.seeds:
+        cpu_inputs, _ = inputs.get(seed)
+        out = run_variant(variant, op, to_device(cpu_inputs, device), case, device)
+        result = SeedResult(seed)
+        for name in op.outputs:
+            _check_dtype(golden, seed_key(seed, name), out[name], variant_name, regen_hint)
+            if op.topk is not None and name == op.topk.indices:
+                continue
+            pair = unpack_pair(
+                seed_key(seed, name), out[name], golden.tensors,
+                path=golden.path, case=case.id, regen_hint=regen_hint,
+            )
+            ob = budget.outputs[name]
+            m = compare(
+                pair.actual, pair.expected,
+                ulp_dtype=ulp_dtype(variant.precision, out[name].dtype),
+                atol=ob.atol, rtol=ob.rtol,
+            )
+            result.metrics[name] = m
+            result.violations += check_output(name, m, ob, seed=seed)
+            if pair.sampled:
+                result.violations += _check_stats(name, pair, seed)
+        if op.topk is not None and budget.topk is not None:
+            spec, tb = op.topk, budget.topk
+            report = topk_agreement(
+                golden.tensors[seed_key(seed, spec.indices)],
+                out[spec.indices].cpu(),
+                golden.tensors[seed_key(seed, spec.scores)],
+                band=tb.tie_band, band_kind=tb.tie_band_kind, max_flips=max_flips,
+            )
+            result.topk = report
+            result.violations += check_topk(spec.indices, report, tb, seed=seed)
+        results.append(result)
+    return CheckResult(
+        case, variant_name, device, results, [v for r in results for v in r.violations]
+    )
+
+
+def _check_dtype(
+    golden: Golden, key: str, actual: torch.Tensor, variant: str, regen_hint: str
+) -> None:
+    stored = golden.meta.get("outputs", {}).get(key)
+    if stored is None:
+        return  # unpack_pair reports a missing output with the golden's own wording
+    dtype = str(actual.dtype).removeprefix("torch.")
+    if list(actual.shape) != stored["shape"] or dtype != stored["dtype"]:
+        raise VariantError(
+            f"variant {variant!r}: output {key.split('/', 1)[1]!r} is {dtype} "
+            f"{list(actual.shape)}; the reference gives {stored['dtype']} {stored['shape']}"
+        )
+
+
+def _check_stats(name: str, pair: Any, seed: int) -> list[Violation]:
+    """For sampled goldens: the non-finite counts of the whole output must still match."""
+    exp, act = pair.stats_expected, pair.stats_actual
+    found = []
+    for i, label in ((6, "posinf"), (7, "neginf")):
+        if exp is not None and act is not None and int(exp[i]) != int(act[i]):
+            found.append(
+                Violation(
+                    name, f"{label}_count", abs(int(act[i]) - int(exp[i])), 0, seed=seed,
+                    detail=f"output has {int(act[i])}, golden has {int(exp[i])} (must match)",
+                )
+            )
+    return found
+

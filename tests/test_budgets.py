@@ -1,0 +1,271 @@
+"""Budget completion from the defaults table, and every budget error."""
+
+from __future__ import annotations
+
+import math
+import pickle
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from numcheck import budgets
+from numcheck.budgets import (
+    DEFAULT_BUDGETS,
+    ERROR_METRICS,
+    TOPK_LIMITS,
+    BudgetError,
+    OutputBudget,
+    TopkBudget,
+    VariantBudget,
+    complete_budget,
+)
+from numcheck.ops.registry import PRECISIONS
+
+OUTPUTS = ("scores", "idx")
+
+
+def complete(
+    given: Mapping[str, Mapping[str, Any]] | None = None,
+    precision: str = "bf16",
+    topk_output: str | None = "idx",
+) -> VariantBudget:
+    return complete_budget(precision, given or {}, outputs=OUTPUTS, topk_output=topk_output)
+
+
+def budget_error(given: Mapping[str, Mapping[str, Any]], topk_output: str | None = "idx") -> str:
+    with pytest.raises(BudgetError) as info:
+        complete(given, topk_output=topk_output)
+    message = str(info.value)
+    assert message.startswith(f"key '{info.value.key}': ")
+    assert ". Fix: " in message
+    return message
+
+
+# --- the defaults table -------------------------------------------------------------------
+
+
+def test_table_has_one_row_per_precision_class() -> None:
+    assert set(DEFAULT_BUDGETS) == set(PRECISIONS)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_every_row_has_the_keys_the_brief_names(precision: str) -> None:
+    row = DEFAULT_BUDGETS[precision]
+    for key in ("rel_fro", "calc_diff", "frac_outside", "atol", "rtol"):
+        assert key in row
+    for key in ("recall_min", "tie_recall_min", "tie_band_rel"):
+        assert key in row
+
+
+def test_lower_precision_never_gets_a_tighter_default() -> None:
+    fp32, tf32, bf16 = (DEFAULT_BUDGETS[p] for p in ("fp32", "tf32", "bf16"))
+    for key in fp32:
+        if key in TOPK_LIMITS:  # lower bounds
+            assert fp32[key] >= tf32[key] >= bf16[key], key
+        else:
+            assert fp32[key] <= tf32[key] <= bf16[key], key
+
+
+@pytest.mark.parametrize(
+    ("table", "fragment"),
+    [
+        ({"bf16": {"atol": 1.0, "rtol": 1.0, "tie_band_rel": 1.0, "bogus": 1.0}}, "'bogus'"),
+        ({"bf16": {"atol": 1.0, "rtol": 1.0}}, "tie_band_rel / tie_band_abs"),
+        ({"bf16": {"atol": 1.0, "tie_band_rel": 1.0}}, "needs atol, rtol"),
+    ],
+)
+def test_a_broken_defaults_table_fails_loudly(table: Any, fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        budgets._check_defaults(table)
+
+
+def test_a_negative_default_fails_loudly() -> None:
+    table = {"bf16": {"atol": -1.0, "rtol": 1.0, "tie_band_rel": 1.0}}
+    with pytest.raises(BudgetError, match="DEFAULT_BUDGETS.bf16.atol"):
+        budgets._check_defaults(table)
+
+
+# --- completion ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_nothing_given_means_the_defaults_row(precision: str) -> None:
+    row = DEFAULT_BUDGETS[precision]
+    budget = complete(precision=precision)
+    assert set(budget.outputs) == {"scores"}
+    assert budget.outputs["scores"] == OutputBudget(
+        limits={k: row[k] for k in ("rel_fro", "calc_diff", "frac_outside")},
+        atol=row["atol"],
+        rtol=row["rtol"],
+        allow_nan=False,
+    )
+    assert budget.topk == TopkBudget(
+        limits={"recall_min": row["recall_min"], "tie_recall_min": row["tie_recall_min"]},
+        tie_band=row["tie_band_rel"],
+        tie_band_kind="rel",
+    )
+
+
+def test_metrics_outside_the_table_are_not_gated_unless_given() -> None:
+    limits = complete().outputs["scores"].limits
+    for metric in ("max_abs", "max_rel", "ulp_p50", "ulp_p99", "ulp_max"):
+        assert metric not in limits
+    topk = complete().topk
+    assert topk is not None
+    assert "recall_mean" not in topk.limits
+    assert "tie_recall_mean" not in topk.limits
+
+
+def test_a_partial_budget_keeps_the_other_defaults() -> None:
+    row = DEFAULT_BUDGETS["bf16"]
+    budget = complete({"scores": {"calc_diff": 1e-5, "atol": 0.5}})
+    scores = budget.outputs["scores"]
+    assert scores.limits["calc_diff"] == 1e-5
+    assert scores.limits["rel_fro"] == row["rel_fro"]
+    assert scores.limits["frac_outside"] == row["frac_outside"]
+    assert scores.atol == 0.5
+    assert scores.rtol == row["rtol"]
+
+
+def test_every_error_metric_can_be_given() -> None:
+    given = {metric: 0.5 for metric in ERROR_METRICS}
+    limits = complete({"scores": given}).outputs["scores"].limits
+    assert dict(limits) == given
+
+
+def test_integers_are_numbers_and_inf_is_allowed() -> None:
+    scores = complete({"scores": {"max_abs": 0, "ulp_max": 4, "max_rel": math.inf}}).outputs[
+        "scores"
+    ]
+    assert scores.limits["max_abs"] == 0.0
+    assert isinstance(scores.limits["max_abs"], float)
+    assert scores.limits["ulp_max"] == 4.0
+    assert scores.limits["max_rel"] == math.inf
+
+
+def test_allow_nan() -> None:
+    assert complete({"scores": {"allow_nan": True}}).outputs["scores"].allow_nan is True
+
+
+def test_partial_topk_budget_keeps_the_other_defaults() -> None:
+    row = DEFAULT_BUDGETS["bf16"]
+    topk = complete({"idx": {"recall_min": 0.98, "recall_mean": 0.999}}).topk
+    assert topk == TopkBudget(
+        limits={
+            "recall_min": 0.98,
+            "tie_recall_min": row["tie_recall_min"],
+            "recall_mean": 0.999,
+        },
+        tie_band=row["tie_band_rel"],
+        tie_band_kind="rel",
+    )
+
+
+@pytest.mark.parametrize(("key", "kind"), [("tie_band_rel", "rel"), ("tie_band_abs", "abs")])
+def test_a_given_tie_band_replaces_the_default(key: str, kind: str) -> None:
+    topk = complete({"idx": {key: 0.25}}).topk
+    assert topk is not None
+    assert (topk.tie_band, topk.tie_band_kind) == (0.25, kind)
+
+
+def test_an_op_without_topk_gets_no_topk_budget() -> None:
+    budget = complete(topk_output=None)
+    assert budget.topk is None
+    assert set(budget.outputs) == set(OUTPUTS)
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+def test_unknown_output() -> None:
+    message = budget_error({"logits": {"rel_fro": 1e-3}})
+    assert message.startswith("key 'logits': unknown output 'logits'")
+    assert "scores, idx" in message
+
+
+def test_output_that_is_not_a_table() -> None:
+    assert "expected a table of budget keys, got float 0.1" in budget_error({"scores": 0.1})  # type: ignore[dict-item]
+
+
+def test_unknown_metric_lists_the_allowed_names() -> None:
+    message = budget_error({"scores": {"rel_frob": 1e-3}})
+    assert message.startswith("key 'scores.rel_frob': unknown metric 'rel_frob'")
+    assert "rel_fro, calc_diff" in message and "allow_nan" in message
+
+
+def test_unknown_topk_key_lists_the_allowed_names() -> None:
+    message = budget_error({"idx": {"recall": 0.9}})
+    assert message.startswith("key 'idx.recall': unknown top-k key 'recall'")
+    assert "recall_min, recall_mean, tie_recall_min, tie_recall_mean" in message
+
+
+def test_topk_key_on_an_ordinary_output() -> None:
+    message = budget_error({"scores": {"recall_min": 0.9}})
+    assert "'recall_min' is a top-k key, but 'scores' is not a top-k output" in message
+    assert "Fix: move it to the top-k output 'idx'" in message
+
+
+def test_topk_key_on_an_op_without_topk() -> None:
+    message = budget_error({"scores": {"tie_band_rel": 0.1}}, topk_output=None)
+    assert "Fix: remove it: this op has no top-k output" in message
+
+
+def test_error_metric_on_the_topk_output() -> None:
+    message = budget_error({"idx": {"rel_fro": 1e-3}})
+    assert message.startswith("key 'idx.rel_fro': 'rel_fro' is an error metric")
+    assert "another output (scores)" in message
+
+
+def test_both_tie_bands() -> None:
+    message = budget_error({"idx": {"tie_band_rel": 0.1, "tie_band_abs": 0.1}})
+    assert message.startswith("key 'idx': both tie_band_rel and tie_band_abs are given")
+
+
+@pytest.mark.parametrize(
+    ("given", "key", "fragment"),
+    [
+        ({"scores": {"calc_diff": "1e-3"}}, "scores.calc_diff", "got string '1e-3'"),
+        ({"scores": {"calc_diff": True}}, "scores.calc_diff", "got boolean True"),
+        ({"scores": {"atol": [1]}}, "scores.atol", "got array [1]"),
+        ({"scores": {"rtol": -1e-3}}, "scores.rtol", "negative"),
+        ({"scores": {"rel_fro": math.nan}}, "scores.rel_fro", "NaN"),
+        ({"scores": {"frac_outside": 1.5}}, "scores.frac_outside", "outside [0, 1]"),
+        ({"scores": {"allow_nan": 1}}, "scores.allow_nan", "expected true or false, got integer 1"),
+        ({"idx": {"recall_min": 1.01}}, "idx.recall_min", "outside [0, 1]"),
+        ({"idx": {"tie_recall_mean": -0.1}}, "idx.tie_recall_mean", "negative"),
+        ({"idx": {"tie_band_abs": math.nan}}, "idx.tie_band_abs", "NaN"),
+        ({"idx": {"tie_band_rel": "big"}}, "idx.tie_band_rel", "got string 'big'"),
+    ],
+)
+def test_bad_values(given: Any, key: str, fragment: str) -> None:
+    with pytest.raises(BudgetError) as info:
+        complete(given)
+    assert info.value.key == key
+    assert fragment in info.value.problem
+
+
+def test_a_quoted_number_gets_a_fix_without_quotes() -> None:
+    message = budget_error({"scores": {"calc_diff": "1e-3"}})
+    assert message.endswith("Fix: write a bare number: calc_diff = 1e-3")
+
+
+def test_unknown_precision() -> None:
+    with pytest.raises(ValueError, match=r"no default budget for precision 'fp8' \(known: fp32"):
+        complete(precision="fp8")
+
+
+def test_topk_output_must_be_an_output() -> None:
+    with pytest.raises(ValueError, match="top-k output 'sel' is not one of"):
+        complete(topk_output="sel")
+
+
+def test_budget_error_pickles() -> None:
+    error = BudgetError("scores.atol", "the budget is negative (-1)", "give a number >= 0")
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.key, copy.problem, copy.fix, str(copy)) == (
+        error.key,
+        error.problem,
+        error.fix,
+        str(error),
+    )
