@@ -68,10 +68,13 @@ def _topk_row(row: dict[str, float], ref: Any, out: Any, idx: str, scores: str, 
                          band=tb.tie_band, band_kind=tb.tie_band_kind, max_flips=10**9)
     for metric in ("recall_min", "recall_mean", "tie_recall_min"):
         row[metric] = min(row.get(metric, 1.0), rep.value(metric))
-    # Smallest relative band that explains every flip: max |margin| / |kth|.
+    # Smallest relative band that explains every flip: max |margin| / row scale, the
+    # row's largest finite |golden score| (what a "rel" tie band is relative to).
+    golden = ref[scores].cpu().double()
+    scale = torch.where(torch.isfinite(golden), golden.abs(), 0).amax(dim=1)
     zero = topk_agreement(ref[idx].cpu(), out[idx].cpu(), ref[scores].cpu(),
                           band=0.0, band_kind="rel", max_flips=10**9)
-    need = max((abs(f.margin) / abs(f.kth_score) if f.kth_score else math.inf
+    need = max((abs(f.margin) / float(scale[f.row]) if math.isfinite(f.margin) else math.inf
                 for f in zero.unexplained), default=0.0)
     row["band_rel_needed"] = max(row.get("band_rel_needed", 0.0), need)
     row["flips"] = row.get("flips", 0) + zero.n_flips
