@@ -142,13 +142,17 @@ def complete_budget(
     *,
     outputs: Sequence[str],
     topk_output: str | None,
+    output_precision: Mapping[str, str] | None = None,
 ) -> VariantBudget:
     """The full budget of a variant of precision class ``precision``.
 
     ``given_outputs`` maps output names to the keys a case gave for them (raw values, as read
     from TOML); every other key comes from the :data:`DEFAULT_BUDGETS` row of ``precision``.
     ``outputs`` names every output of the op; ``topk_output`` is the one holding top-k indices
-    (it takes :data:`TOPK_KEYS`, the others :data:`OUTPUT_KEYS`).
+    (it takes :data:`TOPK_KEYS`, the others :data:`OUTPUT_KEYS`). ``output_precision`` names
+    outputs stored in a coarser dtype whatever the variant (mHC's ``y`` is bf16): their
+    defaults come from the coarser of the two rows, since an fp32 path cannot be held to
+    fp32 error on a bf16 output.
 
     Raises :class:`BudgetError` for an unknown output or key, a value of the wrong type, a
     negative or NaN value, a fraction outside [0, 1], or both tie bands given; raises
@@ -170,8 +174,14 @@ def complete_budget(
                 f"expected a table of budget keys, got {describe(given)}",
                 f"write it as a table, e.g. {name} = {{ rel_fro = 1e-3 }}",
             )
+    coarse = output_precision or {}
     budgets = {
-        name: _output_budget(name, defaults, given_outputs.get(name, {}), topk_output)
+        name: _output_budget(
+            name,
+            _default_row(coarser(precision, coarse[name])) if name in coarse else defaults,
+            given_outputs.get(name, {}),
+            topk_output,
+        )
         for name in outputs
         if name != topk_output
     }
@@ -180,6 +190,15 @@ def complete_budget(
         others = [name for name in outputs if name != topk_output]
         topk = _topk_budget(topk_output, defaults, given_outputs.get(topk_output, {}), others)
     return VariantBudget(outputs=budgets, topk=topk)
+
+
+#: Precision classes from finest to coarsest.
+_COARSENESS = ("fp32", "tf32", "bf16")
+
+
+def coarser(a: str, b: str) -> str:
+    """The coarser of two precision classes (``coarser("fp32", "bf16") == "bf16"``)."""
+    return max(a, b, key=_COARSENESS.index)
 
 
 def describe(value: Any) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,58 @@ def _topk_row(row: dict[str, float], ref: Any, out: Any, idx: str, scores: str, 
     row["flips"] = row.get("flips", 0) + zero.n_flips
 
 
+#: The headroom policy (docs/budgets.md): error budgets are twice the worst measurement,
+#: recall floors allow twice the worst miss (and at least two flips per row), tie bands
+#: are twice the widest band any flip needed. Floors keep a budget measured at exactly 0
+#: on every device from demanding bit-exactness.
+HEADROOM = 2.0
+FLOORS = {"rel_fro": 1e-7, "calc_diff": 1e-14, "tie_band_rel": 1e-6}
+GATED = ("rel_fro", "calc_diff", "frac_outside")
+
+
+def _round_up(x: float) -> float:
+    """Round up to two significant digits (0 stays 0)."""
+    if x <= 0:
+        return 0.0
+    exp = math.floor(math.log10(x)) - 1
+    return math.ceil(round(x / 10**exp, 6)) * 10**exp
+
+
+def suggest(runs: Sequence[Mapping[str, Any]], cases: Sequence[Case]) -> str:
+    """TOML budget tables for every case, from calibration runs on one or more devices."""
+    lines: list[str] = []
+    for case in cases:
+        key = f"{case.op}::{case.id}"
+        rows: dict[str, dict[str, float]] = {}
+        for run in runs:
+            for vo, row in run["cases"].get(key, {}).items():
+                merged = rows.setdefault(vo, {})
+                for metric, value in row.items():
+                    worse = min if metric.startswith(("recall", "tie_recall")) else max
+                    merged[metric] = worse(merged.get(metric, value), value)
+        k = int(case.params.get("index_topk", 0) or 0)
+        for vo, row in rows.items():
+            variant, output = vo.split("/")
+            cells: dict[str, float] = {}
+            if "recall_min" in row:
+                miss = 1.0 - row["recall_min"]
+                floor = 1.0 - HEADROOM * miss
+                if k:
+                    floor = min(floor, 1.0 - 2.0 / k)
+                cells["recall_min"] = math.floor(floor * 1e4) / 1e4
+                cells["tie_recall_min"] = 1.0
+                band = max(HEADROOM * row.get("band_rel_needed", 0.0), FLOORS["tie_band_rel"])
+                cells["tie_band_rel"] = _round_up(band)
+            else:
+                for metric in GATED:
+                    value = HEADROOM * row.get(metric, 0.0)
+                    cells[metric] = _round_up(max(value, FLOORS.get(metric, 0.0)))
+            lines.append(f"[{case.id}.budget.{variant}.{output}]")
+            lines += [f"{m} = {v:.4g}" for m, v in cells.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m numcheck.calibrate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -88,7 +140,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cases", type=Path, default=Path("cases"))
     parser.add_argument("-k", dest="select", default="", help="only cases whose id contains this")
     parser.add_argument("--json", type=Path, help="write every number here too")
+    parser.add_argument("--suggest", type=Path, nargs="+", metavar="JSON",
+                        help="measure nothing: print budget tables from these calibration files")
     args = parser.parse_args(argv)
+    if args.suggest:
+        runs = [json.loads(p.read_text()) for p in args.suggest]
+        print(suggest(runs, [c for c in load_cases(args.cases) if args.select in c.id]))
+        return 0
     everything: dict[str, Any] = {}
     for case in load_cases(args.cases):
         if args.select not in case.id:

@@ -384,6 +384,7 @@ def _parse_budgets(
                 given.get(name, {}),
                 outputs=op.outputs,
                 topk_output=topk_output,
+                output_precision=op.output_precision,
             )
         except BudgetError as exc:
             raise where.error(f"budget.{name}.{exc.key}", exc.problem, exc.fix) from None

@@ -44,7 +44,9 @@ def make_project(
     mhc: bool = False,
     planted: bool = False,
 ) -> None:
-    pytester.makeini("[pytest]\n")
+    # The checks here are about the plugin, not the device: pin them to the CPU so they
+    # read the same on a GPU runner (where auto would pick cuda).
+    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
     cases = pytester.path / "cases"
     cases.mkdir(exist_ok=True)
     (cases / "indexer.toml").write_text(

@@ -126,6 +126,7 @@ OP = OpSpec(
     outputs=("mixes", "pre", "post", "comb", "y"),
     params=PARAMS,
     presets=PRESETS,
+    output_precision={"y": "bf16"},
     doc=__doc__ or "",
 )
 

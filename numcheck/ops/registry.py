@@ -77,6 +77,9 @@ class OpSpec:
     params: Mapping[str, ParamSpec]
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     topk: TopkSpec | None = None
+    #: Outputs whose dtype is coarser than some variants compute in (name -> precision
+    #: class): their default budgets use the coarser row.
+    output_precision: Mapping[str, str] = field(default_factory=dict)
     doc: str = ""
 
     def resolve_params(self, preset: str | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
