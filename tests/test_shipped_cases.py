@@ -1,0 +1,71 @@
+"""The shipped cases and goldens: present, fresh, small, and strict enough to catch bugs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import planted  # tests/planted.py; pytest puts this folder on sys.path (no __init__.py)
+from numcheck.cases import Case, load_cases
+from numcheck.goldens import golden_path, load_golden
+from numcheck.ops.registry import get_op
+from numcheck.runner import CaseInputs, check
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases")}
+
+
+def _golden(case: Case):  # type: ignore[no-untyped-def]
+    return load_golden(golden_path(ROOT / "goldens", case.op, case.id), case=case.id, regen_hint="")
+
+
+def test_goldens_folder_stays_under_20_mb() -> None:
+    total = sum(p.stat().st_size for p in (ROOT / "goldens").rglob("*") if p.is_file())
+    assert total < 20 * 2**20
+
+
+@pytest.mark.parametrize("key", sorted(CASES))
+def test_every_case_has_a_fresh_golden(key: str) -> None:
+    case = CASES[key]
+    golden = _golden(case)
+    assert golden.meta["op"] == case.op and golden.meta["case"] == case.id
+    assert golden.meta["fingerprint"] == CaseInputs(get_op(case.op), case).fingerprint()
+
+
+def test_no_golden_without_a_case() -> None:
+    expected = {golden_path(ROOT / "goldens", c.op, c.id) for c in CASES.values()}
+    assert set((ROOT / "goldens").rglob("*.safetensors")) == expected
+
+
+def test_near_tie_case_really_has_ties() -> None:
+    # The adversarial case must exercise tie-awareness: bf16 flips tokens, all explained.
+    case = CASES["indexer::v4flash-b4-l2k-ties"]
+    op = get_op(case.op)
+    result = check(op, case, "bf16", "cpu", _golden(case), CaseInputs(op, case), regen_hint="")
+    assert result.passed
+    assert result.topk_value("recall_min") < 1.0
+    assert result.topk_value("tie_recall_min") == 1.0
+
+
+# Each planted bug, held to the loosest shipped budget of its op (bf16), must fail on the
+# metric that points at it.
+PLANTED_EXPECTATIONS = [
+    ("indexer::v4flash-b4-l2k-ties", "no_kv_scale", {"logits.rel_fro", "topk.tie_recall_min"}),
+    ("indexer::v4pro-b2-l4k-mtp2", "mask_off_by_one", {"logits.inf_mask"}),
+    ("indexer::v4flash-b4-l2k", "far_flips", {"topk.tie_recall_min"}),
+    ("mhc_pre::v4pro-t32", "y_scaled", {"y.rel_fro", "y.calc_diff"}),
+]
+
+
+@pytest.mark.parametrize(("key", "variant", "metrics"), PLANTED_EXPECTATIONS)
+def test_planted_bug_fails_shipped_budget(key: str, variant: str, metrics: set[str]) -> None:
+    planted.register_all()
+    case = CASES[key]
+    case = replace(case, budgets={**case.budgets, variant: case.budgets["bf16"]})
+    op = get_op(case.op)
+    result = check(op, case, variant, "cpu", _golden(case), CaseInputs(op, case), regen_hint="")
+    assert not result.passed
+    found = {f"{v.output}.{v.metric}" for v in result.violations}
+    assert metrics <= found, found
