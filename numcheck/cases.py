@@ -23,16 +23,19 @@ import math
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from numcheck.budgets import BudgetError, VariantBudget, complete_budget, describe
+from numcheck.gates import GATES, OUTPUT_METRICS, TOPK_METRICS
 from numcheck.ops import registry
 from numcheck.ops.registry import OpSpec
 
 #: Keys a case table accepts.
-CASE_KEYS = ("op", "description", "preset", "shape", "seeds", "devices", "variants", "budget")
+CASE_KEYS = (
+    "op", "description", "preset", "shape", "seeds", "devices", "variants", "budget", "expect"
+)
 #: A case id becomes a file name and a test id, so it is kept to this alphabet.
 CASE_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]*")
 #: The ini key naming the case folder (read by the plugin; named here for error messages).
@@ -103,6 +106,19 @@ class Case:
     budgets: Mapping[str, VariantBudget]
     source: Path
     description: str = ""
+    expect: Mapping[str, Expectation] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A known-bad variant: the gates it must fail (``<gate or output>.<metric>``) and why.
+
+    While one of those gates is active the check is a strict expected failure: it is
+    reported as xfailed when they fail, and the run fails if they stop catching it.
+    """
+
+    fails: tuple[str, ...]
+    reason: str
 
 
 def load_cases(folder: Path, *, lookup: OpLookup = registry.get_op) -> list[Case]:
@@ -203,6 +219,7 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
     devices = _parse_devices(where, body)
     variants = _parse_variants(where, body, op)
     budgets = _parse_budgets(where, body, op, variants)
+    expect = _parse_expect(where, body, op, variants)
     return Case(
         id=case_id,
         op=op.name,
@@ -214,7 +231,49 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
         budgets=budgets,
         source=where.path,
         description=description,
+        expect=expect,
     )
+
+
+def _parse_expect(
+    where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...]
+) -> dict[str, Expectation]:
+    given = body.get("expect", {})
+    example = 'expect.bf16_roundtrip = { fails = ["casts.round_trips"], reason = "..." }'
+    if not isinstance(given, dict):
+        raise where.error("expect", f"expected a table, got {describe(given)}", f"write {example}")
+    topk_output = op.topk.indices if op.topk is not None else None
+    known: dict[str, tuple[str, ...]] = {
+        name: TOPK_METRICS if name == topk_output else OUTPUT_METRICS for name in op.outputs
+    }
+    known.update({name: gate.metrics for name, gate in GATES.items()})
+    out: dict[str, Expectation] = {}
+    for variant, spec in given.items():
+        key = f"expect.{variant}"
+        if variant not in variants:
+            raise where.error(
+                key,
+                f"'{variant}' is not a variant this case runs",
+                f"use one of: {', '.join(variants)}",
+            )
+        if not isinstance(spec, dict) or set(spec) != {"fails", "reason"}:
+            raise where.error(key, "needs exactly the keys fails and reason", f"write {example}")
+        fails, reason = spec["fails"], spec["reason"]
+        if not isinstance(reason, str) or not reason:
+            raise where.error(f"{key}.reason", "expected a non-empty string", "say why it fails")
+        if not isinstance(fails, list) or not fails:
+            raise where.error(f"{key}.fails", "expected a non-empty list", f"write {example}")
+        for item in fails:
+            gate, _, metric = item.partition(".") if isinstance(item, str) else ("", "", "")
+            if gate not in known or metric not in known[gate]:
+                names = ", ".join(f"{g}.<{'|'.join(m)}>" for g, m in sorted(known.items()))
+                raise where.error(
+                    f"{key}.fails",
+                    f"unknown gate metric {item!r}",
+                    f"name a '<gate>.<metric>' among: {names}",
+                )
+        out[variant] = Expectation(tuple(fails), reason)
+    return out
 
 
 def _parse_op(where: _Where, body: Mapping[str, Any], lookup: OpLookup) -> OpSpec:

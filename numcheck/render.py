@@ -52,10 +52,10 @@ def flip_table(report: TopkReport, limit: int = MAX_FLIP_ROWS) -> list[str]:
     """The unexplained top-k flips, worst first, capped at ``limit`` rows."""
     band = f"{report.band:g} {'of |k-th|' if report.band_kind == 'rel' else 'absolute'}"
     lines = [
-        f"  unexplained top-k flips: {report.n_unexplained} "
-        f"(in {report.rows_with_flips} of {report.rows} rows; tie band {band})",
-        f"    {'row':>5} {'token':>7} {'dir':>4} {'golden score':>13} {'k-th score':>12} "
-        f"{'margin':>11}",
+        (f"  unexplained top-k flips: {report.n_unexplained} "
+        f"(in {report.rows_with_flips} of {report.rows} rows; tie band {band})"),
+        (f"    {'row':>5} {'token':>7} {'dir':>4} {'golden score':>13} {'k-th score':>12} "
+        f"{'margin':>11}"),
     ]
     shown = report.unexplained[:limit]
     for f in shown:

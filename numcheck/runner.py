@@ -21,7 +21,6 @@ import torch
 from numcheck.cases import Case
 from numcheck.goldens import (
     Golden,
-    GoldenFormatError,
     check_fresh,
     input_fingerprint,
     pack_output,

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from numcheck import plugin
-from numcheck.cases import Case, CaseFileError, load_case_file
+from numcheck.cases import Case, CaseFileError, Expectation, load_case_file
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.render import SUMMARY_HEADER, Commands, failure_message, summary_rows, table
@@ -70,6 +70,9 @@ class NumcheckSession:
         self._seen: dict[tuple[str, str], Path] = {}
         self._goldens: dict[Path, Golden | GoldenError] = {}
         self._inputs: tuple[Case, CaseInputs] | None = None
+        #: Gates beyond the numerics that this run measures (e.g. "perf" with
+        #: --numcheck-perf); an op's outputs are always active.
+        self.active_gates: set[str] = set()
         if config.args_source != pytest.Config.ArgsSource.ARGS:
             # `pytest --numcheck` with no paths: the cases folder is the suite.
             self._require_cases_dir()
@@ -109,6 +112,9 @@ class NumcheckSession:
             )
 
     # -- running ----------------------------------------------------------------------
+
+    def gate_active(self, gate: str, op: OpSpec) -> bool:
+        return gate in op.outputs or gate in self.active_gates
 
     def inputs_for(self, op: OpSpec, case: Case) -> CaseInputs:
         # Items of one case run back to back; keep only the current case's inputs.
@@ -233,8 +239,37 @@ class CheckItem(pytest.Item):
             state.problems.append(Problem(self.display_id, kind, str(exc)))
             raise
         state.results.append(result)
+        expected = self.case.expect.get(self.variant)
+        if expected is not None:
+            self._settle_expected(expected, result, commands, state.gate_active)
         if not result.passed:
             raise NumcheckFailure(failure_message(result, commands, self._source()))
+
+    def _settle_expected(
+        self, expected: Expectation, result: CheckResult, commands: Commands, active: Any
+    ) -> None:
+        """A known-bad variant: xfail when its expected gates catch it, fail when they don't.
+
+        Only the expected gates that this run measures count; with none active, the check
+        is an ordinary one. Any violation outside the expectation still fails normally.
+        """
+        op = get_op(self.case.op)
+        live = [f for f in expected.fails if active(f.partition(".")[0], op)]
+        if not live:
+            return
+        unexpected = [v for v in result.violations if v.key not in expected.fails]
+        if unexpected:
+            return  # an ordinary failure: the caller raises with the full message
+        caught = sorted({v.key for v in result.violations if v.key in live})
+        if caught:
+            pytest.xfail(f"expected failure ({', '.join(caught)}): {expected.reason}")
+        raise NumcheckFailure(
+            f"numcheck XPASS(strict) {self.display_id}\n"
+            f"  expected {', '.join(live)} to fail ({expected.reason}),\n"
+            f"  but the variant passed: the gate no longer catches this known-bad variant.\n\n"
+            f"  case:        {self._source()} [{self.case.id}]\n"
+            f"  reproduce:   {commands.reproduce}"
+        )
 
     def _source(self) -> str:
         try:

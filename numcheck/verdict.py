@@ -29,6 +29,11 @@ class Violation:
     detail: str = ""
 
     @property
+    def key(self) -> str:
+        """``<output or gate>.<metric>``, as named in a case's ``expect`` table."""
+        return f"{self.output}.{self.metric}"
+
+    @property
     def severity(self) -> float:
         if math.isnan(self.value):
             return math.inf

@@ -136,8 +136,8 @@ def test_changed_output_fails(pytester: pytest.Pytester) -> None:
             "numcheck FAIL mhc_pre::tiny-mhc::y_scaled[[]cpu[]]",
             "  worst: y.* > budget *",
             "  case:        cases/mhc.toml [[]tiny-mhc[]]",
-            "  reproduce:   pytest --numcheck --numcheck-device cpu "
-            "'cases/mhc.toml::tiny-mhc::y_scaled[[]cpu[]]'",
+            ("  reproduce:   pytest --numcheck --numcheck-device cpu "
+            "'cases/mhc.toml::tiny-mhc::y_scaled[[]cpu[]]'"),
             "  regenerate:  pytest --numcheck --numcheck-regen cases/mhc.toml::tiny-mhc*",
         ]
     )

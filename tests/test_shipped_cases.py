@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import planted  # tests/planted.py; pytest puts this folder on sys.path (no __init__.py)
 import pytest
 
-import planted  # tests/planted.py; pytest puts this folder on sys.path (no __init__.py)
 from numcheck.cases import Case, load_cases
 from numcheck.goldens import golden_path, load_golden
 from numcheck.ops.registry import get_op

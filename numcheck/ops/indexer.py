@@ -124,7 +124,7 @@ def _plant_near_ties(keys: torch.Tensor, fraction: float, gen: np.random.Generat
     delta = 0 gives exact ties, |delta| <= 2^-9 gives ties below bf16 resolution.
     """
     length = keys.shape[0]
-    count = min(int(round(fraction * length)), length // 2)
+    count = min(round(fraction * length), length // 2)
     if count == 0:
         return
     picked = gen.permutation(length)[: 2 * count]
