@@ -31,6 +31,7 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
     top = result.worst()
     if top is not None:
         lines.append(f"  worst: {top.describe()}")
+        lines += _mismatch_lines(result, top.output, top.seed)
     others = [v for v in result.violations if v is not top]
     for v in others[:8]:
         lines.append(f"  also:  {v.describe()}")
@@ -48,9 +49,25 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
     return "\n".join(lines)
 
 
+def _mismatch_lines(result: CheckResult, output: str, seed: int | None) -> list[str]:
+    """``Mismatched elements: k / n (p%)`` and the largest error, for the worst output."""
+    for s in result.seeds:
+        m = s.metrics.get(output)
+        if m is None or (seed is not None and s.seed != seed):
+            continue
+        share = 100.0 * m.n_outside / m.n_compared if m.n_compared else 0.0
+        return [
+            f"  {output}: mismatched elements {m.n_outside} / {m.n_compared} ({share:.3g}%) "
+            f"outside atol {m.atol:g} + rtol {m.rtol:g} * |golden|",
+            f"  {output}: max abs error {m.max_abs:.4g} at index {m.max_abs_index}; "
+            f"max rel error {m.max_rel:.4g} at index {m.max_rel_index}",
+        ]
+    return []
+
+
 def flip_table(report: TopkReport, limit: int = MAX_FLIP_ROWS) -> list[str]:
     """The unexplained top-k flips, worst first, capped at ``limit`` rows."""
-    band = f"{report.band:g} {'of |k-th|' if report.band_kind == 'rel' else 'absolute'}"
+    band = f"{report.band:g} {'of the row max |score|' if report.band_kind == 'rel' else 'absolute'}"
     lines = [
         (f"  unexplained top-k flips: {report.n_unexplained} "
         f"(in {report.rows_with_flips} of {report.rows} rows; tie band {band})"),

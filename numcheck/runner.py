@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -270,7 +270,10 @@ def check(
                 atol=ob.atol, rtol=ob.rtol,
             )
             result.metrics[name] = m
-            result.violations += check_output(name, m, ob, seed=seed)
+            found = check_output(name, m, ob, seed=seed)
+            if m.nonfinite.mask_mismatch:
+                found = [_locate_mask(v, pair.actual, pair.expected) for v in found]
+            result.violations += found
             if pair.sampled:
                 result.violations += _check_stats(name, pair, seed)
         if op.topk is not None and budget.topk is not None:
@@ -287,6 +290,21 @@ def check(
     return CheckResult(
         case, variant_name, device, results, [v for r in results for v in r.violations]
     )
+
+
+def _locate_mask(v: Violation, actual: torch.Tensor, expected: torch.Tensor) -> Violation:
+    """Point an ``inf_mask`` violation at its first position: the usual cause is a mask
+    (context length) off by one, and the index shows which row and token."""
+    if v.metric != "inf_mask":
+        return v
+    a, e = actual.detach().cpu(), expected.detach().cpu()
+    differs = (torch.isposinf(a) != torch.isposinf(e)) | (torch.isneginf(a) != torch.isneginf(e))
+    first = tuple(int(i) for i in torch.nonzero(differs)[0].tolist())
+    detail = (
+        f"{v.detail}; first at index {first}: output {float(a[first]):.6g}, "
+        f"golden {float(e[first]):.6g}"
+    )
+    return replace(v, detail=detail, index=first)
 
 
 def _check_dtype(

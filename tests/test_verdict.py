@@ -1,0 +1,63 @@
+"""Metrics held against budgets: violations, severity and their wording."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from numcheck.budgets import OutputBudget, TopkBudget
+from numcheck.metrics import compare
+from numcheck.topk import topk_agreement
+from numcheck.verdict import Violation, check_output, check_topk, worst
+
+
+def budget(**limits: float) -> OutputBudget:
+    return OutputBudget(limits=limits, atol=0.0, rtol=0.0)
+
+
+def test_within_budget_has_no_violation() -> None:
+    m = compare(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0]), ulp_dtype=torch.float32,
+                atol=0, rtol=0)
+    assert check_output("y", m, budget(rel_fro=0.0, max_abs=0.0)) == []
+
+
+def test_error_over_budget_is_named_with_index_and_seed() -> None:
+    m = compare(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, 4.0]),
+                ulp_dtype=torch.float32, atol=0, rtol=0)
+    (v,) = check_output("y", m, budget(max_abs=0.5), seed=3)
+    assert (v.key, v.value, v.limit, v.index) == ("y.max_abs", 1.0, 0.5, (2,))
+    assert v.describe() == "y.max_abs = 1 > budget 0.5 at index (2,) (seed 3)"
+    assert v.severity == 2.0
+
+
+def test_nan_fails_unless_allowed_and_mask_always_must_match() -> None:
+    nan, inf = float("nan"), float("-inf")
+    m = compare(torch.tensor([nan, inf, 1.0]), torch.tensor([1.0, 0.0, 1.0]),
+                ulp_dtype=torch.float32, atol=0, rtol=0)
+    keys = {v.key for v in check_output("y", m, budget())}
+    assert keys == {"y.nan", "y.inf_mask"}
+    allowed = OutputBudget(limits={}, atol=0, rtol=0, allow_nan=True)
+    keys = {v.key for v in check_output("y", m, allowed)}
+    assert keys == {"y.inf_mask", "y.nan_mask"}
+
+
+def test_recall_floor_and_severity() -> None:
+    scores = torch.tensor([[4.0, 3.0, 2.0, -5.0]])
+    report = topk_agreement(torch.tensor([[0, 1]]), torch.tensor([[0, 3]]), scores, band=0.0)
+    tb = TopkBudget(limits={"recall_min": 0.9, "tie_recall_min": 1.0}, tie_band=0.0,
+                    tie_band_kind="rel")
+    found = check_topk("topk", report, tb)
+    assert [v.key for v in found] == ["topk.recall_min", "topk.tie_recall_min"]
+    assert found[1].detail == "1 flip(s) outside the tie band"  # token 1 is the kth itself
+    assert found[0].describe().startswith("topk.recall_min = 0.5 < budget 0.9")
+    assert math.isclose(found[0].severity, 0.5 / 0.1)
+
+
+def test_worst_is_furthest_outside() -> None:
+    a = Violation("y", "rel_fro", 2e-3, 1e-3)
+    b = Violation("y", "calc_diff", 1e-5, 1e-6)
+    c = Violation("y", "inf_mask", 1, 0)
+    assert worst([a, b]) is b
+    assert worst([a, b, c]) is c
+    assert worst([]) is None
