@@ -17,17 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-#: Budget names of the metrics :meth:`ErrorMetrics.value` understands, in report order.
-METRIC_NAMES: tuple[str, ...] = (
-    "max_abs",
-    "max_rel",
-    "rel_fro",
-    "calc_diff",
-    "ulp_p50",
-    "ulp_p99",
-    "ulp_max",
-    "frac_outside",
-)
+from numcheck.budgets import ERROR_METRICS
+
+#: Budget names of the metrics :meth:`ErrorMetrics.value` understands, in report order
+#: (one list, kept with the budget model that gates them).
+METRIC_NAMES: tuple[str, ...] = ERROR_METRICS
 
 #: dtype in which ULPs can be counted -> signed integer type of the same width.
 _ULP_INT: dict[torch.dtype, tuple[torch.dtype, int]] = {

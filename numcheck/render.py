@@ -57,10 +57,10 @@ def _mismatch_lines(result: CheckResult, output: str, seed: int | None) -> list[
             continue
         share = 100.0 * m.n_outside / m.n_compared if m.n_compared else 0.0
         return [
-            f"  {output}: mismatched elements {m.n_outside} / {m.n_compared} ({share:.3g}%) "
-            f"outside atol {m.atol:g} + rtol {m.rtol:g} * |golden|",
-            f"  {output}: max abs error {m.max_abs:.4g} at index {m.max_abs_index}; "
-            f"max rel error {m.max_rel:.4g} at index {m.max_rel_index}",
+            (f"  {output}: mismatched elements {m.n_outside} / {m.n_compared} ({share:.3g}%) "
+            f"outside atol {m.atol:g} + rtol {m.rtol:g} * |golden|"),
+            (f"  {output}: max abs error {m.max_abs:.4g} at index {m.max_abs_index}; "
+            f"max rel error {m.max_rel:.4g} at index {m.max_rel_index}"),
         ]
     return []
 
