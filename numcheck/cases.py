@@ -31,10 +31,12 @@ from numcheck.budgets import BudgetError, VariantBudget, complete_budget, descri
 from numcheck.gates import GATES, OUTPUT_METRICS, TOPK_METRICS
 from numcheck.ops import registry
 from numcheck.ops.registry import OpSpec
+from numcheck.perfgate import PERF_OPTIONS, PerfSpec  # registers the "perf" gate
 
 #: Keys a case table accepts.
 CASE_KEYS = (
-    "op", "description", "preset", "shape", "seeds", "devices", "variants", "budget", "expect"
+    "op", "description", "preset", "shape", "seeds", "devices", "variants", "budget", "expect",
+    "perf", "perf_only",
 )
 #: A case id becomes a file name and a test id, so it is kept to this alphabet.
 CASE_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -107,6 +109,12 @@ class Case:
     source: Path
     description: str = ""
     expect: Mapping[str, Expectation] = field(default_factory=dict)
+    #: Timing options and speedup thresholds per variant (reference included), used
+    #: with --numcheck-perf; every running variant has one.
+    perf: Mapping[str, PerfSpec] = field(default_factory=dict)
+    #: A production-shape timing case: no golden, no numerics; runs only with
+    #: --numcheck-perf (its numerics are checked by the CPU-sized cases of the same op).
+    perf_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -220,6 +228,11 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
     variants = _parse_variants(where, body, op)
     budgets = _parse_budgets(where, body, op, variants)
     expect = _parse_expect(where, body, op, variants)
+    perf = _parse_perf(where, body, op, variants)
+    perf_only = body.get("perf_only", False)
+    if not isinstance(perf_only, bool):
+        raise where.error("perf_only", f"expected true or false, got {describe(perf_only)}",
+                          "write perf_only = true (a timing-only case without a golden)")
     return Case(
         id=case_id,
         op=op.name,
@@ -232,6 +245,8 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
         source=where.path,
         description=description,
         expect=expect,
+        perf=perf,
+        perf_only=perf_only,
     )
 
 
@@ -274,6 +289,76 @@ def _parse_expect(
                 )
         out[variant] = Expectation(tuple(fails), reason)
     return out
+
+
+def _parse_perf(
+    where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...]
+) -> dict[str, PerfSpec]:
+    """``perf`` options shared by the case's variants, then ``perf.<variant>`` tables."""
+    given = body.get("perf", {})
+    example = f"[{where.case}.perf.<variant>] with speedup_min = {{ cuda = 1.1 }}"
+    if not isinstance(given, dict):
+        raise where.error("perf", f"expected a table, got {describe(given)}", f"write {example}")
+    running = (op.reference, *variants)
+    shared = {k: v for k, v in given.items() if k in PERF_OPTIONS}
+    for name, table in given.items():
+        if name in PERF_OPTIONS:
+            continue
+        key = f"perf.{name}"
+        if name not in running:
+            known = ", ".join(sorted(PERF_OPTIONS))
+            raise where.error(
+                key, f"'{name}' is neither a perf option nor a variant this case runs",
+                f"use options among: {known}; or a variant table among: {', '.join(running)}",
+            )
+        if not isinstance(table, dict):
+            raise where.error(key, f"expected a table, got {describe(table)}", f"write {example}")
+    out: dict[str, PerfSpec] = {}
+    for variant in running:
+        options = dict(shared)
+        if variant == op.reference:
+            options.pop("speedup_min", None)  # the shared threshold gates the variants only
+        options.update(given.get(variant, {}))
+        out[variant] = _perf_spec(where, variant, options, op.reference)
+    return out
+
+
+def _perf_spec(where: _Where, variant: str, options: dict[str, Any], reference: str) -> PerfSpec:
+    values: dict[str, Any] = {}
+    for name, value in options.items():
+        key = f"perf.{variant}.{name}"
+        expected = PERF_OPTIONS.get(name)
+        if expected is None:
+            raise where.error(key, f"unknown perf option '{name}'",
+                              f"use one of: {', '.join(sorted(PERF_OPTIONS))}")
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if (isinstance(value, bool) and expected is not bool) or not isinstance(value, expected):
+            fix = ("write speedup_min = { cuda = 1.1 } (device class -> minimum speedup)"
+                   if name == "speedup_min" else f"write {name} = <{_type_word(expected)}>")
+            raise where.error(key, f"expected {_type_word(expected)}, got {describe(value)}", fix)
+        values[name] = value
+    if "speedup_min" in values:
+        if variant == reference:
+            raise where.error(f"perf.{variant}.speedup_min",
+                              f"'{variant}' is the reference: its speedup over itself is 1",
+                              "gate the variants instead: [<case>.perf.<variant>]")
+        for device, limit in values["speedup_min"].items():
+            key = f"perf.{variant}.speedup_min.{device}"
+            if device not in registry.DEVICES:
+                raise where.error(key, f"unknown device class '{device}'",
+                                  f"use one of: {', '.join(registry.DEVICES)}")
+            if isinstance(limit, bool) or not isinstance(limit, int | float) or not limit > 0:
+                raise where.error(key, f"expected a number > 0, got {describe(limit)}",
+                                  f"write speedup_min = {{ {device} = 1.1 }}")
+        values["speedup_min"] = {d: float(v) for d, v in values["speedup_min"].items()}
+    bounds = {"confidence": (0.5, 0.999), "rounds": (3, 100_000), "warmup": (0, 10_000),
+              "max_rel_width": (1e-6, 10.0)}
+    for name, (low, high) in bounds.items():
+        if name in values and not low <= values[name] <= high:
+            raise where.error(f"perf.{variant}.{name}", f"{values[name]} is out of range",
+                              f"use a value in [{low:g}, {high:g}]")
+    return PerfSpec(**values)
 
 
 def _parse_op(where: _Where, body: Mapping[str, Any], lookup: OpLookup) -> OpSpec:
@@ -479,7 +564,8 @@ def _suggest_id(case_id: str) -> str:
 
 
 def _type_word(expected: type) -> str:
-    words = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+    words = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+             dict: "a table"}
     return words.get(expected, f"a {expected.__name__}")
 
 

@@ -12,6 +12,7 @@ import pytest
 OPTION = "--numcheck"
 REGEN_OPTION = "--numcheck-regen"
 DEVICE_OPTION = "--numcheck-device"
+PERF_OPTION = "--numcheck-perf"
 CASES_INI = "numcheck_cases"
 GOLDENS_INI = "numcheck_goldens"
 DEVICES = ("auto", "cpu", "cuda")
@@ -39,6 +40,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="auto",
         help="device the variants run on: auto (cuda when available, else cpu), cpu or cuda.",
     )
+    group.addoption(
+        PERF_OPTION,
+        action="store_true",
+        default=False,
+        help="also time every variant against its reference (interleaved, device timers), "
+        "gate on the case files' speedup_min and record the times in pytest-benchmark "
+        "(--benchmark-json, --benchmark-autosave, --benchmark-compare).",
+    )
     parser.addini(CASES_INI, "folder of numcheck case files (*.toml), relative to the rootdir",
                   default="cases")
     parser.addini(GOLDENS_INI, "folder of numcheck goldens, relative to the rootdir",
@@ -50,6 +59,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption(OPTION):
         if config.getoption(REGEN_OPTION):
             raise pytest.UsageError(f"{REGEN_OPTION} only works together with {OPTION}")
+        if config.getoption(PERF_OPTION):
+            raise pytest.UsageError(f"{PERF_OPTION} only works together with {OPTION}")
         return
     from numcheck.session import NumcheckSession  # torch is imported only when switched on
 

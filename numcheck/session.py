@@ -20,8 +20,10 @@ from numcheck import plugin
 from numcheck.cases import Case, CaseFileError, Expectation, load_case_file
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
 from numcheck.ops.registry import OpSpec, get_op
+from numcheck.perfrun import PERF_HEADER, PerfResult, perf_rows
 from numcheck.render import SUMMARY_HEADER, Commands, failure_message, summary_rows, table
 from numcheck.runner import CaseInputs, CheckResult, VariantError, check, display_id, write_golden
+from numcheck.timing import TimingError
 
 
 class NumcheckFailure(Exception):
@@ -73,6 +75,9 @@ class NumcheckSession:
         #: Gates beyond the numerics that this run measures (e.g. "perf" with
         #: --numcheck-perf); an op's outputs are always active.
         self.active_gates: set[str] = set()
+        self.perf_results: list[PerfResult] = []
+        if config.getoption(plugin.PERF_OPTION):
+            self.active_gates.add("perf")
         if config.args_source != pytest.Config.ArgsSource.ARGS:
             # `pytest --numcheck` with no paths: the cases folder is the suite.
             self._require_cases_dir()
@@ -155,6 +160,11 @@ class NumcheckSession:
                          p.reason.splitlines()[0][:60], "-", "-", "-", "-", p.status])
         for line in table(SUMMARY_HEADER, rows):
             tr.write_line(line)
+        if self.perf_results:
+            tr.write_sep("-", "numcheck perf (median device time per call; speedup = "
+                         "median of paired reference/variant ratios)")
+            for line in table(PERF_HEADER, perf_rows(self.perf_results)):
+                tr.write_line(line)
         for path, written in sorted(self.regenerated.items()):
             rel = path.relative_to(self.config.rootpath) if path.is_relative_to(
                 self.config.rootpath) else path
@@ -223,18 +233,27 @@ class CheckItem(pytest.Item):
                         f"(its devices: {', '.join(self.case.devices)})")
         if self.device not in variant.devices:
             pytest.skip(f"variant {self.variant!r} runs on {', '.join(variant.devices)} only")
+        state = self.config.stash[NumcheckSession.KEY]
+        if self.case.perf_only and "perf" not in state.active_gates:
+            pytest.skip(f"perf-only case {self.case.id!r} (no golden): runs with "
+                        f"{plugin.PERF_OPTION}")
 
     def runtest(self) -> None:
         state = self.config.stash[NumcheckSession.KEY]
         op = get_op(self.case.op)
         commands = self.commands()
         try:
-            golden = state.golden_for(op, self.case, commands)
-            result = check(
-                op, self.case, self.variant, self.device, golden,
-                state.inputs_for(op, self.case), regen_hint=commands.regenerate,
-            )
-        except (GoldenError, VariantError) as exc:
+            if self.case.perf_only:
+                result = CheckResult(self.case, self.variant, self.device, [], [])
+            else:
+                golden = state.golden_for(op, self.case, commands)
+                result = check(
+                    op, self.case, self.variant, self.device, golden,
+                    state.inputs_for(op, self.case), regen_hint=commands.regenerate,
+                )
+            if "perf" in state.active_gates:
+                result.violations += self._time(state, op)
+        except (GoldenError, VariantError, TimingError) as exc:
             kind = "ERROR" if isinstance(exc, VariantError) else type(exc).__name__.upper()
             state.problems.append(Problem(self.display_id, kind, str(exc)))
             raise
@@ -244,6 +263,17 @@ class CheckItem(pytest.Item):
             self._settle_expected(expected, result, commands, state.gate_active)
         if not result.passed:
             raise NumcheckFailure(failure_message(result, commands, self._source()))
+
+    def _time(self, state: NumcheckSession, op: OpSpec) -> list[Any]:
+        """Time this variant against the reference; record it in pytest-benchmark too."""
+        from numcheck import benchrecord
+        from numcheck.perfrun import measure_perf
+
+        cpu_inputs, _ = state.inputs_for(op, self.case).get(self.case.seeds[0])
+        perf = measure_perf(op, self.case, self.variant, self.device, cpu_inputs)
+        state.perf_results.append(perf)
+        benchrecord.record(self.config, self.name, self.nodeid, perf)
+        return perf.violations()
 
     def _settle_expected(
         self, expected: Expectation, result: CheckResult, commands: Commands, active: Any
@@ -281,7 +311,7 @@ class CheckItem(pytest.Item):
         exc = excinfo.value
         if isinstance(exc, NumcheckFailure):
             return str(exc)
-        if isinstance(exc, (GoldenError, VariantError)):
+        if isinstance(exc, (GoldenError, VariantError, TimingError)):
             c = self.commands()
             return (f"numcheck {type(exc).__name__} {self.display_id}\n  {exc}\n\n"
                     f"  case:        {self._source()} [{self.case.id}]\n"

@@ -16,7 +16,8 @@ class Violation:
 
     ``upper`` is True for error metrics (value must stay <= limit) and False for
     recalls (value must stay >= limit). ``severity`` orders violations: how many times
-    over budget an error is, or how far below its floor a recall falls.
+    over budget an error is, or how far below its floor a recall falls. ``kind`` is
+    ``"speedup"`` for floors on unbounded ratios (severity = floor / value), else empty.
     """
 
     output: str
@@ -27,6 +28,7 @@ class Violation:
     seed: int | None = None
     index: tuple[int, ...] | None = None
     detail: str = ""
+    kind: str = ""
 
     @property
     def key(self) -> str:
@@ -41,6 +43,8 @@ class Violation:
             if self.limit == 0:
                 return math.inf if self.value > 0 else 0.0
             return self.value / self.limit
+        if self.kind == "speedup":
+            return math.inf if self.value <= 0 else self.limit / self.value
         # recall: 1 - value is the miss; compare with the allowed miss.
         allowed = 1.0 - self.limit
         miss = 1.0 - self.value

@@ -5,6 +5,8 @@ Registered by the tests (and by throwaway conftest files under pytester), never 
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from numcheck.ops import indexer, mhc
@@ -58,6 +60,19 @@ def mhc_y_scaled(inputs: Inputs, p: Params) -> Outputs:
     return out
 
 
+def mhc_slowed(inputs: Inputs, p: Params) -> Outputs:
+    """Right numbers, deliberately slow: the reference four times over, then a stall
+    (on the device timeline on CUDA, where a host sleep would not show in event times)."""
+    for _ in range(3):
+        mhc.fp32(inputs, p)
+    out = mhc.fp32(inputs, p)
+    if inputs["x"].is_cuda:
+        torch.cuda._sleep(20_000_000)
+    else:
+        time.sleep(0.03)
+    return out
+
+
 def indexer_wrong_shape(inputs: Inputs, p: Params) -> Outputs:
     out = indexer.fp32(inputs, p)
     out["logits"] = out["logits"][:, :-1]
@@ -77,7 +92,7 @@ PLANTED = {
         "wrong_shape": (indexer_wrong_shape, "fp32"),
         "raises": (indexer_raises, "fp32"),
     },
-    "mhc_pre": {"y_scaled": (mhc_y_scaled, "fp32")},
+    "mhc_pre": {"y_scaled": (mhc_y_scaled, "fp32"), "slowed": (mhc_slowed, "fp32")},
 }
 
 

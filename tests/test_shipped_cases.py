@@ -14,7 +14,9 @@ from numcheck.ops.registry import get_op
 from numcheck.runner import CaseInputs, check
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases")}
+ALL_CASES = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases")}
+#: Cases with goldens; perf-only cases (cases/perf.toml) have none by design.
+CASES = {k: c for k, c in ALL_CASES.items() if not c.perf_only}
 
 
 def _golden(case: Case):  # type: ignore[no-untyped-def]
@@ -69,3 +71,12 @@ def test_planted_bug_fails_shipped_budget(key: str, variant: str, metrics: set[s
     assert not result.passed
     found = {f"{v.output}.{v.metric}" for v in result.violations}
     assert metrics <= found, found
+
+
+def test_perf_cases_are_cuda_only_and_catch_the_round_trip() -> None:
+    perf = {k: c for k, c in ALL_CASES.items() if c.perf_only}
+    assert len(perf) >= 4 and all(c.devices == ("cuda",) for c in perf.values())
+    seed = perf["mhc_pre::perf-mhc-v4pro-t4k-prefill"]
+    assert seed.params["tokens"] >= 1000 and seed.params["hidden"] * seed.params["hc_mult"] == 28672
+    assert seed.expect["bf16_roundtrip"].fails == ("perf.speedup_min",)
+    assert seed.perf["bf16"].threshold("cuda") == seed.perf["bf16_roundtrip"].threshold("cuda")

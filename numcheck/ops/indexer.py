@@ -211,6 +211,20 @@ def tf32(inputs: Inputs, p: Params) -> Outputs:
         return _outputs(torch.bmm(q, kt), inputs, k_scale, p)
 
 
+def flops(p: Params) -> float:
+    """The score bmm: 2 * B * next_n * H * D * L (L = max_context, the dense width)."""
+    return 2.0 * p["batch"] * p["next_n"] * p["heads"] * p["head_dim"] * p["max_context"]
+
+
+def min_bytes(p: Params) -> float:
+    """fp8 keys and fp32 scales read once, q (fp8) and weights read, logits and top-k written."""
+    b, n, h, d, length = p["batch"], p["next_n"], p["heads"], p["head_dim"], p["max_context"]
+    keys = b * length * (d + 4)
+    q_and_w = b * n * h * (d + 4)
+    written = b * n * length * 4 + b * n * p["index_topk"] * 4
+    return float(keys + q_and_w + written)
+
+
 OP = OpSpec(
     name="indexer",
     version=1,
@@ -229,6 +243,8 @@ OP = OpSpec(
     presets=PRESETS,
     topk=TopkSpec(indices="topk", scores="logits"),
     doc=__doc__ or "",
+    flops=flops,
+    min_bytes=min_bytes,
 )
 
 register(OP)

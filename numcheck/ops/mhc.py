@@ -110,6 +110,21 @@ def tf32(inputs: Inputs, p: Params) -> Outputs:
         return _epilogue(m, xf, inputs, p)
 
 
+def flops(p: Params) -> float:
+    """The projection GEMM: 2 * T * (2+n)*n * n*C (the epilogue is negligible)."""
+    t, n, c = p["tokens"], p["hc_mult"], p["hidden"]
+    return 2.0 * t * (2 + n) * n * n * c
+
+
+def min_bytes(p: Params) -> float:
+    """x (bf16) and hc_fn (fp32) read once; mixes, pre, post, comb (fp32) and y (bf16) written."""
+    t, n, c = p["tokens"], p["hc_mult"], p["hidden"]
+    mixes = (2 + n) * n
+    read = t * n * c * 2 + mixes * n * c * 4
+    written = t * (mixes + n + n + n * n) * 4 + t * c * 2
+    return float(read + written)
+
+
 OP = OpSpec(
     name="mhc_pre",
     version=1,
@@ -128,6 +143,8 @@ OP = OpSpec(
     presets=PRESETS,
     output_precision={"y": "bf16"},
     doc=__doc__ or "",
+    flops=flops,
+    min_bytes=min_bytes,
 )
 
 register(OP)

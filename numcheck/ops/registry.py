@@ -81,6 +81,10 @@ class OpSpec:
     #: class): their default budgets use the coarser row.
     output_precision: Mapping[str, str] = field(default_factory=dict)
     doc: str = ""
+    #: Roofline (issue 3): FLOPs of one call and the fewest bytes one call must move
+    #: (each input read once, each output written once), from the case's params.
+    flops: Callable[[Params], float] | None = None
+    min_bytes: Callable[[Params], float] | None = None
 
     def resolve_params(self, preset: str | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults, then the preset, then explicit values. Unknown names raise KeyError."""

@@ -1,0 +1,155 @@
+"""Timers, roofline and the perf tables of case files (no speed is asserted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from numcheck.cases import CaseFileError, load_case_file
+from numcheck.ops.registry import get_op
+from numcheck.perfgate import PerfSpec
+from numcheck.roofline import Peaks, Roofline, measure_peaks
+from numcheck.timing import TimingConfig, capture_graph, time_interleaved
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def test_cpu_timing_interleaves_and_alternates_order() -> None:
+    calls: list[str] = []
+    times = time_interleaved(lambda: calls.append("A"), lambda: calls.append("B"), "cpu",
+                             TimingConfig(rounds=4, warmup=1))
+    assert calls == ["A", "B", "A", "B", "B", "A", "A", "B", "B", "A"]
+    assert len(times.reference) == len(times.variant) == 4
+    assert all(t >= 0 for t in times.reference + times.variant)
+    assert times.timer == "time.perf_counter"
+
+
+def test_cpu_timing_notes_ignored_gpu_options() -> None:
+    times = time_interleaved(lambda: None, lambda: None, "cpu",
+                             TimingConfig(rounds=1, warmup=0, cold_l2=True, cuda_graph=True))
+    assert times.notes == ["cold_l2 ignored on cpu", "cuda_graph ignored on cpu"]
+
+
+def test_timing_rejects_bad_config() -> None:
+    with pytest.raises(ValueError, match="rounds >= 1"):
+        time_interleaved(lambda: None, lambda: None, "cpu", TimingConfig(rounds=0))
+    with pytest.raises(ValueError, match="unknown device"):
+        time_interleaved(lambda: None, lambda: None, "tpu", TimingConfig())
+
+
+@needs_cuda
+def test_cuda_timing_with_cold_l2_and_graph() -> None:
+    a = torch.randn(1024, 1024, device="cuda")
+    times = time_interleaved(lambda: a @ a, lambda: a + a, "cuda",
+                             TimingConfig(rounds=5, warmup=2, cold_l2=True, cuda_graph=True))
+    assert len(times.variant) == 5 and min(times.reference) > 0
+    assert "CUDAGraph" in times.timer and times.notes
+
+
+@needs_cuda
+def test_graph_capture_failure_names_the_fix() -> None:
+    from numcheck.timing import TimingError
+
+    a = torch.randn(8, device="cuda")
+    with pytest.raises(TimingError, match="set cuda_graph = false"):
+        capture_graph(lambda: a.sum().item())  # a host sync cannot be captured
+
+
+def test_roofline_figures() -> None:
+    peaks = Peaks("cuda", bandwidth=4e12, flops=800e12, matmul_dtype="bfloat16")
+    r = Roofline(flops=2e12, min_bytes=4e9, seconds=0.01, peaks=peaks)
+    assert r.tflops == pytest.approx(200.0)
+    assert r.gbps == pytest.approx(400.0)
+    assert r.floor_seconds == pytest.approx(1e-3)
+    assert r.pct_of_floor == pytest.approx(10.0)
+    assert r.pct_of_peak_flops == pytest.approx(25.0)
+    none = Roofline(None, None, 0.01, peaks)
+    assert none.tflops is none.gbps is none.pct_of_floor is None
+
+
+def test_cpu_peaks_are_measured() -> None:
+    peaks = measure_peaks("cpu")
+    assert peaks.bandwidth > 0 and peaks.flops > 0 and peaks.matmul_dtype == "float32"
+
+
+def test_op_flops_and_bytes_at_the_design_shapes() -> None:
+    idx = get_op("indexer")
+    p = idx.resolve_params("v4flash", {"batch": 64, "max_context": 8192})
+    assert idx.flops is not None and idx.min_bytes is not None
+    assert idx.flops(p) == 2 * 64 * 64 * 128 * 8192
+    # The fp8 keys dominate: 64 * 8192 * 128 bytes, plus scales, q, weights, logits, top-k.
+    assert idx.min_bytes(p) == 64 * 8192 * 132 + 64 * 64 * 132 + 64 * 8192 * 4 + 64 * 512 * 4
+    mhc = get_op("mhc_pre")
+    p = mhc.resolve_params("v4pro", {"tokens": 4096})
+    assert mhc.flops is not None and mhc.min_bytes is not None
+    assert mhc.flops(p) == 2 * 4096 * 24 * 28672
+    # x read once dominates; then y (bf16), hc_fn and the fp32 mixes/pre/post/comb.
+    x_bytes, y_bytes = 4096 * 28672 * 2, 4096 * 7168 * 2
+    assert mhc.min_bytes(p) == x_bytes + 24 * 28672 * 4 + 4096 * (24 + 4 + 4 + 16) * 4 + y_bytes
+
+
+CASE = """
+[tiny-mhc]
+op = "mhc_pre"
+shape = {{ tokens = 8, hidden = 64 }}
+variants = ["bf16", "tf32"]
+{extra}
+"""
+
+
+def load(tmp_path: Path, extra: str) -> dict[str, PerfSpec]:
+    path = tmp_path / "mhc.toml"
+    path.write_text(CASE.format(extra=extra))
+    (case,) = load_case_file(path)
+    return dict(case.perf)
+
+
+def test_perf_tables_are_parsed_with_shared_options(tmp_path: Path) -> None:
+    perf = load(tmp_path, """
+[tiny-mhc.perf]
+rounds = 12
+speedup_min = { cuda = 1.05 }
+[tiny-mhc.perf.bf16]
+speedup_min = { cuda = 1.2, cpu = 1 }
+cold_l2 = true
+""")
+    assert set(perf) == {"fp32", "bf16", "tf32"}
+    assert perf["bf16"] == PerfSpec(speedup_min={"cuda": 1.2, "cpu": 1.0}, rounds=12, cold_l2=True)
+    assert perf["tf32"].threshold("cuda") == 1.05 and perf["tf32"].threshold("cpu") is None
+    assert perf["fp32"].speedup_min == {} and perf["fp32"].rounds == 12  # reference: not gated
+
+
+def test_no_perf_table_gives_defaults(tmp_path: Path) -> None:
+    perf = load(tmp_path, "")
+    assert perf["bf16"] == PerfSpec()
+
+
+@pytest.mark.parametrize(
+    ("extra", "key", "message"),
+    [
+        ("[tiny-mhc.perf]\nspeedup = 1.1", "perf.speedup",
+         "'speedup' is neither a perf option nor a variant this case runs"),
+        ("[tiny-mhc.perf.bf16]\nspeedup_min = 1.1", "perf.bf16.speedup_min",
+         "expected a table, got float 1.1"),
+        ("[tiny-mhc.perf.bf16]\nspeedup_min = { gpu = 1.1 }", "perf.bf16.speedup_min.gpu",
+         "unknown device class 'gpu'"),
+        ("[tiny-mhc.perf.bf16]\nspeedup_min = { cuda = 0 }", "perf.bf16.speedup_min.cuda",
+         "expected a number > 0"),
+        ("[tiny-mhc.perf.fp32]\nspeedup_min = { cuda = 1.1 }", "perf.fp32.speedup_min",
+         "'fp32' is the reference"),
+        ("[tiny-mhc.perf.bf16]\nrounds = 2", "perf.bf16.rounds", "2 is out of range"),
+        ("[tiny-mhc.perf.bf16]\nwarmup = true", "perf.bf16.warmup", "expected an integer"),
+        ("[tiny-mhc.perf.bf16]\nfast = true", "perf.bf16.fast", "unknown perf option 'fast'"),
+        ("perf_only = 1", "perf_only", "expected true or false"),
+    ],
+)
+def test_bad_perf_tables_name_file_case_key_and_fix(
+    tmp_path: Path, extra: str, key: str, message: str
+) -> None:
+    with pytest.raises(CaseFileError) as info:
+        load(tmp_path, extra)
+    text = str(info.value)
+    assert f"mhc.toml: case 'tiny-mhc': key '{key}': {message}" in text, text
+    assert "Fix:" in text
