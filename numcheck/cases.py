@@ -31,10 +31,12 @@ from numcheck.budgets import BudgetError, VariantBudget, complete_budget, descri
 from numcheck.gates import GATES, OUTPUT_METRICS, TOPK_METRICS
 from numcheck.ops import registry
 from numcheck.ops.registry import OpSpec
+from numcheck.overhead import OVERHEAD_KEYS, OverheadBudget, OverheadError, complete_overhead
 
 #: Keys a case table accepts.
 CASE_KEYS = (
-    "op", "description", "preset", "shape", "seeds", "devices", "variants", "budget", "expect"
+    "op", "description", "preset", "shape", "seeds", "devices", "variants", "budget", "expect",
+    "overhead",
 )
 #: A case id becomes a file name and a test id, so it is kept to this alphabet.
 CASE_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -107,6 +109,9 @@ class Case:
     source: Path
     description: str = ""
     expect: Mapping[str, Expectation] = field(default_factory=dict)
+    #: Cast/copy and kernel limits per variant (``[<case>.overhead.<variant>]``), complete
+    #: for every variant the case runs; see :mod:`numcheck.overhead`.
+    overhead: Mapping[str, OverheadBudget] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -220,6 +225,7 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
     variants = _parse_variants(where, body, op)
     budgets = _parse_budgets(where, body, op, variants)
     expect = _parse_expect(where, body, op, variants)
+    overhead = _parse_overhead(where, body, op, variants)
     return Case(
         id=case_id,
         op=op.name,
@@ -232,6 +238,7 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
         source=where.path,
         description=description,
         expect=expect,
+        overhead=overhead,
     )
 
 
@@ -273,6 +280,31 @@ def _parse_expect(
                     f"name a '<gate>.<metric>' among: {names}",
                 )
         out[variant] = Expectation(tuple(fails), reason)
+    return out
+
+
+def _parse_overhead(
+    where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...]
+) -> dict[str, OverheadBudget]:
+    """``[<case>.overhead.<variant>]`` tables, completed from the variant's precision."""
+    given = body.get("overhead", {})
+    example = f"[{where.case}.overhead.<variant>] with keys among: {', '.join(OVERHEAD_KEYS)}"
+    if not isinstance(given, dict):
+        raise where.error("overhead", f"expected a table, got {describe(given)}", f"write {example}")
+    running = (op.reference, *variants)
+    for name, table in given.items():
+        key = f"overhead.{name}"
+        if name not in running:
+            raise where.error(key, f"'{name}' is not a variant this case runs",
+                              f"use one of: {', '.join(running)}")
+        if not isinstance(table, dict):
+            raise where.error(key, f"expected a table, got {describe(table)}", f"write {example}")
+    out: dict[str, OverheadBudget] = {}
+    for name in running:
+        try:
+            out[name] = complete_overhead(op.variants[name].precision, given.get(name, {}))
+        except OverheadError as exc:
+            raise where.error(f"overhead.{name}.{exc.key}", exc.problem, exc.fix) from None
     return out
 
 

@@ -19,7 +19,16 @@ import torch
 from numcheck import plugin
 from numcheck.cases import Case, CaseFileError, Expectation, load_case_file
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
+from numcheck.inputs import to_device
 from numcheck.ops.registry import OpSpec, get_op
+from numcheck.overhead import (
+    OVERHEAD_GATES,
+    OverheadReport,
+    audit_variant,
+    default_gates,
+    default_overhead,
+    overhead_violations,
+)
 from numcheck.render import SUMMARY_HEADER, Commands, failure_message, summary_rows, table
 from numcheck.runner import CaseInputs, CheckResult, VariantError, check, display_id, write_golden
 
@@ -73,6 +82,11 @@ class NumcheckSession:
         #: Gates beyond the numerics that this run measures (e.g. "perf" with
         #: --numcheck-perf); an op's outputs are always active.
         self.active_gates: set[str] = set()
+        #: --numcheck-explain: overhead reports are printed, not gated.
+        self.explain = bool(config.getoption(plugin.EXPLAIN_OPTION))
+        if not self.explain:
+            self.active_gates |= default_gates(self.device)
+        self.explained: list[tuple[str, OverheadReport]] = []
         if config.args_source != pytest.Config.ArgsSource.ARGS:
             # `pytest --numcheck` with no paths: the cases folder is the suite.
             self._require_cases_dir()
@@ -139,6 +153,20 @@ class NumcheckSession:
             raise loaded
         return loaded
 
+    def overhead_for(self, op: OpSpec, case: Case, variant: str) -> OverheadReport | None:
+        """The cast ledger (and kernel audit on CUDA) of one variant on the case's first seed.
+
+        Runs the variant once more, on its own, when an overhead gate is active or in
+        explain mode; None otherwise.
+        """
+        gates = self.active_gates & set(OVERHEAD_GATES)
+        if not (gates or self.explain):
+            return None
+        cpu_inputs, _ = self.inputs_for(op, case).get(case.seeds[0])
+        profile = self.device == "cuda" and (self.explain or "kernels" in gates)
+        return audit_variant(op.variants[variant].fn, to_device(cpu_inputs, self.device),
+                             case.params, kernels=profile)
+
     # -- reporting --------------------------------------------------------------------
 
     @pytest.hookimpl(trylast=True)
@@ -155,6 +183,12 @@ class NumcheckSession:
                          p.reason.splitlines()[0][:60], "-", "-", "-", "-", p.status])
         for line in table(SUMMARY_HEADER, rows):
             tr.write_line(line)
+        if self.explain:
+            tr.write_sep("=", "numcheck explain: cast ledger and kernels (not gated)")
+            for check_id, report in self.explained:
+                tr.write_line(check_id)
+                for line in report.lines():
+                    tr.write_line(line)
         for path, written in sorted(self.regenerated.items()):
             rel = path.relative_to(self.config.rootpath) if path.is_relative_to(
                 self.config.rootpath) else path
@@ -238,12 +272,22 @@ class CheckItem(pytest.Item):
             kind = "ERROR" if isinstance(exc, VariantError) else type(exc).__name__.upper()
             state.problems.append(Problem(self.display_id, kind, str(exc)))
             raise
+        overhead = state.overhead_for(op, self.case, self.variant)
+        if overhead is not None and state.explain:
+            state.explained.append((self.display_id, overhead))
+        elif overhead is not None:
+            budget = self.case.overhead.get(self.variant) or default_overhead(
+                op.variants[self.variant].precision)
+            result.violations += overhead_violations(overhead, budget, state.active_gates)
         state.results.append(result)
         expected = self.case.expect.get(self.variant)
         if expected is not None:
             self._settle_expected(expected, result, commands, state.gate_active)
         if not result.passed:
-            raise NumcheckFailure(failure_message(result, commands, self._source()))
+            message = failure_message(result, commands, self._source())
+            if overhead is not None and any(v.output in OVERHEAD_GATES for v in result.violations):
+                message += "\n\n" + "\n".join(overhead.lines())
+            raise NumcheckFailure(message)
 
     def _settle_expected(
         self, expected: Expectation, result: CheckResult, commands: Commands, active: Any
