@@ -39,11 +39,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Self
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
 
 _aten = torch.ops.aten
 #: aten overload packets the ledger records (see the module docstring for why these).
@@ -107,11 +107,17 @@ def user_frame(skip: Sequence[str] = ()) -> Where:
     return UNKNOWN
 
 
+# numcheck's own files are named from the package root (numcheck/ops/mhc.py) wherever
+# the run starts; other files relative to the working directory when under it.
+_PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+
+
 def _relative(path: str) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return path
+    resolved = Path(path).resolve()
+    for base in (Path.cwd(), _PACKAGE_PARENT):
+        if resolved.is_relative_to(base):
+            return str(resolved.relative_to(base))
+    return path
 
 
 @dataclass(frozen=True)
@@ -177,12 +183,12 @@ class CastLedger:
     )
     _mode: TorchDispatchMode | None = field(default=None, repr=False)
 
-    def __enter__(self) -> CastLedger:
+    def __enter__(self) -> Self:
         self._mode = _LedgerMode(self)
         self._mode.__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         assert self._mode is not None
         self._mode.__exit__(*exc)
         self._mode = None
@@ -328,7 +334,7 @@ def ledger_table(ledger: CastLedger, limit: int = 12) -> Iterator[str]:
         elif e.no_op:
             flag = "  NO-OP"
         code = f"  {e.where.code}" if e.where.code else ""
-        yield (f"    {e.index:>3}  {e.kind:<4}  {e.conversion:<14}  {str(list(e.shape)):<16}  "
+        yield (f"    {e.index:>3}  {e.kind:<4}  {e.conversion:<14}  {list(e.shape)!s:<16}  "
                f"{megabytes(e.bytes_read):>9}  {megabytes(e.bytes_written):>9}  "
                f"{e.where}{code}{flag}")
     if len(ledger.entries) > len(rows):

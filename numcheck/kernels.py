@@ -45,14 +45,14 @@ CLASS_LABELS = {
 #    CUTLASS `tensorop`, and xmma kernels with a low-precision operand type.
 # 4. Triton's own prefixes say pointwise / reduction / persistent reduction.
 KERNEL_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (COPY, re.compile(r"copy_kernel|direct_copy|Memcpy|CatArrayBatchedCopy", re.I)),
+    (COPY, re.compile(r"copy_kernel|direct_copy|Memcpy|CatArrayBatchedCopy", re.IGNORECASE)),
     (CUDA_CORE_GEMM, re.compile(
-        r"(?:^|[^a-z0-9])(?:ffma|simt)(?:[^a-z0-9]|$)|[sdcz]gemm|gemv|gemmSN|gemmk1", re.I)),
+        r"(?:^|[^a-z0-9])(?:ffma|simt)(?:[^a-z0-9]|$)|[sdcz]gemm|gemv|gemmSN|gemmk1", re.IGNORECASE)),
     (TENSOR_CORE_GEMM, re.compile(
         r"nvjet|wgmma|hmma|tensorop|\d{3,6}gemm|xmma_gemm_\w*(?:tf32|bf16|f16|e4m3|e5m2|i8)"
-        r"|gemm_\w*(?:bf16|f16|tf32)", re.I)),
-    (REDUCTION, re.compile(r"^triton_(?:red|per)_|reduce|softmax|norm_kernel", re.I)),
-    (ELEMENTWISE, re.compile(r"^triton_poi_|elementwise", re.I)),
+        r"|gemm_\w*(?:bf16|f16|tf32)", re.IGNORECASE)),
+    (REDUCTION, re.compile(r"^triton_(?:red|per)_|reduce|softmax|norm_kernel", re.IGNORECASE)),
+    (ELEMENTWISE, re.compile(r"^triton_poi_|elementwise", re.IGNORECASE)),
 )
 
 
@@ -118,8 +118,8 @@ class KernelAudit:
     def table(self, limit: int = 12) -> list[str]:
         """Kernels by time, one line each, capped at ``limit`` rows."""
         rows = sorted(self.records, key=lambda r: -r.time_us)
-        lines = [f"    {'class':<16}  {'kernel':<60}  {'calls':>5}  {'us/call':>8}  "
-                 f"{'share':>5}  where"]
+        lines = [(f"    {'class':<16}  {'kernel':<60}  {'calls':>5}  {'us/call':>8}  "
+                 f"{'share':>5}  where")]
         total = self.total_us or 1.0
         for r in rows[:limit]:
             lines.append(f"    {r.cls:<16}  {r.short_name:<60}  {r.calls:>5.0f}  {r.time_us:>8.1f}  "

@@ -144,8 +144,8 @@ class OverheadReport:
         if self.ledger.entries:
             out += list(ledger_table(self.ledger, limit))
         if self.kernels is not None:
-            out += [f"  kernels ({self.kernels.iterations} calls profiled): "
-                    f"{self.kernels.summary()}", *self.kernels.table(limit)]
+            out += [(f"  kernels ({self.kernels.iterations} calls profiled): "
+                    f"{self.kernels.summary()}"), *self.kernels.table(limit)]
         return out
 
     def as_dict(self) -> dict[str, Any]:
