@@ -169,6 +169,26 @@ class OverheadReport:
         }
 
 
+OVERHEAD_HEADER = [
+    "case", "variant", "device", "casts", "copies", "moved", "x min bytes", "round trips",
+    "GEMM kernels", "copy share",
+]
+
+
+def overhead_row(case: str, variant: str, device: str, report: OverheadReport) -> list[str]:
+    """One summary row: what a check spent on casts and copies (and its GEMM class on CUDA)."""
+    led, audit = report.ledger, report.kernels
+    gemm, share = "-", "-"
+    if audit is not None:
+        kinds = [label for cls, label in (("tensor_core_gemm", "tensor cores"),
+                                          (CUDA_CORE_GEMM, "CUDA cores")) if audit.time(cls) > 0]
+        gemm = " + ".join(kinds) or "none"
+        share = f"{100 * audit.share(COPY):.0f}%"
+    return [case, variant, device, str(len(led.casts)), str(len(led.copies)),
+            megabytes(led.bytes_moved), f"{report.cast_bytes_ratio:.2f}",
+            str(len(led.round_trips)), gemm, share]
+
+
 def tensor_bytes(tensors: Mapping[str, torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 

@@ -23,10 +23,12 @@ from numcheck.inputs import to_device
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.overhead import (
     OVERHEAD_GATES,
+    OVERHEAD_HEADER,
     OverheadReport,
     audit_variant,
     default_gates,
     default_overhead,
+    overhead_row,
     overhead_violations,
 )
 from numcheck.render import SUMMARY_HEADER, Commands, failure_message, summary_rows, table
@@ -87,6 +89,7 @@ class NumcheckSession:
         if not self.explain:
             self.active_gates |= default_gates(self.device)
         self.explained: list[tuple[str, OverheadReport]] = []
+        self.overhead_rows: list[list[str]] = []
         if config.args_source != pytest.Config.ArgsSource.ARGS:
             # `pytest --numcheck` with no paths: the cases folder is the suite.
             self._require_cases_dir()
@@ -183,6 +186,10 @@ class NumcheckSession:
                          p.reason.splitlines()[0][:60], "-", "-", "-", "-", p.status])
         for line in table(SUMMARY_HEADER, rows):
             tr.write_line(line)
+        if self.overhead_rows:
+            tr.write_line("")
+            for line in table(OVERHEAD_HEADER, self.overhead_rows):
+                tr.write_line(line)
         if self.explain:
             tr.write_sep("=", "numcheck explain: cast ledger and kernels (not gated)")
             for check_id, report in self.explained:
@@ -273,6 +280,9 @@ class CheckItem(pytest.Item):
             state.problems.append(Problem(self.display_id, kind, str(exc)))
             raise
         overhead = state.overhead_for(op, self.case, self.variant)
+        if overhead is not None:
+            state.overhead_rows.append(overhead_row(f"{self.case.op}::{self.case.id}",
+                                                    self.variant, self.device, overhead))
         if overhead is not None and state.explain:
             state.explained.append((self.display_id, overhead))
         elif overhead is not None:

@@ -211,7 +211,14 @@ def test_round_trip_variant_fails_with_its_source_line(pytester: pytest.Pytester
         (f"*fp32 -> bf16*[[]8, 256[]]*numcheck/ops/mhc.py:{line}  x_flat = xf.to(torch.bfloat16)"
         "  ROUND TRIP of #0"),
     ])
-    result.stdout.fnmatch_lines(["*bf16_roundtrip*casts.round_trips 1/0*FAIL"])
+    result.stdout.fnmatch_lines([
+        "*bf16_roundtrip*casts.round_trips 1/0*FAIL",
+        "case*variant*device*casts*copies*moved*x min bytes*round trips*GEMM kernels*copy share",
+        "*",
+        "mhc_pre::tiny-mhc  fp32 * cpu * 2 * 0 * 15.4 kB * 0.49 * 0 * - * -",
+        "mhc_pre::tiny-mhc  bf16 * cpu * 4 * 0 * 53.4 kB * 1.70 * 0 * - * -",
+        "mhc_pre::tiny-mhc  bf16_roundtrip  cpu * 5 * 0 * 65.7 kB * 2.10 * 1 * - * -",
+    ])
 
 
 def _line(path: str, text: str, after: int = 0) -> int:
