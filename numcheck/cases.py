@@ -32,11 +32,13 @@ from numcheck.gates import GATES, OUTPUT_METRICS, TOPK_METRICS
 from numcheck.ops import registry
 from numcheck.ops.registry import OpSpec
 from numcheck.perfgate import PERF_OPTIONS, PerfSpec  # registers the "perf" gate
+from numcheck.overhead import OVERHEAD_KEYS, OverheadBudget, OverheadError, complete_overhead
 
 #: Keys a case table accepts.
 CASE_KEYS = (
     "op", "description", "preset", "shape", "seeds", "devices", "variants", "budget", "expect",
     "perf", "perf_only",
+    "overhead",
 )
 #: A case id becomes a file name and a test id, so it is kept to this alphabet.
 CASE_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -115,6 +117,9 @@ class Case:
     #: A production-shape timing case: no golden, no numerics; runs only with
     #: --numcheck-perf (its numerics are checked by the CPU-sized cases of the same op).
     perf_only: bool = False
+    #: Cast/copy and kernel limits per variant (``[<case>.overhead.<variant>]``), complete
+    #: for every variant the case runs; see :mod:`numcheck.overhead`.
+    overhead: Mapping[str, OverheadBudget] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -233,6 +238,7 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
     if not isinstance(perf_only, bool):
         raise where.error("perf_only", f"expected true or false, got {describe(perf_only)}",
                           "write perf_only = true (a timing-only case without a golden)")
+    overhead = _parse_overhead(where, body, op, variants)
     return Case(
         id=case_id,
         op=op.name,
@@ -247,6 +253,7 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
         expect=expect,
         perf=perf,
         perf_only=perf_only,
+        overhead=overhead,
     )
 
 
@@ -359,6 +366,31 @@ def _perf_spec(where: _Where, variant: str, options: dict[str, Any], reference: 
             raise where.error(f"perf.{variant}.{name}", f"{values[name]} is out of range",
                               f"use a value in [{low:g}, {high:g}]")
     return PerfSpec(**values)
+
+
+def _parse_overhead(
+    where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...]
+) -> dict[str, OverheadBudget]:
+    """``[<case>.overhead.<variant>]`` tables, completed from the variant's precision."""
+    given = body.get("overhead", {})
+    example = f"[{where.case}.overhead.<variant>] with keys among: {', '.join(OVERHEAD_KEYS)}"
+    if not isinstance(given, dict):
+        raise where.error("overhead", f"expected a table, got {describe(given)}", f"write {example}")
+    running = (op.reference, *variants)
+    for name, table in given.items():
+        key = f"overhead.{name}"
+        if name not in running:
+            raise where.error(key, f"'{name}' is not a variant this case runs",
+                              f"use one of: {', '.join(running)}")
+        if not isinstance(table, dict):
+            raise where.error(key, f"expected a table, got {describe(table)}", f"write {example}")
+    out: dict[str, OverheadBudget] = {}
+    for name in running:
+        try:
+            out[name] = complete_overhead(op.variants[name].precision, given.get(name, {}))
+        except OverheadError as exc:
+            raise where.error(f"overhead.{name}.{exc.key}", exc.problem, exc.fix) from None
+    return out
 
 
 def _parse_op(where: _Where, body: Mapping[str, Any], lookup: OpLookup) -> OpSpec:

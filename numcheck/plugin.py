@@ -13,6 +13,7 @@ OPTION = "--numcheck"
 REGEN_OPTION = "--numcheck-regen"
 DEVICE_OPTION = "--numcheck-device"
 PERF_OPTION = "--numcheck-perf"
+EXPLAIN_OPTION = "--numcheck-explain"
 CASES_INI = "numcheck_cases"
 GOLDENS_INI = "numcheck_goldens"
 DEVICES = ("auto", "cpu", "cuda")
@@ -48,6 +49,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "gate on the case files' speedup_min and record the times in pytest-benchmark "
         "(--benchmark-json, --benchmark-autosave, --benchmark-compare).",
     )
+    group.addoption(
+        EXPLAIN_OPTION,
+        action="store_true",
+        default=False,
+        help="print each selected check's cast ledger (and, on CUDA, its kernel table) "
+        "without gating on them (the overhead gates are off; numerics still run).",
+    )
     parser.addini(CASES_INI, "folder of numcheck case files (*.toml), relative to the rootdir",
                   default="cases")
     parser.addini(GOLDENS_INI, "folder of numcheck goldens, relative to the rootdir",
@@ -57,10 +65,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "numcheck: a numcheck (case, variant, device) check")
     if not config.getoption(OPTION):
-        if config.getoption(REGEN_OPTION):
-            raise pytest.UsageError(f"{REGEN_OPTION} only works together with {OPTION}")
-        if config.getoption(PERF_OPTION):
-            raise pytest.UsageError(f"{PERF_OPTION} only works together with {OPTION}")
+        for flag in (REGEN_OPTION, PERF_OPTION, EXPLAIN_OPTION):
+            if config.getoption(flag):
+                raise pytest.UsageError(f"{flag} only works together with {OPTION}")
         return
     from numcheck.session import NumcheckSession  # torch is imported only when switched on
 

@@ -19,8 +19,19 @@ import torch
 from numcheck import plugin
 from numcheck.cases import Case, CaseFileError, Expectation, load_case_file
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
+from numcheck.inputs import to_device
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.perfrun import PERF_HEADER, PerfResult, perf_rows
+from numcheck.overhead import (
+    OVERHEAD_GATES,
+    OVERHEAD_HEADER,
+    OverheadReport,
+    audit_variant,
+    default_gates,
+    default_overhead,
+    overhead_row,
+    overhead_violations,
+)
 from numcheck.render import SUMMARY_HEADER, Commands, failure_message, summary_rows, table
 from numcheck.runner import CaseInputs, CheckResult, VariantError, check, display_id, write_golden
 from numcheck.timing import TimingError
@@ -78,6 +89,12 @@ class NumcheckSession:
         self.perf_results: list[PerfResult] = []
         if config.getoption(plugin.PERF_OPTION):
             self.active_gates.add("perf")
+        #: --numcheck-explain: overhead reports are printed, not gated.
+        self.explain = bool(config.getoption(plugin.EXPLAIN_OPTION))
+        if not self.explain:
+            self.active_gates |= default_gates(self.device)
+        self.explained: list[tuple[str, OverheadReport]] = []
+        self.overhead_rows: list[list[str]] = []
         if config.args_source != pytest.Config.ArgsSource.ARGS:
             # `pytest --numcheck` with no paths: the cases folder is the suite.
             self._require_cases_dir()
@@ -144,6 +161,20 @@ class NumcheckSession:
             raise loaded
         return loaded
 
+    def overhead_for(self, op: OpSpec, case: Case, variant: str) -> OverheadReport | None:
+        """The cast ledger (and kernel audit on CUDA) of one variant on the case's first seed.
+
+        Runs the variant once more, on its own, when an overhead gate is active or in
+        explain mode; None otherwise.
+        """
+        gates = self.active_gates & set(OVERHEAD_GATES)
+        if not (gates or self.explain):
+            return None
+        cpu_inputs, _ = self.inputs_for(op, case).get(case.seeds[0])
+        profile = self.device == "cuda" and (self.explain or "kernels" in gates)
+        return audit_variant(op.variants[variant].fn, to_device(cpu_inputs, self.device),
+                             case.params, kernels=profile)
+
     # -- reporting --------------------------------------------------------------------
 
     @pytest.hookimpl(trylast=True)
@@ -165,6 +196,16 @@ class NumcheckSession:
                          "median of paired reference/variant ratios)")
             for line in table(PERF_HEADER, perf_rows(self.perf_results)):
                 tr.write_line(line)
+        if self.overhead_rows:
+            tr.write_line("")
+            for line in table(OVERHEAD_HEADER, self.overhead_rows):
+                tr.write_line(line)
+        if self.explain:
+            tr.write_sep("=", "numcheck explain: cast ledger and kernels (not gated)")
+            for check_id, report in self.explained:
+                tr.write_line(check_id)
+                for line in report.lines():
+                    tr.write_line(line)
         for path, written in sorted(self.regenerated.items()):
             rel = path.relative_to(self.config.rootpath) if path.is_relative_to(
                 self.config.rootpath) else path
@@ -257,12 +298,25 @@ class CheckItem(pytest.Item):
             kind = "ERROR" if isinstance(exc, VariantError) else type(exc).__name__.upper()
             state.problems.append(Problem(self.display_id, kind, str(exc)))
             raise
+        overhead = state.overhead_for(op, self.case, self.variant)
+        if overhead is not None:
+            state.overhead_rows.append(overhead_row(f"{self.case.op}::{self.case.id}",
+                                                    self.variant, self.device, overhead))
+        if overhead is not None and state.explain:
+            state.explained.append((self.display_id, overhead))
+        elif overhead is not None:
+            budget = self.case.overhead.get(self.variant) or default_overhead(
+                op.variants[self.variant].precision)
+            result.violations += overhead_violations(overhead, budget, state.active_gates)
         state.results.append(result)
         expected = self.case.expect.get(self.variant)
         if expected is not None:
             self._settle_expected(expected, result, commands, state.gate_active)
         if not result.passed:
-            raise NumcheckFailure(failure_message(result, commands, self._source()))
+            message = failure_message(result, commands, self._source())
+            if overhead is not None and any(v.output in OVERHEAD_GATES for v in result.violations):
+                message += "\n\n" + "\n".join(overhead.lines())
+            raise NumcheckFailure(message)
 
     def _time(self, state: NumcheckSession, op: OpSpec) -> list[Any]:
         """Time this variant against the reference; record it in pytest-benchmark too."""
@@ -291,12 +345,16 @@ class CheckItem(pytest.Item):
         if unexpected:
             return  # an ordinary failure: the caller raises with the full message
         caught = sorted({v.key for v in result.violations if v.key in live})
-        if caught:
+        gates = {f.partition(".")[0] for f in live}
+        missed = sorted(g for g in gates if not any(c.startswith(g + ".") for c in caught))
+        if not missed:
             pytest.xfail(f"expected failure ({', '.join(caught)}): {expected.reason}")
+        # Strict per gate: every active gate the case expects to catch the variant must.
         raise NumcheckFailure(
             f"numcheck XPASS(strict) {self.display_id}\n"
-            f"  expected {', '.join(live)} to fail ({expected.reason}),\n"
-            f"  but the variant passed: the gate no longer catches this known-bad variant.\n\n"
+            f"  expected {', '.join(f for f in live if f.partition('.')[0] in missed)} "
+            f"to fail ({expected.reason}),\n"
+            f"  but the variant passed it: the gate no longer catches this known-bad variant.\n\n"
             f"  case:        {self._source()} [{self.case.id}]\n"
             f"  reproduce:   {commands.reproduce}"
         )

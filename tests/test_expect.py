@@ -56,13 +56,14 @@ def test_bad_expectations_name_file_case_key(tmp_path: Path, expect: str, messag
 def test_registered_gates_are_accepted(tmp_path: Path) -> None:
     saved = dict(GATES)
     try:
-        register_gate(Gate("casts", ("round_trips",)))
+        # A throwaway name: "casts" and "kernels" are registered for real (numcheck.overhead).
+        register_gate(Gate("planted", ("round_trips",)))
         path = write(tmp_path, '"bf16"',
-                     'expect.bf16 = { fails = ["casts.round_trips"], reason = "x" }')
+                     'expect.bf16 = { fails = ["planted.round_trips"], reason = "x" }')
         (case,) = load_case_file(path)
-        assert case.expect["bf16"].fails == ("casts.round_trips",)
+        assert case.expect["bf16"].fails == ("planted.round_trips",)
         with pytest.raises(ValueError, match="different gate"):
-            register_gate(Gate("casts", ("other",)))
+            register_gate(Gate("planted", ("other",)))
     finally:
         GATES.clear()
         GATES.update(saved)
@@ -94,7 +95,7 @@ def test_known_bad_variant_that_passes_fails_strictly(pytester: pytest.Pytester)
         [
             "numcheck XPASS(strict) mhc_pre::tiny-mhc::tf32[[]cpu[]]",
             "  expected y.rel_fro to fail (should fail),",
-            "  but the variant passed: the gate no longer catches this known-bad variant.",
+            "  but the variant passed it: the gate no longer catches this known-bad variant.",
         ]
     )
 
@@ -113,3 +114,17 @@ def test_inactive_gate_leaves_the_check_ordinary(pytester: pytest.Pytester) -> N
     project(pytester, '"tf32"', 'expect.tf32 = { fails = ["perf.speedup_min"], reason = "slow" }')
     result = pytester.runpytest("--numcheck")
     result.assert_outcomes(passed=2)
+
+
+def test_every_expected_gate_must_still_catch(pytester: pytest.Pytester) -> None:
+    # Two gates expected; only the y numerics catch the planted bug, the mixes do not.
+    project(pytester, '"y_scaled"',
+            'expect.y_scaled = { fails = ["y.rel_fro", "mixes.rel_fro"], reason = "planted" }')
+    result = pytester.runpytest("--numcheck")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "numcheck XPASS(strict) mhc_pre::tiny-mhc::y_scaled[[]cpu[]]",
+            "  expected mixes.rel_fro to fail (planted),",
+        ]
+    )

@@ -78,5 +78,26 @@ def test_perf_cases_are_cuda_only_and_catch_the_round_trip() -> None:
     assert len(perf) >= 4 and all(c.devices == ("cuda",) for c in perf.values())
     seed = perf["mhc_pre::perf-mhc-v4pro-t4k-prefill"]
     assert seed.params["tokens"] >= 1000 and seed.params["hidden"] * seed.params["hc_mult"] == 28672
-    assert seed.expect["bf16_roundtrip"].fails == ("perf.speedup_min",)
+    assert seed.expect["bf16_roundtrip"].fails == ("perf.speedup_min", "casts.round_trips")
     assert seed.perf["bf16"].threshold("cuda") == seed.perf["bf16_roundtrip"].threshold("cuda")
+def test_roundtrip_variant_is_a_strict_xfail_on_casts_in_every_mhc_case() -> None:
+    for case in CASES.values():
+        if case.op == "mhc_pre" and "bf16_roundtrip" in case.variants:
+            assert case.expect["bf16_roundtrip"].fails == ("casts.round_trips",), case.id
+            assert case.overhead["bf16_roundtrip"].round_trips is False
+
+
+def test_shipped_variants_pass_the_casts_gate_except_the_known_bad_one() -> None:
+    from numcheck.overhead import audit_variant, overhead_violations
+
+    for key in ("mhc_pre::v4flash-t64", "indexer::v4flash-b2-l1k-contiguous"):
+        case = CASES[key]
+        op = get_op(case.op)
+        inputs, _ = CaseInputs(op, case).get(case.seeds[0])
+        for variant in (op.reference, *case.variants):
+            if "cpu" not in op.variants[variant].devices:
+                continue
+            report = audit_variant(op.variants[variant].fn, inputs, case.params)
+            found = {v.key for v in overhead_violations(report, case.overhead[variant], {"casts"})}
+            assert found == ({"casts.round_trips"} if variant == "bf16_roundtrip" else set()), (
+                key, variant)

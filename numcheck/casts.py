@@ -1,0 +1,341 @@
+"""The cast ledger: every dtype conversion and copy a variant asks for, at the aten level.
+
+A bf16 GEMM got 2x faster and the op barely moved, because a ``.to(bf16)`` of a large
+tensor that had been bf16 all along added as much copy time as the GEMM saved
+(../shared/DESIGN.md). Numbers cannot show that: bf16 -> fp32 -> bf16 is exact. The ledger
+does, on any device, by watching the aten calls a variant makes (a ``TorchDispatchMode``)::
+
+    with CastLedger() as ledger:
+        variant(inputs, params)
+    ledger.entries       # one per conversion or copy, with the user's source line
+    ledger.round_trips   # A -> B -> A while the A original was still alive
+
+What counts (every entry is a separate pass over memory):
+
+- **cast**: an aten call whose output dtype differs from its input's: ``aten._to_copy``
+  (``.to(dtype)``, ``.float()``, ``.type()``, ``.type_as()``) and ``aten.copy_`` from a
+  tensor of another dtype (``out[...] = t``, ``out.copy_(t)``).
+- **copy**: the same calls without a dtype change (``.to(copy=True)``, a device or layout
+  change, ``copy_``), and ``aten.clone`` (``.clone()``, ``.contiguous()`` of a strided view).
+- **no-op conversion**: a ``_to_copy`` that changed nothing (same dtype, device and strides):
+  bytes moved for nothing. (``.to(dtype)`` to the dtype a tensor already has returns the
+  tensor itself and costs nothing, so it never reaches aten and is not one.)
+- **round trip**: a cast to dtype A of a value that an earlier cast made from an A tensor,
+  while that A tensor is still alive (so a view of it could have been used), and neither
+  was written in between. Identity is tracked through storages, so views and copies of the
+  intermediate still count.
+
+Not recorded: views (``view``, ``view(dtype)`` bit reinterpretation, ``view_as_real``,
+``transpose``, ``flatten`` of a contiguous tensor) move no bytes; type promotion inside an
+op (``bf16_tensor * fp32_tensor``) is fused into that op's kernel, with no extra pass.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, Self
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+
+_aten = torch.ops.aten
+#: aten overload packets the ledger records (see the module docstring for why these).
+WATCHED = (_aten._to_copy, _aten.copy_, _aten.clone)
+
+#: Short dtype names for messages (``bf16 -> fp32``); anything else keeps torch's name.
+SHORT_DTYPES = {
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+    torch.float32: "fp32",
+    torch.float64: "fp64",
+    torch.float8_e4m3fn: "e4m3",
+    torch.float8_e5m2: "e5m2",
+}
+
+# Frames from these files are machinery, not the user's code: the first frame outside
+# them is the line that asked for the conversion.
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_THIS_FILE = __file__
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``bf16``, ``fp32``, ``e4m3``... or torch's own name (``int32``)."""
+    return SHORT_DTYPES.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def megabytes(n: float) -> str:
+    """``6.29 MB`` (decimal megabytes, as memory bandwidth is quoted)."""
+    if n < 1e4:
+        return f"{n:.0f} B"
+    if n < 1e6:
+        return f"{n / 1e3:.1f} kB"
+    return f"{n / 1e6:.2f} MB"
+
+
+@dataclass(frozen=True)
+class Where:
+    """The source line that asked for a conversion: ``numcheck/ops/mhc.py:98``."""
+
+    file: str
+    line: int
+    function: str = ""
+    code: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+UNKNOWN = Where("<unknown>", 0)
+
+
+def user_frame(skip: Sequence[str] = ()) -> Where:
+    """The innermost Python frame outside torch, this module and ``skip`` (file names)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith(_TORCH_DIR) or name == _THIS_FILE or name in skip):
+            code = linecache.getline(name, frame.f_lineno).strip()
+            return Where(_relative(name), frame.f_lineno, frame.f_code.co_name, code)
+        frame = frame.f_back
+    return UNKNOWN
+
+
+# numcheck's own files are named from the package root (numcheck/ops/mhc.py) wherever
+# the run starts; other files relative to the working directory when under it.
+_PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+
+
+def _relative(path: str) -> str:
+    resolved = Path(path).resolve()
+    for base in (Path.cwd(), _PACKAGE_PARENT):
+        if resolved.is_relative_to(base):
+            return str(resolved.relative_to(base))
+    return path
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One conversion or copy: what, how big, and who asked for it.
+
+    ``round_trip_of`` is the index of the earlier cast this one undoes; ``no_op`` marks a
+    conversion that changed nothing.
+    """
+
+    index: int
+    kind: str  # "cast" or "copy"
+    op: str
+    src_dtype: torch.dtype
+    dst_dtype: torch.dtype
+    shape: tuple[int, ...]
+    bytes_read: int
+    bytes_written: int
+    where: Where
+    no_op: bool = False
+    round_trip_of: int | None = None
+
+    @property
+    def bytes_moved(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def conversion(self) -> str:
+        """``bf16 -> fp32`` (or ``fp32 copy``)."""
+        if self.src_dtype == self.dst_dtype:
+            return f"{dtype_name(self.src_dtype)} copy"
+        return f"{dtype_name(self.src_dtype)} -> {dtype_name(self.dst_dtype)}"
+
+    def describe(self) -> str:
+        """``bf16 -> fp32 of [64, 16384] at numcheck/ops/mhc.py:97 (6.29 MB)``."""
+        return (f"{self.conversion} of {list(self.shape)} at {self.where} "
+                f"({megabytes(self.bytes_moved)})")
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """What a storage produced by a cast came from (to recognise the cast that undoes it)."""
+
+    entry: int
+    dtype: torch.dtype
+    source: StorageWeakRef
+    version: int
+
+
+@dataclass
+class CastLedger:
+    """Records conversions and copies while active (a context manager around a variant).
+
+    Args:
+        skip: extra file names whose frames are machinery (e.g. a harness calling the
+            variant), so the recorded line is the variant's own.
+    """
+
+    skip: tuple[str, ...] = ()
+    entries: list[LedgerEntry] = field(default_factory=list)
+    _origins: dict[StorageWeakRef, tuple[StorageWeakRef, _Origin]] = field(
+        default_factory=dict, repr=False
+    )
+    _mode: TorchDispatchMode | None = field(default=None, repr=False)
+
+    def __enter__(self) -> Self:
+        self._mode = _LedgerMode(self)
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._mode is not None
+        self._mode.__exit__(*exc)
+        self._mode = None
+        self._origins.clear()  # drop the weak references; the entries stay
+
+    # -- what the ledger says -----------------------------------------------------------
+
+    @property
+    def casts(self) -> list[LedgerEntry]:
+        return [e for e in self.entries if e.kind == "cast"]
+
+    @property
+    def copies(self) -> list[LedgerEntry]:
+        return [e for e in self.entries if e.kind == "copy"]
+
+    @property
+    def round_trips(self) -> list[LedgerEntry]:
+        return [e for e in self.entries if e.round_trip_of is not None]
+
+    @property
+    def no_ops(self) -> list[LedgerEntry]:
+        return [e for e in self.entries if e.no_op]
+
+    @property
+    def bytes_moved(self) -> int:
+        """Bytes read plus written by every entry: casts and copies are both pure traffic."""
+        return sum(e.bytes_moved for e in self.entries)
+
+    def largest(self) -> LedgerEntry | None:
+        return max(self.entries, key=lambda e: e.bytes_moved, default=None)
+
+    def describe_round_trip(self, entry: LedgerEntry) -> str:
+        """``bf16 -> fp32 -> bf16 of [64, 16384]: there at mhc.py:97, back at mhc.py:98 ...``."""
+        assert entry.round_trip_of is not None
+        first = self.entries[entry.round_trip_of]
+        chain = (f"{dtype_name(first.src_dtype)} -> {dtype_name(first.dst_dtype)} -> "
+                 f"{dtype_name(entry.dst_dtype)}")
+        return (
+            f"{chain} of {list(entry.shape)} at {entry.where} (back; there at {first.where}), "
+            f"{megabytes(entry.bytes_moved)} moved while the "
+            f"{dtype_name(entry.dst_dtype)} original was still alive: use it (or a view of it)"
+        )
+
+    # -- recording ----------------------------------------------------------------------
+
+    def _record(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> None:
+        packet = func.overloadpacket
+        if packet is _aten.copy_:
+            dst, src = args[0], args[1]
+        else:
+            src, dst = args[0], out
+        if not (isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor)):
+            return
+        cast = src.dtype != dst.dtype
+        no_op = (
+            packet is _aten._to_copy
+            and not cast
+            and src.device == dst.device
+            and src.stride() == dst.stride()
+        )
+        # copy_ broadcasts: it reads src once and writes every element of dst.
+        entry = LedgerEntry(
+            index=len(self.entries),
+            kind="cast" if cast else "copy",
+            op=str(packet).removeprefix("aten."),
+            src_dtype=src.dtype,
+            dst_dtype=dst.dtype,
+            shape=tuple(dst.shape),
+            bytes_read=src.numel() * src.element_size(),
+            bytes_written=dst.numel() * dst.element_size(),
+            where=user_frame(self.skip),
+            no_op=no_op,
+            round_trip_of=self._undoes(src, dst) if cast else None,
+        )
+        self.entries.append(entry)
+        self._remember(entry, src, dst)
+
+    def _lookup(self, t: torch.Tensor) -> _Origin | None:
+        key = StorageWeakRef(t.untyped_storage())
+        found = self._origins.get(key)
+        if found is None:
+            return None
+        ref, origin = found
+        if ref.expired():  # that storage died; this key is a new one at the same address
+            del self._origins[key]
+            return None
+        return origin
+
+    def _undoes(self, src: torch.Tensor, dst: torch.Tensor) -> int | None:
+        origin = self._lookup(src)
+        if origin is None or origin.dtype != dst.dtype or origin.source.expired():
+            return None
+        if src._version != origin.version:  # written since it was made: a new value
+            return None
+        return origin.entry
+
+    def _remember(self, entry: LedgerEntry, src: torch.Tensor, dst: torch.Tensor) -> None:
+        if entry.kind == "cast":
+            origin = _Origin(entry.index, src.dtype, StorageWeakRef(src.untyped_storage()),
+                             dst._version)
+        else:  # a copy carries the origin of what it copied (x.float().clone().bfloat16())
+            found = self._lookup(src)
+            if found is None:
+                return
+            origin = _Origin(found.entry, found.dtype, found.source, dst._version)
+        ref = StorageWeakRef(dst.untyped_storage())
+        self._origins[ref] = (ref, origin)
+
+
+class _LedgerMode(TorchDispatchMode):
+    """Runs every aten call unchanged and tells the ledger about the watched ones."""
+
+    def __init__(self, ledger: CastLedger) -> None:
+        super().__init__()
+        self.ledger = ledger
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ in torch._disable_dynamo by default, whose
+        # first call imports torch._dynamo: seconds per process, for a compiler the ledger
+        # never runs. Variants under the ledger run eagerly.
+        return False
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func.overloadpacket in WATCHED:
+            self.ledger._record(func, args, kwargs, out)
+        return out
+
+
+def ledger_table(ledger: CastLedger, limit: int = 12) -> Iterator[str]:
+    """The entries as an aligned table, largest first, capped at ``limit`` rows."""
+    rows = sorted(ledger.entries, key=lambda e: -e.bytes_moved)[:limit]
+    yield (f"    {'#':>3}  {'kind':<4}  {'conversion':<14}  {'shape':<16}  {'read':>9}  "
+           f"{'written':>9}  where")
+    for e in rows:
+        flag = ""
+        if e.round_trip_of is not None:
+            flag = f"  ROUND TRIP of #{e.round_trip_of}"
+        elif e.no_op:
+            flag = "  NO-OP"
+        code = f"  {e.where.code}" if e.where.code else ""
+        yield (f"    {e.index:>3}  {e.kind:<4}  {e.conversion:<14}  {list(e.shape)!s:<16}  "
+               f"{megabytes(e.bytes_read):>9}  {megabytes(e.bytes_written):>9}  "
+               f"{e.where}{code}{flag}")
+    if len(ledger.entries) > len(rows):
+        yield f"    ... {len(ledger.entries) - len(rows)} smaller entries"

@@ -1,0 +1,267 @@
+"""The overhead gates: casts and copies (any device) and kernel classes (CUDA).
+
+Two gates, registered with :mod:`numcheck.gates` so case files can cite them in
+``expect.<variant>.fails``:
+
+- ``casts``: from the cast ledger (:mod:`numcheck.casts`). ``round_trips`` (A -> B -> A
+  while the A original was alive), ``no_op_casts`` (conversions that changed nothing),
+  ``cast_bytes_ratio`` (bytes moved by casts and copies over the op's minimum bytes).
+  Active on every device by default.
+- ``kernels``: from the kernel audit (:mod:`numcheck.kernels`). ``cuda_core_gemm`` (a
+  GEMM on CUDA cores in a variant meant for tensor cores), ``copy_share`` (cast/copy
+  kernels' share of the variant's GPU time). Active on CUDA by default.
+
+Limits live in case files, per variant::
+
+    [v4flash-t64.overhead.bf16]
+    max_cast_bytes_ratio = 3.0   # default: no limit
+    round_trips = false          # allowed? default false for every variant
+    no_op_casts = false          # allowed? default false
+    cuda_core_gemm = false       # allowed? default false for bf16/tf32, true for fp32
+    max_copy_share = 0.2         # default: no limit
+
+The op's **minimum bytes** are every input read once plus every output written once: the
+traffic no implementation of the op can avoid (the HBM floor of DESIGN.md's table).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from numcheck.casts import CastLedger, ledger_table, megabytes
+from numcheck.gates import Gate, register_gate
+from numcheck.kernels import COPY, CUDA_CORE_GEMM, KernelAudit, profile_kernels
+from numcheck.verdict import Violation
+
+CASTS_GATE = register_gate(Gate(
+    "casts", ("round_trips", "no_op_casts", "cast_bytes_ratio"),
+    doc="dtype conversions and copies recorded at the aten level while the variant runs",
+))
+KERNELS_GATE = register_gate(Gate(
+    "kernels", ("cuda_core_gemm", "copy_share"),
+    doc="GPU kernels of the variant by class (torch.profiler), CUDA only",
+))
+OVERHEAD_GATES = (CASTS_GATE.name, KERNELS_GATE.name)
+
+#: Precision classes whose GEMMs are meant for tensor cores: a CUDA-core GEMM is a failure.
+TENSOR_CORE_PRECISIONS = ("bf16", "tf32")
+
+
+@dataclass(frozen=True)
+class OverheadBudget:
+    """What a variant may spend on casts and copies; ``None`` limits are not checked."""
+
+    round_trips: bool = False
+    no_op_casts: bool = False
+    max_cast_bytes_ratio: float | None = None
+    cuda_core_gemm: bool = True
+    max_copy_share: float | None = None
+
+
+#: Case-file keys of ``[<case>.overhead.<variant>]``: (type, meaning) for messages.
+OVERHEAD_KEYS: dict[str, tuple[type, str]] = {
+    "round_trips": (bool, "allow A -> B -> A conversions (default false)"),
+    "no_op_casts": (bool, "allow conversions that change nothing (default false)"),
+    "max_cast_bytes_ratio": (float, "bytes moved by casts and copies / the op's minimum bytes"),
+    "cuda_core_gemm": (bool, "allow CUDA-core GEMM kernels (default: only for fp32 variants)"),
+    "max_copy_share": (float, "cast/copy kernels' share of the GPU time, 0..1"),
+}
+
+
+class OverheadError(ValueError):
+    """A bad ``overhead`` entry; ``key`` is relative to ``overhead.<variant>``."""
+
+    def __init__(self, key: str, problem: str, fix: str) -> None:
+        super().__init__(f"{key}: {problem}. Fix: {fix}")
+        self.key, self.problem, self.fix = key, problem, fix
+
+
+def default_overhead(precision: str) -> OverheadBudget:
+    """Round trips and no-op conversions forbidden everywhere; CUDA-core GEMM only in fp32."""
+    return OverheadBudget(cuda_core_gemm=precision not in TENSOR_CORE_PRECISIONS)
+
+
+def complete_overhead(precision: str, given: Mapping[str, Any]) -> OverheadBudget:
+    """The default budget of ``precision`` with the case file's values on top."""
+    known = ", ".join(OVERHEAD_KEYS)
+    values: dict[str, Any] = {}
+    for key, value in given.items():
+        if key not in OVERHEAD_KEYS:
+            raise OverheadError(key, f"unknown overhead key '{key}'", f"use one of: {known}")
+        kind, meaning = OVERHEAD_KEYS[key]
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise OverheadError(key, f"expected true or false, got {value!r}",
+                                    f"write {key} = false ({meaning})")
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise OverheadError(key, f"expected a number, got {value!r}",
+                                    f"write {key} = 0.2 ({meaning})")
+            value = float(value)
+            bad = not math.isfinite(value) or value < 0 or (key == "max_copy_share" and value > 1)
+            if bad:
+                span = "between 0 and 1" if key == "max_copy_share" else "a finite number >= 0"
+                raise OverheadError(key, f"{value!r} is out of range", f"use {span} ({meaning})")
+        values[key] = value
+    base = default_overhead(precision)
+    return OverheadBudget(**{**base.__dict__, **values})
+
+
+def default_gates(device: str) -> set[str]:
+    """Overhead gates a run measures unless told otherwise: casts always, kernels on CUDA."""
+    return {CASTS_GATE.name, KERNELS_GATE.name} if device == "cuda" else {CASTS_GATE.name}
+
+
+@dataclass
+class OverheadReport:
+    """What one variant spent: its cast ledger, its minimum bytes, its kernels (CUDA)."""
+
+    ledger: CastLedger
+    min_bytes: int
+    kernels: KernelAudit | None = None
+
+    @property
+    def cast_bytes_ratio(self) -> float:
+        return self.ledger.bytes_moved / self.min_bytes if self.min_bytes else math.inf
+
+    def summary(self) -> str:
+        """``5 entries (5 casts, 0 copies), 14.1 MB moved = 3.02x the op's minimum ...``."""
+        led = self.ledger
+        text = (f"{len(led.entries)} entries ({len(led.casts)} casts, {len(led.copies)} copies), "
+                f"{megabytes(led.bytes_moved)} moved = {self.cast_bytes_ratio:.2f}x the op's "
+                f"minimum {megabytes(self.min_bytes)}; round trips {len(led.round_trips)}, "
+                f"no-op conversions {len(led.no_ops)}")
+        return text
+
+    def lines(self, limit: int = 12) -> list[str]:
+        """The ledger and (on CUDA) the kernel table, for explain mode and failures."""
+        out = [f"  cast ledger: {self.summary()}"]
+        if self.ledger.entries:
+            out += list(ledger_table(self.ledger, limit))
+        if self.kernels is not None:
+            out += [(f"  kernels ({self.kernels.iterations} calls profiled): "
+                    f"{self.kernels.summary()}"), *self.kernels.table(limit)]
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        led = self.ledger
+        return {
+            "min_bytes": self.min_bytes,
+            "cast_bytes": led.bytes_moved,
+            "cast_bytes_ratio": self.cast_bytes_ratio,
+            "casts": len(led.casts),
+            "copies": len(led.copies),
+            "round_trips": [led.describe_round_trip(e) for e in led.round_trips],
+            "no_op_casts": [e.describe() for e in led.no_ops],
+            "entries": [
+                {"kind": e.kind, "conversion": e.conversion, "shape": list(e.shape),
+                 "bytes_read": e.bytes_read, "bytes_written": e.bytes_written,
+                 "where": str(e.where), "code": e.where.code,
+                 "round_trip_of": e.round_trip_of, "no_op": e.no_op}
+                for e in led.entries
+            ],
+            "kernels": self.kernels.as_dict() if self.kernels is not None else None,
+        }
+
+
+OVERHEAD_HEADER = [
+    "case", "variant", "device", "casts", "copies", "moved", "x min bytes", "round trips",
+    "GEMM kernels", "copy share",
+]
+
+
+def overhead_row(case: str, variant: str, device: str, report: OverheadReport) -> list[str]:
+    """One summary row: what a check spent on casts and copies (and its GEMM class on CUDA)."""
+    led, audit = report.ledger, report.kernels
+    gemm, share = "-", "-"
+    if audit is not None:
+        kinds = [label for cls, label in (("tensor_core_gemm", "tensor cores"),
+                                          (CUDA_CORE_GEMM, "CUDA cores")) if audit.time(cls) > 0]
+        gemm = " + ".join(kinds) or "none"
+        share = f"{100 * audit.share(COPY):.0f}%"
+    return [case, variant, device, str(len(led.casts)), str(len(led.copies)),
+            megabytes(led.bytes_moved), f"{report.cast_bytes_ratio:.2f}",
+            str(len(led.round_trips)), gemm, share]
+
+
+def tensor_bytes(tensors: Mapping[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+# Frames of the harness that calls a variant: skipped when finding the variant's own line.
+_HARNESS = (__file__,)
+
+
+def audit_variant(
+    fn: Any, inputs: Mapping[str, torch.Tensor], params: Mapping[str, Any], *,
+    kernels: bool = False, iterations: int = 5,
+) -> OverheadReport:
+    """Run ``fn(inputs, params)`` once under the cast ledger, and profile it on CUDA.
+
+    ``inputs`` are already on the device. The minimum bytes are the inputs' bytes plus
+    the outputs' bytes of that run.
+    """
+    with torch.no_grad(), CastLedger(skip=_HARNESS) as ledger:
+        out = fn(dict(inputs), params)
+    min_bytes = tensor_bytes(inputs) + tensor_bytes(out)
+    audit = None
+    if kernels:
+        audit = profile_kernels(lambda: fn(dict(inputs), params), iterations=iterations,
+                                skip=("numcheck/overhead.py", "numcheck/kernels.py"))
+    return OverheadReport(ledger, min_bytes, audit)
+
+
+def overhead_violations(
+    report: OverheadReport, budget: OverheadBudget, gates: set[str] | frozenset[str]
+) -> list[Violation]:
+    """The report held against the budget, for the gates in ``gates`` only."""
+    found: list[Violation] = []
+    led = report.ledger
+    if CASTS_GATE.name in gates:
+        if not budget.round_trips and led.round_trips:
+            found.append(Violation(
+                "casts", "round_trips", len(led.round_trips), 0,
+                detail=led.describe_round_trip(led.round_trips[0]),
+            ))
+        if not budget.no_op_casts and led.no_ops:
+            first = led.no_ops[0]
+            found.append(Violation(
+                "casts", "no_op_casts", len(led.no_ops), 0,
+                detail=f"{first.describe()} changed nothing: drop it (or say copy=True is "
+                "meant with no_op_casts = true)",
+            ))
+        limit = budget.max_cast_bytes_ratio
+        if limit is not None and report.cast_bytes_ratio > limit:
+            big = led.largest()
+            found.append(Violation(
+                "casts", "cast_bytes_ratio", report.cast_bytes_ratio, limit,
+                detail=f"{megabytes(led.bytes_moved)} moved by {len(led.entries)} casts/copies "
+                f"vs the op's minimum {megabytes(report.min_bytes)}; largest: "
+                f"{big.describe() if big else '-'}",
+            ))
+    audit = report.kernels
+    if KERNELS_GATE.name in gates and audit is not None:
+        slow = audit.of_class(CUDA_CORE_GEMM)
+        if not budget.cuda_core_gemm and slow:
+            k = slow[0]
+            found.append(Violation(
+                "kernels", "cuda_core_gemm", sum(r.calls for r in slow), 0,
+                detail=f"{k.short_name} runs on CUDA cores, {k.time_us:.1f} us per call "
+                f"({100 * audit.share(CUDA_CORE_GEMM):.0f}% of the op) at {k.where}",
+            ))
+        share = audit.share(COPY)
+        if budget.max_copy_share is not None and share > budget.max_copy_share:
+            k = audit.of_class(COPY)[0]
+            big = led.largest()
+            found.append(Violation(
+                "kernels", "copy_share", share, budget.max_copy_share,
+                detail=f"{audit.time(COPY):.1f} of {audit.total_us:.1f} us per call in cast/copy "
+                f"kernels; top: {k.short_name} {k.time_us:.1f} us at {k.where}; largest "
+                f"conversion: {big.describe() if big else '-'}",
+            ))
+    return found
