@@ -31,8 +31,8 @@ from numcheck.budgets import BudgetError, VariantBudget, complete_budget, descri
 from numcheck.gates import GATES, OUTPUT_METRICS, TOPK_METRICS
 from numcheck.ops import registry
 from numcheck.ops.registry import OpSpec
-from numcheck.perfgate import PERF_OPTIONS, PerfSpec  # registers the "perf" gate
 from numcheck.overhead import OVERHEAD_KEYS, OverheadBudget, OverheadError, complete_overhead
+from numcheck.perfgate import PERF_OPTIONS, PerfSpec  # registers the "perf" gate
 
 #: Keys a case table accepts.
 CASE_KEYS = (

@@ -21,7 +21,6 @@ from numcheck.cases import Case, CaseFileError, Expectation, load_case_file
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
 from numcheck.inputs import to_device
 from numcheck.ops.registry import OpSpec, get_op
-from numcheck.perfrun import PERF_HEADER, PerfResult, perf_rows
 from numcheck.overhead import (
     OVERHEAD_GATES,
     OVERHEAD_HEADER,
@@ -32,6 +31,7 @@ from numcheck.overhead import (
     overhead_row,
     overhead_violations,
 )
+from numcheck.perfrun import PERF_HEADER, PerfResult, perf_rows
 from numcheck.render import SUMMARY_HEADER, Commands, failure_message, summary_rows, table
 from numcheck.runner import CaseInputs, CheckResult, VariantError, check, display_id, write_golden
 from numcheck.timing import TimingError
