@@ -10,6 +10,7 @@ ops and variants.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,6 +86,11 @@ def register_user_ops(config: pytest.Config) -> None:
 
     try:
         registry.load_entry_points()
+        # What the hook registers lives for this run only (pytester runs pytest many times
+        # in one process); installed packages' entry points stay, like their imports.
+        scope = contextlib.ExitStack()
+        scope.enter_context(registry.isolated())
+        config.add_cleanup(scope.close)
         # Historic: a conftest.py that loads later (in a sub-folder) is called when it loads.
         config.hook.pytest_numcheck_register.call_historic(
             kwargs={"registry": registry.Registrar("a pytest_numcheck_register hook")}

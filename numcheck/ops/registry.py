@@ -234,8 +234,9 @@ def _check_variant(op_name: str, variant: Variant, origin: str) -> None:
 def _check_callable(
     op_name: str, what: str, fn: Any, args: tuple[str, ...], origin: str
 ) -> None:
-    """``fn`` must accept exactly these positional arguments (checked, never called)."""
-    call = f"{what}({', '.join(args)})"
+    """``fn`` must accept these positional arguments (checked, never called)."""
+    fn_name = getattr(fn, "__name__", "fn")
+    call = f"{fn_name}({', '.join(args)})"
     if not callable(fn):
         raise RegistrationError(
             f"numcheck: op {op_name!r} (from {origin}): {what} is {type(fn).__name__}, not a "
@@ -248,11 +249,13 @@ def _check_callable(
     try:
         sig.bind(*args)
     except TypeError as exc:
-        name = getattr(fn, "__qualname__", repr(fn))
+        bare = sig.replace(  # annotations would only clutter the message
+            parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+            return_annotation=sig.empty,
+        )
         raise RegistrationError(
-            f"numcheck: op {op_name!r} (from {origin}): {what}: {name}{sig} cannot be called "
-            f"as {call} ({exc}). Fix: define it as def {getattr(fn, '__name__', 'fn')}"
-            f"({', '.join(args)}): ..."
+            f"numcheck: op {op_name!r} (from {origin}): {what}: {fn_name}{bare} cannot be "
+            f"called as {call} ({exc}). Fix: define it as def {call}: ..."
         ) from None
 
 

@@ -7,9 +7,9 @@ checks/goldens/_tests/ from the FP32 reference functions.
 from __future__ import annotations
 
 import torch
+from my_kernels.paged_indexer import paged_mqa_logits
 
 import numcheck
-from my_kernels.paged_indexer import paged_mqa_logits
 
 PARAMS = {"batch": 2, "next_n": 1, "heads": 8, "head_dim": 32, "block_size": 64,
           "max_context": 256, "min_context": 0, "index_topk": 32, "shuffle_pages": True,
