@@ -2,6 +2,12 @@
 
 An op is a plain description (:class:`OpSpec`); the registry is a dict keyed by name.
 Nothing here imports pytest, so cases, goldens and reports can be built without it.
+
+Ops arrive lazily, on the first lookup: the built-in op modules, then the ``numcheck.ops``
+entry points of installed packages (:func:`load_entry_points`); under ``pytest --numcheck``
+the plugin then calls the ``pytest_numcheck_register`` hook with a :class:`Registrar`.
+Every registration is checked (names, precision, devices, function signatures) and a
+clash names both origins (docs/extending.md).
 """
 
 from __future__ import annotations
