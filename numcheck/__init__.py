@@ -1,7 +1,120 @@
 """numcheck: is the faster op still right? Precision validation against FP32 goldens.
 
-Run ``pytest --numcheck``; see README.md. The pure modules (``metrics``, ``topk``,
-``cases``, ``goldens``, ``runner``) work without pytest.
+Run ``pytest --numcheck``; see README.md. This module is the public API for users who bring
+their own ops and variants (docs/extending.md):
+
+- describe an op: :class:`OpSpec`, :class:`Variant`, :class:`ParamSpec`, :class:`TopkSpec`,
+  and the type aliases :data:`Inputs`, :data:`Outputs`, :data:`Params`;
+- register it: :func:`register`, :func:`add_variant`, :func:`get_op` (or, from a conftest.py,
+  the ``pytest_numcheck_register(registry)`` hook with its :class:`Registrar`; from an
+  installed package, a ``numcheck.ops`` entry point); mistakes raise
+  :class:`RegistrationError`;
+- measure by hand: :func:`compare` -> :class:`ErrorMetrics`, :func:`calc_diff`,
+  :func:`select_topk`, :func:`topk_agreement` -> :class:`TopkReport`;
+- seeded, device-independent inputs: :func:`rng`, :func:`normal`, :func:`quantize_e4m3`;
+  an honest FP32 reference: :func:`matmul_precision` (``tf32=False``);
+- the ``numcheck_golden`` fixture's type, :class:`GoldenCheck`, and its failures,
+  :class:`GoldenCheckFailure` and :class:`GoldenError`.
+
+Names load on first use: ``import numcheck`` (and so ``pytest --help``) never imports torch.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "OpSpec": "numcheck.ops.registry",
+    "Variant": "numcheck.ops.registry",
+    "ParamSpec": "numcheck.ops.registry",
+    "TopkSpec": "numcheck.ops.registry",
+    "Inputs": "numcheck.ops.registry",
+    "Outputs": "numcheck.ops.registry",
+    "Params": "numcheck.ops.registry",
+    "Registrar": "numcheck.ops.registry",
+    "RegistrationError": "numcheck.ops.registry",
+    "register": "numcheck.ops.registry",
+    "add_variant": "numcheck.ops.registry",
+    "get_op": "numcheck.ops.registry",
+    "compare": "numcheck.metrics",
+    "calc_diff": "numcheck.metrics",
+    "ErrorMetrics": "numcheck.metrics",
+    "select_topk": "numcheck.topk",
+    "topk_agreement": "numcheck.topk",
+    "TopkReport": "numcheck.topk",
+    "rng": "numcheck.inputs",
+    "normal": "numcheck.inputs",
+    "quantize_e4m3": "numcheck.inputs",
+    "matmul_precision": "numcheck.precision",
+    "GoldenCheck": "numcheck.golden_check",
+    "GoldenCheckFailure": "numcheck.golden_check",
+    "GoldenError": "numcheck.goldens",
+}
+
+__all__ = [
+    "ErrorMetrics",
+    "GoldenCheck",
+    "GoldenCheckFailure",
+    "GoldenError",
+    "Inputs",
+    "OpSpec",
+    "Outputs",
+    "ParamSpec",
+    "Params",
+    "Registrar",
+    "RegistrationError",
+    "TopkReport",
+    "TopkSpec",
+    "Variant",
+    "__version__",
+    "add_variant",
+    "calc_diff",
+    "compare",
+    "get_op",
+    "matmul_precision",
+    "normal",
+    "quantize_e4m3",
+    "register",
+    "rng",
+    "select_topk",
+    "topk_agreement",
+]  # the same names as _EXPORTS (a test keeps them in step)
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads lazily
+    from numcheck.golden_check import GoldenCheck, GoldenCheckFailure
+    from numcheck.goldens import GoldenError
+    from numcheck.inputs import normal, quantize_e4m3, rng
+    from numcheck.metrics import ErrorMetrics, calc_diff, compare
+    from numcheck.ops.registry import (
+        Inputs,
+        OpSpec,
+        Outputs,
+        Params,
+        ParamSpec,
+        Registrar,
+        RegistrationError,
+        TopkSpec,
+        Variant,
+        add_variant,
+        get_op,
+        register,
+    )
+    from numcheck.precision import matmul_precision
+    from numcheck.topk import TopkReport, select_topk, topk_agreement
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'numcheck' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

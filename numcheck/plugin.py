@@ -2,12 +2,24 @@
 
 Glue only. Without ``--numcheck`` nothing is registered and torch is never imported, so
 plain ``pytest`` stays fast; with it, :class:`numcheck.session.NumcheckSession` is
-registered as a plugin and does the work through the pure modules.
+registered as a plugin and does the work through the pure modules. The
+``numcheck_golden`` fixture is available in every run (it imports torch when a test asks
+for it), and ``pytest_numcheck_register`` (:mod:`numcheck.hooks`) lets a conftest.py add
+ops and variants.
 """
 
 from __future__ import annotations
 
+import contextlib
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 import pytest
+
+if TYPE_CHECKING:
+    from numcheck.golden_check import GoldenCheck
 
 OPTION = "--numcheck"
 REGEN_OPTION = "--numcheck-regen"
@@ -17,6 +29,14 @@ EXPLAIN_OPTION = "--numcheck-explain"
 CASES_INI = "numcheck_cases"
 GOLDENS_INI = "numcheck_goldens"
 DEVICES = ("auto", "cpu", "cuda")
+#: ``(golden path, rewritten?)`` of each fixture golden regenerated in this run.
+FIXTURE_GOLDENS = pytest.StashKey[list[tuple[Path, bool]]]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from numcheck import hooks
+
+    pluginmanager.add_hookspecs(hooks)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -33,7 +53,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="rewrite the goldens of the selected cases (respects -k and node ids) "
-        "from the FP32 reference before checking.",
+        "from the FP32 reference before checking; without --numcheck, only the goldens "
+        "of numcheck_golden checks in the selected tests.",
     )
     group.addoption(
         DEVICE_OPTION,
@@ -64,13 +85,74 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "numcheck: a numcheck (case, variant, device) check")
+    config.stash[FIXTURE_GOLDENS] = []
     if not config.getoption(OPTION):
-        for flag in (REGEN_OPTION, PERF_OPTION, EXPLAIN_OPTION):
+        # --numcheck-regen alone is allowed: it regenerates numcheck_golden fixture goldens.
+        for flag in (PERF_OPTION, EXPLAIN_OPTION):
             if config.getoption(flag):
                 raise pytest.UsageError(f"{flag} only works together with {OPTION}")
         return
+    register_user_ops(config)
     from numcheck.session import NumcheckSession  # torch is imported only when switched on
 
     session = NumcheckSession(config)
     config.stash[NumcheckSession.KEY] = session
     config.pluginmanager.register(session, "numcheck-session")
+
+
+def register_user_ops(config: pytest.Config) -> None:
+    """Installed packages' ``numcheck.ops`` entry points, then the conftest hook."""
+    from numcheck.ops import registry
+
+    try:
+        registry.load_entry_points()
+        # What the hook registers lives for this run only (pytester runs pytest many times
+        # in one process); installed packages' entry points stay, like their imports.
+        scope = contextlib.ExitStack()
+        scope.enter_context(registry.isolated())
+        config.add_cleanup(scope.close)
+        # Historic: a conftest.py that loads later (in a sub-folder) is called when it loads.
+        config.hook.pytest_numcheck_register.call_historic(
+            kwargs={"registry": registry.Registrar("a pytest_numcheck_register hook")}
+        )
+    except registry.RegistrationError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.fixture
+def numcheck_golden(request: pytest.FixtureRequest) -> Iterator[GoldenCheck]:
+    """Compare a tensor (``.check``) or a top-k selection (``.check_topk``) with a golden
+    stored under the goldens folder by test id; ``--numcheck-regen`` (re)writes it from
+    the reference function. See :class:`numcheck.golden_check.GoldenCheck`."""
+    from numcheck.golden_check import GoldenCheck
+
+    config = request.config
+    nodeid = request.node.nodeid
+    yield GoldenCheck(
+        goldens_dir=config.rootpath / config.getini(GOLDENS_INI),
+        test_id=nodeid,
+        regen=bool(config.getoption(REGEN_OPTION)),
+        regen_command=f"pytest {REGEN_OPTION} {shlex.quote(nodeid)}",
+        reproduce_command=f"pytest {shlex.quote(nodeid)}",
+        written=config.stash[FIXTURE_GOLDENS],
+    )
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    written = config.stash.get(FIXTURE_GOLDENS, [])
+    regen = config.getoption(REGEN_OPTION)
+    if written:
+        terminalreporter.write_sep("=", "numcheck_golden goldens")
+        for path, rewritten in written:
+            try:
+                shown = path.relative_to(config.rootpath)
+            except ValueError:
+                shown = path
+            terminalreporter.write_line(f"golden {'rewritten' if rewritten else 'unchanged'}: "
+                                        f"{shown}")
+    elif regen and not config.getoption(OPTION):
+        # The flag used to require --numcheck; say plainly what it did not do.
+        terminalreporter.write_line(
+            f"numcheck: {REGEN_OPTION} without {OPTION} regenerates only numcheck_golden "
+            f"checks, and none ran. For case goldens: pytest {OPTION} {REGEN_OPTION}"
+        )

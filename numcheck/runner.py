@@ -256,7 +256,8 @@ def check(
         out = run_variant(variant, op, to_device(cpu_inputs, device), case, device)
         result = SeedResult(seed)
         for name in op.outputs:
-            _check_dtype(golden, seed_key(seed, name), out[name], variant_name, regen_hint)
+            _check_dtype(golden, seed_key(seed, name), out[name], f"op {op.name!r} variant "
+                         f"{variant_name!r}", regen_hint)
             if op.topk is not None and name == op.topk.indices:
                 continue
             pair = unpack_pair(
@@ -316,8 +317,10 @@ def _check_dtype(
     dtype = str(actual.dtype).removeprefix("torch.")
     if list(actual.shape) != stored["shape"] or dtype != stored["dtype"]:
         raise VariantError(
-            f"variant {variant!r}: output {key.split('/', 1)[1]!r} is {dtype} "
-            f"{list(actual.shape)}; the reference gives {stored['dtype']} {stored['shape']}"
+            f"{variant}: output {key.split('/', 1)[1]!r} is {dtype} "
+            f"{list(actual.shape)}; the reference gives {stored['dtype']} {stored['shape']}. "
+            "Fix: return every output in the reference's shape and dtype (a cast belongs "
+            "inside the variant: it is part of its cost)"
         )
 
 

@@ -307,6 +307,11 @@ def test_ini_keys_move_the_folders(pytester: pytest.Pytester) -> None:
     assert (pytester.path / "data" / "gold" / "indexer" / "tiny.safetensors").exists()
 
 
-def test_regen_without_numcheck_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--numcheck-regen")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
+def test_regen_without_numcheck_writes_no_case_golden(pytester: pytest.Pytester) -> None:
+    # Alone, the flag regenerates numcheck_golden fixture goldens only, and says so.
+    make_project(pytester)
+    result = pytester.runpytest("--numcheck-regen", "cases")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.stdout.fnmatch_lines([("numcheck: --numcheck-regen without --numcheck regenerates "
+                                 "only numcheck_golden checks*")])
+    assert not golden(pytester).exists()

@@ -1,0 +1,1 @@
+"""my_kernels: a stand-in for your serving stack's own kernels (numcheck's worked example)."""

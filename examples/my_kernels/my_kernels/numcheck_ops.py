@@ -1,0 +1,71 @@
+"""How my_kernels plugs into numcheck: one variant for the shipped indexer, one new op.
+
+``register(registry)`` is called by the ``pytest_numcheck_register`` hook in conftest.py.
+Shipped as an installed package, the same function would be a ``numcheck.ops`` entry point:
+
+    [project.entry-points."numcheck.ops"]
+    my_kernels = "my_kernels.numcheck_ops:register"
+"""
+
+from __future__ import annotations
+
+import torch
+
+import numcheck
+from my_kernels.paged_indexer import paged_mqa_logits
+from my_kernels.rms_norm import rms_norm
+
+
+def paged_bf16(inputs: numcheck.Inputs, params: numcheck.Params) -> numcheck.Outputs:
+    """Our paged indexer (bf16 score GEMM, one page column at a time) + top-k."""
+    logits = paged_mqa_logits(
+        inputs["q"], inputs["kv_cache"], inputs["weights"], inputs["context_lens"],
+        inputs["block_table"], params["max_context"],
+    )
+    return {"logits": logits, "topk": numcheck.select_topk(logits, params["index_topk"])}
+
+
+def rms_norm_inputs(params: numcheck.Params, seed: int) -> numcheck.Inputs:
+    """Seeded on the CPU with numcheck's streams: the same bytes on every machine."""
+    tokens, hidden = params["tokens"], params["hidden"]
+    x = numcheck.normal(numcheck.rng(seed, "x"), (tokens, hidden))
+    gain = 1.0 + numcheck.normal(numcheck.rng(seed, "gain"), (hidden,), std=0.1)
+    return {"x": x, "gain": gain}
+
+
+def rms_norm_fp32(inputs: numcheck.Inputs, params: numcheck.Params) -> numcheck.Outputs:
+    """Reference: everything in fp32."""
+    return {"y": rms_norm(inputs["x"], inputs["gain"], params["eps"])}
+
+
+def rms_norm_bf16(inputs: numcheck.Inputs, params: numcheck.Params) -> numcheck.Outputs:
+    """bf16 activations and gain; the output is cast back to fp32 like the reference's."""
+    x, gain = inputs["x"].to(torch.bfloat16), inputs["gain"].to(torch.bfloat16)
+    return {"y": rms_norm(x, gain, params["eps"]).float()}
+
+
+RMS_NORM = numcheck.OpSpec(
+    name="rms_norm",
+    version=1,
+    reference="fp32",
+    variants={
+        "fp32": numcheck.Variant("fp32", rms_norm_fp32, "fp32"),
+        "bf16": numcheck.Variant("bf16", rms_norm_bf16, "bf16"),
+    },
+    make_inputs=rms_norm_inputs,
+    outputs=("y",),
+    params={
+        "tokens": numcheck.ParamSpec(int, 16, "rows"),
+        "hidden": numcheck.ParamSpec(int, 256, "normalized size"),
+        "eps": numcheck.ParamSpec(float, 1e-6, "RMS epsilon"),
+    },
+    doc="RMSNorm with a gain (my_kernels)",
+)
+
+
+def register(registry: numcheck.Registrar) -> None:
+    """Add our indexer as a variant of numcheck's ``indexer`` op and register rms_norm."""
+    registry.add_variant(
+        "indexer", numcheck.Variant("paged_bf16", paged_bf16, "bf16", doc=paged_bf16.__doc__ or "")
+    )
+    registry.register(RMS_NORM)
