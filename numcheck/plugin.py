@@ -12,8 +12,12 @@ import pytest
 OPTION = "--numcheck"
 REGEN_OPTION = "--numcheck-regen"
 DEVICE_OPTION = "--numcheck-device"
+REPORT_OPTION = "--numcheck-report"
+MARKDOWN_OPTION = "--numcheck-markdown"
+BASELINE_OPTION = "--numcheck-baseline"
 CASES_INI = "numcheck_cases"
 GOLDENS_INI = "numcheck_goldens"
+DRIFT_INI = "numcheck_drift_rules"
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -39,6 +43,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="auto",
         help="device the variants run on: auto (cuda when available, else cpu), cpu or cuda.",
     )
+    group.addoption(
+        REPORT_OPTION,
+        metavar="PATH",
+        default=None,
+        help="write every check's record (metrics, budgets, verdicts, environment) as JSON "
+        "to PATH; schema in docs/report.md. With -n N the workers' records are merged here.",
+    )
+    group.addoption(
+        MARKDOWN_OPTION,
+        metavar="PATH",
+        default=None,
+        help="write the human summary (headline, failing checks, a table per op) as "
+        "markdown to PATH, and append it to $GITHUB_STEP_SUMMARY when that is set.",
+    )
+    group.addoption(
+        BASELINE_OPTION,
+        metavar="PATH",
+        default=None,
+        help="compare this run with a baseline report (e.g. main's --numcheck-report) and "
+        f"fail on a regression; rules in the {DRIFT_INI} ini key.",
+    )
+    parser.addini(
+        DRIFT_INI,
+        "baseline drift rules as name=value: calc_diff_factor (2), calc_diff_floor (1e-10), "
+        "recall_drop (0), speedup_drop (0.05)",
+        type="args",
+        default=[],
+    )
     parser.addini(CASES_INI, "folder of numcheck case files (*.toml), relative to the rootdir",
                   default="cases")
     parser.addini(GOLDENS_INI, "folder of numcheck goldens, relative to the rootdir",
@@ -48,8 +80,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "numcheck: a numcheck (case, variant, device) check")
     if not config.getoption(OPTION):
-        if config.getoption(REGEN_OPTION):
-            raise pytest.UsageError(f"{REGEN_OPTION} only works together with {OPTION}")
+        for needs in (REGEN_OPTION, REPORT_OPTION, MARKDOWN_OPTION, BASELINE_OPTION):
+            if config.getoption(needs):
+                raise pytest.UsageError(f"{needs} only works together with {OPTION}")
         return
     from numcheck.session import NumcheckSession  # torch is imported only when switched on
 
