@@ -21,7 +21,8 @@ def headline(report: Report) -> str:
     """``numcheck: PASS (12 passed, 2 skipped)`` or ``numcheck: FAIL (...)``."""
     c = report.counts()
     parts = [f"{c[s]} {w}" for s, w in
-             (("fail", "failed"), ("error", "errors"), ("pass", "passed"), ("skip", "skipped"))
+             (("fail", "failed"), ("error", "error" if c["error"] == 1 else "errors"),
+              ("pass", "passed"), ("skip", "skipped"))
              if c[s]]
     if report.drift is not None and report.drift.get("regressions"):
         parts.insert(0, f"{len(report.drift['regressions'])} drift regression(s) vs baseline")

@@ -310,6 +310,34 @@ def test_xdist_concurrent_regen_is_safe(pytester: pytest.Pytester) -> None:
     assert golden(pytester).read_bytes() == first
 
 
+CRASH_CONFTEST = """
+import os
+from numcheck.ops.registry import Variant, add_variant, get_op
+
+def dies(inputs, p):
+    os._exit(3)
+
+if "dies" not in get_op("indexer").variants:
+    add_variant("indexer", Variant("dies", dies, "fp32"))
+"""
+
+
+def test_xdist_worker_crash_is_an_error_record(pytester: pytest.Pytester) -> None:
+    make_project(pytester, variants='"dies"')
+    pytester.makeconftest(CRASH_CONFTEST)
+    pytester.runpytest("--numcheck", "--numcheck-regen", "-k", "fp32")
+    result = pytester.runpytest("-p", "xdist", "-n", "2", "--numcheck",
+                                "--numcheck-report", "r.json")
+    result.assert_outcomes(passed=1, failed=1)
+    report = load_report(pytester.path / "r.json")
+    crashed = next(r for r in report.records if r.variant == "dies")
+    assert (crashed.status, crashed.error_kind, crashed.case) == ("error", "crash", "tiny")
+    assert "crashed while running 'cases/indexer.toml::tiny::dies[cpu]'" in crashed.reason
+    assert crashed.worker is not None and crashed.worker.startswith("gw")
+    assert not report.passed
+    result.stdout.fnmatch_lines(["tiny*dies*cpu*worker 'gw*' crashed*CRASH"])
+
+
 def test_xdist_pins_each_worker_to_its_gpu(pytester: pytest.Pytester) -> None:
     import torch
 
@@ -321,7 +349,7 @@ def test_xdist_pins_each_worker_to_its_gpu(pytester: pytest.Pytester) -> None:
     pytester.runpytest("--numcheck", "--numcheck-regen")
     result = pytester.runpytest("-p", "xdist", "-n", "2", "--numcheck",
                                 "--numcheck-report", "gpu.json")
-    result.assert_outcomes(passed=8)
+    result.assert_outcomes(passed=6)
     recs = records(pytester.path / "gpu.json")
     assert {r["device"] for r in recs} == {"cuda"}
     assert {(r["worker"], r["device_index"]) for r in recs} == {("gw0", 0), ("gw1", 1)}
