@@ -20,6 +20,7 @@ import torch
 from numcheck import plugin
 from numcheck.cases import Case, CaseFileError, load_case_file
 from numcheck.drift import Rules, compare, drift_headline, drift_rows
+from numcheck.environment import environment
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
 from numcheck.markdown import to_markdown
 from numcheck.ops.registry import OpSpec, get_op
@@ -28,7 +29,6 @@ from numcheck.report import (
     Record,
     Report,
     ReportError,
-    environment,
     junit_properties,
     load_report,
     now,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from numcheck.cases import load_case_file
+from numcheck.environment import environment
 from numcheck.goldens import load_golden
 from numcheck.markdown import headline, to_markdown
 from numcheck.ops.registry import get_op
@@ -19,7 +20,6 @@ from numcheck.report import (
     Record,
     Report,
     ReportError,
-    environment,
     junit_properties,
     load_report,
     order_records,
