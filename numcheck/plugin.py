@@ -26,8 +26,12 @@ REGEN_OPTION = "--numcheck-regen"
 DEVICE_OPTION = "--numcheck-device"
 PERF_OPTION = "--numcheck-perf"
 EXPLAIN_OPTION = "--numcheck-explain"
+REPORT_OPTION = "--numcheck-report"
+MARKDOWN_OPTION = "--numcheck-markdown"
+BASELINE_OPTION = "--numcheck-baseline"
 CASES_INI = "numcheck_cases"
 GOLDENS_INI = "numcheck_goldens"
+DRIFT_INI = "numcheck_drift_rules"
 DEVICES = ("auto", "cpu", "cuda")
 #: ``(golden path, rewritten?)`` of each fixture golden regenerated in this run.
 FIXTURE_GOLDENS = pytest.StashKey[list[tuple[Path, bool]]]()
@@ -77,6 +81,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="print each selected check's cast ledger (and, on CUDA, its kernel table) "
         "without gating on them (the overhead gates are off; numerics still run).",
     )
+    group.addoption(
+        REPORT_OPTION,
+        metavar="PATH",
+        default=None,
+        help="write every check's record (metrics, budgets, verdicts, environment) as JSON "
+        "to PATH; schema in docs/report.md. With -n N the workers' records are merged here.",
+    )
+    group.addoption(
+        MARKDOWN_OPTION,
+        metavar="PATH",
+        default=None,
+        help="write the human summary (headline, failing checks, a table per op) as "
+        "markdown to PATH, and append it to $GITHUB_STEP_SUMMARY when that is set.",
+    )
+    group.addoption(
+        BASELINE_OPTION,
+        metavar="PATH",
+        default=None,
+        help="compare this run with a baseline report (e.g. main's --numcheck-report) and "
+        f"fail on a regression; rules in the {DRIFT_INI} ini key.",
+    )
+    parser.addini(
+        DRIFT_INI,
+        "baseline drift rules as name=value: calc_diff_factor (2), calc_diff_floor (1e-10), "
+        "recall_drop (0), speedup_drop (0.05)",
+        type="args",
+        default=[],
+    )
     parser.addini(CASES_INI, "folder of numcheck case files (*.toml), relative to the rootdir",
                   default="cases")
     parser.addini(GOLDENS_INI, "folder of numcheck goldens, relative to the rootdir",
@@ -88,9 +120,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[FIXTURE_GOLDENS] = []
     if not config.getoption(OPTION):
         # --numcheck-regen alone is allowed: it regenerates numcheck_golden fixture goldens.
-        for flag in (PERF_OPTION, EXPLAIN_OPTION):
-            if config.getoption(flag):
-                raise pytest.UsageError(f"{flag} only works together with {OPTION}")
+        for needs in (PERF_OPTION, EXPLAIN_OPTION, REPORT_OPTION, MARKDOWN_OPTION, BASELINE_OPTION):
+            if config.getoption(needs):
+                raise pytest.UsageError(f"{needs} only works together with {OPTION}")
         return
     register_user_ops(config)
     from numcheck.session import NumcheckSession  # torch is imported only when switched on

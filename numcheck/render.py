@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from numcheck.runner import CheckResult
-from numcheck.topk import TopkReport
+from numcheck.report import Record
+
+if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports without torch
+    from numcheck.runner import CheckResult
+    from numcheck.topk import TopkReport
 
 #: Rows of the unexplained-flip table shown in a failure.
 MAX_FLIP_ROWS = 10
@@ -89,45 +93,57 @@ def _cell(value: float | None, fmt: str = ".2e") -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def summary_rows(results: Sequence[CheckResult]) -> list[list[str]]:
-    """One row per check: case, variant, device, worst metric vs budget, key metrics, verdict."""
+def closest_cell(record: Record) -> str:
+    """``output.metric value/budget`` of the record's worst violation or closest pass."""
+    c = record.closest
+    if c is None:
+        return record.reason.splitlines()[0][:60] if record.reason else "-"
+    return f"{c['output']}.{c['metric']} {c['value']:.3g}/{c['limit']:.3g}"
+
+
+def speedup_cell(record: Record) -> str:
+    """``1.23x [1.20, 1.26]`` when the record carries timing, else ``-``."""
+    t = record.timing
+    if not t or t.get("speedup") is None:
+        return "-"
+    text = f"{t['speedup']:.2f}x"
+    if t.get("ci_low") is not None and t.get("ci_high") is not None:
+        text += f" [{t['ci_low']:.2f}, {t['ci_high']:.2f}]"
+    return text
+
+
+def failing_first(records: Sequence[Record]) -> list[Record]:
+    """Failures and errors first, then passes and skips; otherwise in the given order."""
+    return sorted(records, key=lambda r: r.passed)
+
+
+def summary_table(records: Sequence[Record]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the summary table: one row per record, failing first.
+
+    The terminal summary and the markdown summary both print this table, so they agree.
+    A speedup column appears when any record carries timing.
+    """
+    timed = any(r.timing for r in records)
+    header = list(SUMMARY_HEADER)
+    if timed:
+        header.insert(-1, "speedup")
     rows = []
-    for r in results:
-        top = r.worst()
-        first = r.case.budgets[r.variant].outputs
-        output = next(iter(first)) if first else None
-        if top is not None:
-            worst_cell = f"{top.output}.{top.metric} {top.value:.3g}/{top.limit:.3g}"
-        else:
-            worst_cell = _headroom(r)
-        rows.append(
-            [
-                f"{r.case.op}::{r.case.id}",
-                r.variant,
-                r.device,
-                worst_cell,
-                _cell(r.metric(output, "calc_diff")) if output else "-",
-                _cell(r.metric(output, "rel_fro")) if output else "-",
-                _cell(r.topk_value("recall_min"), ".4f"),
-                _cell(r.topk_value("tie_recall_min"), ".4f"),
-                "PASS" if r.passed else "FAIL",
-            ]
-        )
-    return rows
-
-
-def _headroom(r: CheckResult) -> str:
-    """For a pass: the metric closest to its budget, as value/budget."""
-    best: tuple[float, str] | None = None
-    for name, ob in r.case.budgets[r.variant].outputs.items():
-        for metric, limit in ob.limits.items():
-            value = r.metric(name, metric)
-            if value is None or limit <= 0:
-                continue
-            ratio = value / limit
-            if best is None or ratio > best[0]:
-                best = (ratio, f"{name}.{metric} {value:.3g}/{limit:.3g}")
-    return best[1] if best else "-"
+    for r in failing_first(records):
+        row = [
+            f"{r.op}::{r.case}" if r.op else r.case,
+            r.variant,
+            r.device,
+            closest_cell(r),
+            _cell(r.key_metric("calc_diff")),
+            _cell(r.key_metric("rel_fro")),
+            _cell(r.key_metric("recall_min"), ".4f"),
+            _cell(r.key_metric("tie_recall_min"), ".4f"),
+            r.verdict,
+        ]
+        if timed:
+            row.insert(-1, speedup_cell(r))
+        rows.append(row)
+    return header, rows
 
 
 SUMMARY_HEADER = [

@@ -189,6 +189,9 @@ class CheckResult:
     device: str
     seeds: list[SeedResult]
     violations: list[Violation]
+    #: Filled by the perf gate (speedup with its interval) and the cast ledger, when run.
+    timing: dict[str, Any] | None = None
+    casts: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:

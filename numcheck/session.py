@@ -7,9 +7,10 @@ modules' exceptions into pytest outcomes with one message layout.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,11 @@ import torch
 
 from numcheck import plugin
 from numcheck.cases import Case, CaseFileError, Expectation, load_case_file
+from numcheck.drift import Rules, compare, drift_headline, drift_rows
+from numcheck.environment import environment
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
 from numcheck.inputs import to_device
+from numcheck.markdown import to_markdown
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.overhead import (
     OVERHEAD_GATES,
@@ -32,9 +36,30 @@ from numcheck.overhead import (
     overhead_violations,
 )
 from numcheck.perfrun import PERF_HEADER, PerfResult, perf_rows
-from numcheck.render import SUMMARY_HEADER, Commands, failure_message, summary_rows, table
+from numcheck.render import Commands, failure_message, summary_table, table
+from numcheck.report import (
+    Record,
+    Report,
+    ReportError,
+    junit_properties,
+    load_report,
+    now,
+    order_records,
+    record_from_dict,
+    record_from_nodeid,
+    record_from_result,
+    record_to_dict,
+    record_without_verdict,
+    write_json,
+)
 from numcheck.runner import CaseInputs, CheckResult, VariantError, check, display_id, write_golden
 from numcheck.timing import TimingError
+from numcheck.workers import is_worker, pin_worker_gpu, worker_count, worker_id
+
+#: ``report.user_properties`` names on which a worker ships its record and its golden
+#: rewrites to the controller (pytest-xdist serialises user_properties with every report).
+RECORD_PROPERTY = "numcheck_record"
+GOLDENS_PROPERTY = "numcheck_goldens"
 
 
 class NumcheckFailure(Exception):
@@ -80,6 +105,32 @@ class NumcheckSession:
         self.results: list[CheckResult] = []
         self.problems: list[Problem] = []
         self.regenerated: dict[Path, bool] = {}
+        # Reporting (issue 5). Workers make records; the controller (or a serial run)
+        # collects them from the test reports and writes the report files.
+        self.worker = worker_id(config)
+        self.is_worker = is_worker(config)
+        self.device_index: int | None = None
+        if self.device == "cuda":
+            # Before any CUDA work of this process: each xdist worker gets its own GPU.
+            self.device_index = pin_worker_gpu(config)
+        self._device_name: str | None = None
+        self.records: dict[str, Record] = {}
+        self.order: list[str] = []
+        self.goldens_written: dict[str, bool] = {}
+        self.drift: dict[str, Any] | None = None
+        self.report_path = self._path_option(plugin.REPORT_OPTION)
+        self.markdown_path = self._path_option(plugin.MARKDOWN_OPTION)
+        self.baseline_path = self._path_option(plugin.BASELINE_OPTION)
+        self.baseline: Report | None = None
+        try:
+            self.rules = Rules.from_pairs(config.getini(plugin.DRIFT_INI))
+        except ValueError as exc:
+            raise pytest.UsageError(f"{plugin.DRIFT_INI}: {exc}") from None
+        if self.baseline_path is not None and not self.is_worker:
+            try:
+                self.baseline = load_report(self.baseline_path)
+            except ReportError as exc:
+                raise pytest.UsageError(f"{plugin.BASELINE_OPTION} {exc}") from None
         self._seen: dict[tuple[str, str], Path] = {}
         self._goldens: dict[Path, Golden | GoldenError] = {}
         self._inputs: tuple[Case, CaseInputs] | None = None
@@ -99,6 +150,19 @@ class NumcheckSession:
             # `pytest --numcheck` with no paths: the cases folder is the suite.
             self._require_cases_dir()
             config.args[:] = [str(self.cases_dir)]
+
+    def _path_option(self, name: str) -> Path | None:
+        value = self.config.getoption(name)
+        return None if not value else self.config.invocation_params.dir / value
+
+    def device_name(self) -> str:
+        """``cpu``, or the CUDA device's name (of this worker's GPU)."""
+        if self._device_name is None:
+            self._device_name = "cpu"
+            if self.device == "cuda":
+                self._device_name = torch.cuda.get_device_name(torch.cuda.current_device())
+                self.device_index = torch.cuda.current_device()
+        return self._device_name
 
     def _require_cases_dir(self) -> None:
         if not self.cases_dir.is_dir():
@@ -177,19 +241,114 @@ class NumcheckSession:
 
     # -- reporting --------------------------------------------------------------------
 
+    # -- reporting: records travel on the test reports ---------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Any:
+        report = yield
+        if isinstance(item, CheckItem) and item.record is not None and not item.record_shipped:
+            # Only on this phase's report (a copy of item.user_properties), so junitxml, which
+            # writes the teardown report's properties, never sees the whole record.
+            report.user_properties.append((RECORD_PROPERTY, record_to_dict(item.record)))
+            item.record_shipped = True
+            if self.regen:
+                report.user_properties.append((GOLDENS_PROPERTY, self._rewrites()))
+        return report
+
+    def _rewrites(self) -> dict[str, bool]:
+        return {self._rel(path): written for path, written in self.regenerated.items()}
+
+    def _rel(self, path: Path) -> str:
+        root = self.config.rootpath
+        return str(path.relative_to(root) if path.is_relative_to(root) else path)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.is_worker:
+            return  # the controller collects; xdist forwards this report to it
+        for name, value in report.user_properties:
+            if name == RECORD_PROPERTY and isinstance(value, dict):
+                self.records.setdefault(report.nodeid, record_from_dict(value))
+            elif name == GOLDENS_PROPERTY and isinstance(value, dict):
+                for path, written in value.items():
+                    self.goldens_written[path] = self.goldens_written.get(path, False) or written
+        if report.failed and report.nodeid not in self.records and self._ours(report):
+            # A check that died without a record (a crash, or its xdist worker went down):
+            # the report must still show it as an error, not silently drop it.
+            reason = str(getattr(report.longrepr, "reprcrash", None) or report.longrepr or "")
+            worker = getattr(getattr(report, "node", None), "gateway", None)
+            self.records[report.nodeid] = record_from_nodeid(
+                report.nodeid, reason.splitlines()[-1] if reason else "crashed",
+                worker=getattr(worker, "id", None),
+            )
+
+    @staticmethod
+    def _ours(report: pytest.TestReport) -> bool:
+        return "numcheck" in report.keywords or report.nodeid.split("::")[0].endswith(".toml")
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.order = [item.nodeid for item in session.items]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        # Every worker collects the same items in the same order; any one gives the order.
+        if not self.order:
+            self.order = list(ids)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Any:
+        result = yield
+        if self.baseline is not None and not self.is_worker:
+            label = str(self.config.getoption(plugin.BASELINE_OPTION))
+            self.drift = compare(self.baseline, self.report(), self.rules, baseline=label)
+            if self.drift["regressions"]:
+                session.testsfailed += 1  # the gate fails: exit status 1
+        return result
+
+    def report(self, exitstatus: int | None = None) -> Report:
+        """Everything collected so far, in collection order."""
+        records = order_records(self.records.values(), self.order)
+        return Report(
+            records=records,
+            environment=environment(
+                torch_version=torch.__version__,
+                cuda_version=torch.version.cuda,
+                device=self.device,
+                device_names=[r.device_name for r in records if r.device_name],
+                rootdir=self.config.rootpath,
+                workers=worker_count(self.config),
+            ),
+            created=now(),
+            exitstatus=exitstatus,
+            goldens_regenerated=dict(sorted(self.goldens_written.items())),
+            drift=self.drift,
+        )
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker or self.config.option.collectonly:
+            return
+        if self.report_path is None and self.markdown_path is None:
+            return
+        report = self.report(int(exitstatus))
+        if self.report_path is not None:
+            write_json(self.report_path, report)
+        if self.markdown_path is not None:
+            text = to_markdown(report)
+            self.markdown_path.parent.mkdir(parents=True, exist_ok=True)
+            self.markdown_path.write_text(text)
+            step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+            if step_summary:
+                with open(step_summary, "a") as f:
+                    f.write(text + "\n")
+
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
-        if not (self.results or self.problems or self.regenerated):
+        if self.is_worker or not (self.records or self.goldens_written):
             return
         tr.write_sep("=", f"numcheck summary ({self.device}, torch {torch.__version__})")
-        rows = summary_rows(self.results)
-        for p in self.problems:
-            case, _, rest = p.id.partition("::")[2].partition("::")
-            variant, _, device = rest.partition("[")
-            rows.append([p.id.split("::")[0] + "::" + case, variant, device.rstrip("]"),
-                         p.reason.splitlines()[0][:60], "-", "-", "-", "-", p.status])
-        for line in table(SUMMARY_HEADER, rows):
+        header, rows = summary_table(order_records(self.records.values(), self.order))
+        for line in table(header, rows):
             tr.write_line(line)
         if self.perf_results:
             tr.write_sep("-", "numcheck perf (median device time per call; speedup = "
@@ -206,10 +365,17 @@ class NumcheckSession:
                 tr.write_line(check_id)
                 for line in report.lines():
                     tr.write_line(line)
-        for path, written in sorted(self.regenerated.items()):
-            rel = path.relative_to(self.config.rootpath) if path.is_relative_to(
-                self.config.rootpath) else path
-            tr.write_line(f"golden {'rewritten' if written else 'unchanged'}: {rel}")
+        for path, written in sorted(self.goldens_written.items()):
+            tr.write_line(f"golden {'rewritten' if written else 'unchanged'}: {path}")
+        if self.drift is not None:
+            tr.write_sep("-", drift_headline(self.drift))
+            from numcheck.drift import DRIFT_HEADER
+
+            for line in table(DRIFT_HEADER, drift_rows(self.drift)):
+                tr.write_line(line)
+        for what, out in (("report", self.report_path), ("markdown", self.markdown_path)):
+            if out is not None:
+                tr.write_line(f"numcheck {what} written: {out}")
 
 
 class CaseFile(pytest.File):
@@ -253,6 +419,10 @@ class CheckItem(pytest.Item):
         assert isinstance(self.parent, CaseNode)
         self.case: Case = self.parent.case
         self.add_marker(pytest.mark.numcheck)
+        #: The check's report record, once it has one; shipped once on a test report.
+        self.record: Record | None = None
+        self.record_shipped = False
+        self._timing: dict[str, Any] | None = None
 
     @property
     def display_id(self) -> str:
@@ -269,15 +439,19 @@ class CheckItem(pytest.Item):
     def setup(self) -> None:
         op = get_op(self.case.op)
         variant = op.variants[self.variant]
+        reason = None
         if self.device not in self.case.devices:
-            pytest.skip(f"case {self.case.id!r} does not run on {self.device} "
-                        f"(its devices: {', '.join(self.case.devices)})")
-        if self.device not in variant.devices:
-            pytest.skip(f"variant {self.variant!r} runs on {', '.join(variant.devices)} only")
-        state = self.config.stash[NumcheckSession.KEY]
-        if self.case.perf_only and "perf" not in state.active_gates:
-            pytest.skip(f"perf-only case {self.case.id!r} (no golden): runs with "
-                        f"{plugin.PERF_OPTION}")
+            reason = (f"case {self.case.id!r} does not run on {self.device} "
+                      f"(its devices: {', '.join(self.case.devices)})")
+        elif self.device not in variant.devices:
+            reason = f"variant {self.variant!r} runs on {', '.join(variant.devices)} only"
+        elif self.case.perf_only and "perf" not in self.config.stash[
+                NumcheckSession.KEY].active_gates:
+            reason = (f"perf-only case {self.case.id!r} (no golden): runs with "
+                      f"{plugin.PERF_OPTION}")
+        if reason is not None:
+            self._set_record(status="skip", reason=reason)
+            pytest.skip(reason)
 
     def runtest(self) -> None:
         state = self.config.stash[NumcheckSession.KEY]
@@ -294,9 +468,11 @@ class CheckItem(pytest.Item):
                 )
             if "perf" in state.active_gates:
                 result.violations += self._time(state, op)
+                result.timing = self._timing
         except (GoldenError, VariantError, TimingError) as exc:
             kind = "ERROR" if isinstance(exc, VariantError) else type(exc).__name__.upper()
             state.problems.append(Problem(self.display_id, kind, str(exc)))
+            self._set_record(status="error", reason=str(exc), error_kind=type(exc).__name__)
             raise
         overhead = state.overhead_for(op, self.case, self.variant)
         if overhead is not None:
@@ -308,10 +484,19 @@ class CheckItem(pytest.Item):
             budget = self.case.overhead.get(self.variant) or default_overhead(
                 op.variants[self.variant].precision)
             result.violations += overhead_violations(overhead, budget, state.active_gates)
+        if overhead is not None:
+            result.casts = overhead.as_dict()
         state.results.append(result)
         expected = self.case.expect.get(self.variant)
-        if expected is not None:
-            self._settle_expected(expected, result, commands, state.gate_active)
+        try:
+            if expected is not None:
+                self._settle_expected(expected, result, commands, state.gate_active)
+        except pytest.xfail.Exception as xfailed:
+            self._set_record(result=result)
+            assert self.record is not None
+            self.record = replace(self.record, status="xfail", reason=str(xfailed.msg))
+            raise
+        self._set_record(result=result)
         if not result.passed:
             message = failure_message(result, commands, self._source())
             if overhead is not None and any(v.output in OVERHEAD_GATES for v in result.violations):
@@ -327,6 +512,14 @@ class CheckItem(pytest.Item):
         perf = measure_perf(op, self.case, self.variant, self.device, cpu_inputs)
         state.perf_results.append(perf)
         benchrecord.record(self.config, self.name, self.nodeid, perf)
+        info = perf.extra_info()
+        self._timing = {
+            "speedup": info["speedup"], "ci_low": info["speedup_low"],
+            "ci_high": info["speedup_high"], **{k: info[k] for k in (
+                "confidence", "rounds", "median_s", "iqr_s", "reference_median_s",
+                "reference_iqr_s", "speedup_min", "gate", "gate_reason", "tflops", "gbps",
+                "pct_of_floor", "timer")},
+        }
         return perf.violations()
 
     def _settle_expected(
@@ -358,6 +551,23 @@ class CheckItem(pytest.Item):
             f"  case:        {self._source()} [{self.case.id}]\n"
             f"  reproduce:   {commands.reproduce}"
         )
+
+    def _set_record(self, result: CheckResult | None = None, **without_verdict: Any) -> None:
+        """The check's record (from its result, or a skip/error), and its junitxml properties."""
+        state = self.config.stash[NumcheckSession.KEY]
+        if result is not None:
+            self.record = record_from_result(
+                result, nodeid=self.nodeid, source=self._source(),
+                device_name=state.device_name(), device_index=state.device_index,
+                worker=state.worker,
+            )
+        else:
+            self.record = record_without_verdict(
+                id=self.display_id, nodeid=self.nodeid, op=self.case.op, case=self.case.id,
+                variant=self.variant, device=self.device, source=self._source(),
+                worker=state.worker, **without_verdict,
+            )
+        self.user_properties.extend(junit_properties(self.record))
 
     def _source(self) -> str:
         try:

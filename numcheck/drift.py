@@ -1,0 +1,223 @@
+"""Baseline drift: compare a run's records with a baseline report's (say, main's).
+
+Checks are matched by (op, case, variant, device). For each pair the change in the headline
+error metrics, top-k recall and speedup is reported, and :class:`Rules` decide what counts
+as a regression:
+
+- ``calc_diff`` of any output grew more than ``calc_diff_factor`` times (default 2x) and is
+  above ``calc_diff_floor`` (values below it count as zero: bit-exact paths stay quiet);
+- ``recall_min`` or ``tie_recall_min`` dropped by more than ``recall_drop`` (default: any drop);
+- the speedup fell more than ``speedup_drop`` (default 5%) *with confidence*: the new
+  interval's upper end lies below ``(1 - speedup_drop)`` times the baseline's lower end.
+  Applies only when both records carry timing with a confidence interval;
+- the new record does not pass (fail or error), whatever the baseline said.
+
+Improvements (the reverse of each rule) pass and are marked ``improved``.
+Pure: works on :class:`numcheck.report.Report` values; no pytest, no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from numcheck.report import Record, Report
+
+#: Columns of the drift table (text and markdown).
+DRIFT_HEADER = ["check", "calc_diff (base -> new)", "rel_fro (base -> new)",
+                "recall (base -> new)", "speedup (base -> new)", "drift", "why"]
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What counts as a regression against the baseline (see the module docstring)."""
+
+    calc_diff_factor: float = 2.0
+    calc_diff_floor: float = 1e-10
+    recall_drop: float = 0.0
+    speedup_drop: float = 0.05
+
+    @classmethod
+    def from_pairs(cls, pairs: Sequence[str]) -> Rules:
+        """``["calc_diff_factor=3", "recall_drop=1e-3"]`` (the ``numcheck_drift_rules`` ini key).
+
+        Raises:
+            ValueError: an unknown rule name or a value that is not a non-negative number.
+        """
+        names = [f.name for f in fields(cls)]
+        values: dict[str, float] = {}
+        for pair in pairs:
+            name, sep, raw = pair.partition("=")
+            name = name.strip()
+            if not sep or name not in names:
+                raise ValueError(
+                    f"drift rule {pair!r}: expected name=value with name one of {', '.join(names)}"
+                )
+            values[name] = _non_negative(name, raw)
+        return cls(**values)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _non_negative(f.name, getattr(self, f.name))
+
+
+def _non_negative(name: str, raw: Any) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"drift rule {name}: {raw!r} is not a number") from None
+    if not value >= 0:
+        raise ValueError(f"drift rule {name}: {raw!r} must be >= 0")
+    return value
+
+
+@dataclass
+class DriftRow:
+    """One check in the comparison. ``pairs`` maps a headline metric to (base, new)."""
+
+    id: str
+    status: str  # regression | improved | same | new | removed
+    reasons: list[str] = field(default_factory=list)
+    pairs: dict[str, list[float | None]] = field(default_factory=dict)
+
+
+def compare(base: Report, new: Report, rules: Rules | None = None, *,
+            baseline: str = "") -> dict[str, Any]:
+    """The drift of ``new`` against ``base``, as the plain dict stored in a report's ``drift``.
+
+    Keys: ``baseline`` (a label, usually the path), ``rules``, ``rows`` (one per check:
+    regressions first, then improved, same, new, removed), ``regressions`` (``"id: why"``
+    strings; empty means the comparison passes), and counts.
+    """
+    rules = rules or Rules()
+    old = {r.key: r for r in base.records}
+    rows: list[DriftRow] = []
+    seen = set()
+    for rec in new.records:
+        seen.add(rec.key)
+        prev = old.get(rec.key)
+        rows.append(_new_only(rec) if prev is None else _pair(prev, rec, rules))
+    rows += [DriftRow(r.id, "removed", ["not in the new run"], _pairs(r, None))
+             for r in base.records if r.key not in seen]
+    order = {"regression": 0, "improved": 1, "same": 2, "new": 3, "removed": 4}
+    rows.sort(key=lambda r: order[r.status])
+    regressions = [f"{r.id}: {'; '.join(r.reasons)}" for r in rows if r.status == "regression"]
+    if new.exitstatus not in (None, 0):
+        regressions.append(f"run: pytest exit status {new.exitstatus} (the new run itself failed)")
+    counts = {s: sum(r.status == s for r in rows) for s in order}
+    return {
+        "baseline": baseline,
+        "rules": asdict(rules),
+        "rows": [asdict(r) for r in rows],
+        "regressions": regressions,
+        "counts": counts,
+    }
+
+
+def _new_only(rec: Record) -> DriftRow:
+    if not rec.passed:
+        return DriftRow(rec.id, "regression", [f"verdict {rec.verdict} (not in the baseline)"],
+                        _pairs(None, rec))
+    return DriftRow(rec.id, "new", ["not in the baseline"], _pairs(None, rec))
+
+
+def _pairs(base: Record | None, new: Record | None) -> dict[str, list[float | None]]:
+    def value(r: Record | None, name: str) -> float | None:
+        if r is None:
+            return None
+        if name == "speedup":
+            return (r.timing or {}).get("speedup")
+        return r.key_metric(name)
+
+    return {name: [value(base, name), value(new, name)]
+            for name in ("calc_diff", "rel_fro", "recall_min", "tie_recall_min", "speedup")}
+
+
+def _pair(base: Record, new: Record, rules: Rules) -> DriftRow:
+    worse: list[str] = []
+    better: list[str] = []
+    if not new.passed:
+        worse.append(f"verdict {new.verdict} (was {base.verdict})")
+    elif not base.passed:
+        better.append(f"verdict {new.verdict} (was {base.verdict})")
+    for output in new.metrics.keys() & base.metrics.keys():
+        b = base.metrics[output].get("calc_diff")
+        n = new.metrics[output].get("calc_diff")
+        if b is None or n is None:
+            continue
+        floor, factor = rules.calc_diff_floor, rules.calc_diff_factor
+        if n > floor and n > factor * max(b, floor):
+            grew = f"{n / b:.3g}x" if b > 0 else "from 0"
+            worse.append(f"{output}.calc_diff {b:.3g} -> {n:.3g} (grew {grew}, "
+                         f"rule: > {factor:g}x)")
+        elif b > floor and b > factor * max(n, floor):
+            better.append(f"{output}.calc_diff {b:.3g} -> {n:.3g}")
+    for name in ("recall_min", "tie_recall_min"):
+        b, n = base.key_metric(name), new.key_metric(name)
+        if b is None or n is None:
+            continue
+        if n < b - rules.recall_drop:
+            worse.append(f"topk.{name} {b:.4f} -> {n:.4f} (rule: drop > {rules.recall_drop:g})")
+        elif n > b + rules.recall_drop:
+            better.append(f"topk.{name} {b:.4f} -> {n:.4f}")
+    bt, nt = _interval(base.timing), _interval(new.timing)
+    if bt is not None and nt is not None:
+        keep = 1.0 - rules.speedup_drop
+        if nt[2] < keep * bt[1]:
+            worse.append(
+                f"speedup {bt[0]:.3g}x -> {nt[0]:.3g}x (new CI high {nt[2]:.3g} < "
+                f"{keep:g} x baseline CI low {bt[1]:.3g})"
+            )
+        elif nt[1] * keep > bt[2]:
+            better.append(f"speedup {bt[0]:.3g}x -> {nt[0]:.3g}x")
+    status = "regression" if worse else "improved" if better else "same"
+    return DriftRow(new.id, status, worse or better, _pairs(base, new))
+
+
+def _interval(timing: Mapping[str, Any] | None) -> tuple[float, float, float] | None:
+    """(speedup, ci_low, ci_high) when the timing section has all three numbers."""
+    if not timing:
+        return None
+    try:
+        s, lo, hi = (float(timing[k]) for k in ("speedup", "ci_low", "ci_high"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (s, lo, hi)
+
+
+def _arrow(pair: Sequence[float | None], fmt: str) -> str:
+    b, n = pair
+    if b is None and n is None:
+        return "-"
+    return f"{_num(b, fmt)} -> {_num(n, fmt)}"
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def drift_rows(drift: Mapping[str, Any]) -> list[list[str]]:
+    """Table rows (cells for :data:`DRIFT_HEADER`) of a drift dict."""
+    out = []
+    for row in drift.get("rows", []):
+        p = row.get("pairs", {})
+        out.append([
+            row["id"],
+            _arrow(p.get("calc_diff", [None, None]), ".2e"),
+            _arrow(p.get("rel_fro", [None, None]), ".2e"),
+            _arrow(p.get("recall_min", [None, None]), ".4f"),
+            _arrow(p.get("speedup", [None, None]), ".2f"),
+            row["status"],
+            "; ".join(row.get("reasons", [])),
+        ])
+    return out
+
+
+def drift_headline(drift: Mapping[str, Any]) -> str:
+    """``drift vs base.json: PASS (0 regressions; 12 same, 1 improved, 2 new, 0 removed)``."""
+    c = drift.get("counts", {})
+    n = len(drift.get("regressions", []))
+    verdict = "FAIL" if n else "PASS"
+    rest = ", ".join(f"{c.get(s, 0)} {s}" for s in ("same", "improved", "new", "removed"))
+    return f"drift vs {drift.get('baseline') or 'baseline'}: {verdict} ({n} regression(s); {rest})"

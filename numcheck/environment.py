@@ -1,0 +1,66 @@
+"""Where a run happened: versions, devices, driver and commit, for the report's header.
+
+Each probe is best effort: a missing ``nvidia-smi`` or ``git`` gives None, never an error.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from numcheck import __version__
+
+
+def environment(
+    *,
+    torch_version: str | None,
+    cuda_version: str | None,
+    device: str,
+    device_names: Sequence[str],
+    rootdir: Path | None,
+    workers: int = 0,
+) -> dict[str, Any]:
+    """Where a run happened. The driver comes from ``nvidia-smi`` and the commit from
+    ``git``, each only when the tool is there (None otherwise)."""
+    return {
+        "numcheck": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch_version,
+        "cuda": cuda_version,
+        "device": device,
+        "device_names": sorted(set(device_names)),
+        "driver": _driver() if device == "cuda" else None,
+        "git_commit": _git_commit(rootdir) if rootdir is not None else None,
+        "workers": workers,
+        "argv": list(sys.argv[1:]),
+    }
+
+
+def _run(argv: Sequence[str], cwd: Path | None = None) -> str | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        out = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=10,
+                             check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def _driver() -> str | None:
+    out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return None if out is None else out.splitlines()[0].strip()
+
+
+def _git_commit(rootdir: Path) -> str | None:
+    commit = _run(["git", "rev-parse", "HEAD"], cwd=rootdir)
+    if commit is None:
+        return None
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=rootdir)
+    return commit + ("-dirty" if dirty else "")

@@ -1,0 +1,504 @@
+"""The machine-readable result of a run: one plain record per (case, variant, device).
+
+Everything a reader of a run needs (the terminal summary, ``--numcheck-report`` JSON, the
+markdown summary, baseline drift, the junitxml properties) is built from the same
+:class:`Record` values, so they always agree. A record is a dataclass of plain values
+(str, int, float, None, lists and dicts of them): it crosses from a pytest-xdist worker to the
+controller unchanged, and ``record_to_dict`` / ``record_from_dict`` round-trip it exactly.
+
+The JSON layout is versioned by :data:`SCHEMA_VERSION` and documented in docs/report.md.
+Nothing here imports pytest or torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from numcheck import __version__
+
+if TYPE_CHECKING:
+    from numcheck.runner import CheckResult
+
+#: Bump on any change a reader of old reports would trip on (renamed or retyped fields).
+#: Adding an optional field does not bump it: readers ignore fields they do not know.
+SCHEMA_VERSION = 1
+
+#: Record statuses. ``error``: no verdict (golden missing/stale/corrupt, variant raised,
+#: the check crashed); ``error_kind`` says which.
+STATUSES = ("pass", "fail", "xfail", "skip", "error")
+
+#: Headline metrics of a record, shown in every table (of the op's first output / top-k).
+KEY_METRICS = ("calc_diff", "rel_fro", "recall_min", "tie_recall_min")
+
+#: Unexplained flips kept per record (the failure message shows the same worst ones).
+MAX_FLIPS = 10
+
+
+class ReportError(ValueError):
+    """A report file that cannot be read: names the file, the problem and the fix."""
+
+    def __init__(self, path: Path | str, problem: str, fix: str) -> None:
+        super().__init__(f"{path}: {problem}. Fix: {fix}")
+        self.path = Path(path)
+
+
+@dataclass
+class Record:
+    """The verdict of one (case, variant, device) check, as plain data.
+
+    ``metrics`` holds, per output, the worst value over seeds of every error metric (max for
+    errors); ``topk`` the worst top-k statistics (min for recalls, sums for flip counts);
+    ``per_seed`` the same per seed. ``closest`` is, for a failure, the worst violation and,
+    for a pass, the gated metric nearest its budget: ``{output, metric, value, limit}``.
+
+    ``timing`` and ``casts`` are None when not measured. When measured, ``timing`` carries at
+    least ``{"speedup": float, "ci_low": float, "ci_high": float}`` (variant vs reference,
+    with a confidence interval) and ``casts`` a summary of cast/copy overhead; docs/report.md
+    lists their fields. ``worker`` and ``device_index`` say where the check ran (a
+    pytest-xdist worker id and the CUDA device index); they are not part of the verdict.
+    """
+
+    id: str
+    nodeid: str
+    op: str
+    case: str
+    variant: str
+    device: str
+    status: str
+    reason: str = ""
+    error_kind: str | None = None
+    precision: str | None = None
+    source: str | None = None
+    seeds: list[int] = field(default_factory=list)
+    budget: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    topk: dict[str, Any] | None = None
+    per_seed: list[dict[str, Any]] = field(default_factory=list)
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    closest: dict[str, Any] | None = None
+    timing: dict[str, Any] | None = None
+    casts: dict[str, Any] | None = None
+    device_name: str | None = None
+    device_index: int | None = None
+    worker: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        """True for a pass, a skip and a known-bad variant caught as expected (xfail):
+        none of them blocks a merge."""
+        return self.status in ("pass", "xfail", "skip")
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """What identifies a check across runs: (op, case, variant, device)."""
+        return (self.op, self.case, self.variant, self.device)
+
+    def key_metric(self, name: str) -> float | None:
+        """A :data:`KEY_METRICS` value: of the first output for errors, of the top-k else."""
+        if name.startswith(("recall", "tie_recall")):
+            return None if self.topk is None else self.topk.get(name)
+        first = next(iter(self.metrics.values()), None)
+        return None if first is None else first.get(name)
+
+    @property
+    def verdict(self) -> str:
+        """The verdict column: PASS, FAIL, SKIP, or the error kind in capitals."""
+        if self.status == "error":
+            return (self.error_kind or "error").upper()
+        return self.status.upper()
+
+
+# -- building records ------------------------------------------------------------------
+
+
+def record_from_result(
+    result: CheckResult,
+    *,
+    nodeid: str = "",
+    source: str | None = None,
+    device_name: str | None = None,
+    device_index: int | None = None,
+    worker: str | None = None,
+) -> Record:
+    """The record of a check that produced a verdict.
+
+    ``timing`` / ``casts`` are taken from attributes of the same name on ``result`` when
+    present (a dataclass or a mapping), so measuring them needs no change here.
+    """
+    case, variant = result.case, result.variant
+    budget = case.budgets[variant]
+    per_seed = []
+    for s in result.seeds:
+        per_seed.append(
+            {
+                "seed": s.seed,
+                "metrics": {name: _plain(asdict(m)) for name, m in s.metrics.items()},
+                "topk": None if s.topk is None else _topk_dict(s.topk),
+                "violations": len(s.violations),
+            }
+        )
+    metrics: dict[str, dict[str, float]] = {}
+    for name in budget.outputs:
+        worst = {m: result.metric(name, m) for m in _error_metric_names()}
+        metrics[name] = {m: v for m, v in worst.items() if v is not None}
+    metrics = {k: v for k, v in metrics.items() if v}
+    top = result.worst()
+    closest = _violation_dict(top) if top is not None else _headroom(budget, metrics)
+    return Record(
+        id=result.id,
+        nodeid=nodeid,
+        op=case.op,
+        case=case.id,
+        variant=variant,
+        device=result.device,
+        status="pass" if result.passed else "fail",
+        reason="" if top is None else top.describe(),
+        precision=_precision(case.op, variant),
+        source=source,
+        seeds=list(case.seeds),
+        budget=_budget_dict(budget),
+        metrics=metrics,
+        topk=_worst_topk([s.topk for s in result.seeds if s.topk is not None]),
+        per_seed=per_seed,
+        violations=[_violation_dict(v) for v in result.violations],
+        closest=closest,
+        timing=_section(getattr(result, "timing", None)),
+        casts=_section(getattr(result, "casts", None)),
+        device_name=device_name,
+        device_index=device_index,
+        worker=worker,
+    )
+
+
+def record_without_verdict(
+    *,
+    id: str,
+    nodeid: str,
+    op: str,
+    case: str,
+    variant: str,
+    device: str,
+    status: str,
+    reason: str,
+    error_kind: str | None = None,
+    source: str | None = None,
+    worker: str | None = None,
+) -> Record:
+    """The record of a check that was skipped or could not produce a verdict."""
+    if status not in ("skip", "error"):
+        raise ValueError(f"status {status!r}: a record without a verdict is a skip or an error")
+    return Record(
+        id=id, nodeid=nodeid, op=op, case=case, variant=variant, device=device,
+        status=status, reason=reason, error_kind=error_kind,
+        precision=_precision(op, variant) if op else None, source=source, worker=worker,
+    )
+
+
+def record_from_nodeid(nodeid: str, reason: str, *, worker: str | None = None) -> Record:
+    """An error record for a check known only by its node id (it crashed, or its worker did).
+
+    ``cases/indexer.toml::tiny::bf16[cpu]`` -> case ``tiny``, variant ``bf16``, device ``cpu``;
+    the op is not in a node id, so it is left empty.
+    """
+    parts = nodeid.split("::")
+    case = parts[1] if len(parts) > 2 else ""
+    variant, _, device = parts[-1].partition("[") if len(parts) > 2 else ("", "", "")
+    return Record(
+        id=nodeid, nodeid=nodeid, op="", case=case, variant=variant, device=device.rstrip("]"),
+        status="error", reason=reason, error_kind="crash", worker=worker,
+    )
+
+
+def _precision(op: str, variant: str) -> str | None:
+    from numcheck.ops.registry import get_op  # registry imports torch; records need not
+
+    try:
+        return get_op(op).variants[variant].precision
+    except KeyError:
+        return None
+
+
+def _error_metric_names() -> tuple[str, ...]:
+    from numcheck.budgets import ERROR_METRICS
+
+    return ERROR_METRICS
+
+
+def _budget_dict(budget: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, ob in budget.outputs.items():
+        out[name] = {**ob.limits, "atol": ob.atol, "rtol": ob.rtol, "allow_nan": ob.allow_nan}
+    if budget.topk is not None:
+        out["topk"] = {
+            **budget.topk.limits,
+            "tie_band": budget.topk.tie_band,
+            "tie_band_kind": budget.topk.tie_band_kind,
+        }
+    return out
+
+
+def _topk_dict(report: Any) -> dict[str, Any]:
+    d = {
+        name: getattr(report, name)
+        for name in (
+            "rows", "recall_min", "recall_mean", "tie_recall_min", "tie_recall_mean",
+            "worst_row", "tie_worst_row", "rows_with_flips", "n_flips", "n_unexplained",
+            "band", "band_kind",
+        )
+    }
+    d["unexplained"] = [asdict(f) for f in report.unexplained[:MAX_FLIPS]]
+    return _plain(d)
+
+
+def _worst_topk(reports: Sequence[Any]) -> dict[str, Any] | None:
+    """Over seeds: the lowest recalls, the summed flip counts, the worst seed's flips."""
+    if not reports:
+        return None
+    dicts = [_topk_dict(r) for r in reports]
+    worst = max(dicts, key=lambda d: (d["n_unexplained"], -d["recall_min"]))
+    out = dict(worst)
+    for name in ("recall_min", "recall_mean", "tie_recall_min", "tie_recall_mean"):
+        out[name] = min(d[name] for d in dicts)
+    for name in ("rows", "rows_with_flips", "n_flips", "n_unexplained"):
+        out[name] = sum(d[name] for d in dicts)
+    return out
+
+
+def _violation_dict(v: Any) -> dict[str, Any]:
+    d = _plain(asdict(v))
+    d["text"] = v.describe()
+    return dict(d)
+
+
+def _headroom(budget: Any, metrics: Mapping[str, Mapping[str, float]]) -> dict[str, Any] | None:
+    """For a pass: the gated metric closest to its limit (largest value/limit)."""
+    best: tuple[float, dict[str, Any]] | None = None
+    for name, ob in budget.outputs.items():
+        for metric, limit in ob.limits.items():
+            value = metrics.get(name, {}).get(metric)
+            if value is None or limit <= 0:
+                continue
+            ratio = value / limit
+            if best is None or ratio > best[0]:
+                best = (ratio, {"output": name, "metric": metric, "value": value, "limit": limit})
+    return None if best is None else best[1]
+
+
+def _section(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if is_dataclass(value) and not isinstance(value, type):
+        return dict(_plain(asdict(value)))
+    if isinstance(value, Mapping):
+        return dict(_plain(dict(value)))
+    raise TypeError(f"a record section must be a dataclass or a mapping, got {type(value)}")
+
+
+def _plain(value: Any) -> Any:
+    """Tuples to lists, numpy/torch scalars to Python numbers: what JSON and execnet carry."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if hasattr(value, "item"):  # numpy / torch scalar
+        return _plain(value.item())
+    if isinstance(value, float):
+        return float(value)
+    return value
+
+
+def junit_properties(record: Record) -> list[tuple[str, str]]:
+    """Key metrics as ``(name, value)`` pairs for ``item.user_properties`` (junitxml).
+
+    Always ``numcheck_verdict``; the reason when there is one; the headline metrics and the
+    speedup when measured. Values are text, as junitxml writes them.
+    """
+    props = [("numcheck_verdict", record.verdict)]
+    if record.reason:
+        props.append(("numcheck_reason", record.reason.splitlines()[0]))
+    c = record.closest
+    if c is not None:
+        closest = f"{c['output']}.{c['metric']} {c['value']:.4g}/{c['limit']:.4g}"
+        props.append(("numcheck_closest", closest))
+    for name in KEY_METRICS:
+        value = record.key_metric(name)
+        if value is not None:
+            props.append((f"numcheck_{name}", f"{value:.6g}"))
+    if record.timing and record.timing.get("speedup") is not None:
+        props.append(("numcheck_speedup", f"{record.timing['speedup']:.4g}"))
+    return props
+
+
+# -- dict form and JSON ----------------------------------------------------------------
+
+_NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def _encode_floats(value: Any) -> Any:
+    """Strict JSON has no NaN or Infinity: write them as the strings "nan", "inf", "-inf"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _encode_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_encode_floats(v) for v in value]
+    return value
+
+
+def _decode_floats(value: Any) -> Any:
+    """The inverse of :func:`_encode_floats`, for the numeric sections of a record."""
+    if isinstance(value, str):
+        return _NONFINITE.get(value, value)
+    if isinstance(value, dict):
+        return {k: v if k in _TEXT_KEYS else _decode_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode_floats(v) for v in value]
+    return value
+
+
+#: Record fields holding numbers, where "nan"/"inf"/"-inf" stand for floats; inside them,
+#: the keys in _TEXT_KEYS hold text. Top-level fields (ids, names, reason) are never decoded.
+_NUMERIC_FIELDS = ("budget", "metrics", "topk", "per_seed", "violations", "closest", "timing",
+                   "casts")
+_TEXT_KEYS = frozenset({"band_kind", "tie_band_kind", "direction", "output", "metric", "detail",
+                        "text"})
+
+
+def record_to_dict(record: Record) -> dict[str, Any]:
+    """The JSON-ready dict of a record (non-finite floats as strings)."""
+    return dict(_encode_floats(_plain(asdict(record))))
+
+
+def record_from_dict(data: Mapping[str, Any]) -> Record:
+    """The inverse of :func:`record_to_dict`; unknown fields are ignored (newer writers)."""
+    known = {f.name for f in fields(Record)}
+    decoded = {
+        k: _decode_floats(v) if k in _NUMERIC_FIELDS else v
+        for k, v in data.items() if k in known
+    }
+    return Record(**decoded)
+
+
+@dataclass
+class Report:
+    """A whole run: when, where, and every record; ``drift`` when a baseline was given."""
+
+    records: list[Record]
+    environment: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+    exitstatus: int | None = None
+    goldens_regenerated: dict[str, bool] = field(default_factory=dict)
+    drift: dict[str, Any] | None = None
+    schema: int = SCHEMA_VERSION
+
+    def counts(self) -> dict[str, int]:
+        """How many records have each status, and the total."""
+        out = {s: 0 for s in STATUSES}
+        for r in self.records:
+            out[r.status] = out.get(r.status, 0) + 1
+        out["total"] = len(self.records)
+        return out
+
+    @property
+    def passed(self) -> bool:
+        """The merge gate: every record passed or skipped, pytest exited cleanly, no drift
+        regression, and at least one check ran."""
+        if self.exitstatus not in (None, 0):
+            return False
+        if self.drift is not None and self.drift.get("regressions"):
+            return False
+        return bool(self.records) and all(r.passed for r in self.records)
+
+
+def report_to_dict(report: Report) -> dict[str, Any]:
+    """The JSON document of a report (see docs/report.md)."""
+    return {
+        "schema": "numcheck-report",
+        "schema_version": report.schema,
+        "created": report.created,
+        "gate": "pass" if report.passed else "fail",
+        "counts": report.counts(),
+        "exitstatus": report.exitstatus,
+        "environment": _encode_floats(_plain(report.environment)),
+        "goldens_regenerated": dict(report.goldens_regenerated),
+        "drift": _encode_floats(_plain(report.drift)) if report.drift is not None else None,
+        "records": [record_to_dict(r) for r in report.records],
+    }
+
+
+def write_json(path: Path | str, report: Report) -> None:
+    """Write the report as strict JSON (written whole to a temp file, then renamed)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(report_to_dict(report), indent=1, allow_nan=False) + "\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def load_report(path: Path | str) -> Report:
+    """Read a report written by :func:`write_json`.
+
+    Raises:
+        ReportError: missing or unreadable file, not a numcheck report, or a schema version
+            this numcheck does not read.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ReportError(path, "no such report file",
+                          "pass the path a run wrote with --numcheck-report") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReportError(path, f"not readable as JSON ({exc})",
+                          "pass a file written by --numcheck-report") from None
+    if not isinstance(data, dict) or data.get("schema") != "numcheck-report":
+        raise ReportError(path, "not a numcheck report (no \"schema\": \"numcheck-report\")",
+                          "pass a file written by --numcheck-report")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ReportError(
+            path, f"schema version {version!r}; this numcheck {__version__} reads version "
+            f"{SCHEMA_VERSION}", "regenerate the report with this numcheck version "
+            "(rerun the gate on the baseline commit)",
+        )
+    try:
+        records = [record_from_dict(r) for r in data["records"]]
+    except (KeyError, TypeError) as exc:
+        raise ReportError(path, f"malformed records ({exc})",
+                          "pass a file written by --numcheck-report") from None
+    return Report(
+        records=records,
+        environment=dict(data.get("environment") or {}),
+        created=str(data.get("created", "")),
+        exitstatus=data.get("exitstatus"),
+        goldens_regenerated=dict(data.get("goldens_regenerated") or {}),
+        drift=data.get("drift"),
+        schema=version,
+    )
+
+
+def order_records(records: Iterable[Record], order: Sequence[str]) -> list[Record]:
+    """Records in collection order (``order`` = node ids); unknown ones last, by id.
+
+    Workers finish in any order; sorting by the collection order makes the report of
+    ``-n N`` list its records exactly as a serial run does.
+    """
+    rank = {nodeid: i for i, nodeid in enumerate(order)}
+    return sorted(records, key=lambda r: (rank.get(r.nodeid, len(rank)), r.nodeid, r.id))
+
+
+def now() -> str:
+    """UTC, ISO 8601, seconds."""
+    return datetime.now(UTC).isoformat(timespec="seconds")

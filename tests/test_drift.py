@@ -1,0 +1,175 @@
+"""numcheck.drift and ``python -m numcheck``: baseline comparison and its exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from numcheck.__main__ import main
+from numcheck.drift import Rules, compare, drift_headline
+from numcheck.report import Record, Report, write_json
+
+
+def rec(variant: str = "bf16", *, calc_diff: float = 1e-6, recall: float | None = 0.998,
+        tie: float = 1.0, status: str = "pass", timing: dict[str, Any] | None = None,
+        device: str = "cpu") -> Record:
+    return Record(
+        id=f"indexer::tiny::{variant}[{device}]", nodeid=f"n::{variant}", op="indexer",
+        case="tiny", variant=variant, device=device, status=status,
+        reason="" if status == "pass" else "logits.rel_fro = 1 > budget 0.1",
+        metrics={"logits": {"calc_diff": calc_diff, "rel_fro": 1e-3}},
+        topk=None if recall is None else {"recall_min": recall, "tie_recall_min": tie},
+        timing=timing,
+    )
+
+
+def drift(base: list[Record], new: list[Record], **rules: float) -> dict[str, Any]:
+    return compare(Report(base), Report(new), Rules(**rules), baseline="base.json")
+
+
+def test_same_numbers_pass() -> None:
+    d = drift([rec()], [rec()])
+    assert d["regressions"] == [] and d["counts"]["same"] == 1
+    assert drift_headline(d) == (
+        "drift vs base.json: PASS (0 regression(s); 1 same, 0 improved, 0 new, 0 removed)")
+
+
+def test_calc_diff_growth_over_the_factor_fails() -> None:
+    assert drift([rec(calc_diff=1e-6)], [rec(calc_diff=1.9e-6)])["regressions"] == []
+    d = drift([rec(calc_diff=1e-6)], [rec(calc_diff=2.5e-6)])
+    assert d["regressions"] == [
+        "indexer::tiny::bf16[cpu]: logits.calc_diff 1e-06 -> 2.5e-06 (grew 2.5x, rule: > 2x)"
+    ]
+    assert d["rows"][0]["status"] == "regression"
+    assert drift([rec(calc_diff=1e-6)], [rec(calc_diff=2.5e-6)], calc_diff_factor=3)[
+        "regressions"] == []
+
+
+def test_calc_diff_floor_keeps_bit_exact_paths_quiet() -> None:
+    assert drift([rec(calc_diff=0.0)], [rec(calc_diff=5e-11)])["regressions"] == []
+    d = drift([rec(calc_diff=0.0)], [rec(calc_diff=1e-8)])
+    assert "grew from 0" in d["regressions"][0]
+
+
+def test_recall_drop_fails() -> None:
+    d = drift([rec(recall=0.998)], [rec(recall=0.996)])
+    assert d["regressions"] == [
+        "indexer::tiny::bf16[cpu]: topk.recall_min 0.9980 -> 0.9960 (rule: drop > 0)"]
+    assert drift([rec(recall=0.998)], [rec(recall=0.996)], recall_drop=0.01)["regressions"] == []
+    d = drift([rec(tie=1.0)], [rec(tie=0.99)])
+    assert "topk.tie_recall_min 1.0000 -> 0.9900" in d["regressions"][0]
+
+
+def timing(s: float, lo: float, hi: float) -> dict[str, float]:
+    return {"speedup": s, "ci_low": lo, "ci_high": hi}
+
+
+def test_speedup_drop_needs_confidence() -> None:
+    base = [rec(timing=timing(2.0, 1.9, 2.1))]
+    # The new interval reaches 0.95 x 1.9 = 1.805: not a confident 5% drop.
+    assert drift(base, [rec(timing=timing(1.75, 1.70, 1.82))])["regressions"] == []
+    d = drift(base, [rec(timing=timing(1.6, 1.55, 1.65))])
+    assert d["regressions"] == [
+        ("indexer::tiny::bf16[cpu]: speedup 2x -> 1.6x (new CI high 1.65 < 0.95 x baseline "
+         "CI low 1.9)")
+    ]
+    # Without a confidence interval on either side, the rule does not apply.
+    assert drift(base, [rec(timing={"speedup": 1.0})])["regressions"] == []
+    assert drift([rec()], [rec(timing=timing(1.0, 0.9, 1.1))])["regressions"] == []
+
+
+def test_improvements_pass() -> None:
+    d = drift([rec(calc_diff=1e-5, recall=0.99, timing=timing(1.5, 1.4, 1.6))],
+              [rec(calc_diff=1e-6, recall=0.999, timing=timing(2.0, 1.9, 2.1))])
+    assert d["regressions"] == []
+    row = d["rows"][0]
+    assert row["status"] == "improved"
+    assert row["reasons"] == ["logits.calc_diff 1e-05 -> 1e-06",
+                              "topk.recall_min 0.9900 -> 0.9990", "speedup 1.5x -> 2x"]
+    assert drift([rec(status="fail")], [rec()])["rows"][0]["status"] == "improved"
+
+
+def test_failing_verdicts_and_new_and_removed_checks() -> None:
+    d = drift([rec("bf16"), rec("tf32")], [rec("bf16", status="fail"), rec("fp32")])
+    assert d["regressions"] == ["indexer::tiny::bf16[cpu]: verdict FAIL (was PASS)"]
+    assert [(r["id"], r["status"]) for r in d["rows"]] == [
+        ("indexer::tiny::bf16[cpu]", "regression"),
+        ("indexer::tiny::fp32[cpu]", "new"),
+        ("indexer::tiny::tf32[cpu]", "removed"),
+    ]
+    d = drift([], [rec("x", status="error")])
+    assert d["regressions"] == ["indexer::tiny::x[cpu]: verdict ERROR (not in the baseline)"]
+    # Devices are matched too: a cuda run against a cpu baseline compares nothing.
+    assert drift([rec()], [rec(device="cuda")])["counts"]["new"] == 1
+    d = compare(Report([rec()]), Report([rec()], exitstatus=2))
+    assert d["regressions"] == ["run: pytest exit status 2 (the new run itself failed)"]
+
+
+def test_rules_from_pairs() -> None:
+    assert Rules.from_pairs(["calc_diff_factor=3", "recall_drop = 0.001"]) == Rules(
+        calc_diff_factor=3, recall_drop=0.001)
+    with pytest.raises(ValueError, match="expected name=value with name one of calc_diff_fact"):
+        Rules.from_pairs(["speedup=1"])
+    with pytest.raises(ValueError, match="recall_drop: 'x' is not a number"):
+        Rules.from_pairs(["recall_drop=x"])
+    with pytest.raises(ValueError, match="must be >= 0"):
+        Rules(speedup_drop=-0.1)
+
+
+# -- the command line ------------------------------------------------------------------
+
+
+def write(path: Path, records: list[Record]) -> Path:
+    write_json(path, Report(records, {"device": "cpu"}, exitstatus=0))
+    return path
+
+
+def test_compare_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    base = write(tmp_path / "base.json", [rec(calc_diff=1e-6)])
+    same = write(tmp_path / "same.json", [rec(calc_diff=1e-6)])
+    worse = write(tmp_path / "worse.json", [rec(calc_diff=5e-6)])
+    better = write(tmp_path / "better.json", [rec(calc_diff=1e-7)])
+    step = tmp_path / "step.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+
+    assert main(["compare", str(base), str(same)]) == 0
+    assert main(["compare", str(base), str(better)]) == 0
+    assert main(["compare", str(base), str(worse), "--markdown", str(tmp_path / "d.md")]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION indexer::tiny::bf16[cpu]: logits.calc_diff 1e-06 -> 5e-06" in out
+    assert "### Drift vs baseline" in (tmp_path / "d.md").read_text()
+    assert step.read_text().count("### Drift vs baseline") == 3
+    assert main(["compare", str(base), str(worse), "--calc-diff-factor", "10"]) == 0
+
+    assert main(["compare", str(base), str(tmp_path / "missing.json")]) == 2
+    assert "missing.json: no such report file" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["compare", str(base)])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit) as info:
+        main(["compare", str(base), str(same), "--recall-drop", "-1"])
+    assert info.value.code == 2
+
+
+def test_summary_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ok = write(tmp_path / "ok.json", [rec()])
+    bad = write(tmp_path / "bad.json", [rec(status="fail")])
+    assert main(["summary", str(ok), "--markdown", str(tmp_path / "s.md")]) == 0
+    assert capsys.readouterr().out.startswith("numcheck: PASS (1 passed)\ncase ")
+    assert (tmp_path / "s.md").read_text().startswith("## numcheck: PASS")
+    assert main(["summary", str(bad)]) == 1
+
+
+def test_python_dash_m_numcheck(tmp_path: Path) -> None:
+    base = write(tmp_path / "base.json", [rec(recall=0.999)])
+    new = write(tmp_path / "new.json", [rec(recall=0.99)])
+    run = subprocess.run([sys.executable, "-m", "numcheck", "compare", str(base), str(new)],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 1, run.stderr
+    assert run.stdout.startswith("drift vs ")
+
