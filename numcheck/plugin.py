@@ -12,6 +12,7 @@ import pytest
 OPTION = "--numcheck"
 REGEN_OPTION = "--numcheck-regen"
 DEVICE_OPTION = "--numcheck-device"
+PRUNE_OPTION = "--numcheck-prune"
 CASES_INI = "numcheck_cases"
 GOLDENS_INI = "numcheck_goldens"
 DEVICES = ("auto", "cpu", "cuda")
@@ -39,6 +40,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="auto",
         help="device the variants run on: auto (cuda when available, else cpu), cpu or cuda.",
     )
+    group.addoption(
+        PRUNE_OPTION,
+        action="store_true",
+        default=False,
+        help="delete the stale goldens the run reports (golden files no case uses). "
+        "Needs the whole cases folder: refused with -k or node ids.",
+    )
     parser.addini(CASES_INI, "folder of numcheck case files (*.toml), relative to the rootdir",
                   default="cases")
     parser.addini(GOLDENS_INI, "folder of numcheck goldens, relative to the rootdir",
@@ -48,8 +56,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "numcheck: a numcheck (case, variant, device) check")
     if not config.getoption(OPTION):
-        if config.getoption(REGEN_OPTION):
-            raise pytest.UsageError(f"{REGEN_OPTION} only works together with {OPTION}")
+        for flag in (REGEN_OPTION, PRUNE_OPTION):
+            if config.getoption(flag):
+                raise pytest.UsageError(f"{flag} only works together with {OPTION}")
         return
     from numcheck.session import NumcheckSession  # torch is imported only when switched on
 

@@ -22,6 +22,7 @@ from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.render import SUMMARY_HEADER, Commands, failure_message, summary_rows, table
 from numcheck.runner import CaseInputs, CheckResult, VariantError, check, display_id, write_golden
+from numcheck.stale import find_stale, prune
 
 
 class NumcheckFailure(Exception):
@@ -74,6 +75,14 @@ class NumcheckSession:
             # `pytest --numcheck` with no paths: the cases folder is the suite.
             self._require_cases_dir()
             config.args[:] = [str(self.cases_dir)]
+        self.prune = bool(config.getoption(plugin.PRUNE_OPTION))
+        self.narrowed_by = narrowing(config, self.cases_dir)
+        if self.prune and self.narrowed_by:
+            raise pytest.UsageError(
+                f"{plugin.PRUNE_OPTION} deletes goldens no case uses, so it needs the whole "
+                f"cases folder, but the run is narrowed by {self.narrowed_by}. Fix: run "
+                f"pytest {plugin.OPTION} {plugin.PRUNE_OPTION} without it"
+            )
 
     def _require_cases_dir(self) -> None:
         if not self.cases_dir.is_dir():
@@ -138,8 +147,12 @@ class NumcheckSession:
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
-        if not (self.results or self.problems or self.regenerated):
-            return
+        if self.results or self.problems or self.regenerated:
+            self._summary(tr)
+        if not hasattr(self.config, "workerinput"):  # xdist workers: the controller reports
+            self._report_stale(tr)
+
+    def _summary(self, tr: Any) -> None:
         tr.write_sep("=", f"numcheck summary ({self.device}, torch {torch.__version__})")
         rows = summary_rows(self.results)
         for p in self.problems:
@@ -153,6 +166,50 @@ class NumcheckSession:
             rel = path.relative_to(self.config.rootpath) if path.is_relative_to(
                 self.config.rootpath) else path
             tr.write_line(f"golden {'rewritten' if written else 'unchanged'}: {rel}")
+
+    def _rel(self, path: Path) -> Path:
+        root = self.config.rootpath
+        return path.relative_to(root) if path.is_relative_to(root) else path
+
+    def _report_stale(self, tr: Any) -> None:
+        """Goldens no case uses: listed at the end of a whole run, deleted on --numcheck-prune."""
+        if self.narrowed_by:
+            tr.write_line(f"numcheck: stale goldens not checked (the run is narrowed by "
+                          f"{self.narrowed_by}); plain `pytest {plugin.OPTION}` checks them")
+            return
+        try:
+            found = find_stale(self.cases_dir, self.goldens_dir)
+        except CaseFileError as exc:
+            tr.write_line(f"numcheck: stale goldens not checked: a case file does not load "
+                          f"({exc.path})")
+            return
+        if not found:
+            return
+        if self.prune:
+            for path in prune(found):
+                tr.write_line(f"numcheck: deleted stale golden {self._rel(path)}")
+            return
+        tr.write_sep("-", f"numcheck: {len(found)} stale golden(s): no case uses them")
+        for path in found:
+            tr.write_line(f"  {self._rel(path)}")
+        tr.write_line(f"Fix: delete them with pytest {plugin.OPTION} {plugin.PRUNE_OPTION}, "
+                      "or restore the case that used them")
+
+
+def narrowing(config: pytest.Config, cases_dir: Path) -> str:
+    """What keeps this run from covering the whole cases folder ('' when nothing does)."""
+    for dest, label in (("keyword", "-k"), ("markexpr", "-m"), ("deselect", "--deselect"),
+                        ("lf", "--lf"), ("stepwise", "--sw"), ("ignore", "--ignore"),
+                        ("ignore_glob", "--ignore-glob")):
+        if config.getoption(dest, None):
+            return label
+    for arg in config.args:
+        if "::" in arg:
+            return "node ids"
+        path = (config.invocation_params.dir / arg).resolve()
+        if not cases_dir.is_relative_to(path):
+            return "path arguments"
+    return ""
 
 
 class CaseFile(pytest.File):
