@@ -51,8 +51,11 @@ def exclusive(path: Path, *, timeout: float = DEFAULT_TIMEOUT_S) -> Iterator[Non
     for more than ``timeout`` seconds.
     """
     lock = lock_path(path).absolute()
-    held: set[Path] = getattr(_held, "paths", None) or set()
-    _held.paths = held
+    if getattr(_held, "pid", None) != os.getpid():
+        # A forked child inherits this thread's record but not the lock (flock belongs to the
+        # parent's open file): start afresh.
+        _held.pid, _held.paths = os.getpid(), set()
+    held: set[Path] = _held.paths
     if lock in held or fcntl is None:
         yield  # re-entrant: the outer frame of this thread holds it
         return
