@@ -16,6 +16,7 @@ writes anything).
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -30,6 +31,8 @@ from typing import Any
 import numpy as np
 import safetensors.torch
 import torch
+
+from numcheck.locking import exclusive
 
 __all__ = [
     "FORMAT_VERSION",
@@ -467,6 +470,9 @@ def save_golden(path: Path, tensors: Mapping[str, torch.Tensor], meta: Mapping[s
     The bytes go to a temporary file in the same folder, which is flushed, fsynced and moved over
     ``path`` with ``os.replace``; then the folder is fsynced. A reader therefore sees either the
     old golden or the new one, never half a file, and no temporary file is left behind on error.
+    The write holds the golden's cross-process lock (:mod:`numcheck.locking`), so concurrent
+    writers of one golden take turns; under it, temporary files left by a writer that was
+    killed mid-write are removed.
     """
     path = Path(path)
     cpu: dict[str, torch.Tensor] = {}
@@ -489,13 +495,26 @@ def save_golden(path: Path, tensors: Mapping[str, torch.Tensor], meta: Mapping[s
     encoded = {str(k): _encode(v) for k, v in full.items()}
     encoded["content_hash"] = content_hash(cpu, encoded)
     data = _canonical(safetensors.torch.save(cpu, metadata=encoded))
-    _atomic_write(path, data)
+    with exclusive(path):
+        _remove_leftovers(path)
+        _atomic_write(path, data)
+
+
+def _temp_name(path: Path) -> Path:
+    # Hidden and not *.safetensors, so a leftover after a hard kill is never taken for a golden.
+    return path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+
+
+def _remove_leftovers(path: Path) -> None:
+    # Only called under the golden's lock: no live writer of this golden owns a temp file now.
+    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Hidden and not *.safetensors, so a leftover after a hard kill is never taken for a golden.
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    tmp = _temp_name(path)
     # os.open with 0o666 honours the umask, unlike mkstemp's 0o600 (goldens are shared files).
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:

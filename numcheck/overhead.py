@@ -265,3 +265,20 @@ def overhead_violations(
                 f"conversion: {big.describe() if big else '-'}",
             ))
     return found
+
+
+def check_overhead(
+    op: Any, case: Any, variant: str, device: str, cpu_inputs: Mapping[str, torch.Tensor],
+    *, gates: set[str] | frozenset[str], kernels: bool = False,
+) -> tuple[OverheadReport, list[Violation]]:
+    """The overhead half of a check: audit one variant and hold it to the case's budget.
+
+    ``case.overhead`` gives the budget; a variant the case file does not name (a planted
+    one, say) gets its precision's default. Used by the pytest session and the self-test.
+    """
+    from numcheck.inputs import to_device
+
+    report = audit_variant(op.variants[variant].fn, to_device(dict(cpu_inputs), device),
+                           case.params, kernels=kernels)
+    budget = case.overhead.get(variant) or default_overhead(op.variants[variant].precision)
+    return report, overhead_violations(report, budget, gates)

@@ -29,6 +29,7 @@ EXPLAIN_OPTION = "--numcheck-explain"
 REPORT_OPTION = "--numcheck-report"
 MARKDOWN_OPTION = "--numcheck-markdown"
 BASELINE_OPTION = "--numcheck-baseline"
+PRUNE_OPTION = "--numcheck-prune"
 CASES_INI = "numcheck_cases"
 GOLDENS_INI = "numcheck_goldens"
 DRIFT_INI = "numcheck_drift_rules"
@@ -109,6 +110,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type="args",
         default=[],
     )
+    group.addoption(
+        PRUNE_OPTION,
+        action="store_true",
+        default=False,
+        help="delete the stale goldens the run reports (golden files no case uses). "
+        "Needs the whole cases folder: refused with -k or node ids.",
+    )
     parser.addini(CASES_INI, "folder of numcheck case files (*.toml), relative to the rootdir",
                   default="cases")
     parser.addini(GOLDENS_INI, "folder of numcheck goldens, relative to the rootdir",
@@ -120,7 +128,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[FIXTURE_GOLDENS] = []
     if not config.getoption(OPTION):
         # --numcheck-regen alone is allowed: it regenerates numcheck_golden fixture goldens.
-        for needs in (PERF_OPTION, EXPLAIN_OPTION, REPORT_OPTION, MARKDOWN_OPTION, BASELINE_OPTION):
+        needs_numcheck = (PERF_OPTION, EXPLAIN_OPTION, REPORT_OPTION, MARKDOWN_OPTION,
+                          BASELINE_OPTION, PRUNE_OPTION)
+        for needs in needs_numcheck:
             if config.getoption(needs):
                 raise pytest.UsageError(f"{needs} only works together with {OPTION}")
         return

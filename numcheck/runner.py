@@ -20,7 +20,9 @@ import torch
 
 from numcheck.cases import Case
 from numcheck.goldens import (
+    VAL_SUFFIX,
     Golden,
+    GoldenFormatError,
     check_fresh,
     input_fingerprint,
     pack_output,
@@ -28,6 +30,7 @@ from numcheck.goldens import (
     unpack_pair,
 )
 from numcheck.inputs import to_device
+from numcheck.locking import exclusive
 from numcheck.metrics import ErrorMetrics, compare
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
 from numcheck.topk import TopkReport, topk_agreement
@@ -145,13 +148,16 @@ def write_golden(path: Path, op: OpSpec, case: Case, device: str, inputs: CaseIn
     from numcheck.goldens import GoldenError, load_golden
 
     tensors, meta = make_golden(op, case, device, inputs)
-    try:
-        old = load_golden(path, case=case.id, regen_hint="")
-    except GoldenError:
-        old = None
-    if old is not None and _same(old, tensors, meta):
-        return False
-    save_golden(path, tensors, meta)
+    # Compare and write under the golden's lock: another process regenerating the same case
+    # (pytest-xdist workers) waits, then finds the file equal and leaves it alone.
+    with exclusive(path):
+        try:
+            old = load_golden(path, case=case.id, regen_hint="")
+        except GoldenError:
+            old = None
+        if old is not None and _same(old, tensors, meta):
+            return False
+        save_golden(path, tensors, meta)
     return True
 
 
@@ -259,8 +265,10 @@ def check(
         out = run_variant(variant, op, to_device(cpu_inputs, device), case, device)
         result = SeedResult(seed)
         for name in op.outputs:
-            _check_dtype(golden, seed_key(seed, name), out[name], f"op {op.name!r} variant "
-                         f"{variant_name!r}", regen_hint)
+            _check_dtype(
+                golden, seed_key(seed, name), out[name], variant_name,
+                reference=variant_name == op.reference, regen_hint=regen_hint,
+            )
             if op.topk is not None and name == op.topk.indices:
                 continue
             pair = unpack_pair(
@@ -312,15 +320,37 @@ def _locate_mask(v: Violation, actual: torch.Tensor, expected: torch.Tensor) -> 
 
 
 def _check_dtype(
-    golden: Golden, key: str, actual: torch.Tensor, variant: str, regen_hint: str
+    golden: Golden, key: str, actual: torch.Tensor, variant: str, *, reference: bool,
+    regen_hint: str,
 ) -> None:
     stored = golden.meta.get("outputs", {}).get(key)
     if stored is None:
         return  # unpack_pair reports a missing output with the golden's own wording
+    output = key.split("/", 1)[1]
+    held = golden.tensors.get(key, golden.tensors.get(key + VAL_SUFFIX))
+    if held is not None and str(held.dtype).removeprefix("torch.") != stored["dtype"]:
+        # A golden whose tensor disagrees with its own metadata was edited by hand or by a
+        # broken tool: its numbers cannot be trusted as the reference.
+        raise GoldenFormatError(
+            f"golden {golden.path} for case {golden.meta.get('case', '')}: output {output!r} "
+            f"is stored as {str(held.dtype).removeprefix('torch.')} but its metadata says "
+            f"{stored['dtype']} (goldens hold the reference's own dtype)\n"
+            f"Fix: regenerate it with: {regen_hint}",
+            path=golden.path, case=str(golden.meta.get("case", "")),
+        )
     dtype = str(actual.dtype).removeprefix("torch.")
     if list(actual.shape) != stored["shape"] or dtype != stored["dtype"]:
+        if reference:
+            # The reference defines the golden: a mismatch means the golden is the odd one out.
+            raise GoldenFormatError(
+                f"golden {golden.path} for case {golden.meta.get('case', '')}: output "
+                f"{output!r} is stored as {stored['dtype']} {stored['shape']}, but the "
+                f"reference {variant!r} now gives {dtype} {list(actual.shape)}\n"
+                f"Fix: if the reference changed on purpose, regenerate it with: {regen_hint}",
+                path=golden.path, case=str(golden.meta.get("case", "")),
+            )
         raise VariantError(
-            f"{variant}: output {key.split('/', 1)[1]!r} is {dtype} "
+            f"op {golden.meta.get('op', '')!r} variant {variant!r}: output {output!r} is {dtype} "
             f"{list(actual.shape)}; the reference gives {stored['dtype']} {stored['shape']}. "
             "Fix: return every output in the reference's shape and dtype (a cast belongs "
             "inside the variant: it is part of its cost)"
@@ -331,7 +361,8 @@ def _check_stats(name: str, pair: Any, seed: int) -> list[Violation]:
     """For sampled goldens: the non-finite counts of the whole output must still match."""
     exp, act = pair.stats_expected, pair.stats_actual
     found = []
-    for i, label in ((6, "posinf"), (7, "neginf")):
+    # NaN too: a NaN outside the sampled positions is invisible to the elementwise metrics.
+    for i, label in ((5, "nan"), (6, "posinf"), (7, "neginf")):
         if exp is not None and act is not None and int(exp[i]) != int(act[i]):
             found.append(
                 Violation(

@@ -22,18 +22,15 @@ from numcheck.cases import Case, CaseFileError, Expectation, load_case_file
 from numcheck.drift import Rules, compare, drift_headline, drift_rows
 from numcheck.environment import environment
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
-from numcheck.inputs import to_device
 from numcheck.markdown import to_markdown
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.overhead import (
     OVERHEAD_GATES,
     OVERHEAD_HEADER,
     OverheadReport,
-    audit_variant,
+    check_overhead,
     default_gates,
-    default_overhead,
     overhead_row,
-    overhead_violations,
 )
 from numcheck.perfrun import PERF_HEADER, PerfResult, perf_rows
 from numcheck.render import Commands, failure_message, summary_table, table
@@ -54,12 +51,14 @@ from numcheck.report import (
 )
 from numcheck.runner import CaseInputs, CheckResult, VariantError, check, display_id, write_golden
 from numcheck.timing import TimingError
+from numcheck.verdict import Violation
 from numcheck.workers import is_worker, pin_worker_gpu, worker_count, worker_id
 
 #: ``report.user_properties`` names on which a worker ships its record and its golden
 #: rewrites to the controller (pytest-xdist serialises user_properties with every report).
 RECORD_PROPERTY = "numcheck_record"
 GOLDENS_PROPERTY = "numcheck_goldens"
+from numcheck.stale import find_stale, prune
 
 
 class NumcheckFailure(Exception):
@@ -150,6 +149,14 @@ class NumcheckSession:
             # `pytest --numcheck` with no paths: the cases folder is the suite.
             self._require_cases_dir()
             config.args[:] = [str(self.cases_dir)]
+        self.prune = bool(config.getoption(plugin.PRUNE_OPTION))
+        self.narrowed_by = narrowing(config, self.cases_dir)
+        if self.prune and self.narrowed_by:
+            raise pytest.UsageError(
+                f"{plugin.PRUNE_OPTION} deletes goldens no case uses, so it needs the whole "
+                f"cases folder, but the run is narrowed by {self.narrowed_by}. Fix: run "
+                f"pytest {plugin.OPTION} {plugin.PRUNE_OPTION} without it"
+            )
 
     def _path_option(self, name: str) -> Path | None:
         value = self.config.getoption(name)
@@ -225,8 +232,11 @@ class NumcheckSession:
             raise loaded
         return loaded
 
-    def overhead_for(self, op: OpSpec, case: Case, variant: str) -> OverheadReport | None:
-        """The cast ledger (and kernel audit on CUDA) of one variant on the case's first seed.
+    def overhead_for(
+        self, op: OpSpec, case: Case, variant: str
+    ) -> tuple[OverheadReport, list[Violation]] | None:
+        """The cast ledger (and kernel audit on CUDA) of one variant on the case's first seed,
+        and its violations of the active overhead gates (none in explain mode).
 
         Runs the variant once more, on its own, when an overhead gate is active or in
         explain mode; None otherwise.
@@ -236,8 +246,8 @@ class NumcheckSession:
             return None
         cpu_inputs, _ = self.inputs_for(op, case).get(case.seeds[0])
         profile = self.device == "cuda" and (self.explain or "kernels" in gates)
-        return audit_variant(op.variants[variant].fn, to_device(cpu_inputs, self.device),
-                             case.params, kernels=profile)
+        return check_overhead(op, case, variant, self.device, cpu_inputs,
+                              gates=set() if self.explain else gates, kernels=profile)
 
     # -- reporting --------------------------------------------------------------------
 
@@ -344,8 +354,12 @@ class NumcheckSession:
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
-        if self.is_worker or not (self.records or self.goldens_written):
-            return
+        if not self.is_worker and (self.records or self.goldens_written):
+            self._summary(tr)
+        if not self.is_worker:  # xdist workers: the controller reports
+            self._report_stale(tr)
+
+    def _summary(self, tr: Any) -> None:
         tr.write_sep("=", f"numcheck summary ({self.device}, torch {torch.__version__})")
         header, rows = summary_table(order_records(self.records.values(), self.order))
         for line in table(header, rows):
@@ -376,6 +390,46 @@ class NumcheckSession:
         for what, out in (("report", self.report_path), ("markdown", self.markdown_path)):
             if out is not None:
                 tr.write_line(f"numcheck {what} written: {out}")
+
+    def _report_stale(self, tr: Any) -> None:
+        """Goldens no case uses: listed at the end of a whole run, deleted on --numcheck-prune."""
+        if self.narrowed_by:
+            tr.write_line(f"numcheck: stale goldens not checked (the run is narrowed by "
+                          f"{self.narrowed_by}); plain `pytest {plugin.OPTION}` checks them")
+            return
+        try:
+            found = find_stale(self.cases_dir, self.goldens_dir)
+        except CaseFileError as exc:
+            tr.write_line(f"numcheck: stale goldens not checked: a case file does not load "
+                          f"({exc.path})")
+            return
+        if not found:
+            return
+        if self.prune:
+            for path in prune(found):
+                tr.write_line(f"numcheck: deleted stale golden {self._rel(path)}")
+            return
+        tr.write_sep("-", f"numcheck: {len(found)} stale golden(s): no case uses them")
+        for path in found:
+            tr.write_line(f"  {self._rel(path)}")
+        tr.write_line(f"Fix: delete them with pytest {plugin.OPTION} {plugin.PRUNE_OPTION}, "
+                      "or restore the case that used them")
+
+
+def narrowing(config: pytest.Config, cases_dir: Path) -> str:
+    """What keeps this run from covering the whole cases folder ('' when nothing does)."""
+    for dest, label in (("keyword", "-k"), ("markexpr", "-m"), ("deselect", "--deselect"),
+                        ("lf", "--lf"), ("stepwise", "--sw"), ("ignore", "--ignore"),
+                        ("ignore_glob", "--ignore-glob")):
+        if config.getoption(dest, None):
+            return label
+    for arg in config.args:
+        if "::" in arg:
+            return "node ids"
+        path = (config.invocation_params.dir / arg).resolve()
+        if not cases_dir.is_relative_to(path):
+            return "path arguments"
+    return ""
 
 
 class CaseFile(pytest.File):
@@ -474,16 +528,15 @@ class CheckItem(pytest.Item):
             state.problems.append(Problem(self.display_id, kind, str(exc)))
             self._set_record(status="error", reason=str(exc), error_kind=type(exc).__name__)
             raise
-        overhead = state.overhead_for(op, self.case, self.variant)
+        audited = state.overhead_for(op, self.case, self.variant)
+        overhead = None if audited is None else audited[0]
         if overhead is not None:
             state.overhead_rows.append(overhead_row(f"{self.case.op}::{self.case.id}",
                                                     self.variant, self.device, overhead))
         if overhead is not None and state.explain:
             state.explained.append((self.display_id, overhead))
-        elif overhead is not None:
-            budget = self.case.overhead.get(self.variant) or default_overhead(
-                op.variants[self.variant].precision)
-            result.violations += overhead_violations(overhead, budget, state.active_gates)
+        elif audited is not None:
+            result.violations += audited[1]
         if overhead is not None:
             result.casts = overhead.as_dict()
         state.results.append(result)

@@ -11,6 +11,7 @@ import torch
 
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import Inputs, Outputs, Params, Variant, add_variant, get_op
+from numcheck.precision import matmul_precision
 from numcheck.topk import select_topk
 
 
@@ -73,10 +74,114 @@ def mhc_slowed(inputs: Inputs, p: Params) -> Outputs:
     return out
 
 
+def indexer_page_dropped(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path whose block table lost one page of request 0: later pages shift up by one."""
+    table = inputs["block_table"].clone()
+    table[0, 1:-1] = inputs["block_table"][0, 2:]
+    return indexer.bf16(dict(inputs, block_table=table), p)
+
+
+def indexer_heads_before_relu(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that sums the weighted heads first and applies relu to the sum."""
+    q, kt, k_scale = indexer._operands(inputs, p, torch.bfloat16)
+    b, n, h = inputs["q"].shape[:3]
+    length = kt.shape[-1]
+    s = torch.bmm(q, kt).float().view(b, n, h, length)
+    logits = (s * inputs["weights"].view(b, n, h, 1)).sum(dim=2).relu()
+    logits = logits * k_scale.view(b, 1, length)
+    mask = indexer.valid_mask(inputs["context_lens"], n, length)
+    logits = logits.masked_fill(~mask, float("-inf")).view(b * n, length)
+    return {"logits": logits, "topk": select_topk(logits, p["index_topk"])}
+
+
+def indexer_transposed_weights(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that reads the [B*next_n, H] head weights in transposed memory order."""
+    w = inputs["weights"]
+    wrong = w.t().contiguous().view(w.shape)
+    return indexer.bf16(dict(inputs, weights=wrong), p)
+
+
+def indexer_nan_one_row(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path with one NaN logit in row 0 (a valid, unselected position)."""
+    out = indexer.bf16(inputs, p)
+    logits = out["logits"].clone()
+    finite = torch.isfinite(logits[0]).nonzero().flatten()
+    logits[0, finite[-1]] = float("nan")
+    return {"logits": logits, "topk": out["topk"]}
+
+
+#: K-tile of the emulated bf16 accumulation: each tile's product is exact-ish (fp32 inside
+#: the MMA), the running sum over tiles is rounded to bf16, as in a kernel with a bf16 C.
+ACC_TILE = 64
+
+
+def mhc_bf16_accumulation(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 GEMM whose running sum over K tiles is kept in bf16 instead of fp32."""
+    x = inputs["x"].flatten(1)
+    w = inputs["hc_fn"].to(torch.bfloat16)
+    acc = torch.zeros(x.shape[0], w.shape[0], dtype=torch.bfloat16)
+    for k in range(0, x.shape[1], ACC_TILE):
+        acc = acc + x[:, k : k + ACC_TILE] @ w[:, k : k + ACC_TILE].T
+    xf = x.float()
+    m = acc.float() * mhc._rms_inv(xf, p["eps"])
+    return mhc._epilogue(m, xf, inputs, p)
+
+
+def mhc_rms_eps_x1000(inputs: Inputs, p: Params) -> Outputs:
+    """TF32 path with the RMSNorm epsilon 1000 times too large (1e-3 instead of 1e-6)."""
+    with matmul_precision(tf32=True):
+        xf = inputs["x"].flatten(1).float()
+        m = (xf @ inputs["hc_fn"].T) * mhc._rms_inv(xf, p["eps"] * 1000)
+        return mhc._epilogue(m, xf, inputs, p)
+
+
+#: Sinkhorn iterations left by the planted cut (the op runs 20).
+CUT_ITERS = 3
+
+
+def mhc_sinkhorn_cut(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that runs 3 Sinkhorn iterations instead of 20."""
+    return mhc.bf16(inputs, dict(p, sinkhorn_iters=min(CUT_ITERS, p["sinkhorn_iters"])))
+
+
+def mhc_roundtrip_cast(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path with a redundant bf16 -> fp32 -> bf16 round trip of x: numerically exact."""
+    return mhc.bf16_roundtrip(inputs, p)
+
+
+def mhc_nan_one_row(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path with one NaN in the last row of y (outside a sampled golden's positions)."""
+    out = mhc.bf16(inputs, p)
+    y = out["y"].clone()
+    y[-1, -1] = float("nan")
+    return {**out, "y": y}
+
+
 def indexer_wrong_shape(inputs: Inputs, p: Params) -> Outputs:
     out = indexer.fp32(inputs, p)
     out["logits"] = out["logits"][:, :-1]
     return out
+
+
+def indexer_wrong_dtype(inputs: Inputs, p: Params) -> Outputs:
+    out = indexer.fp32(inputs, p)
+    out["logits"] = out["logits"].double()
+    return out
+
+
+def indexer_wrong_device(inputs: Inputs, p: Params) -> Outputs:
+    """Outputs on the 'meta' device: the wrong device, even on a CPU-only machine."""
+    out = indexer.fp32(inputs, p)
+    return {k: torch.empty_like(v, device="meta") for k, v in out.items()}
+
+
+def indexer_inf_one_row(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path with one +inf logit in row 0 (a valid position)."""
+    out = indexer.bf16(inputs, p)
+    logits = out["logits"].clone()
+    finite = torch.isfinite(logits[0]).nonzero().flatten()
+    logits[0, finite[-1]] = float("inf")
+    return {"logits": logits, "topk": out["topk"]}
 
 
 def indexer_raises(inputs: Inputs, p: Params) -> Outputs:
@@ -89,11 +194,57 @@ PLANTED = {
         "mask_off_by_one": (indexer_mask_off_by_one, "fp32"),
         "far_flips": (indexer_far_flips, "fp32"),
         "near_flips": (indexer_near_flips, "fp32"),
+        "page_dropped": (indexer_page_dropped, "bf16"),
+        "heads_before_relu": (indexer_heads_before_relu, "bf16"),
+        "transposed_weights": (indexer_transposed_weights, "bf16"),
+        "nan_one_row": (indexer_nan_one_row, "bf16"),
+        "inf_one_row": (indexer_inf_one_row, "bf16"),
         "wrong_shape": (indexer_wrong_shape, "fp32"),
+        "wrong_dtype": (indexer_wrong_dtype, "fp32"),
+        "wrong_device": (indexer_wrong_device, "fp32"),
         "raises": (indexer_raises, "fp32"),
     },
-    "mhc_pre": {"y_scaled": (mhc_y_scaled, "fp32"), "slowed": (mhc_slowed, "fp32")},
+    "mhc_pre": {
+        "y_scaled": (mhc_y_scaled, "fp32"),
+        "slowed": (mhc_slowed, "fp32"),
+        "bf16_accumulation": (mhc_bf16_accumulation, "bf16"),
+        "rms_eps_x1000": (mhc_rms_eps_x1000, "tf32"),
+        "sinkhorn_cut": (mhc_sinkhorn_cut, "bf16"),
+        "roundtrip_cast": (mhc_roundtrip_cast, "bf16"),
+        "nan_one_row": (mhc_nan_one_row, "bf16"),
+    },
 }
+
+#: Planted variants that are not bugs: the gate must let them pass.
+BENIGN = {("indexer", "near_flips")}
+
+#: The bugs of the self-test (issue 7), in the issue's order, with the shipped variant whose
+#: budget each is held to: the loosest budget a real variant of that kind would get (bf16),
+#: except where the bug lives in the fp32 / TF32 path (docs/reliability.md says why).
+SELF_TEST = [
+    ("indexer", "no_kv_scale", "bf16"),  # wrong kv scale
+    ("mhc_pre", "bf16_accumulation", "bf16"),
+    ("indexer", "mask_off_by_one", "bf16"),
+    ("indexer", "page_dropped", "bf16"),
+    ("indexer", "heads_before_relu", "bf16"),
+    ("indexer", "transposed_weights", "bf16"),
+    ("mhc_pre", "rms_eps_x1000", "tf32"),
+    ("mhc_pre", "sinkhorn_cut", "bf16"),
+    ("indexer", "nan_one_row", "bf16"),
+    ("mhc_pre", "roundtrip_cast", "bf16"),  # exact: only the cast ledger (issue 4) sees it
+    # Earlier planted bugs, kept in the self-test.
+    ("indexer", "far_flips", "bf16"),
+    ("mhc_pre", "y_scaled", "bf16"),
+    ("mhc_pre", "nan_one_row", "bf16"),
+    ("indexer", "inf_one_row", "bf16"),
+    ("indexer", "wrong_shape", "bf16"),
+    ("indexer", "wrong_dtype", "bf16"),
+    ("indexer", "wrong_device", "bf16"),
+    ("indexer", "raises", "bf16"),
+]
+
+#: Planted bugs no numerics budget can see, with the gate that catches them instead.
+NOT_NUMERIC = {("mhc_pre", "roundtrip_cast"): "caught by the cast ledger (issue 4)"}
 
 
 def register_all() -> None:

@@ -1,0 +1,68 @@
+"""Determinism of the FP32 references on the CPU (issue 7).
+
+Run to run, in one process and at one thread count, every reference is bit-identical: the
+goldens can be compared with exact tools. Across thread counts MKL may split the mHC GEMM's
+long reduction differently; that difference must stay inside the case's fp32 budget, which is
+what the reference-drift check holds it to. benchmarks/determinism.py checks CUDA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from numcheck.cases import load_cases
+from numcheck.metrics import compare
+from numcheck.ops.registry import get_op
+
+ROOT = Path(__file__).resolve().parent.parent
+# Perf-only cases run at production shape on CUDA only: far too large for a CPU unit test.
+CASES = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases") if not c.perf_only}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """Raw bytes, so NaN, -inf and -0.0 compare exactly."""
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+@pytest.fixture
+def threads() -> Iterator[None]:
+    saved = torch.get_num_threads()
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.mark.parametrize("key", sorted(CASES))
+def test_reference_is_bit_identical_run_to_run(key: str) -> None:
+    case = CASES[key]
+    op = get_op(case.op)
+    ref = op.variants[op.reference]
+    inputs = op.make_inputs(case.params, case.seeds[0])
+    first = ref.fn(inputs, case.params)
+    second = ref.fn({k: v.clone() for k, v in inputs.items()}, case.params)
+    for name in op.outputs:
+        assert first[name].dtype == second[name].dtype
+        assert torch.equal(_bits(first[name]), _bits(second[name])), f"{key}: {name} differs"
+
+
+@pytest.mark.parametrize("key", ["mhc_pre::v4pro-t32", "indexer::v4flash-b2-l1k-contiguous"])
+def test_thread_count_changes_stay_inside_the_fp32_budget(key: str, threads: None) -> None:
+    case = CASES[key]
+    op = get_op(case.op)
+    ref = op.variants[op.reference]
+    inputs = op.make_inputs(case.params, case.seeds[0])
+    torch.set_num_threads(1)
+    one = ref.fn(inputs, case.params)
+    torch.set_num_threads(2)
+    two = ref.fn(inputs, case.params)
+    budget = case.budgets[op.reference]
+    for name in op.outputs:
+        if op.topk is not None and name == op.topk.indices:
+            continue
+        ob = budget.outputs[name]
+        m = compare(two[name], one[name], ulp_dtype=torch.float32, atol=ob.atol, rtol=ob.rtol)
+        for metric, limit in ob.limits.items():
+            assert m.value(metric) <= limit, f"{key}: {name}.{metric} {m.value(metric)} > {limit}"
