@@ -20,11 +20,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
+import torch
 
-from numcheck.cases import load_cases  # noqa: E402
-from numcheck.inputs import to_device  # noqa: E402
-from numcheck.ops.registry import get_op  # noqa: E402
+from numcheck.cases import load_cases
+from numcheck.inputs import to_device
+from numcheck.ops.registry import get_op
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

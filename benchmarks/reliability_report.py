@@ -27,11 +27,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import torch  # noqa: E402
+import torch
 
-from numcheck.cases import load_cases  # noqa: E402
-from numcheck.ops.registry import all_ops  # noqa: E402
-from numcheck.selftest import Planted, catch_table, fresh_seed_outcomes, held_to  # noqa: E402
+from numcheck.cases import load_cases
+from numcheck.ops.registry import all_ops
+from numcheck.selftest import Planted, catch_table, fresh_seed_outcomes, held_to
 
 #: One cheap case per op for the fresh-seed catch rate (the CI self-test uses the same ones).
 CATCH_CASES = ("indexer::v4flash-b2-l1k-contiguous", "mhc_pre::v4pro-t32")

@@ -92,32 +92,32 @@ def test_unknown_op(pytester: pytest.Pytester) -> None:
     path = pytester.path / "cases" / "indexer.toml"
     path.write_text(path.read_text().replace('op = "indexer"', 'op = "indexr"'))
     _collection_stops(pytester).stdout.fnmatch_lines(
-        ["*indexer.toml: case 'tiny': key 'op': unknown op 'indexr' (known ops: indexer, "
-         "mhc_pre*). Fix: use the name of a registered op"]
+        [("*indexer.toml: case 'tiny': key 'op': unknown op 'indexr' (known ops: indexer, "
+         "mhc_pre*). Fix: use the name of a registered op")]
     )
 
 
 def test_unknown_variant(pytester: pytest.Pytester) -> None:
     make_project(pytester, variants='"bf17"')
     _collection_stops(pytester).stdout.fnmatch_lines(
-        ["*indexer.toml: case 'tiny': key 'variants': unknown variant 'bf17' for op 'indexer'."
-         " Fix: use one of: bf16, bf16_fp32out, tf32"]
+        [("*indexer.toml: case 'tiny': key 'variants': unknown variant 'bf17' for op 'indexer'."
+         " Fix: use one of: bf16, bf16_fp32out, tf32")]
     )
 
 
 def test_budget_of_the_wrong_type(pytester: pytest.Pytester) -> None:
     make_project(pytester, extra='[tiny.budget.tf32.logits]\nrel_fro = "small"\n')
     _collection_stops(pytester).stdout.fnmatch_lines(
-        ["*indexer.toml: case 'tiny': key 'budget.tf32.logits.rel_fro': expected a number, "
-         "got string 'small'. Fix: write a bare number*"]
+        [("*indexer.toml: case 'tiny': key 'budget.tf32.logits.rel_fro': expected a number, "
+         "got string 'small'. Fix: write a bare number*")]
     )
 
 
 def test_negative_budget(pytester: pytest.Pytester) -> None:
     make_project(pytester, extra="[tiny.budget.tf32.logits]\nrel_fro = -1e-3\n")
     _collection_stops(pytester).stdout.fnmatch_lines(
-        ["*indexer.toml: case 'tiny': key 'budget.tf32.logits.rel_fro': the budget is negative"
-         " (-0.001). Fix: give a number >= 0"]
+        [("*indexer.toml: case 'tiny': key 'budget.tf32.logits.rel_fro': the budget is negative"
+         " (-0.001). Fix: give a number >= 0")]
     )
 
 
@@ -134,8 +134,8 @@ def test_duplicate_case_ids(pytester: pytest.Pytester) -> None:
     make_project(pytester)
     shutil.copyfile(pytester.path / "cases" / "indexer.toml", pytester.path / "cases" / "more.toml")
     _collection_stops(pytester).stdout.fnmatch_lines(
-        ["*more.toml: case 'tiny': op 'indexer' already has a case 'tiny' in *indexer.toml. "
-         "Fix: rename one of the two cases (the id names the golden file)"]
+        [("*more.toml: case 'tiny': op 'indexer' already has a case 'tiny' in *indexer.toml. "
+         "Fix: rename one of the two cases (the id names the golden file)")]
     )
 
 
@@ -148,8 +148,8 @@ def test_truncated_golden(pytester: pytest.Pytester, tiny_golden: Path) -> None:
     _run_fails(pytester, path).stdout.fnmatch_lines([
         "numcheck GoldenCorrupt indexer::tiny::fp32[[]cpu[]]",
         "*golden *goldens/indexer/tiny.safetensors for case tiny is corrupt: not a readable*",
-        "*Fix: restore it from version control (git checkout -- *) or regenerate it with: "
-        "pytest --numcheck --numcheck-regen cases/indexer.toml::tiny",
+        ("*Fix: restore it from version control (git checkout -- *) or regenerate it with: "
+        "pytest --numcheck --numcheck-regen cases/indexer.toml::tiny"),
         "  case:        cases/indexer.toml [[]tiny[]]",
     ])
 
@@ -164,10 +164,10 @@ def test_golden_of_the_wrong_shape(pytester: pytest.Pytester, tiny_golden: Path)
     _rewrite(path, shorter)
     _run_fails(pytester, path).stdout.fnmatch_lines([
         "numcheck GoldenFormatError indexer::tiny::fp32[[]cpu[]]",
-        "*golden *tiny.safetensors for case tiny: output 'logits' is stored as float32 [[]2, 255[]],"
-        " but the reference 'fp32' now gives float32 [[]2, 256[]]",
-        "*Fix: if the reference changed on purpose, regenerate it with: pytest --numcheck "
-        "--numcheck-regen cases/indexer.toml::tiny",
+        ("*golden *tiny.safetensors for case tiny: output 'logits' is stored as float32 [[]2, 255[]],"
+        " but the reference 'fp32' now gives float32 [[]2, 256[]]"),
+        ("*Fix: if the reference changed on purpose, regenerate it with: pytest --numcheck "
+        "--numcheck-regen cases/indexer.toml::tiny"),
     ])
 
 
@@ -180,8 +180,8 @@ def test_golden_of_the_wrong_dtype(pytester: pytest.Pytester, tiny_golden: Path)
     _rewrite(path, half)
     _run_fails(pytester, path).stdout.fnmatch_lines([
         "numcheck GoldenFormatError indexer::tiny::tf32[[]cpu[]]",
-        "*output 'logits' is stored as float16 but its metadata says float32 (goldens hold the "
-        "reference's own dtype)",
+        ("*output 'logits' is stored as float16 but its metadata says float32 (goldens hold the "
+        "reference's own dtype)"),
         "*Fix: regenerate it with: pytest --numcheck --numcheck-regen cases/indexer.toml::tiny",
     ])
 
@@ -244,8 +244,8 @@ def test_inf_in_a_golden(pytester: pytest.Pytester, tiny_golden: Path) -> None:
     _rewrite(path, inf)
     _run_fails(pytester, path).stdout.fnmatch_lines([
         "numcheck FAIL indexer::tiny::fp32[[]cpu[]]",
-        "*logits.inf_mask = 1 > budget 0 (seed 0): the +/-inf pattern (the context mask) must "
-        "match the golden exactly*",
+        ("*logits.inf_mask = 1 > budget 0 (seed 0): the +/-inf pattern (the context mask) must "
+        "match the golden exactly*"),
         "  regenerate:  pytest --numcheck --numcheck-regen cases/indexer.toml::tiny*",
     ])
 
@@ -267,8 +267,8 @@ def _variant_fails(
 def test_nan_in_a_variant_output(pytester: pytest.Pytester, tiny_golden: Path) -> None:
     _variant_fails(pytester, tiny_golden, "nan_one_row").stdout.fnmatch_lines([
         "numcheck FAIL indexer::tiny::nan_one_row[[]cpu[]]",
-        "*logits.nan = 1 > budget 0 (seed 0): 1 NaN in the output, 0 in the golden (set "
-        "allow_nan = true in the budget only if NaN is expected)",
+        ("*logits.nan = 1 > budget 0 (seed 0): 1 NaN in the output, 0 in the golden (set "
+        "allow_nan = true in the budget only if NaN is expected)"),
         "  case:        cases/indexer.toml [[]tiny[]]",
     ])
 
@@ -283,8 +283,8 @@ def test_inf_in_a_variant_output(pytester: pytest.Pytester, tiny_golden: Path) -
 def test_variant_of_the_wrong_dtype(pytester: pytest.Pytester, tiny_golden: Path) -> None:
     _variant_fails(pytester, tiny_golden, "wrong_dtype").stdout.fnmatch_lines([
         "numcheck VariantError indexer::tiny::wrong_dtype[[]cpu[]]",
-        "  variant 'wrong_dtype': output 'logits' is float64 [[]2, 256[]]; the reference gives "
-        "float32 [[]2, 256[]]",
+        ("  variant 'wrong_dtype': output 'logits' is float64 [[]2, 256[]]; the reference gives "
+        "float32 [[]2, 256[]]"),
         "  case:        cases/indexer.toml [[]tiny[]]",
     ])
 

@@ -45,7 +45,7 @@ def _fork(target: Callable[[], None]) -> int:
         try:
             torch.set_num_threads(1)
             target()
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - a child must never unwind into pytest
             code = 1
         finally:
             os._exit(code)
@@ -108,7 +108,7 @@ def test_regen_killed_at_random_points_never_leaves_a_broken_golden(tmp_path: Pa
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         mid_write += any(p.name not in before for p in path.parent.glob(".*.tmp"))
-        seen = _check_whole(path, range(0, start + 10_000))
+        seen = _check_whole(path, range(start + 10_000))
         written = (seen + 1) if seen is not None else written
     # The next write cleans up after the killed ones: no temporary file, no lock left.
     save_golden(path, _tensors(written), _meta(written))
@@ -131,7 +131,7 @@ def test_concurrent_writers_and_readers_only_see_whole_goldens(tmp_path: Path) -
     live = {_fork(writer(100 * (w + 1))) for w in range(4)}
     reads = 0
     while live:
-        assert _check_whole(path, range(0, 500)) is not None
+        assert _check_whole(path, range(500)) is not None
         reads += 1
         for pid in list(live):
             done, status = os.waitpid(pid, os.WNOHANG)
@@ -139,7 +139,7 @@ def test_concurrent_writers_and_readers_only_see_whole_goldens(tmp_path: Path) -
                 assert os.waitstatus_to_exitcode(status) == 0
                 live.discard(pid)
     assert reads > 1
-    assert _check_whole(path, range(0, 500)) is not None
+    assert _check_whole(path, range(500)) is not None
     assert os.listdir(path.parent) == [path.name]
 
 
@@ -154,9 +154,8 @@ def test_lock_serializes_writers_and_dies_with_its_holder(tmp_path: Path) -> Non
 
     pid = _fork(hold)
     assert os.read(read_fd, 1) == b"x"
-    with pytest.raises(LockTimeout) as info:
-        with exclusive(path, timeout=0.3):
-            pass
+    with pytest.raises(LockTimeout) as info, exclusive(path, timeout=0.3):
+        pass
     msg = str(info.value)
     assert str(lock_path(path).name) in msg and "another process is writing" in msg
     assert "Fix:" in msg

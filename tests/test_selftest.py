@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import planted
 import pytest
 
 import numcheck
-import planted
 from numcheck.cases import load_cases
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import get_op
