@@ -27,20 +27,23 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import torch  # noqa: E402
+import torch
 
-from numcheck.cases import load_cases  # noqa: E402
-from numcheck.ops.registry import all_ops  # noqa: E402
-from numcheck.selftest import Planted, catch_table, fresh_seed_outcomes, held_to  # noqa: E402
+from numcheck.cases import load_cases
+from numcheck.ops.registry import all_ops
+from numcheck.selftest import Planted, catch_table, fresh_seed_outcomes, held_to
 
 #: One cheap case per op for the fresh-seed catch rate (the CI self-test uses the same ones).
 CATCH_CASES = ("indexer::v4flash-b2-l1k-contiguous", "mhc_pre::v4pro-t32")
-FIRST_SEED = 2000  # away from the shipped seeds (0-3) and the calibration seeds (1000+)
+#: Away from the shipped seeds (0-3), the calibration seeds (1000+) and the seeds 2000-2029
+#: that two budgets were re-set from (docs/reliability.md): held out.
+FIRST_SEED = 3000
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=30)
+    ap.add_argument("--first-seed", type=int, default=FIRST_SEED)
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--catch-cases", nargs="*", default=list(CATCH_CASES))
     ap.add_argument("--only", nargs="*", default=None, help="op::case ids for the false failures")
@@ -53,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
     planted.register_all()
     bugs = [Planted(*row) for row in planted.SELF_TEST]
-    seeds = list(range(FIRST_SEED, FIRST_SEED + args.seeds))
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     report: dict[str, Any] = {"torch": torch.__version__, "device": args.device,
                               "seeds": seeds, "threads": torch.get_num_threads()}
 

@@ -45,7 +45,7 @@ def _fork(target: Callable[[], None]) -> int:
         try:
             torch.set_num_threads(1)
             target()
-        except BaseException:  # noqa: BLE001 - a forked child must exit, whatever it raised
+        except BaseException:  # noqa: BLE001 - a child must never unwind into pytest
             code = 1
         finally:
             os._exit(code)

@@ -16,7 +16,15 @@ import pytest
 from numcheck.cases import load_cases
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import get_op
-from numcheck.selftest import Planted, catch_table, fresh_seed_outcomes, held_to, verdict
+from numcheck.runner import check
+from numcheck.selftest import (
+    Planted,
+    catch_table,
+    fresh_golden,
+    fresh_seed_outcomes,
+    held_to,
+    verdict,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 # Perf-only cases (cases/perf.toml) have no golden and no numerics: nothing to plant into.
@@ -26,8 +34,16 @@ SHIPPED = {op.name: op.variants for op in (indexer.OP, mhc.OP)}
 BUGS = [Planted(*row) for row in planted.SELF_TEST]
 NUMERIC = [b for b in BUGS if (b.op, b.variant) not in planted.NOT_NUMERIC]
 
-#: 30 fresh seeds, away from the shipped (0-3) and calibration (1000+) seeds.
-SEEDS = list(range(2000, 2030))
+#: The cast ledger is issue 4's; the round-trip bug is its to catch.
+#: Shipped cases CI runs every planted bug on (every shipped case: reliability_report.py).
+CATCH_CASES = [
+    "indexer::v4flash-b2-l1k-contiguous",
+    "indexer::v4pro-b2-l4k-mtp2",
+    "mhc_pre::v4pro-t32",
+]
+#: 30 fresh seeds, away from the shipped (0-3) and calibration (1000+) seeds, and from the
+#: seeds 2000-2029 that found two false failures and re-set those budgets (held out).
+SEEDS = list(range(3000, 3030))
 #: The cheapest shipped cases that together run every shipped variant (and next_n 1 and 2,
 #: shuffled and contiguous pages, both mHC presets' code paths): ~1 s CPU per seed in all.
 FALSE_FAILURE_CASES = [
@@ -45,7 +61,7 @@ def test_self_test_has_the_issue_bugs() -> None:
     assert len(BUGS) >= 10
 
 
-@pytest.mark.parametrize("key", sorted(CASES))
+@pytest.mark.parametrize("key", CATCH_CASES)
 def test_gate_catches_every_planted_bug_on_shipped_cases(key: str) -> None:
     planted.register_all()
     case = CASES[key]
@@ -55,15 +71,24 @@ def test_gate_catches_every_planted_bug_on_shipped_cases(key: str) -> None:
     assert not missed, f"{key}: the gate let these planted bugs pass: {missed}"
 
 
+def test_nan_outside_the_sample_of_a_sampled_golden_is_caught() -> None:
+    """y of this case is stored as a sample; the NaN is counted by the summary statistics."""
+    planted.register_all()
+    bug = Planted("mhc_pre", "nan_one_row", "bf16")
+    ((_, _, outcome),) = catch_table([CASES["mhc_pre::v4pro-t512-sampled"]], [bug],
+                                     ROOT / "goldens")
+    assert not outcome.passed and "y.nan_count = 1" in outcome.reason
+
+
 @pytest.mark.parametrize("key", ["indexer::v4flash-b2-l1k-contiguous", "mhc_pre::v4pro-t32"])
 def test_gate_catches_planted_bugs_on_fresh_seeds(key: str) -> None:
-    """Not tuned to the shipped seeds: 5 fresh seeds, each with its own reference."""
+    """Not tuned to the shipped seeds: fresh seeds, each with its own reference."""
     planted.register_all()
     case = CASES[key]
     missed = []
     for bug in (b for b in NUMERIC if b.op == case.op):
         held = held_to(case, bug.variant, bug.held_to)
-        outcomes = fresh_seed_outcomes(held, [bug.variant], SEEDS[:5])
+        outcomes = fresh_seed_outcomes(held, [bug.variant], SEEDS[:2])
         missed += [f"{bug.variant} seed {o.seed}" for o in outcomes if o.passed]
     assert not missed
 
@@ -77,6 +102,10 @@ def test_round_trip_cast_is_numerically_exact() -> None:
     a = op.variants["roundtrip_cast"].fn(inputs, case.params)
     b = op.variants["bf16"].fn(inputs, case.params)
     assert all(a[k].dtype == b[k].dtype and a[k].equal(b[k]) for k in op.outputs)
+    golden, fresh = fresh_golden(op, case)
+    held = held_to(case, "roundtrip_cast", "bf16")
+    # The numerics alone pass it; only the cast gate (test below) catches it.
+    assert check(op, held, "roundtrip_cast", "cpu", golden, fresh, regen_hint="").passed
 
 
 def test_round_trip_cast_is_caught() -> None:
