@@ -216,6 +216,8 @@ class CheckItem(pytest.Item):
             pytest.skip(f"case {self.case.id!r} does not run on {self.device} "
                         f"(its devices: {', '.join(self.case.devices)})")
         if self.device not in variant.devices:
+            if variant.unavailable:
+                pytest.skip(f"variant {self.variant!r}: {variant.unavailable}")
             pytest.skip(f"variant {self.variant!r} runs on {', '.join(variant.devices)} only")
 
     def runtest(self) -> None:

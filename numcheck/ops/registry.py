@@ -33,7 +33,9 @@ class Variant:
     """One implementation of an op.
 
     ``fn(inputs, params)`` returns every output named by the op. ``precision`` picks the
-    default budget row; ``devices`` lists where the variant can run at all.
+    default budget row; ``devices`` lists where the variant can run at all, and
+    ``unavailable`` says why not on the others when that depends on the install (an
+    optional dependency missing...): it becomes the skip reason.
     """
 
     name: str
@@ -41,6 +43,7 @@ class Variant:
     precision: str
     devices: tuple[str, ...] = DEVICES
     doc: str = ""
+    unavailable: str = ""
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ def all_ops() -> dict[str, OpSpec]:
 
 def _load_builtin_ops() -> None:
     # Importing the op modules registers them; done lazily so `import numcheck` stays light.
-    from numcheck.ops import indexer, mhc  # noqa: F401
+    from numcheck.ops import fused, indexer, mhc  # noqa: F401
 
 
 def add_variant(op_name: str, variant: Variant) -> OpSpec:
