@@ -498,7 +498,8 @@ class CheckItem(pytest.Item):
             reason = (f"case {self.case.id!r} does not run on {self.device} "
                       f"(its devices: {', '.join(self.case.devices)})")
         elif self.device not in variant.devices:
-            reason = f"variant {self.variant!r} runs on {', '.join(variant.devices)} only"
+            reason = (f"variant {self.variant!r}: {variant.unavailable}" if variant.unavailable
+                      else f"variant {self.variant!r} runs on {', '.join(variant.devices)} only")
         elif self.case.perf_only and "perf" not in self.config.stash[
                 NumcheckSession.KEY].active_gates:
             reason = (f"perf-only case {self.case.id!r} (no golden): runs with "

@@ -46,7 +46,9 @@ class Variant:
     """One implementation of an op.
 
     ``fn(inputs, params)`` returns every output named by the op. ``precision`` picks the
-    default budget row; ``devices`` lists where the variant can run at all.
+    default budget row; ``devices`` lists where the variant can run at all, and
+    ``unavailable`` says why not on the others when that depends on the install (an
+    optional dependency missing...): it becomes the skip reason.
     """
 
     name: str
@@ -54,6 +56,7 @@ class Variant:
     precision: str
     devices: tuple[str, ...] = DEVICES
     doc: str = ""
+    unavailable: str = ""
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,8 @@ def register(op: OpSpec, *, origin: str | None = None) -> OpSpec:
     as ``fn(inputs, params)``), so a mistake fails at registration, not in the middle of a
     run. ``origin`` (who registers it: a hook, an entry point) only serves messages.
     """
-    _load_builtin_ops()
+    if not getattr(op.make_inputs, "__module__", "").startswith("numcheck.ops."):
+        _load_builtin_ops()  # a user's op: the built-in names must be taken first
     origin = origin or _origin_of(op.make_inputs)
     _check_name("op", op.name, origin)
     if op.name in _REGISTRY:
@@ -285,9 +289,19 @@ def all_ops() -> dict[str, OpSpec]:
     return dict(_REGISTRY)
 
 
+_BUILTINS_LOADED = False
+
+
 def _load_builtin_ops() -> None:
     # Importing the op modules registers them; done lazily so `import numcheck` stays light.
+    # Once per process, ops before the variants that extend them (fused adds to both ops);
+    # the flag also stops the re-entry that add_variant's get_op would make from there.
+    global _BUILTINS_LOADED
+    if _BUILTINS_LOADED:
+        return
+    _BUILTINS_LOADED = True
     from numcheck.ops import indexer, mhc  # noqa: F401
+    from numcheck.ops import fused  # noqa: F401
 
 
 def _load_all_ops() -> None:
