@@ -300,8 +300,11 @@ def _load_builtin_ops() -> None:
     if _BUILTINS_LOADED:
         return
     _BUILTINS_LOADED = True
-    from numcheck.ops import indexer, mhc  # noqa: F401
-    from numcheck.ops import fused  # noqa: F401
+    from numcheck.ops import (  # noqa: F401
+        fused,
+        indexer,
+        mhc,
+    )
 
 
 def _load_all_ops() -> None:
