@@ -19,6 +19,7 @@ step() {  # step NAME LIMIT_S CMD...
   timeout "$limit" "$@" > "$R/$name.txt" 2>&1; local rc=$?
   printf '%-14s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" \
     "$(grep -E 'passed|failed|error|rc=' "$R/$name.txt" | tail -1 | cut -c1-90)" >> "$R/steps.txt"
+  tar czf "$OUT/run-a.tgz" -C /tmp nc  # after every step: a killed run still brings back the rest
 }
 G=(--numcheck --numcheck-device cuda -q -rxs -p no:cacheprovider)
 step unit-tests 200 python3 -m pytest tests -q -p no:cacheprovider -n 8 -rs
