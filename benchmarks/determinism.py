@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows: list[dict[str, Any]] = []
     for case in load_cases(ROOT / "cases"):
+        if case.perf_only:  # production shapes: timing cases, not numerics
+            continue
         op = get_op(case.op)
         inputs = to_device(op.make_inputs(case.params, case.seeds[0]), args.device)
         for name in (op.reference, *case.variants):

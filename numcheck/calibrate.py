@@ -145,11 +145,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.suggest:
         runs = [json.loads(p.read_text()) for p in args.suggest]
-        print(suggest(runs, [c for c in load_cases(args.cases) if args.select in c.id]))
+        cases = [c for c in load_cases(args.cases) if args.select in c.id and not c.perf_only]
+        print(suggest(runs, cases))
         return 0
     everything: dict[str, Any] = {}
     for case in load_cases(args.cases):
-        if args.select not in case.id:
+        # Perf-only cases (production shapes, no golden) carry no numerics budget.
+        if args.select not in case.id or case.perf_only:
             continue
         worst = measure(case, args.device, args.seeds)
         everything[f"{case.op}::{case.id}"] = worst

@@ -141,7 +141,20 @@ def logits(
     return out
 
 
+#: Query rows (next_n * heads) one program holds in its tile.
+MAX_QUERY_ROWS = 256
+
+
 def fused(inputs: Inputs, p: Params) -> Outputs:
     """One Triton kernel: paged e4m3 keys and scales -> fp32 logits; then torch.topk."""
+    rows = p["next_n"] * p["heads"]
+    if rows > MAX_QUERY_ROWS:
+        # All next_n * H query rows live in one tile (decode and MTP); prefill needs a
+        # kernel that tiles the query rows too, which this one does not.
+        raise ValueError(
+            f"indexer fused: next_n * heads = {rows} query rows exceed the kernel's "
+            f"{MAX_QUERY_ROWS} (it serves decode and MTP, next_n 1 or 2); use another variant "
+            "for prefill shapes"
+        )
     out = logits(inputs, p["max_context"])
     return {"logits": out, "topk": select_topk(out, p["index_topk"])}
