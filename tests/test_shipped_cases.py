@@ -79,7 +79,11 @@ def test_perf_cases_are_cuda_only_and_catch_the_round_trip() -> None:
     seed = perf["mhc_pre::perf-mhc-v4pro-t4k-prefill"]
     assert seed.params["tokens"] >= 1000 and seed.params["hidden"] * seed.params["hc_mult"] == 28672
     assert seed.expect["bf16_roundtrip"].fails == ("perf.speedup_min", "casts.round_trips")
-    assert seed.perf["bf16"].threshold("cuda") == seed.perf["bf16_roundtrip"].threshold("cuda")
+    assert seed.perf["bf16_roundtrip"].threshold("cuda") == 1.1
+    # Every mHC perf case runs the round trip as a known-bad variant the cast ledger catches.
+    for case in perf.values():
+        if case.op == "mhc_pre":
+            assert "casts.round_trips" in case.expect["bf16_roundtrip"].fails, case.id
 def test_roundtrip_variant_is_a_strict_xfail_on_casts_in_every_mhc_case() -> None:
     for case in CASES.values():
         if case.op == "mhc_pre" and "bf16_roundtrip" in case.variants:
