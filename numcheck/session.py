@@ -89,6 +89,22 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
+def run_gates(device: str, *, perf: bool, explain: bool) -> set[str]:
+    """The gates beyond the numerics that a run measures.
+
+    The cast ledger always (and the kernel audit on CUDA) unless explain mode prints them
+    instead; the speedup gate with --numcheck-perf. A timing run leaves the kernel audit
+    off: it attaches CUPTI through torch.profiler, and launches stay slower after it (H200,
+    torch 2.11: the fp32 indexer timed 0.95 ms before the first audit and 1.26 ms after;
+    docs/perf/h200-2026-11-29.md).
+    """
+    gates = set() if explain else default_gates(device)
+    if perf:
+        gates.add("perf")
+        gates.discard("kernels")
+    return gates
+
+
 class NumcheckSession:
     """Run-wide state and the hooks that need it."""
 
@@ -135,14 +151,12 @@ class NumcheckSession:
         self._inputs: tuple[Case, CaseInputs] | None = None
         #: Gates beyond the numerics that this run measures (e.g. "perf" with
         #: --numcheck-perf); an op's outputs are always active.
-        self.active_gates: set[str] = set()
         self.perf_results: list[PerfResult] = []
-        if config.getoption(plugin.PERF_OPTION):
-            self.active_gates.add("perf")
         #: --numcheck-explain: overhead reports are printed, not gated.
         self.explain = bool(config.getoption(plugin.EXPLAIN_OPTION))
-        if not self.explain:
-            self.active_gates |= default_gates(self.device)
+        self.active_gates: set[str] = run_gates(
+            self.device, perf=bool(config.getoption(plugin.PERF_OPTION)), explain=self.explain
+        )
         self.explained: list[tuple[str, OverheadReport]] = []
         self.overhead_rows: list[list[str]] = []
         if config.args_source != pytest.Config.ArgsSource.ARGS:

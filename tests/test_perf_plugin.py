@@ -149,3 +149,20 @@ def test_perf_flag_needs_numcheck(pytester: pytest.Pytester) -> None:
     project(pytester, regen=False)
     result = pytester.runpytest("--numcheck-perf")
     result.stderr.fnmatch_lines(["*--numcheck-perf only works together with --numcheck*"])
+
+
+
+@pytest.mark.parametrize(
+    ("device", "perf", "explain", "gates"),
+    [
+        ("cuda", False, False, {"casts", "kernels"}),
+        ("cuda", True, False, {"casts", "perf"}),  # no profiler next to the timers
+        ("cpu", True, False, {"casts", "perf"}),
+        ("cuda", False, True, set()),
+        ("cuda", True, True, {"perf"}),
+    ],
+)
+def test_gates_a_run_measures(device: str, perf: bool, explain: bool, gates: set[str]) -> None:
+    from numcheck.session import run_gates
+
+    assert run_gates(device, perf=perf, explain=explain) == gates
