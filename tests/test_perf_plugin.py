@@ -81,7 +81,10 @@ def test_without_the_perf_flag_nothing_is_timed(pytester: pytest.Pytester) -> No
     result.assert_outcomes(passed=2)
     assert "numcheck perf" not in result.stdout.str()
     bench = pytester.path / "bench.json"  # pytest-benchmark: nothing was run
-    assert not bench.exists() or json.loads(bench.read_text())["benchmarks"] == []
+    # Depending on pytest-benchmark's version: no file, an empty file (seen on the H200's
+    # pytest-benchmark), or a JSON document without benchmarks.
+    text = bench.read_text() if bench.exists() else ""
+    assert not text.strip() or json.loads(text)["benchmarks"] == []
 
 
 def test_device_class_without_threshold_is_reported_not_gated(pytester: pytest.Pytester) -> None:
