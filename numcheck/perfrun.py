@@ -59,6 +59,16 @@ class PerfResult:
     def violations(self) -> list[Violation]:
         return violations(self.speedup, self.decision, _times_text(self))
 
+    def record_section(self) -> dict[str, Any]:
+        """The report record's ``timing`` section (docs/report.md): the speedup with its
+        interval under the names the drift rules read, and the figures behind it."""
+        info = self.extra_info()
+        keep = ("confidence", "rounds", "median_s", "iqr_s", "reference_median_s",
+                "reference_iqr_s", "speedup_min", "gate", "gate_reason", "tflops", "gbps",
+                "pct_of_floor", "timer")
+        return {"speedup": info["speedup"], "ci_low": info["speedup_low"],
+                "ci_high": info["speedup_high"], **{k: info[k] for k in keep}}
+
     def extra_info(self) -> dict[str, Any]:
         """numcheck's figures for pytest-benchmark's ``extra_info`` (JSON-serializable)."""
         r, ref = self.roofline, self.reference_roofline

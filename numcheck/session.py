@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -65,14 +65,6 @@ class NumcheckFailure(Exception):
     """A check that ran and missed its budget; the message is the whole report."""
 
 
-@dataclass
-class Problem:
-    """A check that could not produce a verdict (stale golden, variant error...)."""
-
-    id: str
-    status: str
-    reason: str
-
 
 def resolve_device(requested: str) -> str:
     """``auto`` -> cuda when torch sees a GPU, else cpu; ``cuda`` without one is an error."""
@@ -117,8 +109,6 @@ class NumcheckSession:
         root = config.rootpath
         self.cases_dir = (root / config.getini(plugin.CASES_INI)).resolve()
         self.goldens_dir = (root / config.getini(plugin.GOLDENS_INI)).resolve()
-        self.results: list[CheckResult] = []
-        self.problems: list[Problem] = []
         self.regenerated: dict[Path, bool] = {}
         # Reporting (issue 5). Workers make records; the controller (or a serial run)
         # collects them from the test reports and writes the report files.
@@ -490,7 +480,6 @@ class CheckItem(pytest.Item):
         #: The check's report record, once it has one; shipped once on a test report.
         self.record: Record | None = None
         self.record_shipped = False
-        self._timing: dict[str, Any] | None = None
 
     @property
     def display_id(self) -> str:
@@ -536,25 +525,23 @@ class CheckItem(pytest.Item):
                     state.inputs_for(op, self.case), regen_hint=commands.regenerate,
                 )
             if "perf" in state.active_gates:
-                result.violations += self._time(state, op)
-                result.timing = self._timing
+                perf = self._time(state, op)
+                result.violations += perf.violations()
+                result.timing = perf.record_section()
         except (GoldenError, VariantError, TimingError) as exc:
-            kind = "ERROR" if isinstance(exc, VariantError) else type(exc).__name__.upper()
-            state.problems.append(Problem(self.display_id, kind, str(exc)))
             self._set_record(status="error", reason=str(exc), error_kind=type(exc).__name__)
             raise
         audited = state.overhead_for(op, self.case, self.variant)
-        overhead = None if audited is None else audited[0]
-        if overhead is not None:
+        overhead = None
+        if audited is not None:
+            overhead, found = audited
             state.overhead_rows.append(overhead_row(f"{self.case.op}::{self.case.id}",
                                                     self.variant, self.device, overhead))
-        if overhead is not None and state.explain:
-            state.explained.append((self.display_id, overhead))
-        elif audited is not None:
-            result.violations += audited[1]
-        if overhead is not None:
             result.casts = overhead.as_dict()
-        state.results.append(result)
+            if state.explain:
+                state.explained.append((self.display_id, overhead))
+            else:
+                result.violations += found
         expected = self.case.expect.get(self.variant)
         try:
             if expected is not None:
@@ -571,7 +558,7 @@ class CheckItem(pytest.Item):
                 message += "\n\n" + "\n".join(overhead.lines())
             raise NumcheckFailure(message)
 
-    def _time(self, state: NumcheckSession, op: OpSpec) -> list[Any]:
+    def _time(self, state: NumcheckSession, op: OpSpec) -> PerfResult:
         """Time this variant against the reference; record it in pytest-benchmark too."""
         from numcheck import benchrecord
         from numcheck.perfrun import measure_perf
@@ -580,15 +567,7 @@ class CheckItem(pytest.Item):
         perf = measure_perf(op, self.case, self.variant, self.device, cpu_inputs)
         state.perf_results.append(perf)
         benchrecord.record(self.config, self.name, self.nodeid, perf)
-        info = perf.extra_info()
-        self._timing = {
-            "speedup": info["speedup"], "ci_low": info["speedup_low"],
-            "ci_high": info["speedup_high"], **{k: info[k] for k in (
-                "confidence", "rounds", "median_s", "iqr_s", "reference_median_s",
-                "reference_iqr_s", "speedup_min", "gate", "gate_reason", "tflops", "gbps",
-                "pct_of_floor", "timer")},
-        }
-        return perf.violations()
+        return perf
 
     def _settle_expected(
         self, expected: Expectation, result: CheckResult, commands: Commands, active: Any

@@ -169,3 +169,13 @@ def test_gates_a_run_measures(device: str, perf: bool, explain: bool, gates: set
     from numcheck.session import run_gates
 
     assert run_gates(device, perf=perf, explain=explain) == gates
+
+
+def test_timed_checks_carry_their_speedup_into_the_report(pytester: pytest.Pytester) -> None:
+    project(pytester, perf=SLOWED_GATED)
+    pytester.runpytest("--numcheck", "--numcheck-perf", "--numcheck-report", "r.json")
+    records = {r["variant"]: r for r in json.loads((pytester.path / "r.json").read_text())["records"]}
+    timing = records["slowed"]["timing"]
+    assert timing["ci_low"] <= timing["speedup"] <= timing["ci_high"] < 1.0
+    assert (timing["gate"], timing["speedup_min"]) == ("fail", 1.0)
+    assert records["fp32"]["timing"]["gate"] == "not gated"
