@@ -40,10 +40,10 @@ from numcheck.goldens import (
     unpack_pair,
 )
 from numcheck.metrics import ErrorMetrics, compare
-from numcheck.render import flip_table
+from numcheck.render import Commands, verdict_message
 from numcheck.runner import ulp_dtype
 from numcheck.topk import TopkReport, select_topk, topk_agreement
-from numcheck.verdict import Violation, check_output, check_topk, worst
+from numcheck.verdict import Violation, check_output, check_topk
 
 #: Sub-folder of the goldens folder that holds fixture goldens (no op name starts with "_").
 FIXTURE_DIR = "_tests"
@@ -284,20 +284,11 @@ class GoldenCheck:
     def _message(
         self, name: str, violations: list[Violation], path: Path, report: TopkReport | None = None
     ) -> str:
-        top = worst(violations)
-        lines = [f"numcheck FAIL {self._label(name)}"]
-        if top is not None:
-            lines.append(f"  worst: {top.describe()}")
-        lines += [f"  also:  {v.describe()}" for v in violations if v is not top][:8]
-        if report is not None and report.n_unexplained:
-            lines += ["", *flip_table(report)]
-        lines += [
-            "",
-            f"  golden:      {path}",
-            f"  reproduce:   {self.reproduce_command}",
-            f"  regenerate:  {self.regen_command}  (only if the reference itself changed)",
-        ]
-        return "\n".join(lines)
+        return verdict_message(
+            f"numcheck FAIL {self._label(name)}", violations, topk=report,
+            where=("golden:", str(path)),
+            commands=Commands(self.reproduce_command, self.regen_command),
+        )
 
 
 def _unchanged(old: Golden, tensors: Mapping[str, torch.Tensor], fingerprint: str,

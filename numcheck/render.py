@@ -16,6 +16,7 @@ from numcheck.report import Record
 if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports without torch
     from numcheck.runner import CheckResult
     from numcheck.topk import TopkReport
+    from numcheck.verdict import Violation
 
 #: Rows of the unexplained-flip table shown in a failure.
 MAX_FLIP_ROWS = 10
@@ -29,28 +30,59 @@ class Commands:
     regenerate: str
 
 
+#: "also:" lines shown after the worst violation.
+MAX_OTHER_VIOLATIONS = 8
+
+
 def failure_message(result: CheckResult, commands: Commands, source: str) -> str:
-    """The message of a failed check."""
-    lines = [f"numcheck FAIL {result.id}"]
+    """The message of a failed case check."""
     top = result.worst()
+    detail = [] if top is None else _mismatch_lines(result, top.output, top.seed)
+    return verdict_message(
+        f"numcheck FAIL {result.id}", result.violations, worst_detail=detail,
+        topk=result.worst_topk(), where=("case:", f"{source} [{result.case.id}]"),
+        commands=commands,
+    )
+
+
+def verdict_message(
+    title: str,
+    violations: Sequence[Violation],
+    *,
+    where: tuple[str, str],
+    commands: Commands,
+    worst_detail: Sequence[str] = (),
+    topk: TopkReport | None = None,
+) -> str:
+    """The one failure layout (case checks and the numcheck_golden fixture alike): verdict;
+    worst violation and its detail; the others, capped; unexplained top-k flips; where it
+    comes from and the commands to reproduce and regenerate."""
+    from numcheck.verdict import worst  # imports torch: not at module level (see above)
+
+    top = worst(list(violations))
+    lines = [title]
     if top is not None:
         lines.append(f"  worst: {top.describe()}")
-        lines += _mismatch_lines(result, top.output, top.seed)
-    others = [v for v in result.violations if v is not top]
-    for v in others[:8]:
-        lines.append(f"  also:  {v.describe()}")
-    if len(others) > 8:
-        lines.append(f"  ... and {len(others) - 8} more violations")
-    report = result.worst_topk()
-    if report is not None and report.n_unexplained:
-        lines += ["", *flip_table(report)]
-    lines += [
-        "",
-        f"  case:        {source} [{result.case.id}]",
+        lines += worst_detail
+    others = [v for v in violations if v is not top]
+    lines += [f"  also:  {v.describe()}" for v in others[:MAX_OTHER_VIOLATIONS]]
+    if len(others) > MAX_OTHER_VIOLATIONS:
+        lines.append(f"  ... and {len(others) - MAX_OTHER_VIOLATIONS} more violations")
+    if topk is not None and topk.n_unexplained:
+        lines += ["", *flip_table(topk)]
+    return "\n".join([*lines, "", *footer(where, commands)])
+
+
+def footer(where: tuple[str, str], commands: Commands, *, regenerate_note: bool = True) -> list[str]:
+    """``case:``/``golden:``, ``reproduce:`` and ``regenerate:`` lines of every message.
+
+    The note on regenerating is left out where regenerating is the fix (a missing golden)."""
+    note = "  (only if the reference itself changed)" if regenerate_note else ""
+    return [
+        f"  {where[0]:<12} {where[1]}",
         f"  reproduce:   {commands.reproduce}",
-        f"  regenerate:  {commands.regenerate}  (only if the reference itself changed)",
+        f"  regenerate:  {commands.regenerate}{note}",
     ]
-    return "\n".join(lines)
 
 
 def _mismatch_lines(result: CheckResult, output: str, seed: int | None) -> list[str]:

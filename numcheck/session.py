@@ -33,7 +33,7 @@ from numcheck.overhead import (
     overhead_row,
 )
 from numcheck.perfrun import PERF_HEADER, PerfResult, perf_rows
-from numcheck.render import Commands, failure_message, summary_table, table
+from numcheck.render import Commands, failure_message, footer, summary_table, table
 from numcheck.report import (
     Record,
     Report,
@@ -627,10 +627,9 @@ class CheckItem(pytest.Item):
         if isinstance(exc, NumcheckFailure):
             return str(exc)
         if isinstance(exc, (GoldenError, VariantError, TimingError)):
-            c = self.commands()
-            return (f"numcheck {type(exc).__name__} {self.display_id}\n  {exc}\n\n"
-                    f"  case:        {self._source()} [{self.case.id}]\n"
-                    f"  reproduce:   {c.reproduce}\n  regenerate:  {c.regenerate}")
+            where = ("case:", f"{self._source()} [{self.case.id}]")
+            return "\n".join([f"numcheck {type(exc).__name__} {self.display_id}", f"  {exc}", "",
+                              *footer(where, self.commands(), regenerate_note=False)])
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:

@@ -61,3 +61,17 @@ def test_worst_is_furthest_outside() -> None:
     assert worst([a, b]) is b
     assert worst([a, b, c]) is c
     assert worst([]) is None
+
+
+def test_one_layout_caps_the_other_violations() -> None:
+    from numcheck.render import Commands, verdict_message
+
+    many = [Violation("y", f"m{i}", float(i + 2), 1.0) for i in range(12)]
+    text = verdict_message("numcheck FAIL x", many, where=("golden:", "g.safetensors"),
+                           commands=Commands("pytest a", "pytest b"))
+    lines = text.splitlines()
+    assert lines[:2] == ["numcheck FAIL x", "  worst: y.m11 = 13 > budget 1"]
+    assert sum(line.startswith("  also:") for line in lines) == 8
+    assert "  ... and 3 more violations" in lines
+    assert lines[-3:] == ["  golden:      g.safetensors", "  reproduce:   pytest a",
+                          "  regenerate:  pytest b  (only if the reference itself changed)"]
