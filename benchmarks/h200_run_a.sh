@@ -3,24 +3,9 @@
 # with 2 xdist workers (report, markdown, junit, compare), explain mode, the kernel audit,
 # the example project, reference determinism, the self-test on CUDA, calibration on CUDA.
 # Usage (repo root, GPU machine): OUT=/dir bash benchmarks/h200_run_a.sh
-# Everything lands in /tmp/nc and comes back as $OUT/run-a.tgz; prints the step table last.
-set -uo pipefail
-OUT=${OUT:-/tmp/numcheck-out}; R=/tmp/nc; rm -rf "$R"; mkdir -p "$OUT" "$R"
-export PYTHONUNBUFFERED=1
-{
-  date -u +"date: %Y-%m-%dT%H:%M:%SZ"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
-  git rev-parse --short HEAD 2>/dev/null | sed 's/^/commit: /'
-} > "$R/env.txt" 2>&1
-python3 -m pip install -q --no-deps --no-build-isolation -e . > "$R/pip.txt" 2>&1
-step() {  # step NAME LIMIT_S CMD...
-  local name=$1 limit=$2; shift 2; local t0=$SECONDS
-  timeout "$limit" "$@" > "$R/$name.txt" 2>&1; local rc=$?
-  printf '%-14s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" \
-    "$(grep -E 'passed|failed|error|rc=' "$R/$name.txt" | tail -1 | cut -c1-90)" >> "$R/steps.txt"
-  tar czf "$OUT/run-a.tgz" -C /tmp nc  # after every step: a killed run still brings back the rest
-}
+# Everything comes back as $OUT/run-a.tgz (benchmarks/h200_common.sh); prints the step table last.
+RUN=a
+source "$(dirname "$0")/h200_common.sh"
 G=(--numcheck --numcheck-device cuda -q -rxs -p no:cacheprovider)
 step unit-tests 200 python3 -m pytest tests -q -p no:cacheprovider -n 8 -rs
 step gate-serial 120 python3 -m pytest "${G[@]}" --numcheck-report "$R/serial.json" \
