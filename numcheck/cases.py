@@ -260,10 +260,8 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
 def _parse_expect(
     where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...]
 ) -> dict[str, Expectation]:
-    given = body.get("expect", {})
     example = 'expect.bf16_roundtrip = { fails = ["casts.round_trips"], reason = "..." }'
-    if not isinstance(given, dict):
-        raise where.error("expect", f"expected a table, got {describe(given)}", f"write {example}")
+    given = _table(where, body, "expect", example)
     topk_output = op.topk.indices if op.topk is not None else None
     known: dict[str, tuple[str, ...]] = {
         name: TOPK_METRICS if name == topk_output else OUTPUT_METRICS for name in op.outputs
@@ -298,14 +296,20 @@ def _parse_expect(
     return out
 
 
+def _table(where: _Where, body: Mapping[str, Any], key: str, example: str) -> dict[str, Any]:
+    """The case's sub-table ``key`` (empty when absent); any other value is an error."""
+    given = body.get(key, {})
+    if not isinstance(given, dict):
+        raise where.error(key, f"expected a table, got {describe(given)}", f"write {example}")
+    return given
+
+
 def _parse_perf(
     where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...]
 ) -> dict[str, PerfSpec]:
     """``perf`` options shared by the case's variants, then ``perf.<variant>`` tables."""
-    given = body.get("perf", {})
     example = f"[{where.case}.perf.<variant>] with speedup_min = {{ cuda = 1.1 }}"
-    if not isinstance(given, dict):
-        raise where.error("perf", f"expected a table, got {describe(given)}", f"write {example}")
+    given = _table(where, body, "perf", example)
     running = (op.reference, *variants)
     shared = {k: v for k, v in given.items() if k in PERF_OPTIONS}
     for name, table in given.items():
@@ -372,10 +376,8 @@ def _parse_overhead(
     where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...]
 ) -> dict[str, OverheadBudget]:
     """``[<case>.overhead.<variant>]`` tables, completed from the variant's precision."""
-    given = body.get("overhead", {})
     example = f"[{where.case}.overhead.<variant>] with keys among: {', '.join(OVERHEAD_KEYS)}"
-    if not isinstance(given, dict):
-        raise where.error("overhead", f"expected a table, got {describe(given)}", f"write {example}")
+    given = _table(where, body, "overhead", example)
     running = (op.reference, *variants)
     for name, table in given.items():
         key = f"overhead.{name}"

@@ -44,6 +44,8 @@ def test_expectation_is_parsed(tmp_path: Path) -> None:
          "unknown gate metric 'y.recall_min'"),
         ('expect.bf16 = { fails = ["speed.up"], reason = "x" }', "unknown gate metric 'speed.up'"),
         ('expect.bf16 = { fails = ["y.rel_fro"], reason = "" }', "expected a non-empty string"),
+        ("expect = 3", "key 'expect': expected a table, got integer 3"),
+        ("perf = 3", "key 'perf': expected a table, got integer 3"),
     ],
 )
 def test_bad_expectations_name_file_case_key(tmp_path: Path, expect: str, message: str) -> None:
