@@ -155,7 +155,8 @@ def golden_path(root: Path, op: str, case_id: str) -> Path:
     return Path(root) / op / f"{case_id}.safetensors"
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype) -> str:
+    """``float32`` for ``torch.float32``: how goldens name dtypes in their metadata."""
     return str(dtype).removeprefix("torch.")
 
 
@@ -164,7 +165,7 @@ def _update_with_tensor(h: Any, name: str, t: torch.Tensor) -> None:
     # produce the same byte stream.
     flat = t.detach().to("cpu").contiguous().reshape(-1)
     nbytes = flat.numel() * flat.element_size()
-    head = f"tensor\0{len(name)}\0{name}\0{_dtype_name(t.dtype)}\0{list(t.shape)}\0{nbytes}\0"
+    head = f"tensor\0{len(name)}\0{name}\0{dtype_name(t.dtype)}\0{list(t.shape)}\0{nbytes}\0"
     h.update(head.encode())
     if flat.numel():
         # A uint8 view reads the raw bytes of any dtype (float8_e4m3fn, bf16, int32, bool).
@@ -333,8 +334,8 @@ def unpack_pair(
     def misfit(stored_shape: Sequence[int] | str, stored_dtype: torch.dtype, why: str) -> None:
         raise GoldenFormatError(
             f"{_where(path, case)}: output {key!r} does not fit the variant's output ({why}): "
-            f"stored shape {_shape_str(stored_shape)} {_dtype_name(stored_dtype)} vs actual "
-            f"shape {_shape_str(act.shape)} {_dtype_name(act.dtype)}\n"
+            f"stored shape {_shape_str(stored_shape)} {dtype_name(stored_dtype)} vs actual "
+            f"shape {_shape_str(act.shape)} {dtype_name(act.dtype)}\n"
             f"Fix: if the op's outputs changed on purpose, {_regen(regen_hint)}",
             path=path,
             case=case,
@@ -488,7 +489,7 @@ def save_golden(path: Path, tensors: Mapping[str, torch.Tensor], meta: Mapping[s
     full.setdefault("created", datetime.now(UTC).isoformat(timespec="seconds"))
     full.setdefault("torch_version", torch.__version__)
     full["shapes"] = {name: list(t.shape) for name, t in sorted(cpu.items())}
-    full["dtypes"] = {name: _dtype_name(t.dtype) for name, t in sorted(cpu.items())}
+    full["dtypes"] = {name: dtype_name(t.dtype) for name, t in sorted(cpu.items())}
     missing = [k for k in REQUIRED_META if k != "content_hash" and k not in full]
     if missing:
         raise ValueError(f"cannot save golden {path}: metadata lacks {', '.join(missing)}")

@@ -24,6 +24,7 @@ from numcheck.goldens import (
     Golden,
     GoldenFormatError,
     check_fresh,
+    dtype_name,
     input_fingerprint,
     pack_output,
     save_golden,
@@ -117,7 +118,7 @@ def make_golden(
             # Top-k checks need the golden score of any token a variant may pick.
             full = True if op.topk is not None and name == op.topk.scores else None
             tensors.update(pack_output(key, t, full=full))
-            outputs_meta[key] = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
+            outputs_meta[key] = {"shape": list(t.shape), "dtype": dtype_name(t.dtype)}
     meta: dict[str, Any] = {
         "op": op.name,
         "case": case.id,
@@ -328,26 +329,22 @@ def _check_dtype(
         return  # unpack_pair reports a missing output with the golden's own wording
     output = key.split("/", 1)[1]
     held = golden.tensors.get(key, golden.tensors.get(key + VAL_SUFFIX))
-    if held is not None and str(held.dtype).removeprefix("torch.") != stored["dtype"]:
+    if held is not None and dtype_name(held.dtype) != stored["dtype"]:
         # A golden whose tensor disagrees with its own metadata was edited by hand or by a
         # broken tool: its numbers cannot be trusted as the reference.
-        raise GoldenFormatError(
-            f"golden {golden.path} for case {golden.meta.get('case', '')}: output {output!r} "
-            f"is stored as {str(held.dtype).removeprefix('torch.')} but its metadata says "
-            f"{stored['dtype']} (goldens hold the reference's own dtype)\n"
-            f"Fix: regenerate it with: {regen_hint}",
-            path=golden.path, case=str(golden.meta.get("case", "")),
+        raise _golden_error(
+            golden, f"output {output!r} is stored as {dtype_name(held.dtype)} but its metadata "
+            f"says {stored['dtype']} (goldens hold the reference's own dtype)",
+            f"regenerate it with: {regen_hint}",
         )
-    dtype = str(actual.dtype).removeprefix("torch.")
+    dtype = dtype_name(actual.dtype)
     if list(actual.shape) != stored["shape"] or dtype != stored["dtype"]:
         if reference:
             # The reference defines the golden: a mismatch means the golden is the odd one out.
-            raise GoldenFormatError(
-                f"golden {golden.path} for case {golden.meta.get('case', '')}: output "
-                f"{output!r} is stored as {stored['dtype']} {stored['shape']}, but the "
-                f"reference {variant!r} now gives {dtype} {list(actual.shape)}\n"
-                f"Fix: if the reference changed on purpose, regenerate it with: {regen_hint}",
-                path=golden.path, case=str(golden.meta.get("case", "")),
+            raise _golden_error(
+                golden, f"output {output!r} is stored as {stored['dtype']} {stored['shape']}, "
+                f"but the reference {variant!r} now gives {dtype} {list(actual.shape)}",
+                f"if the reference changed on purpose, regenerate it with: {regen_hint}",
             )
         raise VariantError(
             f"op {golden.meta.get('op', '')!r} variant {variant!r}: output {output!r} is {dtype} "
@@ -355,6 +352,12 @@ def _check_dtype(
             "Fix: return every output in the reference's shape and dtype (a cast belongs "
             "inside the variant: it is part of its cost)"
         )
+
+
+def _golden_error(golden: Golden, problem: str, fix: str) -> GoldenFormatError:
+    case = str(golden.meta.get("case", ""))
+    return GoldenFormatError(f"golden {golden.path} for case {case}: {problem}\nFix: {fix}",
+                             path=golden.path, case=case)
 
 
 def _check_stats(name: str, pair: Any, seed: int) -> list[Violation]:
