@@ -29,10 +29,12 @@ from numcheck.runner import run_variant, ulp_dtype
 from numcheck.topk import topk_agreement
 
 
-def measure(case: Case, device: str, extra_seeds: int) -> dict[str, dict[str, float]]:
+def measure(
+    case: Case, device: str, extra_seeds: int, first_seed: int = 1000
+) -> dict[str, dict[str, float]]:
     """Worst metric values over seeds, per ``variant/output``."""
     op = get_op(case.op)
-    seeds = list(case.seeds) + [1000 + i for i in range(extra_seeds)]
+    seeds = list(case.seeds) + [first_seed + i for i in range(extra_seeds)]
     run_case = replace(case, seeds=tuple(seeds))
     worst: dict[str, dict[str, float]] = {}
     for seed in seeds:
@@ -137,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seeds", type=int, default=20, help="fresh seeds beyond the case's")
+    parser.add_argument("--first-seed", type=int, default=1000,
+                        help="the fresh seeds are first-seed, first-seed + 1, ...")
     parser.add_argument("--cases", type=Path, default=Path("cases"))
     parser.add_argument("-k", dest="select", default="", help="only cases whose id contains this")
     parser.add_argument("--json", type=Path, help="write every number here too")
@@ -153,13 +157,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Perf-only cases (production shapes, no golden) carry no numerics budget.
         if args.select not in case.id or case.perf_only:
             continue
-        worst = measure(case, args.device, args.seeds)
+        worst = measure(case, args.device, args.seeds, args.first_seed)
         everything[f"{case.op}::{case.id}"] = worst
         for key, row in worst.items():
             cells = "  ".join(f"{k}={v:.3g}" for k, v in row.items() if v)
             print(f"{case.op}::{case.id}  {key:<24} {cells}", flush=True)
     if args.json:
-        meta = {"device": args.device, "torch": torch.__version__, "extra_seeds": args.seeds}
+        meta = {"device": args.device, "torch": torch.__version__, "extra_seeds": args.seeds,
+                "first_seed": args.first_seed}
         if args.device == "cuda":
             meta["device_name"] = torch.cuda.get_device_name()
         args.json.write_text(json.dumps({"meta": meta, "cases": everything}, indent=1))

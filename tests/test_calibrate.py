@@ -46,3 +46,20 @@ def test_measure_reports_every_variant_output(tmp_path: Path) -> None:
     assert set(worst) == {"fp32/logits", "fp32/topk", "bf16/logits", "bf16/topk"}
     assert worst["fp32/logits"]["rel_fro"] == 0.0  # the reference against itself, same device
     assert 1e-4 < worst["bf16/logits"]["rel_fro"] < 1e-2
+
+
+
+def test_fresh_seeds_start_where_asked(tmp_path: Path) -> None:
+    import json
+
+    from numcheck.calibrate import main
+
+    (tmp_path / "indexer.toml").write_text(CASE)
+    out = tmp_path / "cal.json"
+    assert main(["--device", "cpu", "--seeds", "1", "--first-seed", "2000",
+                 "--cases", str(tmp_path), "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert (data["meta"]["first_seed"], data["meta"]["extra_seeds"]) == (2000, 1)
+    # Seed 2000 differs from the default 1000, so the measured worst moves.
+    default = measure(load_case_file(tmp_path / "indexer.toml")[0], "cpu", extra_seeds=1)
+    assert data["cases"]["indexer::tiny"]["bf16/logits"] != default["bf16/logits"]
