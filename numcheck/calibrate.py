@@ -25,7 +25,7 @@ from numcheck.cases import Case, load_cases
 from numcheck.inputs import to_device
 from numcheck.metrics import compare
 from numcheck.ops.registry import get_op
-from numcheck.runner import run_variant, ulp_dtype
+from numcheck.numerics import run_variant, ulp_dtype
 from numcheck.topk import topk_agreement
 
 

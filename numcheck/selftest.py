@@ -4,7 +4,7 @@ Two questions, answered without pytest so tests and ``benchmarks/reliability_rep
 the code:
 
 - **caught**: a (known-bad) variant held to a shipped case's budget, against the shipped
-  golden, must fail: a budget violation, or a :class:`~numcheck.runner.VariantError`.
+  golden, must fail: a budget violation, or a :class:`~numcheck.numerics.VariantError`.
 - **false failures**: a good variant must pass on fresh seeds. Each seed gets its own
   reference, computed on the spot (on the CPU by default, as the shipped goldens are) and
   packed exactly as a golden file would store it.
@@ -19,8 +19,8 @@ from pathlib import Path
 from numcheck.cases import Case
 from numcheck.goldens import Golden, GoldenError
 from numcheck.ops.registry import OpSpec, get_op
-from numcheck.overhead import check_overhead
-from numcheck.runner import CaseInputs, VariantError, check, make_golden
+from numcheck.overhead.gate import check_overhead
+from numcheck.numerics import CaseInputs, VariantError, check, make_golden
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ def test_bad_expectations_name_file_case_key(tmp_path: Path, expect: str, messag
 def test_registered_gates_are_accepted(tmp_path: Path) -> None:
     saved = dict(GATES)
     try:
-        # A throwaway name: "casts" and "kernels" are registered for real (numcheck.overhead).
+        # A throwaway name: "casts" and "kernels" are registered for real (numcheck.overhead.gate).
         register_gate(Gate("planted", ("round_trips",)))
         path = write(tmp_path, '"bf16"',
                      'expect.bf16 = { fails = ["planted.round_trips"], reason = "x" }')
@@ -112,7 +112,7 @@ def test_failure_outside_the_expectation_is_an_ordinary_failure(
 
 
 def test_inactive_gate_leaves_the_check_ordinary(pytester: pytest.Pytester) -> None:
-    # The perf gate (numcheck.perfgate) is active only with --numcheck-perf.
+    # The perf gate (numcheck.perf.gate) is active only with --numcheck-perf.
     project(pytester, '"tf32"', 'expect.tf32 = { fails = ["perf.speedup_min"], reason = "slow" }')
     result = pytester.runpytest("--numcheck")
     result.assert_outcomes(passed=2)

@@ -9,12 +9,12 @@ import torch
 from test_plugin import CONFTEST
 
 from numcheck.cases import CaseFileError, load_case_file
-from numcheck.casts import CastLedger
+from numcheck.overhead.casts import CastLedger
 from numcheck.gates import GATES
-from numcheck.kernels import COPY, CUDA_CORE_GEMM, ELEMENTWISE, KernelAudit, KernelRecord
+from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, ELEMENTWISE, KernelAudit, KernelRecord
 from numcheck.ops import mhc
 from numcheck.ops.registry import get_op
-from numcheck.overhead import (
+from numcheck.overhead.gate import (
     OverheadBudget,
     OverheadReport,
     audit_variant,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from test_plugin import TESTS, TINY_INDEXER, TINY_MHC, golden, make_project
 
-from numcheck.report import SCHEMA_VERSION, load_report
+from numcheck.report.records import SCHEMA_VERSION, load_report
 
 # A variant whose logits carry a controlled relative noise (NOISE) and whose top-k is the
 # exact one: its calc_diff moves with NOISE (about NOISE**2 / 2) while recall stays 1.

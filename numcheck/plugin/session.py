@@ -19,12 +19,12 @@ import torch
 
 from numcheck import plugin
 from numcheck.cases import Case, CaseFileError, Expectation, load_case_file
-from numcheck.drift import Rules, compare, drift_headline, drift_rows
-from numcheck.environment import environment
+from numcheck.report.drift import Rules, compare, drift_headline, drift_rows
+from numcheck.report.environment import environment
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
-from numcheck.markdown import to_markdown
+from numcheck.report.markdown import to_markdown
 from numcheck.ops.registry import OpSpec, get_op
-from numcheck.overhead import (
+from numcheck.overhead.gate import (
     OVERHEAD_GATES,
     OVERHEAD_HEADER,
     OverheadReport,
@@ -32,9 +32,9 @@ from numcheck.overhead import (
     default_gates,
     overhead_row,
 )
-from numcheck.perfrun import PERF_HEADER, PerfResult, perf_rows
-from numcheck.render import Commands, failure_message, footer, summary_table, table
-from numcheck.report import (
+from numcheck.perf.measure import PERF_HEADER, PerfResult, perf_rows
+from numcheck.report.render import Commands, failure_message, footer, summary_table, table
+from numcheck.report.records import (
     Record,
     Report,
     ReportError,
@@ -49,10 +49,10 @@ from numcheck.report import (
     record_without_verdict,
     write_json,
 )
-from numcheck.runner import CaseInputs, CheckResult, VariantError, check, display_id, write_golden
-from numcheck.timing import TimingError
+from numcheck.numerics import CaseInputs, CheckResult, VariantError, check, display_id, write_golden
+from numcheck.perf.timing import TimingError
 from numcheck.verdict import Violation
-from numcheck.workers import is_worker, pin_worker_gpu, worker_count, worker_id
+from numcheck.plugin.workers import is_worker, pin_worker_gpu, worker_count, worker_id
 
 #: ``report.user_properties`` names on which a worker ships its record and its golden
 #: rewrites to the controller (pytest-xdist serialises user_properties with every report).
@@ -387,7 +387,7 @@ class NumcheckSession:
             tr.write_line(f"golden {'rewritten' if written else 'unchanged'}: {path}")
         if self.drift is not None:
             tr.write_sep("-", drift_headline(self.drift))
-            from numcheck.drift import DRIFT_HEADER
+            from numcheck.report.drift import DRIFT_HEADER
 
             for line in table(DRIFT_HEADER, drift_rows(self.drift)):
                 tr.write_line(line)
@@ -560,8 +560,8 @@ class CheckItem(pytest.Item):
 
     def _time(self, state: NumcheckSession, op: OpSpec) -> PerfResult:
         """Time this variant against the reference; record it in pytest-benchmark too."""
-        from numcheck import benchrecord
-        from numcheck.perfrun import measure_perf
+        from numcheck.perf import benchrecord
+        from numcheck.perf.measure import measure_perf
 
         cpu_inputs, _ = state.inputs_for(op, self.case).get(self.case.seeds[0])
         perf = measure_perf(op, self.case, self.variant, self.device, cpu_inputs)

@@ -10,7 +10,7 @@ tables override them and set the gate::
 
 A variant passes only when the lower bound of its speedup interval clears the threshold;
 an interval too wide or straddling the threshold is ``undecided`` and fails with a message
-saying so (:mod:`numcheck.speedup`). The gate registers itself on import, so case files can
+saying so (:mod:`numcheck.perf.speedup`). The gate registers itself on import, so case files can
 name ``perf.speedup_min`` in ``expect`` tables.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from numcheck.gates import Gate, register_gate
-from numcheck.speedup import FAIL, UNDECIDED, Decision, SpeedupEstimate
+from numcheck.perf.speedup import FAIL, UNDECIDED, Decision, SpeedupEstimate
 from numcheck.verdict import Violation
 
 #: ``speedup_min``: a decided miss (the whole interval below the threshold).

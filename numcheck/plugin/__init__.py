@@ -1,10 +1,10 @@
 """The pytest plugin (entry point ``pytest11: numcheck``): options, ini keys, switch-on.
 
 Glue only. Without ``--numcheck`` nothing is registered and torch is never imported, so
-plain ``pytest`` stays fast; with it, :class:`numcheck.session.NumcheckSession` is
+plain ``pytest`` stays fast; with it, :class:`numcheck.plugin.session.NumcheckSession` is
 registered as a plugin and does the work through the pure modules. The
 ``numcheck_golden`` fixture is available in every run (it imports torch when a test asks
-for it), and ``pytest_numcheck_register`` (:mod:`numcheck.hooks`) lets a conftest.py add
+for it), and ``pytest_numcheck_register`` (:mod:`numcheck.plugin.hooks`) lets a conftest.py add
 ops and variants.
 """
 
@@ -39,7 +39,7 @@ FIXTURE_GOLDENS = pytest.StashKey[list[tuple[Path, bool]]]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from numcheck import hooks
+    from numcheck.plugin import hooks
 
     pluginmanager.add_hookspecs(hooks)
 
@@ -135,7 +135,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 raise pytest.UsageError(f"{needs} only works together with {OPTION}")
         return
     register_user_ops(config)
-    from numcheck.session import NumcheckSession  # torch is imported only when switched on
+    from numcheck.plugin.session import NumcheckSession  # torch is imported only when switched on
 
     session = NumcheckSession(config)
     config.stash[NumcheckSession.KEY] = session
