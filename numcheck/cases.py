@@ -32,7 +32,7 @@ from numcheck.gates import GATES, OUTPUT_METRICS, TOPK_METRICS
 from numcheck.ops import registry
 from numcheck.ops.registry import OpSpec
 from numcheck.overhead.gate import OVERHEAD_KEYS, OverheadBudget, OverheadError, complete_overhead
-from numcheck.perf.gate import PERF_OPTIONS, PerfSpec  # registers the "perf" gate
+from numcheck.perf.gate import PERF_OPTIONS, PerfSpec
 
 #: Keys a case table accepts.
 CASE_KEYS = (

@@ -18,7 +18,6 @@ NOISY_CONFTEST = """
 import sys
 sys.path.insert(0, {tests!r})
 import torch
-from dataclasses import replace
 import planted
 from numcheck.ops import indexer, registry
 
@@ -31,10 +30,9 @@ def noisy(inputs, p):
     return {{"logits": out["logits"] * (1 + NOISE * noise), "topk": out["topk"]}}
 
 planted.register_all()
-# Replace, not add: pytester runs in one process and the registry outlives a conftest.
-op = registry.get_op("indexer")
-variant = registry.Variant("noisy", noisy, "tf32")
-registry._REGISTRY["indexer"] = replace(op, variants={{**op.variants, "noisy": variant}})
+# Set, not add: pytester runs in one process, so this conftest may run twice in one test
+# (the test's registry.isolated() scope undoes it afterwards).
+registry.set_variant("indexer", registry.Variant("noisy", noisy, "tf32"))
 """
 
 

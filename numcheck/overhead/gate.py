@@ -1,6 +1,6 @@
 """The overhead gates: casts and copies (any device) and kernel classes (CUDA).
 
-Two gates, registered with :mod:`numcheck.gates` so case files can cite them in
+Two gates, listed in :mod:`numcheck.gates` so case files can cite them in
 ``expect.<variant>.fails``:
 
 - ``casts``: from the cast ledger (:mod:`numcheck.overhead.casts`). ``round_trips`` (A -> B -> A
@@ -34,18 +34,10 @@ from typing import Any
 import torch
 
 from numcheck.overhead.casts import CastLedger, ledger_table, megabytes
-from numcheck.gates import Gate, register_gate
+from numcheck.gates import CASTS_GATE, KERNELS_GATE
 from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, KernelAudit, profile_kernels
 from numcheck.verdict import Violation
 
-CASTS_GATE = register_gate(Gate(
-    "casts", ("round_trips", "no_op_casts", "cast_bytes_ratio"),
-    doc="dtype conversions and copies recorded at the aten level while the variant runs",
-))
-KERNELS_GATE = register_gate(Gate(
-    "kernels", ("cuda_core_gemm", "copy_share"),
-    doc="GPU kernels of the variant by class (torch.profiler), CUDA only",
-))
 OVERHEAD_GATES = (CASTS_GATE.name, KERNELS_GATE.name)
 
 #: Precision classes whose GEMMs are meant for tensor cores: a CUDA-core GEMM is a failure.

@@ -18,22 +18,25 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from numcheck.plugin.options import (  # re-exported: numcheck.plugin.OPTION etc.
+    BASELINE_OPTION,
+    CASES_INI,
+    DEVICES,
+    DEVICE_OPTION,
+    DRIFT_INI,
+    EXPLAIN_OPTION,
+    GOLDENS_INI,
+    MARKDOWN_OPTION,
+    OPTION,
+    PERF_OPTION,
+    PRUNE_OPTION,
+    REGEN_OPTION,
+    REPORT_OPTION,
+)
+
 if TYPE_CHECKING:
     from numcheck.golden_check import GoldenCheck
 
-OPTION = "--numcheck"
-REGEN_OPTION = "--numcheck-regen"
-DEVICE_OPTION = "--numcheck-device"
-PERF_OPTION = "--numcheck-perf"
-EXPLAIN_OPTION = "--numcheck-explain"
-REPORT_OPTION = "--numcheck-report"
-MARKDOWN_OPTION = "--numcheck-markdown"
-BASELINE_OPTION = "--numcheck-baseline"
-PRUNE_OPTION = "--numcheck-prune"
-CASES_INI = "numcheck_cases"
-GOLDENS_INI = "numcheck_goldens"
-DRIFT_INI = "numcheck_drift_rules"
-DEVICES = ("auto", "cpu", "cuda")
 #: ``(golden path, rewritten?)`` of each fixture golden regenerated in this run.
 FIXTURE_GOLDENS = pytest.StashKey[list[tuple[Path, bool]]]()
 
@@ -193,7 +196,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             terminalreporter.write_line(f"golden {'rewritten' if rewritten else 'unchanged'}: "
                                         f"{shown}")
     elif regen and not config.getoption(OPTION):
-        # The flag used to require --numcheck; say plainly what it did not do.
+        # Say plainly what the flag did not do: case goldens need --numcheck too.
         terminalreporter.write_line(
             f"numcheck: {REGEN_OPTION} without {OPTION} regenerates only numcheck_golden "
             f"checks, and none ran. For case goldens: pytest {OPTION} {REGEN_OPTION}"

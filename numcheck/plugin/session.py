@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from numcheck import plugin
+from numcheck.plugin import options
 from numcheck.cases import Case, CaseFileError, Expectation, load_case_file
 from numcheck.report.drift import Rules, compare, drift_headline, drift_rows
 from numcheck.report.environment import environment
@@ -74,9 +74,9 @@ def resolve_device(requested: str) -> str:
     if requested == "cuda" and not has_cuda:
         build = torch.version.cuda or "cpu-only"
         raise pytest.UsageError(
-            f"{plugin.DEVICE_OPTION} cuda: torch {torch.__version__} (CUDA build: {build}) "
+            f"{options.DEVICE_OPTION} cuda: torch {torch.__version__} (CUDA build: {build}) "
             f"sees no CUDA device. Fix: run on a GPU machine, or use "
-            f"{plugin.DEVICE_OPTION} auto to fall back to the CPU"
+            f"{options.DEVICE_OPTION} auto to fall back to the CPU"
         )
     return requested
 
@@ -104,11 +104,11 @@ class NumcheckSession:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.device = resolve_device(config.getoption(plugin.DEVICE_OPTION))
-        self.regen = bool(config.getoption(plugin.REGEN_OPTION))
+        self.device = resolve_device(config.getoption(options.DEVICE_OPTION))
+        self.regen = bool(config.getoption(options.REGEN_OPTION))
         root = config.rootpath
-        self.cases_dir = (root / config.getini(plugin.CASES_INI)).resolve()
-        self.goldens_dir = (root / config.getini(plugin.GOLDENS_INI)).resolve()
+        self.cases_dir = (root / config.getini(options.CASES_INI)).resolve()
+        self.goldens_dir = (root / config.getini(options.GOLDENS_INI)).resolve()
         self.regenerated: dict[Path, bool] = {}
         # Reporting (issue 5). Workers make records; the controller (or a serial run)
         # collects them from the test reports and writes the report files.
@@ -123,19 +123,19 @@ class NumcheckSession:
         self.order: list[str] = []
         self.goldens_written: dict[str, bool] = {}
         self.drift: dict[str, Any] | None = None
-        self.report_path = self._path_option(plugin.REPORT_OPTION)
-        self.markdown_path = self._path_option(plugin.MARKDOWN_OPTION)
-        self.baseline_path = self._path_option(plugin.BASELINE_OPTION)
+        self.report_path = self._path_option(options.REPORT_OPTION)
+        self.markdown_path = self._path_option(options.MARKDOWN_OPTION)
+        self.baseline_path = self._path_option(options.BASELINE_OPTION)
         self.baseline: Report | None = None
         try:
-            self.rules = Rules.from_pairs(config.getini(plugin.DRIFT_INI))
+            self.rules = Rules.from_pairs(config.getini(options.DRIFT_INI))
         except ValueError as exc:
-            raise pytest.UsageError(f"{plugin.DRIFT_INI}: {exc}") from None
+            raise pytest.UsageError(f"{options.DRIFT_INI}: {exc}") from None
         if self.baseline_path is not None and not self.is_worker:
             try:
                 self.baseline = load_report(self.baseline_path)
             except ReportError as exc:
-                raise pytest.UsageError(f"{plugin.BASELINE_OPTION} {exc}") from None
+                raise pytest.UsageError(f"{options.BASELINE_OPTION} {exc}") from None
         self._seen: dict[tuple[str, str], Path] = {}
         self._goldens: dict[Path, Golden | GoldenError] = {}
         self._inputs: tuple[Case, CaseInputs] | None = None
@@ -143,9 +143,9 @@ class NumcheckSession:
         #: --numcheck-perf); an op's outputs are always active.
         self.perf_results: list[PerfResult] = []
         #: --numcheck-explain: overhead reports are printed, not gated.
-        self.explain = bool(config.getoption(plugin.EXPLAIN_OPTION))
+        self.explain = bool(config.getoption(options.EXPLAIN_OPTION))
         self.active_gates: set[str] = run_gates(
-            self.device, perf=bool(config.getoption(plugin.PERF_OPTION)), explain=self.explain
+            self.device, perf=bool(config.getoption(options.PERF_OPTION)), explain=self.explain
         )
         self.explained: list[tuple[str, OverheadReport]] = []
         self.overhead_rows: list[list[str]] = []
@@ -153,13 +153,13 @@ class NumcheckSession:
             # `pytest --numcheck` with no paths: the cases folder is the suite.
             self._require_cases_dir()
             config.args[:] = [str(self.cases_dir)]
-        self.prune = bool(config.getoption(plugin.PRUNE_OPTION))
+        self.prune = bool(config.getoption(options.PRUNE_OPTION))
         self.narrowed_by = narrowing(config, self.cases_dir)
         if self.prune and self.narrowed_by:
             raise pytest.UsageError(
-                f"{plugin.PRUNE_OPTION} deletes goldens no case uses, so it needs the whole "
+                f"{options.PRUNE_OPTION} deletes goldens no case uses, so it needs the whole "
                 f"cases folder, but the run is narrowed by {self.narrowed_by}. Fix: run "
-                f"pytest {plugin.OPTION} {plugin.PRUNE_OPTION} without it"
+                f"pytest {options.OPTION} {options.PRUNE_OPTION} without it"
             )
 
     def _path_option(self, name: str) -> Path | None:
@@ -179,14 +179,14 @@ class NumcheckSession:
         if not self.cases_dir.is_dir():
             raise pytest.UsageError(
                 f"numcheck: no cases folder at {self.cases_dir}. Fix: create it with a "
-                f"case file (see README 'Writing a case'), or point the {plugin.CASES_INI} "
+                f"case file (see README 'Writing a case'), or point the {options.CASES_INI} "
                 "ini key at yours"
             )
         if not any(self.cases_dir.glob("*.toml")):
             raise pytest.UsageError(
                 f"numcheck: the cases folder {self.cases_dir} holds no *.toml case file. "
                 "Fix: add one (see README 'Writing a case'), or point the "
-                f"{plugin.CASES_INI} ini key at the folder that has them"
+                f"{options.CASES_INI} ini key at the folder that has them"
             )
 
     # -- collection -------------------------------------------------------------------
@@ -313,7 +313,7 @@ class NumcheckSession:
     def pytest_runtestloop(self, session: pytest.Session) -> Any:
         result = yield
         if self.baseline is not None and not self.is_worker:
-            label = str(self.config.getoption(plugin.BASELINE_OPTION))
+            label = str(self.config.getoption(options.BASELINE_OPTION))
             self.drift = compare(self.baseline, self.report(), self.rules, baseline=label)
             if self.drift["regressions"]:
                 session.testsfailed += 1  # the gate fails: exit status 1
@@ -399,7 +399,7 @@ class NumcheckSession:
         """Goldens no case uses: listed at the end of a whole run, deleted on --numcheck-prune."""
         if self.narrowed_by:
             tr.write_line(f"numcheck: stale goldens not checked (the run is narrowed by "
-                          f"{self.narrowed_by}); plain `pytest {plugin.OPTION}` checks them")
+                          f"{self.narrowed_by}); plain `pytest {options.OPTION}` checks them")
             return
         try:
             found = find_stale(self.cases_dir, self.goldens_dir)
@@ -416,7 +416,7 @@ class NumcheckSession:
         tr.write_sep("-", f"numcheck: {len(found)} stale golden(s): no case uses them")
         for path in found:
             tr.write_line(f"  {self._rel(path)}")
-        tr.write_line(f"Fix: delete them with pytest {plugin.OPTION} {plugin.PRUNE_OPTION}, "
+        tr.write_line(f"Fix: delete them with pytest {options.OPTION} {options.PRUNE_OPTION}, "
                       "or restore the case that used them")
 
 
@@ -486,10 +486,10 @@ class CheckItem(pytest.Item):
         return display_id(self.case, self.variant, self.device)
 
     def commands(self) -> Commands:
-        dev = f" {plugin.DEVICE_OPTION} {self.device}"
+        dev = f" {options.DEVICE_OPTION} {self.device}"
         return Commands(
-            reproduce=f"pytest {plugin.OPTION}{dev} {shlex.quote(self.nodeid)}",
-            regenerate=f"pytest {plugin.OPTION} {plugin.REGEN_OPTION} "
+            reproduce=f"pytest {options.OPTION}{dev} {shlex.quote(self.nodeid)}",
+            regenerate=f"pytest {options.OPTION} {options.REGEN_OPTION} "
             f"{shlex.quote(self.parent.nodeid)}",  # type: ignore[union-attr]
         )
 
@@ -506,7 +506,7 @@ class CheckItem(pytest.Item):
         elif self.case.perf_only and "perf" not in self.config.stash[
                 NumcheckSession.KEY].active_gates:
             reason = (f"perf-only case {self.case.id!r} (no golden): runs with "
-                      f"{plugin.PERF_OPTION}")
+                      f"{options.PERF_OPTION}")
         if reason is not None:
             self._set_record(status="skip", reason=reason)
             pytest.skip(reason)
