@@ -7,9 +7,9 @@ import sys
 import pytest
 import torch
 
-from numcheck.overhead.casts import CastLedger, dtype_name, ledger_table, megabytes, user_frame
 from numcheck.ops import mhc
 from numcheck.ops.registry import get_op
+from numcheck.overhead.casts import CastLedger, dtype_name, ledger_table, megabytes, user_frame
 
 HERE = "tests/test_casts.py"
 

@@ -21,9 +21,9 @@ import torch
 from numcheck.cases import load_cases
 from numcheck.goldens import golden_path, load_golden
 from numcheck.inputs import to_device
+from numcheck.numerics import CaseInputs, check
 from numcheck.ops import indexer, mhc, triton_support
 from numcheck.ops.registry import Variant, add_variant, get_op
-from numcheck.numerics import CaseInputs, check
 
 ROOT = Path(__file__).resolve().parent.parent
 get_op("indexer")  # loads the ops, which runs the Triton probe before anything imports triton

@@ -113,7 +113,7 @@ print(json.dumps(failures))
 
 def test_every_module_imports_first_on_its_own() -> None:
     names = [n for n in module_names() if n != "numcheck.__main__"]
-    done = subprocess.run([sys.executable, "-c", FRESH_IMPORTS, json.dumps(names)],
+    done = subprocess.run([sys.executable, "-c", FRESH_IMPORTS, json.dumps(names)], check=False,
                           capture_output=True, text=True, timeout=300,
                           cwd=PACKAGE.parent)
     assert done.returncode == 0, done.stderr

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from numcheck.cases import load_case_file
-from numcheck.report.environment import environment
 from numcheck.goldens import load_golden
-from numcheck.report.markdown import headline, to_markdown
+from numcheck.numerics import CaseInputs, CheckResult, check, write_golden
 from numcheck.ops.registry import get_op
-from numcheck.report.render import summary_table
+from numcheck.report.environment import environment
+from numcheck.report.markdown import headline, to_markdown
 from numcheck.report.records import (
     SCHEMA_VERSION,
     Record,
@@ -30,7 +30,7 @@ from numcheck.report.records import (
     record_without_verdict,
     write_json,
 )
-from numcheck.numerics import CaseInputs, CheckResult, check, write_golden
+from numcheck.report.render import summary_table
 
 CASE = """
 [tiny]

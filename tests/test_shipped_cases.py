@@ -10,8 +10,8 @@ import pytest
 
 from numcheck.cases import Case, load_cases
 from numcheck.goldens import golden_path, load_golden
-from numcheck.ops.registry import get_op
 from numcheck.numerics import CaseInputs, check
+from numcheck.ops.registry import get_op
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_CASES = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases")}

@@ -33,8 +33,8 @@ from typing import Any
 
 import torch
 
-from numcheck.overhead.casts import CastLedger, ledger_table, megabytes
 from numcheck.gates import CASTS_GATE, KERNELS_GATE
+from numcheck.overhead.casts import CastLedger, ledger_table, megabytes
 from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, KernelAudit, profile_kernels
 from numcheck.verdict import Violation
 

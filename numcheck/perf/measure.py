@@ -20,10 +20,10 @@ import torch
 
 from numcheck.cases import Case
 from numcheck.inputs import to_device
+from numcheck.numerics import display_id, run_variant
 from numcheck.ops.registry import Inputs, OpSpec, get_op
 from numcheck.perf.gate import PerfSpec, violations
 from numcheck.perf.roofline import Peaks, Roofline, peaks_for
-from numcheck.numerics import display_id, run_variant
 from numcheck.perf.speedup import (
     Decision,
     SpeedupEstimate,

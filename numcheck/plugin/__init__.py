@@ -21,8 +21,8 @@ import pytest
 from numcheck.plugin.options import (  # re-exported: numcheck.plugin.OPTION etc.
     BASELINE_OPTION,
     CASES_INI,
-    DEVICES,
     DEVICE_OPTION,
+    DEVICES,
     DRIFT_INI,
     EXPLAIN_OPTION,
     GOLDENS_INI,

@@ -17,23 +17,25 @@ from typing import Any
 import pytest
 import torch
 
-from numcheck.plugin import options
-from numcheck.cases import Case, CaseFileError, Expectation, load_case_file
-from numcheck.report.drift import Rules, compare, drift_headline, drift_rows
-from numcheck.report.environment import environment
+from numcheck.cases import Case, CaseFileError, load_case_file
+from numcheck.check import Settled, run_check
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
-from numcheck.report.markdown import to_markdown
+from numcheck.numerics import CaseInputs, CheckResult, VariantError, display_id, write_golden
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.overhead.gate import (
     OVERHEAD_GATES,
     OVERHEAD_HEADER,
     OverheadReport,
-    check_overhead,
     default_gates,
     overhead_row,
 )
 from numcheck.perf.measure import PERF_HEADER, PerfResult, perf_rows
-from numcheck.report.render import Commands, failure_message, footer, summary_table, table
+from numcheck.perf.timing import TimingError
+from numcheck.plugin import options
+from numcheck.plugin.workers import is_worker, pin_worker_gpu, worker_count, worker_id
+from numcheck.report.drift import Rules, compare, drift_headline, drift_rows
+from numcheck.report.environment import environment
+from numcheck.report.markdown import to_markdown
 from numcheck.report.records import (
     Record,
     Report,
@@ -49,10 +51,7 @@ from numcheck.report.records import (
     record_without_verdict,
     write_json,
 )
-from numcheck.numerics import CaseInputs, CheckResult, VariantError, check, display_id, write_golden
-from numcheck.perf.timing import TimingError
-from numcheck.verdict import Violation
-from numcheck.plugin.workers import is_worker, pin_worker_gpu, worker_count, worker_id
+from numcheck.report.render import Commands, failure_message, footer, summary_table, table
 
 #: ``report.user_properties`` names on which a worker ships its record and its golden
 #: rewrites to the controller (pytest-xdist serialises user_properties with every report).
@@ -210,9 +209,6 @@ class NumcheckSession:
 
     # -- running ----------------------------------------------------------------------
 
-    def gate_active(self, gate: str, op: OpSpec) -> bool:
-        return gate in op.outputs or gate in self.active_gates
-
     def inputs_for(self, op: OpSpec, case: Case) -> CaseInputs:
         # Items of one case run back to back; keep only the current case's inputs.
         if self._inputs is None or self._inputs[0] is not case:
@@ -236,24 +232,19 @@ class NumcheckSession:
             raise loaded
         return loaded
 
-    def overhead_for(
-        self, op: OpSpec, case: Case, variant: str
-    ) -> tuple[OverheadReport, list[Violation]] | None:
-        """The cast ledger (and kernel audit on CUDA) of one variant on the case's first seed,
-        and its violations of the active overhead gates (none in explain mode).
+    def keep(self, item: CheckItem, result: CheckResult) -> None:
+        """What the end-of-run summary needs from one check: its timing (also recorded for
+        pytest-benchmark) and its cast ledger."""
+        if result.perf is not None:
+            from numcheck.perf import benchrecord
 
-        Runs the variant once more, on its own, when an overhead gate is active or in
-        explain mode; None otherwise.
-        """
-        gates = self.active_gates & set(OVERHEAD_GATES)
-        if not (gates or self.explain):
-            return None
-        cpu_inputs, _ = self.inputs_for(op, case).get(case.seeds[0])
-        profile = self.device == "cuda" and (self.explain or "kernels" in gates)
-        return check_overhead(op, case, variant, self.device, cpu_inputs,
-                              gates=set() if self.explain else gates, kernels=profile)
-
-    # -- reporting --------------------------------------------------------------------
+            self.perf_results.append(result.perf)
+            benchrecord.record(self.config, item.name, item.nodeid, result.perf)
+        if result.overhead is not None:
+            self.overhead_rows.append(overhead_row(f"{item.case.op}::{item.case.id}",
+                                                   item.variant, item.device, result.overhead))
+            if self.explain:
+                self.explained.append((item.display_id, result.overhead))
 
     # -- reporting: records travel on the test reports ---------------------------------
 
@@ -516,84 +507,37 @@ class CheckItem(pytest.Item):
         op = get_op(self.case.op)
         commands = self.commands()
         try:
-            if self.case.perf_only:
-                result = CheckResult(self.case, self.variant, self.device, [], [])
-            else:
-                golden = state.golden_for(op, self.case, commands)
-                result = check(
-                    op, self.case, self.variant, self.device, golden,
-                    state.inputs_for(op, self.case), regen_hint=commands.regenerate,
-                )
-            if "perf" in state.active_gates:
-                perf = self._time(state, op)
-                result.violations += perf.violations()
-                result.timing = perf.record_section()
+            golden = None if self.case.perf_only else state.golden_for(op, self.case, commands)
+            result = run_check(
+                op, self.case, self.variant, self.device, state.inputs_for(op, self.case),
+                golden, gates=state.active_gates, explain=state.explain,
+                regen_hint=commands.regenerate,
+            )
         except (GoldenError, VariantError, TimingError) as exc:
             self._set_record(status="error", reason=str(exc), error_kind=type(exc).__name__)
             raise
-        audited = state.overhead_for(op, self.case, self.variant)
-        overhead = None
-        if audited is not None:
-            overhead, found = audited
-            state.overhead_rows.append(overhead_row(f"{self.case.op}::{self.case.id}",
-                                                    self.variant, self.device, overhead))
-            result.casts = overhead.as_dict()
-            if state.explain:
-                state.explained.append((self.display_id, overhead))
-            else:
-                result.violations += found
-        expected = self.case.expect.get(self.variant)
-        try:
-            if expected is not None:
-                self._settle_expected(expected, result, commands, state.gate_active)
-        except pytest.xfail.Exception as xfailed:
-            self._set_record(result=result)
-            assert self.record is not None
-            self.record = replace(self.record, status="xfail", reason=str(xfailed.msg))
-            raise
+        state.keep(self, result)
         self._set_record(result=result)
+        settled = result.settled
+        if settled is not None and settled.xfail:
+            reason = f"expected failure ({', '.join(settled.caught)}): {settled.reason}"
+            assert self.record is not None
+            self.record = replace(self.record, status="xfail", reason=reason)
+            pytest.xfail(reason)
+        if settled is not None:
+            raise NumcheckFailure(self._xpass_message(settled, commands))
         if not result.passed:
             message = failure_message(result, commands, self._source())
+            overhead = result.overhead
             if overhead is not None and any(v.output in OVERHEAD_GATES for v in result.violations):
                 message += "\n\n" + "\n".join(overhead.lines())
             raise NumcheckFailure(message)
 
-    def _time(self, state: NumcheckSession, op: OpSpec) -> PerfResult:
-        """Time this variant against the reference; record it in pytest-benchmark too."""
-        from numcheck.perf import benchrecord
-        from numcheck.perf.measure import measure_perf
-
-        cpu_inputs, _ = state.inputs_for(op, self.case).get(self.case.seeds[0])
-        perf = measure_perf(op, self.case, self.variant, self.device, cpu_inputs)
-        state.perf_results.append(perf)
-        benchrecord.record(self.config, self.name, self.nodeid, perf)
-        return perf
-
-    def _settle_expected(
-        self, expected: Expectation, result: CheckResult, commands: Commands, active: Any
-    ) -> None:
-        """A known-bad variant: xfail when its expected gates catch it, fail when they don't.
-
-        Only the expected gates that this run measures count; with none active, the check
-        is an ordinary one. Any violation outside the expectation still fails normally.
-        """
-        op = get_op(self.case.op)
-        live = [f for f in expected.fails if active(f.partition(".")[0], op)]
-        if not live:
-            return
-        unexpected = [v for v in result.violations if v.key not in expected.fails]
-        if unexpected:
-            return  # an ordinary failure: the caller raises with the full message
-        caught = sorted({v.key for v in result.violations if v.key in live})
-        gates = {f.partition(".")[0] for f in live}
-        missed = sorted(g for g in gates if not any(c.startswith(g + ".") for c in caught))
-        if not missed:
-            pytest.xfail(f"expected failure ({', '.join(caught)}): {expected.reason}")
-        # Strict per gate: every active gate the case expects to catch the variant must.
-        raise NumcheckFailure(
+    def _xpass_message(self, settled: Settled, commands: Commands) -> str:
+        """A known-bad variant that an active gate expected to catch, and did not."""
+        return (
             f"numcheck XPASS(strict) {self.display_id}\n"
-            f"  expected {', '.join(f for f in live if f.partition('.')[0] in missed)} "
-            f"to fail ({expected.reason}),\n"
+            f"  expected {', '.join(settled.missed)} to fail ({settled.reason}),\n"
             f"  but the variant passed it: the gate no longer catches this known-bad variant.\n\n"
             f"  case:        {self._source()} [{self.case.id}]\n"
             f"  reproduce:   {commands.reproduce}"

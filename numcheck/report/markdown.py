@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from numcheck.report.render import summary_table
 from numcheck.report.records import Record, Report
+from numcheck.report.render import summary_table
 
 #: Failing checks listed with their reasons before the tables.
 MAX_FAILURES = 30
