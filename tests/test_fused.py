@@ -252,6 +252,7 @@ def test_without_triton_the_fused_items_skip_with_the_reason(tmp_path: Path) -> 
 
 
 def test_indexer_fused_refuses_prefill_shapes_with_a_reason() -> None:
+    pytest.importorskip("triton", reason="the fused kernels' module needs triton")
     from numcheck.ops import indexer_fused
 
     p = indexer.OP.resolve_params("v4flash", {"batch": 1, "next_n": 8, "max_context": 128})
