@@ -38,7 +38,7 @@ TIE_BAND_KEYS = ("tie_band_rel", "tie_band_abs")
 #: Keys the top-k output budget accepts.
 TOPK_KEYS = (*TOPK_LIMITS, *TIE_BAND_KEYS)
 
-# Placeholder values, to be calibrated from measurements; docs/budgets.md explains each number.
+# Default budgets per precision class; docs/budgets.md says where each number comes from.
 # Any key of ERROR_METRICS or TOPK_LIMITS added to a row becomes gated by default for that
 # precision; atol, rtol and one of tie_band_rel / tie_band_abs are required in every row.
 DEFAULT_BUDGETS: Mapping[str, Mapping[str, float]] = {

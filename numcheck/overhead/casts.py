@@ -2,7 +2,7 @@
 
 A bf16 GEMM got 2x faster and the op barely moved, because a ``.to(bf16)`` of a large
 tensor that had been bf16 all along added as much copy time as the GEMM saved
-(../shared/DESIGN.md). Numbers cannot show that: bf16 -> fp32 -> bf16 is exact. The ledger
+(docs/ops.md). Numbers cannot show that: bf16 -> fp32 -> bf16 is exact. The ledger
 does, on any device, by watching the aten calls a variant makes (a ``TorchDispatchMode``)::
 
     with CastLedger() as ledger:

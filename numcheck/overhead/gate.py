@@ -21,7 +21,7 @@ Limits live in case files, per variant::
     max_copy_share = 0.2         # default: no limit
 
 The op's **minimum bytes** are every input read once plus every output written once: the
-traffic no implementation of the op can avoid (the HBM floor of DESIGN.md's table).
+traffic no implementation of the op can avoid (the op's HBM floor).
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ class NumcheckSession:
         self.cases_dir = (root / config.getini(options.CASES_INI)).resolve()
         self.goldens_dir = (root / config.getini(options.GOLDENS_INI)).resolve()
         self.regenerated: dict[Path, bool] = {}
-        # Reporting (issue 5). Workers make records; the controller (or a serial run)
+        # Reporting. Workers make records; the controller (or a serial run)
         # collects them from the test reports and writes the report files.
         self.worker = worker_id(config)
         self.is_worker = is_worker(config)
