@@ -23,6 +23,7 @@ import torch
 from numcheck.budgets import ERROR_METRICS
 from numcheck.cases import Case, load_cases
 from numcheck.check import run_check
+from numcheck.devices import device_name
 from numcheck.goldens import Golden
 from numcheck.numerics import SeedResult, fresh_golden, seed_key
 from numcheck.ops.registry import get_op
@@ -169,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         meta = {"device": args.device, "torch": torch.__version__, "extra_seeds": args.seeds,
                 "first_seed": args.first_seed}
         if args.device == "cuda":
-            meta["device_name"] = torch.cuda.get_device_name()
+            meta["device_name"] = device_name(args.device)
         args.json.write_text(json.dumps({"meta": meta, "cases": everything}, indent=1))
     return 0
 

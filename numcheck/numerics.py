@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from numcheck.cases import Case
+from numcheck.devices import device_label
 from numcheck.goldens import (
     VAL_SUFFIX,
     Golden,
@@ -130,7 +131,7 @@ def make_golden(
         "case": case.id,
         "op_version": op.version,
         "fingerprint": inputs.fingerprint(),
-        "device": _device_name(device),
+        "device": device_label(device),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "seeds": list(case.seeds),
         "outputs": outputs_meta,
@@ -145,12 +146,6 @@ def fresh_golden(op: OpSpec, case: Case, device: str = "cpu") -> tuple[Golden, C
     inputs = CaseInputs(op, case)
     tensors, meta = make_golden(op, case, device, inputs)
     return Golden(Path(f"<fresh {case.op}/{case.id}>"), tensors, meta), inputs
-
-
-def _device_name(device: str) -> str:
-    if device == "cuda":
-        return f"cuda ({torch.cuda.get_device_name()})"
-    return "cpu"
 
 
 def write_golden(path: Path, op: OpSpec, case: Case, device: str, inputs: CaseInputs) -> bool:

@@ -19,6 +19,7 @@ import torch
 
 from numcheck.cases import Case, CaseFileError, load_case_file
 from numcheck.check import Settled, run_check
+from numcheck.devices import device_name
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
 from numcheck.numerics import CaseInputs, CheckResult, VariantError, display_id, write_golden
 from numcheck.ops.registry import OpSpec, get_op
@@ -168,10 +169,9 @@ class NumcheckSession:
     def device_name(self) -> str:
         """``cpu``, or the CUDA device's name (of this worker's GPU)."""
         if self._device_name is None:
-            self._device_name = "cpu"
             if self.device == "cuda":
-                self._device_name = torch.cuda.get_device_name(torch.cuda.current_device())
                 self.device_index = torch.cuda.current_device()
+            self._device_name = device_name(self.device, index=self.device_index)
         return self._device_name
 
     def _require_cases_dir(self) -> None:
