@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from numcheck import __version__
+from numcheck.atomic import atomic_write
 
 if TYPE_CHECKING:
     from numcheck.numerics import CheckResult
@@ -438,13 +438,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
 
 
 def write_json(path: Path | str, report: Report) -> None:
-    """Write the report as strict JSON (written whole to a temp file, then renamed)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write the report as strict JSON, atomically (:func:`numcheck.atomic.atomic_write`)."""
     text = json.dumps(report_to_dict(report), indent=1, allow_nan=False) + "\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write(path, text.encode())
 
 
 def load_report(path: Path | str) -> Report:
