@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from numcheck.budgets import complete_budget
+from numcheck.devices import device_label
 from numcheck.goldens import (
     Golden,
     GoldenError,
@@ -36,8 +37,8 @@ from numcheck.goldens import (
     input_fingerprint,
     load_golden,
     pack_output,
-    save_golden,
     unpack_pair,
+    write_if_changed,
 )
 from numcheck.metrics import ErrorMetrics, compare
 from numcheck.numerics import ulp_dtype
@@ -268,18 +269,11 @@ class GoldenCheck:
             # A selection check needs the golden score of any token a variant may pick, so
             # its outputs are stored whole; a plain output is sampled when it is large.
             tensors.update(pack_output(key, t, full=True if len(outputs) > 1 else None))
-        device = next(iter(outputs.values())).device.type
+        device = device_label(str(next(iter(outputs.values())).device))
         meta = {"op": FIXTURE_DIR, "case": self._label(name), "op_version": version,
                 "fingerprint": fingerprint, "device": device, "seeds": [],
                 "test_id": self.test_id}
-        try:
-            old = load_golden(path, case=self._label(name), regen_hint="")
-        except GoldenError:
-            old = None
-        if old is not None and _unchanged(old, tensors, fingerprint, version):
-            return False
-        save_golden(path, tensors, meta)
-        return True
+        return write_if_changed(path, tensors, meta, case=self._label(name))
 
     def _message(
         self, name: str, violations: list[Violation], path: Path, report: TopkReport | None = None
@@ -290,12 +284,3 @@ class GoldenCheck:
             commands=Commands(self.reproduce_command, self.regen_command),
         )
 
-
-def _unchanged(old: Golden, tensors: Mapping[str, torch.Tensor], fingerprint: str,
-               version: int) -> bool:
-    if old.meta.get("fingerprint") != fingerprint or old.meta.get("op_version") != version:
-        return False
-    return set(old.tensors) == set(tensors) and all(
-        old.tensors[k].dtype == t.dtype and old.tensors[k].shape == t.shape
-        and torch.equal(old.tensors[k], t) for k, t in tensors.items()
-    )

@@ -53,6 +53,7 @@ __all__ = [
     "save_golden",
     "summary_stats",
     "unpack_pair",
+    "write_if_changed",
 ]
 
 #: Version of the on-disk layout written by :func:`save_golden`; newer files are refused.
@@ -496,6 +497,40 @@ def save_golden(path: Path, tensors: Mapping[str, torch.Tensor], meta: Mapping[s
     with exclusive(path):
         remove_leftovers(path)
         atomic_write(path, data)
+
+
+def write_if_changed(
+    path: Path, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any], *, case: str
+) -> bool:
+    """Save a golden unless an equal one is stored; True when it wrote.
+
+    Equal means the same tensors bit for bit (names, dtypes, shapes, values) and the same
+    ``fingerprint`` and ``op_version`` in ``meta``, so re-running the regen flag on an
+    unchanged case never churns the repository. A stored file that cannot be read (missing,
+    corrupt, another format) is replaced. The compare and the write happen under the
+    golden's lock: another process regenerating the same golden (pytest-xdist workers)
+    waits, then finds the file equal and leaves it alone.
+    """
+    with exclusive(path):
+        try:
+            old = load_golden(path, case=case, regen_hint="")
+        except GoldenError:
+            old = None
+        if old is not None and _equal_golden(old, tensors, meta):
+            return False
+        save_golden(path, tensors, meta)
+    return True
+
+
+def _equal_golden(old: Golden, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any]) -> bool:
+    if any(old.meta.get(key) != meta.get(key) for key in ("fingerprint", "op_version")):
+        return False
+    return set(old.tensors) == set(tensors) and all(
+        old.tensors[k].dtype == t.dtype
+        and old.tensors[k].shape == t.shape
+        and torch.equal(old.tensors[k], t.detach().cpu())
+        for k, t in tensors.items()
+    )
 
 
 def load_golden(path: Path, *, case: str, regen_hint: str) -> Golden:

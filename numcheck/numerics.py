@@ -29,11 +29,10 @@ from numcheck.goldens import (
     dtype_name,
     input_fingerprint,
     pack_output,
-    save_golden,
     unpack_pair,
+    write_if_changed,
 )
 from numcheck.inputs import to_device
-from numcheck.locking import exclusive
 from numcheck.metrics import ErrorMetrics, compare
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
 from numcheck.topk import TopkReport, topk_agreement
@@ -154,35 +153,8 @@ def write_golden(path: Path, op: OpSpec, case: Case, device: str, inputs: CaseIn
     Equal means same tensors bit for bit and same input fingerprint, so re-running the regen
     flag on an unchanged case never churns the repository.
     """
-    from numcheck.goldens import GoldenError, load_golden
-
     tensors, meta = make_golden(op, case, device, inputs)
-    # Compare and write under the golden's lock: another process regenerating the same case
-    # (pytest-xdist workers) waits, then finds the file equal and leaves it alone.
-    with exclusive(path):
-        try:
-            old = load_golden(path, case=case.id, regen_hint="")
-        except GoldenError:
-            old = None
-        if old is not None and _same(old, tensors, meta):
-            return False
-        save_golden(path, tensors, meta)
-    return True
-
-
-def _same(old: Golden, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any]) -> bool:
-    if old.meta.get("fingerprint") != meta["fingerprint"] or old.meta.get("op_version") != meta[
-        "op_version"
-    ]:
-        return False
-    if set(old.tensors) != set(tensors):
-        return False
-    return all(
-        old.tensors[k].dtype == t.dtype
-        and old.tensors[k].shape == t.shape
-        and torch.equal(old.tensors[k], t.cpu())
-        for k, t in tensors.items()
-    )
+    return write_if_changed(path, tensors, meta, case=case.id)
 
 
 @dataclass
