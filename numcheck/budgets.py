@@ -16,23 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: Error metrics of an output, each an upper bound (the measured value must be <= the limit).
-ERROR_METRICS = (
-    "max_abs",
-    "max_rel",
-    "rel_fro",
-    "calc_diff",
-    "ulp_p50",
-    "ulp_p99",
-    "ulp_max",
-    "frac_outside",
-)
+from numcheck.metric_names import ERROR_METRICS, TOPK_LIMITS
+
 #: The band ``|x - y| <= atol + rtol * |y|``; ``frac_outside`` counts elements outside it.
 BAND_KEYS = ("atol", "rtol")
 #: Keys an ordinary (non-top-k) output budget accepts.
 OUTPUT_KEYS = (*ERROR_METRICS, *BAND_KEYS, "allow_nan")
-#: Top-k agreement limits, each a lower bound in [0, 1].
-TOPK_LIMITS = ("recall_min", "recall_mean", "tie_recall_min", "tie_recall_mean")
 #: How close to the k-th score a flip counts as a near-tie: relative to it, or in score units.
 TIE_BAND_KEYS = ("tie_band_rel", "tie_band_abs")
 #: Keys the top-k output budget accepts.

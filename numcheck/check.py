@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from numcheck.cases import Case, Expectation
 from numcheck.goldens import Golden
+from numcheck.metric_names import MAX_FLIPS
 from numcheck.numerics import CaseInputs, CheckResult, check
 from numcheck.ops.registry import OpSpec
 from numcheck.overhead.gate import OVERHEAD_GATES, check_overhead
@@ -78,7 +79,7 @@ def run_check(
     gates: Collection[str] = (),
     explain: bool = False,
     regen_hint: str = "",
-    max_flips: int = 20,
+    max_flips: int = MAX_FLIPS,
     keep_outputs: bool = False,
 ) -> CheckResult:
     """Run one check: numerics against ``golden``, then the active gates, then expectations.

@@ -33,6 +33,7 @@ from numcheck.goldens import (
     write_if_changed,
 )
 from numcheck.inputs import to_device
+from numcheck.metric_names import MAX_FLIPS
 from numcheck.metrics import ErrorMetrics, compare
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
 from numcheck.topk import TopkReport, topk_agreement
@@ -231,7 +232,7 @@ def check(
     inputs: CaseInputs,
     *,
     regen_hint: str,
-    max_flips: int = 20,
+    max_flips: int = MAX_FLIPS,
     keep_outputs: bool = False,
 ) -> CheckResult:
     """Compare one variant with the golden for every seed of the case.

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from numcheck.metric_names import MAX_FLIPS
+
 #: Names :meth:`TopkReport.value` understands, for budgets.
 TOPK_METRIC_NAMES: tuple[str, ...] = (
     "recall_min",
@@ -154,7 +156,7 @@ def topk_agreement(
     *,
     band: float,
     band_kind: str = "rel",
-    max_flips: int = 20,
+    max_flips: int = MAX_FLIPS,
 ) -> TopkReport:
     """Compare a variant's top-k selection with the golden one, forgiving near-ties only.
 

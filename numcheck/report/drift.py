@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from numcheck.metric_names import KEY_METRICS, KEY_TOPK_METRICS
 from numcheck.report.records import Record, Report
 
 #: Columns of the drift table (text and markdown).
@@ -131,7 +132,7 @@ def _pairs(base: Record | None, new: Record | None) -> dict[str, list[float | No
         return r.key_metric(name)
 
     return {name: [value(base, name), value(new, name)]
-            for name in ("calc_diff", "rel_fro", "recall_min", "tie_recall_min", "speedup")}
+            for name in (*KEY_METRICS, "speedup")}
 
 
 def _pair(base: Record, new: Record, rules: Rules) -> DriftRow:
@@ -153,7 +154,7 @@ def _pair(base: Record, new: Record, rules: Rules) -> DriftRow:
                          f"rule: > {factor:g}x)")
         elif b > floor and b > factor * max(n, floor):
             better.append(f"{output}.calc_diff {b:.3g} -> {n:.3g}")
-    for name in ("recall_min", "tie_recall_min"):
+    for name in KEY_TOPK_METRICS:
         b, n = base.key_metric(name), new.key_metric(name)
         if b is None or n is None:
             continue

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from numcheck import __version__
 from numcheck.atomic import atomic_write
+from numcheck.metric_names import ERROR_METRICS, KEY_METRICS, MAX_FLIPS, TOPK_COUNTS, TOPK_LIMITS
 
 if TYPE_CHECKING:
     from numcheck.numerics import CheckResult
@@ -33,13 +34,6 @@ SCHEMA_VERSION = 1
 #: Record statuses. ``error``: no verdict (golden missing/stale/corrupt, variant raised,
 #: the check crashed); ``error_kind`` says which.
 STATUSES = ("pass", "fail", "xfail", "skip", "error")
-
-#: Headline metrics of a record, shown in every table (of the op's first output / top-k).
-KEY_METRICS = ("calc_diff", "rel_fro", "recall_min", "tie_recall_min")
-
-#: Unexplained flips kept per record (the failure message shows the same worst ones).
-MAX_FLIPS = 10
-
 
 class ReportError(ValueError):
     """A report file that cannot be read: names the file, the problem and the fix."""
@@ -146,7 +140,7 @@ def record_from_result(
         )
     metrics: dict[str, dict[str, float]] = {}
     for name in budget.outputs:
-        worst = {m: result.metric(name, m) for m in _error_metric_names()}
+        worst = {m: result.metric(name, m) for m in ERROR_METRICS}
         metrics[name] = {m: v for m, v in worst.items() if v is not None}
     metrics = {k: v for k, v in metrics.items() if v}
     top = result.worst()
@@ -225,12 +219,6 @@ def _precision(op: str, variant: str) -> str | None:
         return None
 
 
-def _error_metric_names() -> tuple[str, ...]:
-    from numcheck.budgets import ERROR_METRICS
-
-    return ERROR_METRICS
-
-
 def _budget_dict(budget: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, ob in budget.outputs.items():
@@ -247,11 +235,8 @@ def _budget_dict(budget: Any) -> dict[str, Any]:
 def _topk_dict(report: Any) -> dict[str, Any]:
     d = {
         name: getattr(report, name)
-        for name in (
-            "rows", "recall_min", "recall_mean", "tie_recall_min", "tie_recall_mean",
-            "worst_row", "tie_worst_row", "rows_with_flips", "n_flips", "n_unexplained",
-            "band", "band_kind",
-        )
+        for name in (*TOPK_COUNTS, *TOPK_LIMITS, "worst_row", "tie_worst_row", "band",
+                     "band_kind")
     }
     d["unexplained"] = [asdict(f) for f in report.unexplained[:MAX_FLIPS]]
     return _plain(d)
@@ -264,9 +249,9 @@ def _worst_topk(reports: Sequence[Any]) -> dict[str, Any] | None:
     dicts = [_topk_dict(r) for r in reports]
     worst = max(dicts, key=lambda d: (d["n_unexplained"], -d["recall_min"]))
     out = dict(worst)
-    for name in ("recall_min", "recall_mean", "tie_recall_min", "tie_recall_mean"):
+    for name in TOPK_LIMITS:
         out[name] = min(d[name] for d in dicts)
-    for name in ("rows", "rows_with_flips", "n_flips", "n_unexplained"):
+    for name in TOPK_COUNTS:
         out[name] = sum(d[name] for d in dicts)
     return out
 

@@ -11,16 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from numcheck.metric_names import MAX_FLIPS
 from numcheck.report.records import Record
 
 if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports without torch
     from numcheck.numerics import CheckResult
     from numcheck.topk import TopkReport
     from numcheck.verdict import Violation
-
-#: Rows of the unexplained-flip table shown in a failure.
-MAX_FLIP_ROWS = 10
-
 
 @dataclass(frozen=True)
 class Commands:
@@ -101,7 +98,7 @@ def _mismatch_lines(result: CheckResult, output: str, seed: int | None) -> list[
     return []
 
 
-def flip_table(report: TopkReport, limit: int = MAX_FLIP_ROWS) -> list[str]:
+def flip_table(report: TopkReport, limit: int = MAX_FLIPS) -> list[str]:
     """The unexplained top-k flips, worst first, capped at ``limit`` rows."""
     band = f"{report.band:g} {'of the row max |score|' if report.band_kind == 'rel' else 'absolute'}"
     lines = [
