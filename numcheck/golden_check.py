@@ -41,7 +41,7 @@ from numcheck.goldens import (
     write_if_changed,
 )
 from numcheck.metrics import ErrorMetrics, compare
-from numcheck.numerics import ulp_dtype
+from numcheck.precision import precision_of, ulp_dtype
 from numcheck.report.render import Commands, verdict_message
 from numcheck.topk import TopkReport, select_topk, topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk
@@ -85,11 +85,6 @@ def _fingerprint(inputs: TensorInputs) -> str:
     else:
         named = {str(i): t for i, t in enumerate(inputs)}
     return input_fingerprint(named)
-
-
-def _infer_precision(dtype: torch.dtype) -> str:
-    # A half-precision output can only be held to the bf16 row; anything finer to fp32.
-    return "bf16" if dtype in (torch.bfloat16, torch.float16) else "fp32"
 
 
 @dataclass
@@ -148,7 +143,7 @@ class GoldenCheck:
         :class:`~numcheck.goldens.GoldenError` when the golden is missing, corrupt or stale.
         """
         __tracebackhide__ = True
-        precision = precision or _infer_precision(actual.dtype)
+        precision = precision or precision_of(actual.dtype)
         ob = complete_budget(precision, {name: dict(budget or {})}, outputs=(name,),
                              topk_output=None).outputs[name]
         golden = self._golden(name, inputs, version, lambda: {name: reference_fn()})

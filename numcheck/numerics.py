@@ -36,6 +36,7 @@ from numcheck.inputs import to_device
 from numcheck.metric_names import MAX_FLIPS
 from numcheck.metrics import ErrorMetrics, compare
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
+from numcheck.precision import ulp_dtype
 from numcheck.topk import TopkReport, topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk, worst
 
@@ -43,10 +44,6 @@ if TYPE_CHECKING:
     from numcheck.check import Settled
     from numcheck.overhead.gate import OverheadReport
     from numcheck.perf.measure import PerfResult
-
-#: The dtype whose ULPs measure a variant of each precision class (TF32 has no torch
-#: dtype; its ULPs are counted in float32).
-PRECISION_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16}
 
 
 class VariantError(Exception):
@@ -213,14 +210,6 @@ class CheckResult:
         """The seed's top-k report with the most unexplained flips."""
         reports = [s.topk for s in self.seeds if s.topk is not None]
         return max(reports, key=lambda r: (r.n_unexplained, -r.recall_min), default=None)
-
-
-def ulp_dtype(precision: str, output_dtype: torch.dtype) -> torch.dtype:
-    """The coarser of the variant's compute dtype and the output's dtype."""
-    compute = PRECISION_DTYPES[precision]
-    if not output_dtype.is_floating_point:
-        return compute
-    return max(compute, output_dtype, key=lambda d: torch.finfo(d).eps)
 
 
 def check(

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from numcheck.precision import PRECISIONS  # noqa: F401 - where op authors look for it
+
 #: Inputs of one case instance, by name, on one device.
 Inputs = dict[str, torch.Tensor]
 #: Outputs of one op call, by name.
@@ -20,8 +22,6 @@ Outputs = dict[str, torch.Tensor]
 #: Resolved shape parameters of a case (preset merged with explicit values).
 Params = Mapping[str, Any]
 
-#: Precision classes: each variant belongs to one; default budgets are keyed by it.
-PRECISIONS = ("fp32", "tf32", "bf16")
 DEVICES = ("cpu", "cuda")
 
 VariantFn = Callable[[Inputs, Params], Outputs]
