@@ -13,7 +13,6 @@ Exit codes (documented in the README, "Gating merges in CI"):
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ from numcheck.report.drift import DRIFT_HEADER, Rules, compare, drift_headline, 
 from numcheck.report.markdown import drift_markdown, headline, to_markdown
 from numcheck.report.records import ReportError, load_report
 from numcheck.report.render import summary_table, table
+from numcheck.report.step_summary import append_step_summary
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
@@ -86,7 +86,7 @@ def _compare(args: argparse.Namespace) -> int:
     text = "\n".join(drift_markdown(drift)) + "\n"
     if args.markdown is not None:
         args.markdown.write_text(text)
-    _step_summary(text)
+    append_step_summary(text)
     return EXIT_REGRESSION if drift["regressions"] else EXIT_OK
 
 
@@ -99,13 +99,6 @@ def _summary(args: argparse.Namespace) -> int:
     if args.markdown is not None:
         args.markdown.write_text(to_markdown(report))
     return EXIT_OK if report.passed else EXIT_REGRESSION
-
-
-def _step_summary(text: str) -> None:
-    path = os.environ.get("GITHUB_STEP_SUMMARY")
-    if path:
-        with open(path, "a") as f:
-            f.write(text + "\n")
 
 
 if __name__ == "__main__":

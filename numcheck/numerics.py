@@ -22,6 +22,7 @@ import torch
 from numcheck.cases import Case
 from numcheck.devices import device_label
 from numcheck.goldens import (
+    STATS_FIELDS,
     VAL_SUFFIX,
     Golden,
     GoldenFormatError,
@@ -345,7 +346,8 @@ def _check_stats(name: str, pair: Any, seed: int) -> list[Violation]:
     exp, act = pair.stats_expected, pair.stats_actual
     found = []
     # NaN too: a NaN outside the sampled positions is invisible to the elementwise metrics.
-    for i, label in ((5, "nan"), (6, "posinf"), (7, "neginf")):
+    for label in ("nan", "posinf", "neginf"):
+        i = STATS_FIELDS.index(f"n_{label}")
         if exp is not None and act is not None and int(exp[i]) != int(act[i]):
             found.append(
                 Violation(

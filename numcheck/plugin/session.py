@@ -7,7 +7,6 @@ modules' exceptions into pytest outcomes with one message layout.
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Iterator
 from dataclasses import replace
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from numcheck.cases import Case, CaseFileError, load_case_file
+from numcheck.cases import Case, CaseFileError, CaseIds, load_case_file
 from numcheck.check import Settled, run_check
 from numcheck.devices import device_name
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
@@ -53,6 +52,7 @@ from numcheck.report.records import (
     write_json,
 )
 from numcheck.report.render import Commands, failure_message, footer, summary_table, table
+from numcheck.report.step_summary import append_step_summary
 
 #: ``report.user_properties`` names on which a worker ships its record and its golden
 #: rewrites to the controller (pytest-xdist serialises user_properties with every report).
@@ -136,7 +136,7 @@ class NumcheckSession:
                 self.baseline = load_report(self.baseline_path)
             except ReportError as exc:
                 raise pytest.UsageError(f"{options.BASELINE_OPTION} {exc}") from None
-        self._seen: dict[tuple[str, str], Path] = {}
+        self.case_ids = CaseIds()
         self._goldens: dict[Path, Golden | GoldenError] = {}
         self._inputs: tuple[Case, CaseInputs] | None = None
         #: Gates beyond the numerics that this run measures (e.g. "perf" with
@@ -194,18 +194,6 @@ class NumcheckSession:
         if file_path.suffix == ".toml" and file_path.resolve().is_relative_to(self.cases_dir):
             return CaseFile.from_parent(parent, path=file_path)
         return None
-
-    def claim(self, case: Case) -> None:
-        """Case ids are unique per op across all files: they name the golden."""
-        key = (case.op, case.id)
-        first = self._seen.setdefault(key, case.source)
-        if first != case.source:
-            raise CaseFileError(
-                case.source,
-                f"op {case.op!r} already has a case {case.id!r} in {first}",
-                "rename one of the two cases (the id names the golden file)",
-                case=case.id,
-            )
 
     # -- running ----------------------------------------------------------------------
 
@@ -341,10 +329,7 @@ class NumcheckSession:
             text = to_markdown(report)
             self.markdown_path.parent.mkdir(parents=True, exist_ok=True)
             self.markdown_path.write_text(text)
-            step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-            if step_summary:
-                with open(step_summary, "a") as f:
-                    f.write(text + "\n")
+            append_step_summary(text)
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -433,7 +418,7 @@ class CaseFile(pytest.File):
     def collect(self) -> Iterator[CaseNode]:
         state = self.config.stash[NumcheckSession.KEY]
         for case in load_case_file(self.path):
-            state.claim(case)
+            state.case_ids.claim(case)
             yield CaseNode.from_parent(self, name=case.id, case=case)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
