@@ -311,7 +311,10 @@ class _LedgerMode(TorchDispatchMode):
     def _should_skip_dynamo(cls) -> bool:
         # torch wraps a mode's __torch_dispatch__ in torch._disable_dynamo by default, whose
         # first call imports torch._dynamo: seconds per process, for a compiler the ledger
-        # never runs. Variants under the ledger run eagerly.
+        # never runs. Variants under the ledger run eagerly. torch has no public switch for
+        # this; TorchDispatchMode's own docstring gives overriding this classmethod as the
+        # way to opt out, so it is the least fragile choice. test_casts.py fails if a torch
+        # release stops honouring it (torch._dynamo would be imported again).
         return False
 
     def __torch_dispatch__(
