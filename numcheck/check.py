@@ -68,6 +68,34 @@ def settle_expected(
     return Settled(tuple(caught), missed, expected.reason)
 
 
+def cannot_run(
+    op: OpSpec,
+    case: Case,
+    variant: str,
+    device: str,
+    *,
+    gates: Collection[str] = (),
+    perf_switch: str = "the perf gate on",
+) -> str | None:
+    """Why this (case, variant, device) check cannot run here, or None when it can.
+
+    A case runs only on its ``devices``; a variant only where it is available (its
+    ``unavailable`` text says why not, e.g. a missing Triton); a perf-only case (no golden)
+    only when the perf gate is among ``gates``. ``perf_switch`` names how to switch that gate
+    on in the message (the plugin passes its command-line flag).
+    """
+    spec = op.variants[variant]
+    if device not in case.devices:
+        return f"case {case.id!r} does not run on {device} (its devices: {', '.join(case.devices)})"
+    if device not in spec.devices:
+        if spec.unavailable:
+            return f"variant {variant!r}: {spec.unavailable}"
+        return f"variant {variant!r} runs on {', '.join(spec.devices)} only"
+    if case.perf_only and "perf" not in gates:
+        return f"perf-only case {case.id!r} (no golden): runs with {perf_switch}"
+    return None
+
+
 def run_check(
     op: OpSpec,
     case: Case,

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from numcheck.cases import Case, CaseFileError, CaseIds, load_case_file
-from numcheck.check import Settled, run_check
+from numcheck.check import Settled, cannot_run, run_check
 from numcheck.devices import device_name
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
 from numcheck.numerics import CaseInputs, CheckResult, VariantError, display_id, write_golden
@@ -470,19 +470,11 @@ class CheckItem(pytest.Item):
         )
 
     def setup(self) -> None:
-        op = get_op(self.case.op)
-        variant = op.variants[self.variant]
-        reason = None
-        if self.device not in self.case.devices:
-            reason = (f"case {self.case.id!r} does not run on {self.device} "
-                      f"(its devices: {', '.join(self.case.devices)})")
-        elif self.device not in variant.devices:
-            reason = (f"variant {self.variant!r}: {variant.unavailable}" if variant.unavailable
-                      else f"variant {self.variant!r} runs on {', '.join(variant.devices)} only")
-        elif self.case.perf_only and "perf" not in self.config.stash[
-                NumcheckSession.KEY].active_gates:
-            reason = (f"perf-only case {self.case.id!r} (no golden): runs with "
-                      f"{options.PERF_OPTION}")
+        reason = cannot_run(
+            get_op(self.case.op), self.case, self.variant, self.device,
+            gates=self.config.stash[NumcheckSession.KEY].active_gates,
+            perf_switch=options.PERF_OPTION,
+        )
         if reason is not None:
             self._set_record(status="skip", reason=reason)
             pytest.skip(reason)
