@@ -81,13 +81,13 @@ def _compare(args: argparse.Namespace) -> int:
     if rows:
         for line in table(DRIFT_HEADER, rows):
             print(line)
-    for r in drift["regressions"]:
+    for r in drift.regressions:
         print(f"REGRESSION {r}")
     text = "\n".join(drift_markdown(drift)) + "\n"
     if args.markdown is not None:
         args.markdown.write_text(text)
     append_step_summary(text)
-    return EXIT_REGRESSION if drift["regressions"] else EXIT_OK
+    return EXIT_REGRESSION if drift.regressions else EXIT_OK
 
 
 def _summary(args: argparse.Namespace) -> int:

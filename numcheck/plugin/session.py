@@ -33,7 +33,7 @@ from numcheck.perf.measure import PERF_HEADER, PerfResult, perf_rows
 from numcheck.perf.timing import TimingError
 from numcheck.plugin import options
 from numcheck.plugin.workers import is_worker, pin_worker_gpu, worker_count, worker_id
-from numcheck.report.drift import Rules, compare, drift_headline, drift_rows
+from numcheck.report.drift import Drift, Rules, compare, drift_headline, drift_rows
 from numcheck.report.environment import environment
 from numcheck.report.markdown import to_markdown
 from numcheck.report.records import (
@@ -122,7 +122,7 @@ class NumcheckSession:
         self.records: dict[str, Record] = {}
         self.order: list[str] = []
         self.goldens_written: dict[str, bool] = {}
-        self.drift: dict[str, Any] | None = None
+        self.drift: Drift | None = None
         self.report_path = self._path_option(options.REPORT_OPTION)
         self.markdown_path = self._path_option(options.MARKDOWN_OPTION)
         self.baseline_path = self._path_option(options.BASELINE_OPTION)
@@ -294,7 +294,7 @@ class NumcheckSession:
         if self.baseline is not None and not self.is_worker:
             label = str(self.config.getoption(options.BASELINE_OPTION))
             self.drift = compare(self.baseline, self.report(), self.rules, baseline=label)
-            if self.drift["regressions"]:
+            if self.drift.regressions:
                 session.testsfailed += 1  # the gate fails: exit status 1
         return result
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from numcheck import __version__
 from numcheck.atomic import atomic_write
 from numcheck.metric_names import ERROR_METRICS, KEY_METRICS, MAX_FLIPS, TOPK_COUNTS, TOPK_LIMITS
+from numcheck.report.drift import Drift
 
 if TYPE_CHECKING:
     from numcheck.numerics import CheckResult
@@ -384,7 +385,7 @@ class Report:
     created: str = ""
     exitstatus: int | None = None
     goldens_regenerated: dict[str, bool] = field(default_factory=dict)
-    drift: dict[str, Any] | None = None
+    drift: Drift | None = None
     schema: int = SCHEMA_VERSION
 
     def counts(self) -> dict[str, int]:
@@ -401,7 +402,7 @@ class Report:
         regression, and at least one check ran."""
         if self.exitstatus not in (None, 0):
             return False
-        if self.drift is not None and self.drift.get("regressions"):
+        if self.drift is not None and not self.drift.passed:
             return False
         return bool(self.records) and all(r.passed for r in self.records)
 
@@ -417,7 +418,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "exitstatus": report.exitstatus,
         "environment": _encode_floats(_plain(report.environment)),
         "goldens_regenerated": dict(report.goldens_regenerated),
-        "drift": _encode_floats(_plain(report.drift)) if report.drift is not None else None,
+        "drift": _encode_floats(_plain(report.drift.to_dict())) if report.drift is not None else None,
         "records": [record_to_dict(r) for r in report.records],
     }
 
@@ -465,7 +466,7 @@ def load_report(path: Path | str) -> Report:
         created=str(data.get("created", "")),
         exitstatus=data.get("exitstatus"),
         goldens_regenerated=dict(data.get("goldens_regenerated") or {}),
-        drift=data.get("drift"),
+        drift=Drift.from_dict(data["drift"]) if data.get("drift") else None,
         schema=version,
     )
 
