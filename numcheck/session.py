@@ -32,7 +32,8 @@ from numcheck.overhead import (
     default_gates,
     overhead_row,
 )
-from numcheck.perfrun import PERF_HEADER, PerfResult, perf_rows
+from numcheck.perfrun import PERF_HEADER, PerfResult, noise_lines, perf_rows
+from numcheck.perfsession import DeviceSections, lock_wait_lines
 from numcheck.render import Commands, failure_message, footer, summary_table, table
 from numcheck.report import (
     Record,
@@ -148,6 +149,14 @@ class NumcheckSession:
             self.device, perf=bool(config.getoption(plugin.PERF_OPTION)), explain=self.explain
         )
         self.explained: list[tuple[str, OverheadReport]] = []
+        #: Per-device locks: timed sections exclusive, numerics shared (issue: workers
+        #: sharing a GPU must not time each other's kernels).
+        from numcheck.perfrun import reset_machine_noise
+
+        reset_machine_noise()
+        self.sections = DeviceSections(
+            self.device, enabled=self.device == "cuda" or "perf" in self.active_gates
+        )
         self.overhead_rows: list[list[str]] = []
         if config.args_source != pytest.Config.ArgsSource.ARGS:
             # `pytest --numcheck` with no paths: the cases folder is the suite.
@@ -250,8 +259,14 @@ class NumcheckSession:
             return None
         cpu_inputs, _ = self.inputs_for(op, case).get(case.seeds[0])
         profile = self.device == "cuda" and (self.explain or "kernels" in gates)
-        return check_overhead(op, case, variant, self.device, cpu_inputs,
-                              gates=set() if self.explain else gates, kernels=profile)
+        # A kernel audit times kernels (torch.profiler): it holds the device alone.
+        with self.sections.hold(exclusive=profile) as waited:
+            report, found = check_overhead(op, case, variant, self.device, cpu_inputs,
+                                           gates=set() if self.explain else gates,
+                                           kernels=profile)
+        if profile:
+            self.sections.audit_wait_s = waited
+        return report, found
 
     # -- reporting --------------------------------------------------------------------
 
@@ -300,6 +315,11 @@ class NumcheckSession:
     def _ours(report: pytest.TestReport) -> bool:
         return "numcheck" in report.keywords or report.nodeid.split("::")[0].endswith(".toml")
 
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        if self.is_worker or "perf" not in self.active_gates and self.device != "cuda":
+            return []
+        return self.sections.header_lines(worker_count(config), perf="perf" in self.active_gates)
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.order = [item.nodeid for item in session.items]
 
@@ -322,16 +342,18 @@ class NumcheckSession:
     def report(self, exitstatus: int | None = None) -> Report:
         """Everything collected so far, in collection order."""
         records = order_records(self.records.values(), self.order)
+        env = environment(
+            torch_version=torch.__version__,
+            cuda_version=torch.version.cuda,
+            device=self.device,
+            device_names=[r.device_name for r in records if r.device_name],
+            rootdir=self.config.rootpath,
+            workers=worker_count(self.config),
+        )
+        env.update(self.sections.environment(worker_count(self.config), records))
         return Report(
             records=records,
-            environment=environment(
-                torch_version=torch.__version__,
-                cuda_version=torch.version.cuda,
-                device=self.device,
-                device_names=[r.device_name for r in records if r.device_name],
-                rootdir=self.config.rootpath,
-                workers=worker_count(self.config),
-            ),
+            environment=env,
             created=now(),
             exitstatus=exitstatus,
             goldens_regenerated=dict(sorted(self.goldens_written.items())),
@@ -368,11 +390,17 @@ class NumcheckSession:
         header, rows = summary_table(order_records(self.records.values(), self.order))
         for line in table(header, rows):
             tr.write_line(line)
-        if self.perf_results:
+        records = order_records(self.records.values(), self.order)
+        rows = perf_rows(records)
+        if rows:
             tr.write_sep("-", "numcheck perf (median device time per call; speedup = "
-                         "median of paired reference/variant ratios)")
-            for line in table(PERF_HEADER, perf_rows(self.perf_results)):
+                         "median of paired reference/variant ratios, stopped when decided)")
+            for line in table(PERF_HEADER, rows):
                 tr.write_line(line)
+            for line in noise_lines(records):
+                tr.write_line(line)
+        for line in lock_wait_lines(records, worker_count(self.config)):
+            tr.write_line(line)
         if self.overhead_rows:
             tr.write_line("")
             for line in table(OVERHEAD_HEADER, self.overhead_rows):
@@ -519,15 +547,20 @@ class CheckItem(pytest.Item):
             if self.case.perf_only:
                 result = CheckResult(self.case, self.variant, self.device, [], [])
             else:
-                golden = state.golden_for(op, self.case, commands)
-                result = check(
-                    op, self.case, self.variant, self.device, golden,
-                    state.inputs_for(op, self.case), regen_hint=commands.regenerate,
-                )
+                # Numerics run in parallel with other workers' numerics, never during
+                # another worker's timed section on the same device.
+                with state.sections.hold(exclusive=False) as numerics_wait:
+                    golden = state.golden_for(op, self.case, commands)
+                    result = check(
+                        op, self.case, self.variant, self.device, golden,
+                        state.inputs_for(op, self.case), regen_hint=commands.regenerate,
+                    )
             if "perf" in state.active_gates:
                 perf = self._time(state, op)
                 result.violations += perf.violations()
                 result.timing = perf.record_section()
+                result.timing["numerics_lock_wait_s"] = 0.0 if self.case.perf_only else (
+                    numerics_wait)
         except (GoldenError, VariantError, TimingError) as exc:
             self._set_record(status="error", reason=str(exc), error_kind=type(exc).__name__)
             raise
@@ -538,6 +571,9 @@ class CheckItem(pytest.Item):
             state.overhead_rows.append(overhead_row(f"{self.case.op}::{self.case.id}",
                                                     self.variant, self.device, overhead))
             result.casts = overhead.as_dict()
+            if state.sections.audit_wait_s is not None:
+                result.casts["lock_wait_s"] = state.sections.audit_wait_s
+                state.sections.audit_wait_s = None
             if state.explain:
                 state.explained.append((self.display_id, overhead))
             else:
@@ -564,7 +600,9 @@ class CheckItem(pytest.Item):
         from numcheck.perfrun import measure_perf
 
         cpu_inputs, _ = state.inputs_for(op, self.case).get(self.case.seeds[0])
-        perf = measure_perf(op, self.case, self.variant, self.device, cpu_inputs)
+        with state.sections.hold(exclusive=True) as waited:
+            perf = measure_perf(op, self.case, self.variant, self.device, cpu_inputs)
+        perf.lock_wait_s = waited
         state.perf_results.append(perf)
         benchrecord.record(self.config, self.name, self.nodeid, perf)
         return perf

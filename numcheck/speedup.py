@@ -68,9 +68,9 @@ class SpeedupEstimate:
         return (self.high - self.low) / self.median if self.median > 0 else math.inf
 
     def describe(self) -> str:
-        """``1.22x [1.19, 1.25] (95% CI, 30 rounds)``."""
+        """``1.22x [1.19, 1.25] (99.38% CI, 30 pairs)``."""
         return (f"{self.median:.3f}x [{self.low:.3f}, {self.high:.3f}] "
-                f"({self.confidence:.0%} CI, {self.rounds} rounds)")
+                f"({100 * self.confidence:.4g}% CI, {self.rounds} pairs)")
 
 
 def paired_ratios(reference: Sequence[float], variant: Sequence[float]) -> np.ndarray:
