@@ -39,6 +39,7 @@ on synthetic samples and a fake clock (``docs/perf/README.md`` has the simulatio
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -80,20 +81,12 @@ def median_interval(ratios: Sequence[float] | np.ndarray, confidence: float) -> 
 
     With too few ratios for ``confidence`` the interval is ``[0, inf]`` (no information yet).
     """
-    from scipy.stats import binom
-
     data = np.sort(np.asarray(ratios, dtype=np.float64))
     n = int(data.size)
     if n == 0:
         raise ValueError("median_interval: no samples")
     median = float(np.median(data))
-    alpha = 1.0 - confidence
-    # l = the largest rank with P(B <= l - 1) <= alpha / 2, B ~ Binomial(n, 1/2).
-    low_rank = int(binom.ppf(alpha / 2, n, 0.5))
-    while low_rank > 0 and binom.cdf(low_rank - 1, n, 0.5) > alpha / 2:
-        low_rank -= 1
-    while binom.cdf(low_rank, n, 0.5) <= alpha / 2:
-        low_rank += 1
+    low_rank = _low_rank(n, round(1.0 - confidence, 12))
     if low_rank < 1:
         return SpeedupEstimate(median, 0.0, math.inf, confidence, n)
     return SpeedupEstimate(median, float(data[low_rank - 1]), float(data[n - low_rank]),
@@ -107,6 +100,19 @@ def min_pairs(confidence: float) -> int:
     while 2.0 * 0.5**n > 1.0 - confidence:
         n += 1
     return n
+
+
+@functools.lru_cache(maxsize=4096)
+def _low_rank(n: int, alpha: float) -> int:
+    """The largest rank l with P(B <= l - 1) <= alpha / 2, B ~ Binomial(n, 1/2) (0: none)."""
+    from scipy.stats import binom
+
+    low_rank = int(binom.ppf(alpha / 2, n, 0.5))
+    while low_rank > 0 and binom.cdf(low_rank - 1, n, 0.5) > alpha / 2:
+        low_rank -= 1
+    while binom.cdf(low_rank, n, 0.5) <= alpha / 2:
+        low_rank += 1
+    return low_rank
 
 
 @dataclass
