@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -252,3 +253,56 @@ def test_cpu_timing_really_runs_and_is_reported_not_gated(pytester: pytest.Pytes
         result = pytester.runpytest("--numcheck", "--numcheck-perf")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["mhc_pre::tiny-mhc*tf32*cpu*perf_counter*not gated*"])
+
+
+XDIST_CONFTEST = CONFTEST + '''
+import json, os, time
+from numcheck import timing
+
+class Recording:
+    """Fake timer whose draws take real time and log (pid, start, end) to a file."""
+    def __init__(self, request):
+        self.timer, self.notes, self.calls_per_sample = "fake", [], 1
+        self.spent = 0.0
+    def draw(self, n):
+        start = time.monotonic()
+        time.sleep(0.02)
+        end = time.monotonic()
+        with open(os.environ["SECTIONS_LOG"], "a") as f:
+            f.write(json.dumps([os.getpid(), start, end]) + "\\n")
+        self.spent += 0.02
+        return [1e-3] * n, [1e-3] * n
+    def elapsed(self):
+        return self.spent
+
+timing._OVERRIDE.append(Recording)
+'''
+
+
+@pytest.mark.skipif(
+    not os.environ.get("NUMCHECK_SLOW_TESTS"),
+    reason="starts 2 xdist workers that each import torch (10-50 s); the lock itself is "
+    "tested in test_gpulock.py. Run with NUMCHECK_SLOW_TESTS=1",
+)
+def test_xdist_workers_never_time_at_the_same_time(pytester: pytest.Pytester,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("xdist")
+    project(pytester, variants='"tf32", "bf16", "slowed"', regen=False,
+            extra="perf_only = true")
+    pytester.makeconftest(XDIST_CONFTEST)
+    log = pytester.path / "sections.jsonl"
+    monkeypatch.setenv("SECTIONS_LOG", str(log))
+    monkeypatch.setenv("NUMCHECK_LOCK_DIR", str(pytester.path / "locks"))
+    result = pytester.runpytest_subprocess("--numcheck", "--numcheck-perf", "-n", "2",
+                                           "--numcheck-report", "r.json")
+    result.assert_outcomes(passed=4)
+    sections = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len({pid for pid, _, _ in sections}) == 2  # both workers timed
+    overlapping = [(a, b) for a in sections for b in sections
+                   if a[0] != b[0] and a[1] < b[2] and b[1] < a[2]]
+    assert overlapping == []
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["environment"]["workers"] == 2 and report["environment"]["device_lock"]
+    assert {r["worker"] for r in report["records"]} == {"gw0", "gw1"}
+    result.stdout.fnmatch_lines(["numcheck device lock: checks waited * s in total for their "
+                                 "device (timed sections hold it alone)*"])
