@@ -157,11 +157,17 @@ def run(
     var: list[float] = []
     looks = 0
     history: list[tuple[int, float, float]] = []
-    target = max(rule.first_look, min_pairs(rule.look_confidence))
+    fewest = min_pairs(rule.look_confidence)
+    target = max(rule.first_look, fewest)
     while True:
-        r, v = draw(target - len(ref))
-        ref.extend(r)
-        var.extend(v)
+        # Draw the look in chunks, so a slow op cannot run far past the cap inside one look.
+        chunk = max(1, (target - len(ref)) // 4)
+        while len(ref) < target:
+            r, v = draw(min(chunk, target - len(ref)))
+            ref.extend(r)
+            var.extend(v)
+            if clock() > rule.max_time_s and len(ref) >= fewest:
+                break
         elapsed = clock()
         nxt = 2 * len(ref)
         # The next look would end past the cap: this look is the last one.
