@@ -79,6 +79,7 @@ def cases_dir(work: Path, *, device: str, slowed_min: float, tiny: bool) -> Path
 
 def pytest_command(cases: Path, report: Path, *, device: str, workers: int) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", "--numcheck", "--numcheck-perf",
+           "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
            "--numcheck-device", device, "-p", "no:cacheprovider", "-p",
            "benchmarks.slowed_variant", "-o", f"numcheck_cases={cases}", "-rxXs",
            "--numcheck-report", str(report), str(cases)]
@@ -232,8 +233,8 @@ def cmd_independent(args: argparse.Namespace) -> int:
         t = r.get("timing") or {}
         if t.get("speedup_min") is None and not args.all:
             continue
-        src = Path(r["source"]) if r.get("source") else None
-        if src is None or not src.exists():
+        src = ROOT / r["source"] if r.get("source") else None
+        if src is None or not src.exists():  # a run's cases folder outside the repo
             src = Path(args.cases) / Path(r.get("source") or "").name
         if src not in sources:
             sources[src] = {c.id: c for c in load_case_file(src)}
