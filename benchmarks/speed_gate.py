@@ -24,6 +24,7 @@ strings them together):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -173,7 +174,7 @@ def cmd_table(args: argparse.Namespace) -> int:
         verdicts = ",".join(sorted({r["status"] for r in recs}))
         gate = t[0].get("speedup_min")
         print(f"{cid[:58]:58} {statistics.median(s):7.3f} {min(s):6.3f}..{max(s):6.3f} "
-              f"[{widest['ci_low']:6.3f},{widest['ci_high']:6.3f}] {str(t[0].get('timer')):>17} "
+              f"[{widest['ci_low']:6.3f},{widest['ci_high']:6.3f}] {t[0].get('timer')!s:>17} "
               f"{int(statistics.median(x['rounds'] for x in t)):>4}x{t[0].get('calls_per_sample')!s:<3} "
               f"{statistics.median(x.get('timing_s') or 0 for x in t):5.2f}s "
               f"{'-' if gate is None else f'{gate:g}':>5} {verdicts}")
@@ -243,8 +244,8 @@ def cmd_independent(args: argparse.Namespace) -> int:
         cpu_inputs, _ = CaseInputs(op, case).get(case.seeds[0])
         inputs = to_device(cpu_inputs, device)
         ref_v, var_v = op.variants[op.reference], op.variants[r["variant"]]
-        ref = lambda: ref_v.fn(inputs, case.params)  # noqa: E731
-        var = lambda: var_v.fn(inputs, case.params)  # noqa: E731
+        ref = functools.partial(ref_v.fn, inputs, case.params)
+        var = functools.partial(var_v.fn, inputs, case.params)
         if device == "cuda":
             a1, b1, a2, b2 = _bench(ref), _bench(var), _bench(ref), _bench(var)
             ratio = statistics.median([a1 / b1, a2 / b2, a1 / b2, a2 / b1])
@@ -252,7 +253,7 @@ def cmd_independent(args: argparse.Namespace) -> int:
             ratio = float("nan")
         rows.append({"id": r["id"], "numcheck": t["speedup"], "ci": [t["ci_low"], t["ci_high"]],
                      "independent": ratio, "diff": ratio / t["speedup"] - 1})
-        del inputs
+        del inputs, ref, var
         if device == "cuda":
             torch.cuda.empty_cache()
         print(f"{r['id'][:64]:64} numcheck {t['speedup']:.3f} [{t['ci_low']:.3f}, "

@@ -268,6 +268,32 @@ class SimResult:
         return count / self.trials
 
 
+class _Synthetic:
+    """One synthetic measurement's sampler and fake clock (see :func:`simulate`)."""
+
+    def __init__(self, gen: np.random.Generator, speedup: float, noise: float,
+                 heavy_tail: float, sample_s: float) -> None:
+        self.gen, self.speedup, self.noise = gen, speedup, noise
+        self.heavy_tail, self.sample_s = heavy_tail, sample_s
+        self.count = 0
+        self.spent = 0.0
+
+    def draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        i = np.arange(self.count, self.count + n)
+        self.count += n
+        drift = self.sample_s * (1 + 0.2 * np.sin(i / 17.0))
+        ref = drift * np.exp(self.noise * self.gen.standard_normal(n))
+        var = drift / self.speedup * np.exp(self.noise * self.gen.standard_normal(n))
+        for arr in (ref, var):
+            hit = self.gen.random(n) < self.heavy_tail
+            arr[hit] *= self.gen.uniform(2, 5, int(hit.sum()))
+        self.spent += float(ref.sum() + var.sum())
+        return ref, var
+
+    def clock(self) -> float:
+        return self.spent
+
+
 def simulate(
     true_speedup: float,
     threshold: float | None,
@@ -290,22 +316,8 @@ def simulate(
     passed = failed = undecided = 0
     pairs = 0
     for _ in range(trials):
-        spent = [0.0]
-        count = [0]
-
-        def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
-            i = np.arange(count[0], count[0] + n)
-            count[0] += n
-            drift = sample_s * (1 + 0.2 * np.sin(i / 17.0))
-            ref = drift * np.exp(noise * gen.standard_normal(n))
-            var = drift / true_speedup * np.exp(noise * gen.standard_normal(n))
-            for arr in (ref, var):
-                hit = gen.random(n) < heavy_tail
-                arr[hit] *= gen.uniform(2, 5, int(hit.sum()))
-            spent[0] += float(ref.sum() + var.sum())
-            return ref, var
-
-        out = run(draw, lambda: spent[0], rule, threshold)
+        source = _Synthetic(gen, true_speedup, noise, heavy_tail, sample_s)
+        out = run(source.draw, source.clock, rule, threshold)
         pairs += len(out.reference)
         if out.decision.verdict == PASS:
             passed += 1

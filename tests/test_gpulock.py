@@ -99,10 +99,10 @@ def test_timeout_names_the_lock_and_the_fix(tmp_path: Path) -> None:
     p.start()
     try:
         assert holding.wait(30)
-        with pytest.raises(DeviceLockTimeout, match="cuda-7: another numcheck process is "
-                           "timing on this device. Fix:"):
-            with DeviceLock("cuda-7", tmp_path, timeout=0.05).exclusive():
-                pass
+        with (pytest.raises(DeviceLockTimeout, match="cuda-7: another numcheck process is "
+                            "timing on this device. Fix:"),
+              DeviceLock("cuda-7", tmp_path, timeout=0.05).exclusive()):
+            pass
     finally:
         release.set()
         p.join(30)

@@ -231,7 +231,7 @@ def test_an_ungated_check_too_noisy_on_this_machine_says_so(pytester: pytest.Pyt
         result = pytester.runpytest("--numcheck", "--numcheck-perf")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([
-        "*tf32*cpu*fake*too noisy: [[]*, *[]]*not gated (too noisy on this machine)",
+        ("*tf32*cpu*fake*too noisy: [[]*, *[]]*not gated (too noisy on this machine)"),
     ])
     assert "1.3" not in result.stdout.str().split("numcheck perf")[1].split("tf32")[1][:60]
 
@@ -240,8 +240,8 @@ def test_the_header_names_the_timer_on_cpu(pytester: pytest.Pytester) -> None:
     project(pytester, variants='"tf32"')
     result = pytester.runpytest("--numcheck", "--numcheck-perf")
     result.stdout.fnmatch_lines([
-        "numcheck timing: cpu, perf_counter; reported, not gated unless a case sets "
-        "speedup_min.cpu",
+        ("numcheck timing: cpu, perf_counter; reported, not gated unless a case sets "
+         "speedup_min.cpu"),
     ])
 
 
@@ -304,5 +304,5 @@ def test_xdist_workers_never_time_at_the_same_time(pytester: pytest.Pytester,
     report = json.loads((pytester.path / "r.json").read_text())
     assert report["environment"]["workers"] == 2 and report["environment"]["device_lock"]
     assert {r["worker"] for r in report["records"]} == {"gw0", "gw1"}
-    result.stdout.fnmatch_lines(["numcheck device lock: checks waited * s in total for their "
-                                 "device (timed sections hold it alone)*"])
+    result.stdout.fnmatch_lines([("numcheck device lock: checks waited * s in total for their "
+                                  "device (timed sections hold it alone)*")])
