@@ -33,16 +33,16 @@ def test_waits_are_summed_and_the_longest_named() -> None:
     assert totals["total"] == 3.0 and totals["max"] == 1.5
     assert totals["max_id"] == "mhc_pre::seed::bf16[cuda]"
     assert lock_wait_lines(records, workers=2) == [
-        "numcheck device lock: checks waited 3.00 s in total for their device (timed sections "
-        "hold it alone); longest 1.50 s (mhc_pre::seed::bf16[cuda])"]
+        ("numcheck device lock: checks waited 3.00 s in total for their device (timed "
+         "sections hold it alone); longest 1.50 s (mhc_pre::seed::bf16[cuda])")]
     assert lock_wait_lines([rec("bf16")], workers=0) == []  # serial, nothing waited
 
 
 def test_noise_lines_once_per_process_with_clocks_and_warnings() -> None:
     lines = noise_lines([rec("bf16", "gw0"), rec("tf32", "gw0")])
-    assert lines == ["machine noise cuda (gw0): A/A 1.001x [0.998, 1.004] (cuda-graph, 20 "
-                     "pairs, reference of mhc_pre::seed); cuda:0 SM 1980/1980 MHz, not "
-                     "throttled"]
+    assert lines == [("machine noise cuda (gw0): A/A 1.001x [0.998, 1.004] (cuda-graph, 20 "
+                      "pairs, reference of mhc_pre::seed); cuda:0 SM 1980/1980 MHz, not "
+                      "throttled")]
     far = dict(NOISE, aa_speedup=1.05, aa_ci_low=1.04, aa_ci_high=1.06, pid=12)
     lines = noise_lines([rec("bf16", "gw1", noise=far)])
     assert lines[1].startswith("  WARNING machine noise: the reference timed against itself "
