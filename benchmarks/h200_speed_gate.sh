@@ -19,7 +19,7 @@
 #                       slowed caught (target >= 9/10), round trip caught (10/10), wall time.
 #   SLOWED_MIN=x [1.08] threshold of the evidence-only case (bf16 must pass it, the slowed
 #                       variant must fail it).
-#   BUDGET_S [500]      no step or run starts after this many seconds (the call stays < 9 min).
+#   BUDGET_S [480]      no step or run starts that would end after this many seconds.
 # Writes everything under $OUT; prints a short table last.
 set -uo pipefail
 OUT=${OUT:-/tmp/numcheck-speed-gate}
@@ -32,7 +32,7 @@ XDIST=${XDIST:-1}
 WORKERS=${WORKERS:-4}
 EVIDENCE_RUNS=${EVIDENCE_RUNS:-0}
 SLOWED_MIN=${SLOWED_MIN:-1.08}
-BUDGET_S=${BUDGET_S:-500}
+BUDGET_S=${BUDGET_S:-480}
 DEVICE=${DEVICE:-cuda}
 TINY=${TINY:-}   # CPU dry run of the plumbing: DEVICE=cpu TINY=--tiny
 START=$SECONDS
