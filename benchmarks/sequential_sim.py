@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/sequential_sim.py --trials 1000
 
-Pure and seeded (numcheck.sequential.simulate): no clock, no device. Each row: a true
+Pure and seeded (numcheck.perf.sequential.simulate): no clock, no device. Each row: a true
 speedup, a threshold, the per-sample noise (lognormal, relative) and the share of samples hit
 by a 2-5x outlier; the rates of pass / fail / undecided over the trials, and the mean number
 of pairs the rule drew. "uncorrected" looks at a plain 95% interval after every batch (the
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from numcheck.sequential import StoppingRule, simulate
+from numcheck.perf.sequential import StoppingRule, simulate
 
 #: (label, true speedup, threshold, noise, heavy-tail share)
 SCENARIOS = [

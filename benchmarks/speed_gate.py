@@ -219,8 +219,8 @@ def cmd_independent(args: argparse.Namespace) -> int:
 
     from numcheck.cases import load_case_file
     from numcheck.inputs import to_device
+    from numcheck.numerics import CaseInputs
     from numcheck.ops.registry import get_op, load_entry_points
-    from numcheck.runner import CaseInputs
 
     load_entry_points()
     sys.path.insert(0, str(ROOT))

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from numcheck.timing import TimerRequest
+from numcheck.perf.timing import TimerRequest
 
 
 class FakePairTimer:
@@ -40,7 +40,7 @@ class FakePairTimer:
 
 def factory(speedups: Mapping[str, float], *, noise: float = 0.01,
             log: list[tuple[str, str, str]] | None = None):  # type: ignore[no-untyped-def]
-    """A timer factory for :func:`numcheck.timing.override`: the variant's speedup by name
+    """A timer factory for :func:`numcheck.perf.timing.override`: the variant's speedup by name
     (1.0 for the reference against itself)."""
 
     def make(request: TimerRequest) -> FakePairTimer:

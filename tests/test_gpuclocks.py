@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from numcheck import gpuclocks
+from numcheck.perf import gpuclocks
 
 
 def test_parse_rows_and_decode_reasons() -> None:

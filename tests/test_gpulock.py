@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from numcheck.gpulock import DeviceLock, DeviceLockTimeout, device_key
+from numcheck.perf.gpulock import DeviceLock, DeviceLockTimeout, device_key
 
 HOLD_S = 0.05
 

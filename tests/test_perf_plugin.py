@@ -14,7 +14,7 @@ import scipy.stats  # noqa: F401
 from faketimer import factory
 from test_plugin import CONFTEST
 
-from numcheck import timing
+from numcheck.perf import timing
 
 # Tiny shapes, and a fake timer (tests/faketimer.py): these tests check the plumbing and the
 # messages, never the machine's speed. Its speedups by variant name:
@@ -185,7 +185,7 @@ def test_perf_flag_needs_numcheck(pytester: pytest.Pytester) -> None:
     ],
 )
 def test_gates_a_run_measures(device: str, perf: bool, explain: bool, gates: set[str]) -> None:
-    from numcheck.session import run_gates
+    from numcheck.plugin.session import run_gates
 
     assert run_gates(device, perf=perf, explain=explain) == gates
 
@@ -258,7 +258,7 @@ def test_cpu_timing_really_runs_and_is_reported_not_gated(pytester: pytest.Pytes
 
 XDIST_CONFTEST = CONFTEST + '''
 import json, os, time
-from numcheck import timing
+from numcheck.perf import timing
 
 class Recording:
     """Fake timer whose draws take real time and log (pid, start, end) to a file."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from numcheck.sequential import (
+from numcheck.perf.sequential import (
     DECIDED,
     LOOK_CAP,
     NARROW,
@@ -16,7 +16,7 @@ from numcheck.sequential import (
     run,
     simulate,
 )
-from numcheck.speedup import FAIL, NOT_GATED, PASS, UNDECIDED
+from numcheck.perf.speedup import FAIL, NOT_GATED, PASS, UNDECIDED
 
 RULE = StoppingRule()  # the defaults the case files get
 

@@ -9,9 +9,9 @@ import torch
 
 from numcheck.cases import CaseFileError, load_case_file
 from numcheck.ops.registry import get_op
-from numcheck.perfgate import PerfSpec
-from numcheck.roofline import Peaks, Roofline, measure_peaks
-from numcheck.timing import (
+from numcheck.perf.gate import PerfSpec
+from numcheck.perf.roofline import Peaks, Roofline, measure_peaks
+from numcheck.perf.timing import (
     GRAPH,
     TimerRequest,
     TimingConfig,
@@ -41,7 +41,7 @@ def test_cpu_timing_notes_ignored_gpu_options() -> None:
 
 
 def test_short_calls_are_batched_to_the_target_sample_length() -> None:
-    from numcheck.timing import _batch_size
+    from numcheck.perf.timing import _batch_size
 
     assert _batch_size(20e-6, 1e-3) == 50  # a 20 us op: 50 back-to-back calls per sample
     assert _batch_size(3e-3, 1e-3) == 1
@@ -105,7 +105,7 @@ def test_cuda_capture_failure_falls_back_to_eager_and_says_why() -> None:
 
 @needs_cuda
 def test_graph_capture_failure_names_the_fix() -> None:
-    from numcheck.timing import TimingError
+    from numcheck.perf.timing import TimingError
 
     a = torch.randn(8, device="cuda")
     with pytest.raises(TimingError, match="set cuda_graph = false"):

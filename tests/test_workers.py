@@ -1,4 +1,4 @@
-"""numcheck.workers: xdist worker id -> GPU index, and the concurrent golden writes it implies."""
+"""numcheck.plugin.workers: xdist worker id -> GPU index, and the concurrent golden writes it implies."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 
 from numcheck.cases import load_case_file
 from numcheck.goldens import load_golden
+from numcheck.numerics import CaseInputs, write_golden
 from numcheck.ops.registry import get_op
-from numcheck.runner import CaseInputs, write_golden
-from numcheck.workers import gpu_index, is_worker, pin_worker_gpu, worker_count, worker_id
+from numcheck.plugin.workers import gpu_index, is_worker, pin_worker_gpu, worker_count, worker_id
 
 
 @pytest.mark.parametrize(
@@ -86,7 +86,7 @@ def test_concurrent_regeneration_leaves_one_valid_golden(tmp_path: Path) -> None
 
 
 def test_gpu_sharing_counts_workers_per_gpu() -> None:
-    from numcheck.workers import gpu_sharing, sharing_line
+    from numcheck.perf.sections import gpu_sharing, sharing_line
 
     assert gpu_sharing(0, 1) == {0: 1}
     assert gpu_sharing(4, 1) == {0: 4}

@@ -8,7 +8,7 @@ tables override them and set the gate::
     [mhc-prod.perf.bf16]
     speedup_min = { cuda = 1.1 }         # per device class; a class left out is not gated
 
-Samples are drawn until the stopping rule (:mod:`numcheck.sequential`) decides: a pass
+Samples are drawn until the stopping rule (:mod:`numcheck.perf.sequential`) decides: a pass
 when the whole speedup interval clears the threshold, a fail when it lies wholly below; an
 interval that still straddles the threshold at the time cap is ``undecided`` and fails with
 a message naming the cap, the interval and what to change. The gate registers itself on import, so case files can
@@ -20,18 +20,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from numcheck.gates import Gate, register_gate
-from numcheck.sequential import StoppingRule
-from numcheck.speedup import FAIL, UNDECIDED, Decision, SpeedupEstimate
+from numcheck.gates import PERF_GATE
+from numcheck.perf.sequential import StoppingRule
+from numcheck.perf.speedup import FAIL, UNDECIDED, Decision, SpeedupEstimate
 from numcheck.verdict import Violation
 
-#: ``speedup_min``: a decided miss (the whole interval below the threshold).
-#: ``speedup_undecided``: too noisy to decide. Kept apart so a known-bad variant's strict
-#: xfail (``expect ... fails = ["perf.speedup_min"]``) is never satisfied by noise.
-GATE = register_gate(
-    Gate("perf", ("speedup_min", "speedup_undecided"),
-         doc="variant vs FP32 reference speedup, gated on the lower confidence bound")
-)
+GATE = PERF_GATE
 
 #: Options a ``perf`` table accepts (besides per-variant tables), with their types.
 PERF_OPTIONS: dict[str, type] = {
@@ -61,7 +55,7 @@ class PerfSpec:
     """How one variant of one case is timed, and the thresholds it must clear.
 
     ``speedup_min`` maps a device class (``cpu``, ``cuda``) to the minimum speedup over the
-    reference. The stopping rule (:class:`numcheck.sequential.StoppingRule`): ``rounds``
+    reference. The stopping rule (:class:`numcheck.perf.sequential.StoppingRule`): ``rounds``
     pairs before the first look, then doubling, at most ``max_looks`` looks, at least
     ``min_time_s`` and at most ``max_time_s`` of timing; ``confidence`` over all looks;
     ``max_rel_width``: an ungated figure stops once its interval is this narrow (as a

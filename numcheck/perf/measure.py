@@ -1,13 +1,13 @@
 """Time one (case, variant, device) against the op's reference and decide its speedup gate.
 
     inputs of the case's first seed, moved to the device once
-    reference / variant paired samples on demand (numcheck.timing: graph replay by default)
-    --> stopping rule: looks until the interval decides (numcheck.sequential)
-    --> medians, IQR (numcheck.speedup) --> violations (numcheck.perfgate)
-    --> roofline against the device's measured peaks (numcheck.roofline)
+    reference / variant paired samples on demand (numcheck.perf.timing: graph replay by default)
+    --> stopping rule: looks until the interval decides (numcheck.perf.sequential)
+    --> medians, IQR (numcheck.perf.speedup) --> violations (numcheck.perf.gate)
+    --> roofline against the device's measured peaks (numcheck.perf.roofline)
 
 Plain Python, no pytest: the plugin calls :func:`measure_perf` per test item (inside the
-device's exclusive lock, :mod:`numcheck.gpulock`), and the benchmarks call it directly.
+device's exclusive lock, :mod:`numcheck.perf.gpulock`), and the benchmarks call it directly.
 
 **Machine noise.** The first timed check of a process on a device also times its
 reference against itself (A/A) with the same timer and stopping rule, once. Its interval
@@ -29,13 +29,13 @@ import torch
 
 from numcheck.cases import Case
 from numcheck.inputs import to_device
+from numcheck.numerics import display_id, run_variant
 from numcheck.ops.registry import Inputs, OpSpec, get_op
-from numcheck.perfgate import PerfSpec, violations
-from numcheck.roofline import Peaks, Roofline, peaks_for
-from numcheck.runner import display_id, run_variant
-from numcheck.sequential import Outcome, StoppingRule, run
-from numcheck.speedup import Decision, SpeedupEstimate, Summary, summarize
-from numcheck.timing import PairedTimes, TimerRequest, TimingConfig, make_pair_timer
+from numcheck.perf.gate import PerfSpec, violations
+from numcheck.perf.roofline import Peaks, Roofline, peaks_for
+from numcheck.perf.sequential import Outcome, StoppingRule, run
+from numcheck.perf.speedup import Decision, SpeedupEstimate, Summary, summarize
+from numcheck.perf.timing import PairedTimes, TimerRequest, TimingConfig, make_pair_timer
 from numcheck.verdict import Violation
 
 #: A/A noise beyond which messages and the summary warn: the interval misses 1 by more
@@ -157,8 +157,8 @@ def measure_perf(
 ) -> PerfResult:
     """Time ``variant`` against ``op.reference`` on ``device`` until the rule decides.
 
-    Both are first called once through :func:`numcheck.runner.run_variant`, so a variant
-    that raises or returns the wrong outputs is a :class:`~numcheck.runner.VariantError`
+    Both are first called once through :func:`numcheck.numerics.run_variant`, so a variant
+    that raises or returns the wrong outputs is a :class:`~numcheck.numerics.VariantError`
     here too (perf-only cases have no numerics check to catch it first). ``seed`` is
     accepted for compatibility; the order-statistic interval needs no resampling.
     """
@@ -210,7 +210,7 @@ def machine_noise(
     """This process's A/A measurement on ``device``: taken at its first timed check, cached.
 
     ``reference`` timed against itself with ``config``'s timer and an ungated stopping
-    rule capped at 1 s, plus the GPU's clocks (:mod:`numcheck.gpuclocks`).
+    rule capped at 1 s, plus the GPU's clocks (:mod:`numcheck.perf.gpuclocks`).
     """
     if device in _NOISE:
         return _NOISE[device]
@@ -224,7 +224,7 @@ def machine_noise(
     est = outcome.estimate
     clocks = None
     if device == "cuda":
-        from numcheck.gpuclocks import gpu_clocks
+        from numcheck.perf.gpuclocks import gpu_clocks
 
         clocks = gpu_clocks()
     _NOISE[device] = {
@@ -303,7 +303,7 @@ def perf_rows(records: Iterable[Any]) -> list[list[str]]:
 def noise_lines(records: Iterable[Any]) -> list[str]:
     """The run's machine-noise lines: each process's A/A figure and clocks, once, and a
     warning where one is far from 1 (never a verdict)."""
-    from numcheck.gpuclocks import describe
+    from numcheck.perf.gpuclocks import describe
 
     seen: dict[tuple[Any, ...], dict[str, Any]] = {}
     for rec in records:

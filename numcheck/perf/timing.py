@@ -3,7 +3,7 @@
 Two entry points:
 
 - :func:`make_pair_timer` gives a :class:`PairTimer` that the speedup gate's stopping rule
-  (:mod:`numcheck.sequential`) draws paired samples from, as many as it needs;
+  (:mod:`numcheck.perf.sequential`) draws paired samples from, as many as it needs;
 - :func:`time_interleaved` times a fixed number of rounds (benchmarks use it).
 
 How a sample is taken, per device (each timer has a name that every record carries):

@@ -6,7 +6,7 @@ GPUs (N > device_count shares GPUs round-robin). The id in test names and record
 ``cuda``: a check's identity does not depend on which GPU ran it.
 
 Workers ship their records to the controller on the test reports (see
-:mod:`numcheck.session`); only the controller (or a run without xdist) writes reports.
+:mod:`numcheck.plugin.session`); only the controller (or a run without xdist) writes reports.
 Pure: nothing here imports torch or pytest.
 """
 
@@ -76,29 +76,3 @@ def pin_worker_gpu(config: Any) -> int | None:
         torch.cuda.set_device(index)
     return index
 
-
-def gpu_sharing(workers: int, device_count: int) -> dict[int, int]:
-    """How many processes time on each GPU: ``{index: count}`` under round-robin pinning.
-
-    ``workers`` is the xdist worker count (0 for a serial run: one process on device 0).
-    Empty without a GPU.
-    """
-    if device_count <= 0:
-        return {}
-    if workers <= 0:
-        return {0: 1}
-    shares: dict[int, int] = {}
-    for k in range(workers):
-        shares[k % device_count] = shares.get(k % device_count, 0) + 1
-    return dict(sorted(shares.items()))
-
-
-def sharing_line(shares: dict[int, int]) -> str:
-    """``4 workers share cuda:0; timed sections take a per-GPU lock`` (the run header)."""
-    if not shares:
-        return "no GPU"
-    parts = [f"{n} worker{'s' if n != 1 else ''} on cuda:{i}" for i, n in shares.items()]
-    shared = any(n > 1 for n in shares.values())
-    tail = ("timed sections take a per-GPU lock (numerics run in parallel between them)"
-            if shared else "one process per GPU")
-    return f"{', '.join(parts)}; {tail}"

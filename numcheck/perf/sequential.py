@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from numcheck.speedup import FAIL, NOT_GATED, PASS, UNDECIDED, Decision, SpeedupEstimate
+from numcheck.perf.speedup import FAIL, NOT_GATED, PASS, UNDECIDED, Decision, SpeedupEstimate
 
 #: Why a sequential measurement stopped.
 DECIDED, NARROW, TIME_CAP, LOOK_CAP = "decided", "narrow enough", "time cap", "look cap"
@@ -191,7 +191,7 @@ def run(
 
 
 def _ratios(ref: Sequence[float], var: Sequence[float]) -> np.ndarray:
-    from numcheck.speedup import paired_ratios
+    from numcheck.perf.speedup import paired_ratios
 
     return paired_ratios(ref, var)
 

@@ -3,7 +3,7 @@ the summary and the report's environment.
 
 :class:`DeviceSections` is what a numcheck session holds: ``hold(exclusive=True)`` around a
 timed section (a speedup measurement, a kernel audit, a calibration timing),
-``hold(exclusive=False)`` around numerics on the device (:mod:`numcheck.gpulock` says why
+``hold(exclusive=False)`` around numerics on the device (:mod:`numcheck.perf.gpulock` says why
 both). The functions below turn the records' waits and noise into lines and JSON fields.
 No pytest here; torch only to name the GPU.
 """
@@ -15,8 +15,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from numcheck.gpulock import DeviceLock, device_key
-from numcheck.workers import gpu_sharing, sharing_line
+from numcheck.perf.gpulock import DeviceLock, device_key
 
 
 class DeviceSections:
@@ -52,7 +51,7 @@ class DeviceSections:
         if self.device == "cuda":
             lines.append(f"numcheck devices: {sharing_line(self.sharing(workers))}")
             if perf:
-                from numcheck.gpuclocks import describe, gpu_clocks
+                from numcheck.perf.gpuclocks import describe, gpu_clocks
 
                 lines.append("numcheck timing: CUDA-graph replay by default (eager where "
                              f"capture fails or cuda_graph = false); {describe(gpu_clocks())}")
@@ -63,7 +62,7 @@ class DeviceSections:
         return lines
 
     def sharing(self, workers: int) -> dict[int, int]:
-        """Processes per GPU index (round-robin pinning; see numcheck.workers)."""
+        """Processes per GPU index (round-robin pinning; see numcheck.plugin.workers)."""
         if self.device != "cuda" or os.environ.get("NUMCHECK_NO_PIN") == "1":
             return {}
         import torch
@@ -125,3 +124,30 @@ def lock_wait_lines(records: Iterable[Any], workers: int) -> list[str]:
     if waits["max_id"] and waits["max"] >= 0.01:
         line += f"; longest {waits['max']:.2f} s ({waits['max_id']})"
     return [line]
+
+
+def gpu_sharing(workers: int, device_count: int) -> dict[int, int]:
+    """How many processes time on each GPU: ``{index: count}`` under round-robin pinning.
+
+    ``workers`` is the xdist worker count (0 for a serial run: one process on device 0).
+    Empty without a GPU.
+    """
+    if device_count <= 0:
+        return {}
+    if workers <= 0:
+        return {0: 1}
+    shares: dict[int, int] = {}
+    for k in range(workers):
+        shares[k % device_count] = shares.get(k % device_count, 0) + 1
+    return dict(sorted(shares.items()))
+
+
+def sharing_line(shares: dict[int, int]) -> str:
+    """``4 workers share cuda:0; timed sections take a per-GPU lock`` (the run header)."""
+    if not shares:
+        return "no GPU"
+    parts = [f"{n} worker{'s' if n != 1 else ''} on cuda:{i}" for i, n in shares.items()]
+    shared = any(n > 1 for n in shares.values())
+    tail = ("timed sections take a per-GPU lock (numerics run in parallel between them)"
+            if shared else "one process per GPU")
+    return f"{', '.join(parts)}; {tail}"
