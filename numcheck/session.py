@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from numcheck import plugin
+from numcheck.calibrate_mode import CalibrationMode
 from numcheck.cases import Case, CaseFileError, Expectation, load_case_file
 from numcheck.drift import Rules, compare, drift_headline, drift_rows
 from numcheck.environment import environment
@@ -513,6 +514,9 @@ class CheckItem(pytest.Item):
 
     def runtest(self) -> None:
         state = self.config.stash[NumcheckSession.KEY]
+        if CalibrationMode.KEY in self.config.stash:  # measure and suggest, never gate
+            self.config.stash[CalibrationMode.KEY].run(self, state)
+            return
         op = get_op(self.case.op)
         commands = self.commands()
         try:

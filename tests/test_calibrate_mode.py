@@ -1,0 +1,282 @@
+"""``pytest --numcheck --numcheck-calibrate``: measure, suggest, pool, write; speed proposals.
+
+Through pytester, with a user op registered by a conftest hook (tests/calibration_op.py),
+the way a user's own kernels arrive.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import tomllib
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).parent
+
+CONFTEST = f"""
+import sys
+sys.path.insert(0, {str(HERE)!r})
+
+def pytest_numcheck_register(registry):
+    import calibration_op
+    calibration_op.register(registry)
+"""
+
+CASE = """\
+# Our dot kernels. Budgets are set by hand here; calibration rewrites the values only.
+
+[small]
+op = "dot"
+description = "8 x 64 @ 64 x 4"
+shape = { n = 8, k = 64 }   # tiny on purpose
+seeds = [0, 1]
+variants = ["bf16", "bf16_splitk", "off"]
+expect.off = { fails = ["y.rel_fro", "y.frac_outside"], reason = "planted: 1% too large" }
+
+[small.budget.bf16.y]
+rel_fro = 1e-2                      # a first guess
+calc_diff = 1e-4                    # also a guess
+[small.budget.off.y]
+rel_fro = 5e-3                      # the bug must fail this
+
+[other]
+op = "dot"
+shape = { n = 4 }
+variants = ["bf16"]
+"""
+
+
+def project(pytester: pytest.Pytester, case: str = CASE) -> Path:
+    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
+    pytester.mkdir("cases")
+    path = pytester.path / "cases" / "dot.toml"
+    path.write_text(case)
+    pytester.makeconftest(CONFTEST)
+    return path
+
+
+def test_user_op_is_calibrated_without_goldens(pytester: pytest.Pytester) -> None:
+    import calibration_op as cal
+
+    project(pytester)
+    result = pytester.runpytest("--numcheck", "--numcheck-calibrate=2", "-k", "small")
+    # Measuring is not gating: the planted bug is over its budget, yet nothing fails, and
+    # no golden exists.
+    result.assert_outcomes(passed=4)
+    assert not (pytester.path / "goldens").exists()
+    result.stdout.fnmatch_lines([
+        "*= numcheck calibrate: suggested budgets (cpu, torch *) =*",
+        "# seeds: each case's own + 2 fresh (1000..1001); reference: fp32 recomputed on cpu "
+        "(no golden read)",
+        "# policy (docs/budgets.md): errors 2x the worst, rounded up to 2 digits; recall floors "
+        "2x the worst miss; tie bands 2x the widest near-tie",
+        "",
+        "# cases/dot.toml",
+        "# small: fp32 is the reference, computed on cpu like the one it is compared with: "
+        "nothing to budget (run on the GPU to budget its drift there)",
+        "[[]small.budget.bf16.y[]]",
+        "rel_fro = *# worst * (seed *)",
+        "calc_diff = *# worst * (seed *)",
+        "frac_outside = *# worst * (seed *)",
+        "[[]small.budget.bf16_splitk.y[]]",
+        "rel_fro = *",
+        "calc_diff = *",
+        "frac_outside = *",
+        "# small: off is known-bad (expect: y.rel_fro, y.frac_outside): not budgeted",
+        "numcheck calibrate: nothing written; --numcheck-calibrate-write writes these values "
+        "into the case files",
+    ])
+    assert "[other." not in result.stdout.str()  # -k deselected it
+    # The printed worst is the largest rel_fro over seeds 0, 1, 1000, 1001, at its seed.
+    params = {"n": 8, "k": 64}
+    errors = {s: cal.rel_fro(cal.dot_bf16(cal.dot_inputs(params, s), params)["y"],
+                             cal.dot_fp32(cal.dot_inputs(params, s), params)["y"])
+              for s in (0, 1, 1000, 1001)}
+    seed = max(errors, key=errors.__getitem__)
+    line = next(ln for ln in result.stdout.lines if ln.startswith("rel_fro = "))
+    assert line.endswith(f"# worst {errors[seed]:.3g} (seed {seed})")
+
+
+def test_pool_budgets_honest_variants_as_one(pytester: pytest.Pytester) -> None:
+    project(pytester)
+    result = pytester.runpytest("--numcheck", "--numcheck-calibrate=3", "-k", "small",
+                                "--numcheck-calibrate-pool", "bf16=bf16,bf16_splitk")
+    result.assert_outcomes(passed=4)
+    out = result.stdout.lines
+    tables = {}
+    for i, ln in enumerate(out):
+        if ln.startswith("[small.budget."):
+            tables[ln.split()[0]] = dict(
+                (row.split(" = ")[0], row.split(" = ")[1].split()[0]) for row in out[i + 1:i + 4])
+    assert "[small.budget.bf16.y]  # pooled: worst of bf16, bf16_splitk" in out
+    assert "[small.budget.bf16_splitk.y]  # pooled: worst of bf16_splitk, bf16" in out
+    # One budget for both: the worst of the two (split-K rounds twice: it is the wider).
+    assert tables["[small.budget.bf16.y]"] == tables["[small.budget.bf16_splitk.y]"]
+    assert any("(bf16_splitk, seed" in ln for ln in out if ln.startswith("rel_fro"))
+
+
+def test_pool_member_the_case_does_not_run_is_measured(pytester: pytest.Pytester) -> None:
+    project(pytester)
+    alone = pytester.runpytest("--numcheck", "--numcheck-calibrate=3", "-k", "other")
+    pooled = pytester.runpytest("--numcheck", "--numcheck-calibrate=3", "-k", "other",
+                                "--numcheck-calibrate-pool", "bf16=bf16_splitk")
+
+    def rel_fro(result: Any) -> float:
+        line = next(ln for ln in result.stdout.lines if ln.startswith("rel_fro = "))
+        return float(line.split()[2])
+
+    assert "[other.budget.bf16.y]  # pooled: worst of bf16, bf16_splitk" in pooled.stdout.lines
+    assert rel_fro(pooled) > rel_fro(alone)  # split-K's second rounding widens the budget
+    bad = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", "other",
+                             "--numcheck-calibrate-pool", "bf16=bf16_nope")
+    bad.stdout.fnmatch_lines(["*op 'dot' has no variant 'bf16_nope' (its variants: fp32, bf16, "
+                              "bf16_splitk, off). Fix: register it*"])
+    assert bad.ret != 0
+
+
+def test_write_round_trips_comments(pytester: pytest.Pytester) -> None:
+    path = project(pytester)
+    before = path.read_text()
+    result = pytester.runpytest("--numcheck", "--numcheck-calibrate=2",
+                                "--numcheck-calibrate-write")
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["numcheck calibrate: cases/dot.toml: * value(s) changed",
+                                 "  small.budget.bf16.y.rel_fro: 0.01 -> *"])
+    after = path.read_text()
+    # Every line of the file is still there, in order, comments included: a changed line
+    # differs only in its value (its comment stays, at the same column); added lines are
+    # budget tables and their keys.
+    ops = difflib.SequenceMatcher(a=before.splitlines(), b=after.splitlines()).get_opcodes()
+    old_lines, new_lines = before.splitlines(), after.splitlines()
+    replaced = 0
+    for tag, i1, i2, j1, j2 in ops:
+        assert tag != "delete", old_lines[i1:i2]
+        if tag == "equal":
+            continue
+        olds, news = old_lines[i1:i2], new_lines[j1:j2]
+        assert len(olds) <= len(news), (olds, news)
+        for old, new in zip(olds, news):
+            key, rest = old.split(" = ", 1)
+            assert new.startswith(f"{key} = ") and key in ("rel_fro", "calc_diff")
+            assert new.index("#") == old.index("#")
+            assert new.split("#", 1)[1] == rest.split("#", 1)[1]
+            replaced += 1
+        for added in news[len(olds):]:
+            assert added == "" or added.startswith("[") or added.split(" = ")[0] in (
+                "rel_fro", "calc_diff", "frac_outside"), added
+    assert replaced == 2  # bf16's hand-set rel_fro and calc_diff
+    assert "[small.budget.off.y]\nrel_fro = 5e-3                      # the bug must fail this" \
+        in after  # the known-bad variant's budget is left alone
+    assert "[small.budget.bf16_splitk.y]" in after and "[other.budget.bf16.y]" in after
+    data = tomllib.loads(after)
+    assert data["small"]["description"] == "8 x 64 @ 64 x 4"
+    assert data["small"]["expect"]["off"]["reason"] == "planted: 1% too large"
+    # The written budgets hold on the case's seeds (the gate), and writing again changes
+    # nothing.
+    pytester.runpytest("--numcheck", "--numcheck-regen").assert_outcomes(passed=5, xfailed=1)
+    pytester.runpytest("--numcheck").assert_outcomes(passed=5, xfailed=1)
+    again = pytester.runpytest("--numcheck", "--numcheck-calibrate=2",
+                               "--numcheck-calibrate-write")
+    again.stdout.fnmatch_lines(["numcheck calibrate: cases/dot.toml: 0 value(s) changed"])
+    assert path.read_text() == after
+
+
+def test_outside_a_cases_folder_is_a_clear_error(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    result = pytester.runpytest("--numcheck", "--numcheck-calibrate")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: numcheck: no cases folder at */cases. Fix: create it "
+                                 "with a case file (see README 'Writing a case'), or point the "
+                                 "numcheck_cases ini key at yours"])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--numcheck-calibrate"], "ERROR: --numcheck-calibrate only works together with --numcheck"),
+    (["--numcheck", "--numcheck-calibrate-write"],
+     "ERROR: --numcheck-calibrate-write only works together with --numcheck-calibrate (or "
+     "--numcheck-calibrate-speed=K)"),
+    (["--numcheck", "--numcheck-calibrate-speed=3"],
+     "ERROR: --numcheck-calibrate-speed times the perf checks: add --numcheck-perf"),
+    (["--numcheck", "--numcheck-calibrate", "--numcheck-regen"],
+     "ERROR: calibration measures and gates nothing: run --numcheck-regen on its own, without "
+     "the calibration options"),
+    (["--numcheck", "--numcheck-calibrate", "--numcheck-calibrate-pool", "bf16"],
+     "ERROR: --numcheck-calibrate-pool 'bf16': expected NAME=V1,V2,... Fix: e.g. "
+     "--numcheck-calibrate-pool bf16=bf16,bf16_splitk,bf16_rev"),
+    (["--numcheck", "--numcheck-calibrate", "cases/dot.toml"],
+     "*--numcheck-calibrate: expected the number of fresh seeds, got 'cases/dot.toml'. Fix: "
+     "write --numcheck-calibrate=N with '=' (or put paths before the option)*"),
+])
+def test_usage_errors(pytester: pytest.Pytester, args: list[str], message: str) -> None:
+    project(pytester)
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+# -- speed: K runs of synthetic speedups (no timing here) ---------------------------------
+
+SPEEDS = {"bf16": [1.22, 1.20, 1.25], "bf16_splitk": [1.01, 0.99, 1.03], "off": [1.0, 1.02, 0.98]}
+
+SPEED_CASE = """\
+[small]
+op = "dot"
+variants = ["bf16", "bf16_splitk", "off"]
+expect.off = { fails = ["perf.speedup_min"], reason = "planted: the slow one" }
+
+[small.perf.bf16_splitk]
+speedup_min = { cpu = 1.1, cuda = 1.2 }   # from an old run
+"""
+
+
+def fake_measure_perf(op: Any, case: Any, variant: str, device: str, inputs: Any, *,
+                      seed: int = 0, **_: Any) -> Any:
+    s = SPEEDS[variant][seed]
+    return SimpleNamespace(estimate=SimpleNamespace(median=s, low=s - 0.02, high=s + 0.02))
+
+
+def test_speed_proposals_printed_and_written(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Through sys.modules: an earlier in-process run may have left the package attribute
+    # pointing at a module object that pytester has since dropped from sys.modules.
+    perfrun = importlib.import_module("numcheck.perfrun")
+    monkeypatch.setattr(perfrun, "measure_perf", fake_measure_perf)
+    path = project(pytester, SPEED_CASE)
+    result = pytester.runpytest("--numcheck", "--numcheck-perf", "--numcheck-calibrate-speed=3",
+                                "--numcheck-calibrate-write")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines([
+        "*= numcheck calibrate: suggested speedup_min (cpu, 3 runs each) =*",
+        "# rule: lower speedup of the runs (the 10% quantile; the slowest run below 10 runs) x "
+        "(1 - 0.05), rounded down to 3 digits; not gated within 5% of 1; known-bad variants "
+        "(expect perf.speedup_min) keep failing",
+        "",
+        "# cases/dot.toml",
+        "[[]small.perf.bf16[]]",
+        "speedup_min = { cpu = 1.14 }    # lower speedup 1.200 x 0.95; runs 1.220 1.200 1.250; "
+        "lowest bound 1.180",
+        "# [[]small.perf.bf16_splitk[]] not gated: lower speedup 0.990 is within 5% of 1; runs "
+        "1.010 0.990 1.030; lowest bound 0.970",
+        "[[]small.perf.off[]]",
+        "speedup_min = { cpu = 1.08 }    # known-bad: above its runs (1.020 x 1.05), so it keeps "
+        "failing; runs 1.000 1.020 0.980; lowest bound 0.960",
+        "numcheck calibrate: cases/dot.toml: 3 value(s) changed",
+    ])
+    after = path.read_text()
+    assert "speedup_min = { cuda = 1.2 }   # from an old run" in after  # cpu entry removed
+    data = tomllib.loads(after)
+    assert data["small"]["perf"]["bf16"]["speedup_min"] == {"cpu": 1.14}
+    assert data["small"]["perf"]["off"]["speedup_min"] == {"cpu": 1.08}
+    from numcheck.cases import load_case_file
+    from numcheck.ops import registry
+    import calibration_op
+
+    with registry.isolated():
+        registry.register(calibration_op.DOT)
+        (case,) = load_case_file(path)
+    assert case.perf["bf16"].threshold("cpu") == 1.14
