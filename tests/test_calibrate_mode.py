@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,6 +17,9 @@ from typing import Any
 import pytest
 
 HERE = Path(__file__).parent
+needs_tomlkit = pytest.mark.skipif(
+    importlib.util.find_spec("tomlkit") is None,
+    reason="tomlkit (the calibrate extra) writes case files: pip install 'numcheck[calibrate]'")
 
 CONFTEST = f"""
 import sys
@@ -138,6 +142,7 @@ def test_pool_member_the_case_does_not_run_is_measured(pytester: pytest.Pytester
     assert bad.ret != 0
 
 
+@needs_tomlkit
 def test_write_round_trips_comments(pytester: pytest.Pytester) -> None:
     path = project(pytester)
     before = path.read_text()
@@ -239,6 +244,7 @@ def fake_measure_perf(op: Any, case: Any, variant: str, device: str, inputs: Any
     return SimpleNamespace(estimate=SimpleNamespace(median=s, low=s - 0.02, high=s + 0.02))
 
 
+@needs_tomlkit
 def test_speed_proposals_printed_and_written(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
