@@ -43,7 +43,7 @@ from numcheck.calibrate_options import (
     CALIBRATE_WRITE_OPTION,
     Settings,
 )
-from numcheck.casewriter import CaseWriteError, Edit, format_number, write_edits
+from numcheck.casewriter import Change, CaseWriteError, Edit, format_number, write_edits
 from numcheck.speed_thresholds import BAND, QUANTILE, propose_speedup_min
 
 #: ``report.user_properties`` name of a check's measurements (a list of plain dicts).
@@ -197,7 +197,9 @@ class CalibrationMode:
                 continue
             tr.write_line(f"numcheck calibrate: {shown}: {len(changes)} value(s) changed")
             for change in changes:
-                tr.write_line(f"  {change.describe()}")
+                tighter = "  (tighter than before)" if _tighter(
+                    change) else ""
+                tr.write_line(f"  {change.describe()}{tighter}")
             for skip in skipped:
                 tr.write_line(f"  not written: {skip.describe()}")
 
@@ -356,6 +358,16 @@ def speed_section(
                 edits.setdefault(group.path, []).append(
                     Edit(table, "speedup_min", proposal.threshold, sub=device))
     return lines, edits
+
+
+def _tighter(change: Change) -> bool:
+    """A written value that demands more than the file did (a lower error budget, a higher
+    recall floor or speed threshold)."""
+    if change.old is None or change.new is None:
+        return False
+    parts = change.where.split(".")
+    raises = parts[-1] in LOWER_IS_WORSE or "speedup_min" in parts
+    return change.new > change.old if raises else change.new < change.old
 
 
 def _merge(into: dict[str, list[Edit]], more: dict[str, list[Edit]]) -> None:

@@ -182,6 +182,10 @@ def test_write_round_trips_comments(pytester: pytest.Pytester) -> None:
     assert data["small"]["expect"]["off"]["reason"] == "planted: 1% too large"
     # The written budgets hold on the case's seeds (the gate), and writing again changes
     # nothing.
+    # A hand-set guess tightened by the measurement is flagged; a new key is not.
+    result.stdout.fnmatch_lines(["  small.budget.bf16.y.calc_diff: 0.0001 -> *e-05  (tighter "
+                                 "than before)",
+                                 "  small.budget.bf16.y.frac_outside: (none) -> *[0-9]"])
     pytester.runpytest("--numcheck", "--numcheck-regen").assert_outcomes(passed=5, xfailed=1)
     pytester.runpytest("--numcheck").assert_outcomes(passed=5, xfailed=1)
     again = pytester.runpytest("--numcheck", "--numcheck-calibrate=2",
