@@ -39,11 +39,10 @@ from numcheck.calibrate import (
 )
 from numcheck.calibrate_options import (
     CALIBRATE_OPTION,
-    CALIBRATE_SPEED_OPTION,
     CALIBRATE_WRITE_OPTION,
     Settings,
 )
-from numcheck.casewriter import Change, CaseWriteError, Edit, format_number, write_edits
+from numcheck.casewriter import CaseWriteError, Change, Edit, format_number, write_edits
 from numcheck.speed_thresholds import BAND, QUANTILE, propose_speedup_min
 
 #: ``report.user_properties`` name of a check's measurements (a list of plain dicts).
@@ -188,6 +187,8 @@ class CalibrationMode:
             tr.write_line(f"numcheck calibrate: nothing written; {CALIBRATE_WRITE_OPTION} writes "
                           "these values into the case files")
             return
+        if not edits:
+            tr.write_line("numcheck calibrate: no value to write")
         for path, file_edits in edits.items():
             shown = _rel(Path(path), self.config.rootpath)
             try:
@@ -251,10 +252,10 @@ def numerics_section(
     fresh = settings.fresh or 0
     span = f" ({settings.first_seed}..{settings.first_seed + fresh - 1})" if fresh else ""
     lines = [
-        f"# seeds: each case's own + {fresh} fresh{span}; reference: {first['reference']} "
-        f"recomputed on {first['reference_device']} (no golden read)",
-        "# policy (docs/budgets.md): errors 2x the worst, rounded up to 2 digits; recall "
-        "floors 2x the worst miss; tie bands 2x the widest near-tie",
+        (f"# seeds: each case's own + {fresh} fresh{span}; reference: {first['reference']} "
+        f"recomputed on {first['reference_device']} (no golden read)"),
+        ("# policy (docs/budgets.md): errors 2x the worst, rounded up to 2 digits; recall "
+        "floors 2x the worst miss; tie bands 2x the widest near-tie"),
     ]
     edits: dict[str, list[Edit]] = {}
     source = None
@@ -325,9 +326,9 @@ def speed_section(
     if not payloads:
         return ["numcheck calibrate: no timed check ran (the reference is not gated)"], {}
     margin = settings.margin
-    lines = [f"# rule: lower speedup of the runs (the {QUANTILE:.0%} quantile; the slowest "
+    lines = [(f"# rule: lower speedup of the runs (the {QUANTILE:.0%} quantile; the slowest "
              f"run below 10 runs) x (1 - {margin:g}), rounded down to 3 digits; not gated "
-             f"within {BAND:.0%} of 1; known-bad variants (expect perf.speedup_min) keep failing"]
+             f"within {BAND:.0%} of 1; known-bad variants (expect perf.speedup_min) keep failing")]
     edits: dict[str, list[Edit]] = {}
     source = None
     for group in _groups(payloads):

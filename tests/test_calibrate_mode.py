@@ -74,14 +74,14 @@ def test_user_op_is_calibrated_without_goldens(pytester: pytest.Pytester) -> Non
     assert not (pytester.path / "goldens").exists()
     result.stdout.fnmatch_lines([
         "*= numcheck calibrate: suggested budgets (cpu, torch *) =*",
-        "# seeds: each case's own + 2 fresh (1000..1001); reference: fp32 recomputed on cpu "
-        "(no golden read)",
-        "# policy (docs/budgets.md): errors 2x the worst, rounded up to 2 digits; recall floors "
-        "2x the worst miss; tie bands 2x the widest near-tie",
+        ("# seeds: each case's own + 2 fresh (1000..1001); reference: fp32 recomputed on cpu "
+        "(no golden read)"),
+        ("# policy (docs/budgets.md): errors 2x the worst, rounded up to 2 digits; recall floors "
+        "2x the worst miss; tie bands 2x the widest near-tie"),
         "",
         "# cases/dot.toml",
-        "# small: fp32 is the reference, computed on cpu like the one it is compared with: "
-        "nothing to budget (run on the GPU to budget its drift there)",
+        ("# small: fp32 is the reference, computed on cpu like the one it is compared with: "
+        "nothing to budget (run on the GPU to budget its drift there)"),
         "[[]small.budget.bf16.y[]]",
         "rel_fro = *# worst * (seed *)",
         "calc_diff = *# worst * (seed *)",
@@ -91,8 +91,8 @@ def test_user_op_is_calibrated_without_goldens(pytester: pytest.Pytester) -> Non
         "calc_diff = *",
         "frac_outside = *",
         "# small: off is known-bad (expect: y.rel_fro, y.frac_outside): not budgeted",
-        "numcheck calibrate: nothing written; --numcheck-calibrate-write writes these values "
-        "into the case files",
+        ("numcheck calibrate: nothing written; --numcheck-calibrate-write writes these values "
+        "into the case files"),
     ])
     assert "[other." not in result.stdout.str()  # -k deselected it
     # The printed worst is the largest rel_fro over seeds 0, 1, 1000, 1001, at its seed.
@@ -114,8 +114,8 @@ def test_pool_budgets_honest_variants_as_one(pytester: pytest.Pytester) -> None:
     tables = {}
     for i, ln in enumerate(out):
         if ln.startswith("[small.budget."):
-            tables[ln.split()[0]] = dict(
-                (row.split(" = ")[0], row.split(" = ")[1].split()[0]) for row in out[i + 1:i + 4])
+            tables[ln.split()[0]] = {
+                row.split(" = ")[0]: row.split(" = ")[1].split()[0] for row in out[i + 1:i + 4]}
     assert "[small.budget.bf16.y]  # pooled: worst of bf16, bf16_splitk" in out
     assert "[small.budget.bf16_splitk.y]  # pooled: worst of bf16_splitk, bf16" in out
     # One budget for both: the worst of the two (split-K rounds twice: it is the wider).
@@ -137,8 +137,8 @@ def test_pool_member_the_case_does_not_run_is_measured(pytester: pytest.Pytester
     assert rel_fro(pooled) > rel_fro(alone)  # split-K's second rounding widens the budget
     bad = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", "other",
                              "--numcheck-calibrate-pool", "bf16=bf16_nope")
-    bad.stdout.fnmatch_lines(["*op 'dot' has no variant 'bf16_nope' (its variants: fp32, bf16, "
-                              "bf16_splitk, off). Fix: register it*"])
+    bad.stdout.fnmatch_lines([("*op 'dot' has no variant 'bf16_nope' (its variants: fp32, bf16, "
+                              "bf16_splitk, off). Fix: register it*")])
     assert bad.ret != 0
 
 
@@ -183,8 +183,8 @@ def test_write_round_trips_comments(pytester: pytest.Pytester) -> None:
     # The written budgets hold on the case's seeds (the gate), and writing again changes
     # nothing.
     # A hand-set guess tightened by the measurement is flagged; a new key is not.
-    result.stdout.fnmatch_lines(["  small.budget.bf16.y.calc_diff: 0.0001 -> *e-05  (tighter "
-                                 "than before)",
+    result.stdout.fnmatch_lines([("  small.budget.bf16.y.calc_diff: 0.0001 -> *e-05  (tighter "
+                                 "than before)"),
                                  "  small.budget.bf16.y.frac_outside: (none) -> *[0-9]"])
     pytester.runpytest("--numcheck", "--numcheck-regen").assert_outcomes(passed=5, xfailed=1)
     pytester.runpytest("--numcheck").assert_outcomes(passed=5, xfailed=1)
@@ -198,27 +198,27 @@ def test_outside_a_cases_folder_is_a_clear_error(pytester: pytest.Pytester) -> N
     pytester.makeconftest(CONFTEST)
     result = pytester.runpytest("--numcheck", "--numcheck-calibrate")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: numcheck: no cases folder at */cases. Fix: create it "
+    result.stderr.fnmatch_lines([("ERROR: numcheck: no cases folder at */cases. Fix: create it "
                                  "with a case file (see README 'Writing a case'), or point the "
-                                 "numcheck_cases ini key at yours"])
+                                 "numcheck_cases ini key at yours")])
 
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--numcheck-calibrate"], "ERROR: --numcheck-calibrate only works together with --numcheck"),
     (["--numcheck", "--numcheck-calibrate-write"],
-     "ERROR: --numcheck-calibrate-write only works together with --numcheck-calibrate (or "
-     "--numcheck-calibrate-speed=K)"),
+     ("ERROR: --numcheck-calibrate-write only works together with --numcheck-calibrate (or "
+     "--numcheck-calibrate-speed=K)")),
     (["--numcheck", "--numcheck-calibrate-speed=3"],
      "ERROR: --numcheck-calibrate-speed times the perf checks: add --numcheck-perf"),
     (["--numcheck", "--numcheck-calibrate", "--numcheck-regen"],
-     "ERROR: calibration measures and gates nothing: run --numcheck-regen on its own, without "
-     "the calibration options"),
+     ("ERROR: calibration measures and gates nothing: run --numcheck-regen on its own, without "
+     "the calibration options")),
     (["--numcheck", "--numcheck-calibrate", "--numcheck-calibrate-pool", "bf16"],
-     "ERROR: --numcheck-calibrate-pool 'bf16': expected NAME=V1,V2,... Fix: e.g. "
-     "--numcheck-calibrate-pool bf16=bf16,bf16_splitk,bf16_rev"),
+     ("ERROR: --numcheck-calibrate-pool 'bf16': expected NAME=V1,V2,... Fix: e.g. "
+     "--numcheck-calibrate-pool bf16=bf16,bf16_splitk,bf16_rev")),
     (["--numcheck", "--numcheck-calibrate", "cases/dot.toml"],
-     "*--numcheck-calibrate: expected the number of fresh seeds, got 'cases/dot.toml'. Fix: "
-     "write --numcheck-calibrate=N with '=' (or put paths before the option)*"),
+     ("*--numcheck-calibrate: expected the number of fresh seeds, got 'cases/dot.toml'. Fix: "
+     "write --numcheck-calibrate=N with '=' (or put paths before the option)*")),
 ])
 def test_usage_errors(pytester: pytest.Pytester, args: list[str], message: str) -> None:
     project(pytester)
@@ -262,19 +262,19 @@ def test_speed_proposals_printed_and_written(
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines([
         "*= numcheck calibrate: suggested speedup_min (cpu, 3 runs each) =*",
-        "# rule: lower speedup of the runs (the 10% quantile; the slowest run below 10 runs) x "
+        ("# rule: lower speedup of the runs (the 10% quantile; the slowest run below 10 runs) x "
         "(1 - 0.05), rounded down to 3 digits; not gated within 5% of 1; known-bad variants "
-        "(expect perf.speedup_min) keep failing",
+        "(expect perf.speedup_min) keep failing"),
         "",
         "# cases/dot.toml",
         "[[]small.perf.bf16[]]",
-        "speedup_min = { cpu = 1.14 }    # lower speedup 1.200 x 0.95; runs 1.220 1.200 1.250; "
-        "lowest bound 1.180",
-        "# [[]small.perf.bf16_splitk[]] not gated: lower speedup 0.990 is within 5% of 1; runs "
-        "1.010 0.990 1.030; lowest bound 0.970",
+        ("speedup_min = { cpu = 1.14 }    # lower speedup 1.200 x 0.95; runs 1.220 1.200 1.250; "
+        "lowest bound 1.180"),
+        ("# [[]small.perf.bf16_splitk[]] not gated: lower speedup 0.990 is within 5% of 1; runs "
+        "1.010 0.990 1.030; lowest bound 0.970"),
         "[[]small.perf.off[]]",
-        "speedup_min = { cpu = 1.08 }    # known-bad: above its runs (1.020 x 1.05), so it keeps "
-        "failing; runs 1.000 1.020 0.980; lowest bound 0.960",
+        ("speedup_min = { cpu = 1.08 }    # known-bad: above its runs (1.020 x 1.05), so it keeps "
+        "failing; runs 1.000 1.020 0.980; lowest bound 0.960"),
         "numcheck calibrate: cases/dot.toml: 3 value(s) changed",
     ])
     after = path.read_text()
@@ -282,9 +282,10 @@ def test_speed_proposals_printed_and_written(
     data = tomllib.loads(after)
     assert data["small"]["perf"]["bf16"]["speedup_min"] == {"cpu": 1.14}
     assert data["small"]["perf"]["off"]["speedup_min"] == {"cpu": 1.08}
+    import calibration_op
+
     from numcheck.cases import load_case_file
     from numcheck.ops import registry
-    import calibration_op
 
     with registry.isolated():
         registry.register(calibration_op.DOT)
