@@ -229,6 +229,7 @@ def test_usage_errors(pytester: pytest.Pytester, args: list[str], message: str) 
 
 # -- speed: K runs of synthetic speedups (no timing here) ---------------------------------
 
+CALLS: dict[str, int] = {}
 SPEEDS = {"bf16": [1.22, 1.20, 1.25], "bf16_splitk": [1.01, 0.99, 1.03], "off": [1.0, 1.02, 0.98]}
 
 SPEED_CASE = """\
@@ -242,9 +243,12 @@ speedup_min = { cpu = 1.1, cuda = 1.2 }   # from an old run
 """
 
 
-def fake_measure_perf(op: Any, case: Any, variant: str, device: str, inputs: Any, *,
-                      seed: int = 0, **_: Any) -> Any:
-    s = SPEEDS[variant][seed]
+def fake_measure_perf(op: Any, case: Any, variant: str, device: str, inputs: Any,
+                      **_: Any) -> Any:
+    """numcheck.perfrun.measure_perf's interface: the next of the variant's SPEEDS."""
+    calls = CALLS.setdefault(variant, 0)
+    CALLS[variant] = calls + 1
+    s = SPEEDS[variant][calls]
     return SimpleNamespace(estimate=SimpleNamespace(median=s, low=s - 0.02, high=s + 0.02))
 
 
@@ -255,6 +259,7 @@ def test_speed_proposals_printed_and_written(
     # Through sys.modules: an earlier in-process run may have left the package attribute
     # pointing at a module object that pytester has since dropped from sys.modules.
     perfrun = importlib.import_module("numcheck.perfrun")
+    CALLS.clear()
     monkeypatch.setattr(perfrun, "measure_perf", fake_measure_perf)
     path = project(pytester, SPEED_CASE)
     result = pytester.runpytest("--numcheck", "--numcheck-perf", "--numcheck-calibrate-speed=3",
@@ -291,3 +296,17 @@ def test_speed_proposals_printed_and_written(
         registry.register(calibration_op.DOT)
         (case,) = load_case_file(path)
     assert case.perf["bf16"].threshold("cpu") == 1.14
+
+
+def test_write_without_tomlkit_says_how_to_install(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    casewriter = importlib.import_module("numcheck.casewriter")
+    monkeypatch.setattr(casewriter, "have_tomlkit", lambda: False)
+    project(pytester)
+    result = pytester.runpytest("--numcheck", "--numcheck-calibrate", "--numcheck-calibrate-write")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: --numcheck-calibrate-write edits case files with tomlkit, which is not "
+        "installed. Fix: pip install tomlkit (or the calibrate extra: pip install "
+        "'numcheck[calibrate]')"])
