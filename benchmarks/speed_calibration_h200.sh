@@ -17,6 +17,9 @@ SELECT=${SELECT:-}
 LIMIT=${LIMIT:-450}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+# The pytest plugin is found through the package's entry point: install the working tree.
+python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip.txt" 2>&1 \
+  || echo "pip install -e . failed (see pip.txt); using the installed numcheck"
 CMD=(python3 -m pytest --numcheck --numcheck-perf --numcheck-device "$DEVICE" -p no:cacheprovider
      -q "$CASES" "--numcheck-calibrate-speed=$K")
 [ -n "$SELECT" ] && CMD+=(-k "$SELECT")
