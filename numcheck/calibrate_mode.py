@@ -38,7 +38,7 @@ from numcheck.calibrate import (
     suggest_values,
 )
 from numcheck.calibrate_options import (
-    CALIBRATE_OPTION,
+    CALIBRATE_POOL_OPTION,
     CALIBRATE_WRITE_OPTION,
     Settings,
 )
@@ -106,11 +106,6 @@ class CalibrationMode:
         for member in self.settings.pools.get(variant, ()):
             if member == variant or member in case.variants or member == op.reference:
                 continue
-            if member not in op.variants:
-                raise pytest.UsageError(
-                    f"{CALIBRATE_OPTION}-pool {variant}: op {op.name!r} has no variant "
-                    f"{member!r} (its variants: {', '.join(op.variants)}). Fix: register it "
-                    "(pytest_numcheck_register) or drop it from the pool")
             if device not in op.variants[member].devices:
                 continue
             table = measure_variant(op, case, member, device, seeds, refs, budget=budget)
@@ -138,6 +133,23 @@ class CalibrationMode:
 
     # -- hooks: measurements travel on the reports to the controller ---------------------
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """A pool naming a variant the op does not have is a usage error, before any run."""
+        from numcheck.ops.registry import get_op
+
+        for item in session.items:
+            case = getattr(item, "case", None)
+            members = self.settings.pools.get(getattr(item, "variant", ""), ())
+            if case is None or not members:
+                continue
+            op = get_op(case.op)
+            for member in members:
+                if member not in op.variants:
+                    raise pytest.UsageError(
+                        f"{CALIBRATE_POOL_OPTION} {item.variant}: op {op.name!r} has no variant "
+                        f"{member!r} (its variants: {', '.join(op.variants)}). Fix: register it "
+                        "(pytest_numcheck_register) or drop it from the pool")
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Any:
         report = yield
@@ -162,6 +174,10 @@ class CalibrationMode:
         if is_worker(self.config):
             return
         tr = terminalreporter
+        if not self.payloads:
+            tr.write_line("numcheck calibrate: no check measured anything (all skipped, "
+                          "deselected or failed)")
+            return
         order = {nodeid: i for i, nodeid in enumerate(self._order())}
         payloads = sorted(self.payloads, key=lambda p: order.get(p["nodeid"], len(order)))
         edits: dict[str, list[Edit]] = {}
@@ -181,10 +197,6 @@ class CalibrationMode:
             for line in lines:
                 tr.write_line(line)
             _merge(edits, found)
-        if not payloads:
-            tr.write_line("numcheck calibrate: no check measured anything (all skipped or "
-                          "deselected)")
-            return
         if not self.settings.write:
             tr.write_line(f"numcheck calibrate: nothing written; {CALIBRATE_WRITE_OPTION} writes "
                           "these values into the case files")
