@@ -309,6 +309,6 @@ def test_write_without_tomlkit_says_how_to_install(
     result = pytester.runpytest("--numcheck", "--numcheck-calibrate", "--numcheck-calibrate-write")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
-        "ERROR: --numcheck-calibrate-write edits case files with tomlkit, which is not "
+        ("ERROR: --numcheck-calibrate-write edits case files with tomlkit, which is not "
         "installed. Fix: pip install tomlkit (or the calibrate extra: pip install "
-        "'numcheck[calibrate]')"])
+        "'numcheck[calibrate]')")])
