@@ -3,7 +3,8 @@
 # one pytest run and print speedup_min proposals per variant for this device class
 # (pytest --numcheck --numcheck-perf --numcheck-calibrate-speed=K; rule in docs/perf/README.md).
 # Usage (repo root, GPU machine):  OUT=/some/dir K=5 bash benchmarks/speed_calibration_h200.sh
-# Writes: $OUT/env.txt, $OUT/speed-calibration.txt (the pytest output); when tomlkit is
+# Writes: $OUT/env.txt, $OUT/speed-calibration.txt (the pytest output), $OUT/speed-runs.json
+#         (every run's speedup and interval per check); when tomlkit is
 #         installed also $OUT/perf.toml: cases/perf.toml with the proposals written in (the
 #         working tree's copy is restored afterwards). Prints the proposals last.
 # DEVICE, CASES, SELECT (a -k expression) and LIMIT (seconds) override the defaults, e.g. for
@@ -21,7 +22,7 @@ export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip.txt" 2>&1 \
   || echo "pip install -e . failed (see pip.txt); using the installed numcheck"
 CMD=(python3 -m pytest --numcheck --numcheck-perf --numcheck-device "$DEVICE" -p no:cacheprovider
-     -q "$CASES" "--numcheck-calibrate-speed=$K")
+     -q "$CASES" "--numcheck-calibrate-speed=$K" --numcheck-calibrate-json "$OUT/speed-runs.json")
 [ -n "$SELECT" ] && CMD+=(-k "$SELECT")
 if python3 -c "import tomlkit" 2>/dev/null; then
   CMD+=(--numcheck-calibrate-write)

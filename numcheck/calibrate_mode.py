@@ -20,7 +20,7 @@ Writing goes through :mod:`numcheck.casewriter`.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,9 @@ from numcheck.calibrate import (
 )
 from numcheck.calibrate_options import (
     CALIBRATE_POOL_OPTION,
+    CALIBRATE_WITH_OPTION,
     CALIBRATE_WRITE_OPTION,
+    RUN_FORMAT,
     Settings,
 )
 from numcheck.casewriter import CaseWriteError, Change, Edit, format_number, write_edits
@@ -182,9 +184,11 @@ class CalibrationMode:
         payloads = sorted(self.payloads, key=lambda p: order.get(p["nodeid"], len(order)))
         edits: dict[str, list[Edit]] = {}
         numerics = [p for p in payloads if p["kind"] == "numerics"]
-        speed = [p for p in payloads if p["kind"] == "speed"]
+        earlier = [p for p in self.settings.earlier if p["kind"] == "numerics"]
+        speed = combine_speed([p for p in payloads if p["kind"] == "speed"],
+                              [p for p in self.settings.earlier if p["kind"] == "speed"])
         if self.settings.fresh is not None:
-            lines, found = numerics_section(numerics, self.settings)
+            lines, found = numerics_section(numerics, self.settings, earlier)
             tr.write_sep("=", f"numcheck calibrate: suggested budgets ({_device(numerics)}, "
                          f"torch {_torch()})")
             for line in lines:
@@ -197,6 +201,10 @@ class CalibrationMode:
             for line in lines:
                 tr.write_line(line)
             _merge(edits, found)
+        if self.settings.json_path is not None:
+            save_run(self.settings.json_path, payloads)
+            tr.write_line(f"numcheck calibrate: measurements saved to {self.settings.json_path} "
+                          f"(pool them into another run with {CALIBRATE_WITH_OPTION} PATH)")
         if not self.settings.write:
             tr.write_line(f"numcheck calibrate: nothing written; {CALIBRATE_WRITE_OPTION} writes "
                           "these values into the case files")
@@ -257,9 +265,14 @@ def _groups(payloads: list[dict[str, Any]]) -> Iterator[_Group]:
 
 
 def numerics_section(
-    payloads: list[dict[str, Any]], settings: Settings
+    payloads: list[dict[str, Any]], settings: Settings,
+    earlier: list[dict[str, Any]] | None = None,
 ) -> tuple[list[str], dict[str, list[Edit]]]:
-    """The printed budget tables and the edits that write them, per case file."""
+    """The printed budget tables and the edits that write them, per case file.
+
+    ``earlier``: numerics payloads of earlier runs (``--numcheck-calibrate-with``, e.g. the
+    same cases on a GPU); a variant's budget then covers its worst on every device.
+    """
     if not payloads:
         return ["numcheck calibrate: no numerics check ran"], {}
     first = payloads[0]
@@ -267,50 +280,75 @@ def numerics_section(
     span = f" ({settings.first_seed}..{settings.first_seed + fresh - 1})" if fresh else ""
     lines = [
         (f"# seeds: each case's own + {fresh} fresh{span}; reference: {first['reference']} "
-        f"recomputed on {first['reference_device']} (no golden read)"),
+         f"recomputed on {first['reference_device']} (no golden read)"),
         ("# policy (docs/budgets.md): errors 2x the worst, rounded up to 2 digits; recall "
-        "floors 2x the worst miss; tie bands 2x the widest near-tie"),
+         "floors 2x the worst miss; tie bands 2x the widest near-tie"),
     ]
+    before: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for p in earlier or []:
+        before.setdefault((p["source"], p["case"], p["variant"]), []).append(p)
     edits: dict[str, list[Edit]] = {}
     source = None
     for group in _groups(payloads):
         if group.source != source:
             source = group.source
             lines += ["", f"# {source}"]
-        tables = {p["variant"]: _table_in(p["table"]) for p in group.payloads}
+        measured: dict[str, list[dict[str, Any]]] = {}
+        for p in group.payloads:
+            measured.setdefault(p["variant"], []).append(p)
+        for variant, found in list(measured.items()):
+            found += before.get((group.source, group.case, variant), [])
         for p in group.payloads:
             if not p["runs"]:
                 continue
             variant = p["variant"]
-            if variant == p["reference"] and p["reference_device"] == p["device"]:
-                lines.append(f"# {group.case}: {variant} is the reference, computed on "
-                             f"{p['device']} like the one it is compared with: nothing to "
-                             "budget (run on the GPU to budget its drift there)")
-                continue
             known_bad = [f for f in p["expect"] if f.partition(".")[0] in p["table"]]
             if known_bad:
                 lines.append(f"# {group.case}: {variant} is known-bad (expect: "
                              f"{', '.join(known_bad)}): not budgeted")
                 continue
-            members = _pool_of(variant, settings.pools, tables)
-            table = pool(tables[m] for m in members) if len(members) > 1 else tables[variant]
+            members = _pool_of(variant, settings.pools, measured)
+            parts = [q for m in members for q in measured[m] if _informative(q)]
+            if not parts:
+                lines.append(f"# {group.case}: {variant} is the reference, computed on "
+                             f"{p['device']} like the one it is compared with: nothing to "
+                             "budget (run on the GPU to budget its drift there)")
+                continue
+            devices = {q["device"] for q in parts}
+            labels = [_label(q, devices) for q in parts]
+            table = pool(_relabel(_table_in(q["table"]), label)
+                         for q, label in zip(parts, labels, strict=True))
             for output, row in table.items():
                 topk = output == p["topk_output"]
                 cells = suggest_values({m: w.value for m, w in row.items()}, topk=topk,
                                        k=p["k"], gated=p["gated"].get(output, ()))
                 header = f"[{group.case}.budget.{variant}.{output}]"
-                lines.append(header if len(members) == 1 else
-                             f"{header}  # pooled: worst of {', '.join(members)}")
+                lines.append(header if len(parts) == 1 else
+                             f"{header}  # pooled: worst of {', '.join(labels)}")
                 for key, value in cells.items():
                     worst = row.get(MEASURED_BY.get(key, key))
-                    lines.append(_cell(key, value, _worst_text(key, worst, len(members) > 1)))
+                    lines.append(_cell(key, value, _worst_text(key, worst, len(parts) > 1)))
                     edits.setdefault(group.path, []).append(
                         Edit((group.case, "budget", variant, output), key, value))
     return lines, edits
 
 
+def _informative(payload: dict[str, Any]) -> bool:
+    """False for the reference compared with itself on the device it was computed on."""
+    return not (payload["variant"] == payload["reference"]
+                and payload["reference_device"] == payload["device"])
+
+
+def _label(payload: dict[str, Any], devices: set[str]) -> str:
+    return payload["variant"] if len(devices) == 1 else f"{payload['variant']} {payload['device']}"
+
+
+def _relabel(table: WorstTable, label: str) -> WorstTable:
+    return {o: {m: replace(w, variant=label) for m, w in row.items()} for o, row in table.items()}
+
+
 def _pool_of(variant: str, pools: dict[str, tuple[str, ...]],
-             tables: dict[str, WorstTable]) -> list[str]:
+             tables: dict[str, Any]) -> list[str]:
     """The measured variants budgeted together with ``variant`` (itself first)."""
     for members in pools.values():
         if variant in members:
@@ -383,6 +421,41 @@ def _tighter(change: Change) -> bool:
     parts = change.where.split(".")
     raises = parts[-1] in LOWER_IS_WORSE or "speedup_min" in parts
     return change.new > change.old if raises else change.new < change.old
+
+
+def combine_speed(
+    payloads: list[dict[str, Any]], earlier: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """This run's timing payloads with earlier runs' of the same checks: runs on the same
+    device class add up (more evidence for one threshold); another device class gets its
+    own proposal, written into this run's case file."""
+    out = [dict(p, runs=list(p["runs"])) for p in payloads]
+    same = {(p["source"], p["case"], p["variant"], p["device"]): p for p in out}
+    paths = {(p["source"], p["case"], p["variant"]): p for p in out}
+    for p in earlier:
+        key = (p["source"], p["case"], p["variant"])
+        if key not in paths:
+            continue  # not selected in this run
+        if (*key, p["device"]) in same:
+            same[(*key, p["device"])]["runs"] += p["runs"]
+        else:
+            here = paths[key]
+            adopted = dict(p, path=here["path"], nodeid=here["nodeid"], runs=list(p["runs"]))
+            same[(*key, p["device"])] = adopted
+            out.append(adopted)
+    return out
+
+
+def save_run(path: Path, payloads: list[dict[str, Any]]) -> None:
+    """This run's measurements as JSON, for ``--numcheck-calibrate-with`` elsewhere."""
+    import json
+
+    import torch
+
+    data = {"numcheck_calibration": RUN_FORMAT, "torch": torch.__version__,
+            "devices": sorted({p["device"] for p in payloads}), "payloads": payloads}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
 
 
 def _merge(into: dict[str, list[Edit]], more: dict[str, list[Edit]]) -> None:

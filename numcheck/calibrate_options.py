@@ -10,7 +10,9 @@ time, so a bad combination is a usage error before anything runs.
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,9 +23,13 @@ CALIBRATE_POOL_OPTION = "--numcheck-calibrate-pool"
 CALIBRATE_FIRST_SEED_OPTION = "--numcheck-calibrate-first-seed"
 CALIBRATE_SPEED_OPTION = "--numcheck-calibrate-speed"
 CALIBRATE_MARGIN_OPTION = "--numcheck-calibrate-margin"
+CALIBRATE_JSON_OPTION = "--numcheck-calibrate-json"
+CALIBRATE_WITH_OPTION = "--numcheck-calibrate-with"
 #: The options that switch calibration on or change what it does (each needs --numcheck).
 CALIBRATION_FLAGS = (CALIBRATE_OPTION, CALIBRATE_WRITE_OPTION, CALIBRATE_POOL_OPTION,
-                     CALIBRATE_SPEED_OPTION)
+                     CALIBRATE_SPEED_OPTION, CALIBRATE_JSON_OPTION, CALIBRATE_WITH_OPTION)
+#: The format tag of a --numcheck-calibrate-json file.
+RUN_FORMAT = 1
 #: Fresh seeds when ``--numcheck-calibrate`` is given without ``=N``.
 DEFAULT_FRESH_SEEDS = 20
 
@@ -88,6 +94,18 @@ def add_options(group: Any) -> None:
         "keep failing).",
     )
     group.addoption(
+        CALIBRATE_JSON_OPTION, metavar="PATH", default=None,
+        help="also save what this calibration run measured (every check's worst values and "
+        f"seeds, or its timing runs) as JSON, to pool it into a run on another device with "
+        f"{CALIBRATE_WITH_OPTION}.",
+    )
+    group.addoption(
+        CALIBRATE_WITH_OPTION, metavar="PATH", action="append", default=[],
+        help="pool the measurements of an earlier run (a --numcheck-calibrate-json file, e.g. "
+        "the same cases on a GPU) into this run's suggestions: a budget then covers every "
+        "device measured (repeatable).",
+    )
+    group.addoption(
         CALIBRATE_MARGIN_OPTION, type=_fraction, default=0.05, metavar="M",
         help="speed calibration: threshold = lower speedup of the K runs x (1 - M) "
         "(default 0.05).",
@@ -104,6 +122,9 @@ class Settings:
     write: bool = False
     speed_runs: int | None = None
     margin: float = 0.05
+    #: Where to save this run's measurements, and earlier runs' measurements to pool in.
+    json_path: Path | None = None
+    earlier: tuple[dict[str, Any], ...] = ()
 
     @property
     def on(self) -> bool:
@@ -144,10 +165,17 @@ def settings_from_config(config: pytest.Config) -> Settings:
         pools = parse_pools(list(get(CALIBRATE_POOL_OPTION)))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    here = config.invocation_params.dir
+    json_path = here / get(CALIBRATE_JSON_OPTION) if get(CALIBRATE_JSON_OPTION) else None
+    earlier: list[dict[str, Any]] = []
+    for name in get(CALIBRATE_WITH_OPTION):
+        earlier += load_run(here / name)
     settings = Settings(fresh, get(CALIBRATE_FIRST_SEED_OPTION), pools,
-                        bool(get(CALIBRATE_WRITE_OPTION)), speed, get(CALIBRATE_MARGIN_OPTION))
+                        bool(get(CALIBRATE_WRITE_OPTION)), speed, get(CALIBRATE_MARGIN_OPTION),
+                        json_path, tuple(earlier))
     if not settings.on:
-        for name in (CALIBRATE_WRITE_OPTION, CALIBRATE_POOL_OPTION):
+        for name in (CALIBRATE_WRITE_OPTION, CALIBRATE_POOL_OPTION, CALIBRATE_JSON_OPTION,
+                     CALIBRATE_WITH_OPTION):
             if get(name):
                 raise pytest.UsageError(f"{name} only works together with {CALIBRATE_OPTION} "
                                         f"(or {CALIBRATE_SPEED_OPTION}=K)")
@@ -169,3 +197,22 @@ def settings_from_config(config: pytest.Config) -> Settings:
             raise pytest.UsageError(f"{CALIBRATE_WRITE_OPTION} edits case files with tomlkit, "
                                     f"which is not installed. Fix: {INSTALL_HINT}")
     return settings
+
+
+def load_run(path: Path) -> list[dict[str, Any]]:
+    """The measurements of a ``--numcheck-calibrate-json`` file; a UsageError naming the
+    file and the fix when it is not one."""
+    fix = (f"pass a file written by {CALIBRATE_JSON_OPTION} (run pytest --numcheck "
+           f"--numcheck-calibrate {CALIBRATE_JSON_OPTION} PATH where you measured)")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise pytest.UsageError(f"{CALIBRATE_WITH_OPTION} {path}: cannot read it ({exc}). "
+                                f"Fix: {fix}") from None
+    ok = isinstance(data, dict) and data.get("numcheck_calibration") == RUN_FORMAT
+    payloads = data.get("payloads") if ok else None
+    if not isinstance(payloads, list) or not all(
+            isinstance(p, dict) and p.get("kind") in ("numerics", "speed") for p in payloads):
+        raise pytest.UsageError(f"{CALIBRATE_WITH_OPTION} {path}: not a numcheck calibration "
+                                f"file (format {RUN_FORMAT}). Fix: {fix}")
+    return payloads

@@ -312,3 +312,58 @@ def test_write_without_tomlkit_says_how_to_install(
         ("ERROR: --numcheck-calibrate-write edits case files with tomlkit, which is not "
         "installed. Fix: pip install tomlkit (or the calibrate extra: pip install "
         "'numcheck[calibrate]')")])
+
+
+def test_runs_on_other_devices_pool_into_one_budget(pytester: pytest.Pytester) -> None:
+    import json
+
+    project(pytester)
+    first = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", "other",
+                               "--numcheck-calibrate-json", "out/cpu.json")
+    first.stdout.fnmatch_lines([("numcheck calibrate: measurements saved to */out/cpu.json "
+                                "(pool them into another run with --numcheck-calibrate-with PATH)")])
+    data = json.loads((pytester.path / "out" / "cpu.json").read_text())
+    assert {(p["variant"], p["device"]) for p in data["payloads"]} == {("fp32", "cpu"),
+                                                                      ("bf16", "cpu")}
+    # Stand-in for the same run on a GPU: its bf16 error 3x the CPU's, and its reference
+    # differs from the CPU reference (what a GPU's fp32 does).
+    for p in data["payloads"]:
+        p["device"] = "cuda"
+        for worst in p["table"]["y"].values():
+            worst[0] = 3 * worst[0] if p["variant"] == "bf16" else 1e-6
+    (pytester.path / "out" / "cuda.json").write_text(json.dumps(data))
+    cpu_rel = next(float(ln.split()[2]) for ln in first.stdout.lines if ln.startswith("rel_fro"))
+    both = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", "other",
+                              "--numcheck-calibrate-with", "out/cuda.json")
+    both.stdout.fnmatch_lines([
+        "[[]other.budget.fp32.y[]]",  # the reference, budgeted from its GPU drift only
+        "rel_fro = 2e-06             # worst 1e-06 (seed 0)",
+        "[[]other.budget.bf16.y[]]  # pooled: worst of bf16 cpu, bf16 cuda",
+        "rel_fro = * (bf16 cuda, seed *)",
+    ])
+    pooled_rel = next(float(ln.split()[2]) for ln in both.stdout.lines
+                      if ln.startswith("rel_fro") and "bf16 cuda" in ln)
+    assert pooled_rel == pytest.approx(3 * cpu_rel, rel=0.1)
+    (pytester.path / "out" / "bad.json").write_text("{}")
+    bad = pytester.runpytest("--numcheck", "--numcheck-calibrate", "--numcheck-calibrate-with",
+                             "out/bad.json")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines([("ERROR: --numcheck-calibrate-with */out/bad.json: not a numcheck "
+                              "calibration file (format 1). Fix: pass a file written by "
+                              "--numcheck-calibrate-json *")])
+
+
+def test_timing_runs_of_earlier_runs_combine() -> None:
+    from numcheck.calibrate_mode import combine_speed
+
+    def run(device: str, runs: list[float], path: str = "/here/cases/dot.toml") -> dict:
+        return {"kind": "speed", "source": "cases/dot.toml", "case": "small", "variant": "bf16",
+                "device": device, "path": path, "nodeid": "n", "runs": [[r, r, r] for r in runs]}
+
+    here = run("cuda", [1.2, 1.3])
+    out = combine_speed([here], [run("cuda", [1.1], "/elsewhere"), run("cpu", [0.9], "/elsewhere")])
+    assert [[r[0] for r in p["runs"]] for p in out] == [[1.2, 1.3, 1.1], [0.9]]
+    assert [p["path"] for p in out] == ["/here/cases/dot.toml"] * 2  # written here
+    assert here["runs"] == [[1.2] * 3, [1.3] * 3]  # the input is not changed
+    other_case = dict(run("cuda", [1.0]), case="big")
+    assert len(combine_speed([here], [other_case])) == 1  # not selected in this run
