@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from numcheck.budgets import ERROR_METRICS
 from numcheck.calibrate import (
     LOWER_IS_WORSE,
     MEASURED_BY,
@@ -318,6 +319,10 @@ def numerics_section(
             labels = [_label(q, devices) for q in parts]
             table = pool(_relabel(_table_in(q["table"]), label)
                          for q, label in zip(parts, labels, strict=True))
+            if len(devices) == 1 and _exact(table):
+                lines.append(f"# {group.case}: {variant} equals the reference bit for bit on "
+                             f"{p['device']}: these are floors; measure the devices it is gated "
+                             f"on too ({CALIBRATE_WITH_OPTION})")
             for output, row in table.items():
                 topk = output == p["topk_output"]
                 cells = suggest_values({m: w.value for m, w in row.items()}, topk=topk,
@@ -331,6 +336,12 @@ def numerics_section(
                     edits.setdefault(group.path, []).append(
                         Edit((group.case, "budget", variant, output), key, value))
     return lines, edits
+
+
+def _exact(table: WorstTable) -> bool:
+    """Every error metric 0 on every seed (tf32 on a CPU, which computes it in IEEE fp32)."""
+    values = [w.value for row in table.values() for m, w in row.items() if m in ERROR_METRICS]
+    return bool(values) and not any(values)
 
 
 def _informative(payload: dict[str, Any]) -> bool:

@@ -36,6 +36,11 @@ def dot_off(inputs: numcheck.Inputs, params: numcheck.Params) -> numcheck.Output
     return {"y": dot_bf16(inputs, params)["y"] * 1.01}
 
 
+def dot_tf32(inputs: numcheck.Inputs, params: numcheck.Params) -> numcheck.Outputs:
+    with numcheck.matmul_precision(tf32=True):
+        return {"y": inputs["a"] @ inputs["b"]}
+
+
 DOT = OpSpec(
     name="dot",
     version=1,
@@ -45,6 +50,8 @@ DOT = OpSpec(
         "bf16": Variant("bf16", dot_bf16, "bf16"),
         "bf16_splitk": Variant("bf16_splitk", dot_bf16_splitk, "bf16"),
         "off": Variant("off", dot_off, "bf16"),
+        # TF32 matmul is a GPU feature: on a CPU this is the reference, bit for bit.
+        "tf32": Variant("tf32", dot_tf32, "tf32"),
     },
     make_inputs=dot_inputs,
     outputs=("y",),

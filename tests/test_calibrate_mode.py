@@ -51,6 +51,10 @@ rel_fro = 5e-3                      # the bug must fail this
 op = "dot"
 shape = { n = 4 }
 variants = ["bf16"]
+
+[exact]
+op = "dot"
+variants = ["tf32"]
 """
 
 
@@ -139,7 +143,7 @@ def test_pool_member_the_case_does_not_run_is_measured(pytester: pytest.Pytester
                              "--numcheck-calibrate-pool", "bf16=bf16_nope")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines([("ERROR: --numcheck-calibrate-pool bf16: op 'dot' has no variant "
-                               "'bf16_nope' (its variants: fp32, bf16, bf16_splitk, off). Fix: "
+                               "'bf16_nope' (its variants: fp32, bf16, bf16_splitk, off, tf32). Fix: "
                                "register it (pytest_numcheck_register) or drop it from the pool")])
     assert "suggested budgets" not in bad.stdout.str()
 
@@ -150,7 +154,7 @@ def test_write_round_trips_comments(pytester: pytest.Pytester) -> None:
     before = path.read_text()
     result = pytester.runpytest("--numcheck", "--numcheck-calibrate=2",
                                 "--numcheck-calibrate-write")
-    result.assert_outcomes(passed=6)
+    result.assert_outcomes(passed=8)
     result.stdout.fnmatch_lines(["numcheck calibrate: cases/dot.toml: * value(s) changed",
                                  "  small.budget.bf16.y.rel_fro: 0.01 -> *"])
     after = path.read_text()
@@ -188,8 +192,8 @@ def test_write_round_trips_comments(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines([("  small.budget.bf16.y.calc_diff: 0.0001 -> *e-05  (tighter "
                                  "than before)"),
                                  "  small.budget.bf16.y.frac_outside: (none) -> *[0-9]"])
-    pytester.runpytest("--numcheck", "--numcheck-regen").assert_outcomes(passed=5, xfailed=1)
-    pytester.runpytest("--numcheck").assert_outcomes(passed=5, xfailed=1)
+    pytester.runpytest("--numcheck", "--numcheck-regen").assert_outcomes(passed=7, xfailed=1)
+    pytester.runpytest("--numcheck").assert_outcomes(passed=7, xfailed=1)
     again = pytester.runpytest("--numcheck", "--numcheck-calibrate=2",
                                "--numcheck-calibrate-write")
     again.stdout.fnmatch_lines(["numcheck calibrate: cases/dot.toml: 0 value(s) changed"])
@@ -367,3 +371,14 @@ def test_timing_runs_of_earlier_runs_combine() -> None:
     assert here["runs"] == [[1.2] * 3, [1.3] * 3]  # the input is not changed
     other_case = dict(run("cuda", [1.0]), case="big")
     assert len(combine_speed([here], [other_case])) == 1  # not selected in this run
+
+
+def test_a_variant_exact_on_this_device_is_flagged(pytester: pytest.Pytester) -> None:
+    project(pytester)
+    result = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", "exact")
+    result.stdout.fnmatch_lines([
+        ("# exact: tf32 equals the reference bit for bit on cpu: these are floors; measure the "
+        "devices it is gated on too (--numcheck-calibrate-with)"),
+        "[[]exact.budget.tf32.y[]]",
+        "rel_fro = 1e-07             # worst 0 on every seed",
+    ])
