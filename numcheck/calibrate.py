@@ -2,19 +2,19 @@
 
 Two front ends share this module:
 
-- ``pytest --numcheck --numcheck-calibrate[=N]`` (:mod:`numcheck.calibrate_mode`): the
+- ``pytest --numcheck --numcheck-calibrate[=N]`` (:mod:`numcheck.plugin.calibration`): the
   selected checks, with the ops that conftest hooks and entry points register, print (and
   with ``--numcheck-calibrate-write`` write) budget tables;
 - ``python -m numcheck.calibrate`` (:func:`main`): the built-in ops over a cases folder,
   with a JSON file of every number (how docs/calibration-*.json were made).
 
-The measurement: each seed's inputs are made on the CPU, the op's reference is recomputed
-on the CPU (where the shipped goldens are made; the device of the run when the reference
-cannot run on the CPU) and the variant runs on the device; every metric's worst value over
-the seeds is kept with the seed that gave it. The reference is recomputed rather than read
-from the golden, for the case's own seeds too: calibration then needs no golden (a new
-case is calibrated before its goldens exist), every seed is measured the same way, and the
-comparison covers whole outputs, never only a golden's sampled positions.
+The measurement: each seed is one check of the variant (:func:`numcheck.check.run_check`,
+numerics only, as the gate measures it) against a golden made on the spot from the op's
+reference on the CPU (where the shipped goldens are made; the device of the run when the
+reference cannot run on the CPU); every metric's worst value over the seeds is kept with the
+seed that gave it. The golden is made on the spot rather than read from the goldens folder,
+for the case's own seeds too: calibration then needs no golden (a new case is calibrated
+before its goldens exist), and every seed, shipped or fresh, is measured the same way.
 
 The policy (:func:`suggest_values`, docs/budgets.md) is pure: worst values in, budget
 values out.
@@ -36,7 +36,9 @@ from numcheck.budgets import ERROR_METRICS, TOPK_LIMITS
 if TYPE_CHECKING:
     from numcheck.budgets import VariantBudget
     from numcheck.cases import Case
-    from numcheck.ops.registry import Inputs, OpSpec, Outputs
+    from numcheck.goldens import Golden
+    from numcheck.numerics import CaseInputs, SeedResult
+    from numcheck.ops.registry import OpSpec
 
 #: The headroom policy (docs/budgets.md): error budgets are twice the worst measurement,
 #: recall floors allow twice the worst miss (and at least two flips per row), tie bands
@@ -130,69 +132,56 @@ def reference_device(op: OpSpec, device: str) -> str:
 
 
 class References:
-    """Inputs and reference outputs of one case, made once per seed and shared by its
-    variants (the checks of one case run back to back)."""
+    """Goldens of one case made on the spot, one per seed, shared by the case's variants
+    (the checks of one case run back to back)."""
 
     def __init__(self, op: OpSpec, case: Case, device: str) -> None:
         self.op = op
         self.case = case
         self.device = reference_device(op, device)
-        self._made: dict[int, tuple[Inputs, Outputs]] = {}
+        self._made: dict[int, tuple[Golden, CaseInputs]] = {}
 
-    def get(self, seed: int) -> tuple[Inputs, Outputs]:
-        """``(CPU inputs, reference outputs)`` of one seed."""
+    def get(self, seed: int) -> tuple[Golden, CaseInputs]:
+        """``(golden, inputs)`` of the one-seed case of ``seed``."""
         if seed not in self._made:
-            from numcheck.inputs import to_device
-            from numcheck.runner import run_variant
+            from numcheck.numerics import fresh_golden
 
-            inputs = self.op.make_inputs(self.case.params, seed)
-            ref = run_variant(self.op.variants[self.op.reference], self.op,
-                              to_device(inputs, self.device), self.case, self.device)
-            self._made[seed] = (inputs, ref)
+            self._made[seed] = fresh_golden(self.op, replace(self.case, seeds=(seed,)),
+                                            self.device)
         return self._made[seed]
 
 
-def seed_rows(
-    op: OpSpec, variant: str, budget: VariantBudget, ref: Outputs, out: Outputs
-) -> dict[str, Row]:
-    """Every output's measurements for one seed: error metrics against the reference, and
-    for a top-k output the agreement and the tie band its flips needed."""
-    from numcheck.metrics import compare
-    from numcheck.runner import ulp_dtype
-
+def seed_rows(op: OpSpec, golden: Golden, measured: SeedResult) -> dict[str, Row]:
+    """Every output's measurements of one checked seed: its error metrics (as the gate
+    computed them), and for a top-k output the agreement and the tie band its flips needed."""
     rows: dict[str, Row] = {}
-    precision = op.variants[variant].precision
-    for output in op.outputs:
-        if op.topk is not None and output == op.topk.indices:
-            rows[output] = topk_row(ref, out, op.topk.indices, op.topk.scores, budget)
-            continue
-        ob = budget.outputs[output]
-        actual, expected = out[output].cpu(), ref[output].cpu()
-        m = compare(actual, expected, ulp_dtype=ulp_dtype(precision, actual.dtype),
-                    atol=ob.atol, rtol=ob.rtol)
+    for output, m in measured.metrics.items():
         row = {metric: m.value(metric) for metric in ERROR_METRICS}
         row["nonfinite_mismatch"] = float(m.nonfinite.mask_mismatch + m.nonfinite.nan_mismatch)
         rows[output] = row
+    if op.topk is not None and measured.topk is not None:
+        rows[op.topk.indices] = topk_row(golden, measured, op.topk.indices, op.topk.scores)
     return rows
 
 
-def topk_row(ref: Outputs, out: Outputs, idx: str, scores: str, budget: VariantBudget) -> Row:
+def topk_row(golden: Golden, measured: SeedResult, idx: str, scores: str) -> Row:
     """Top-k agreement of one seed, and ``band_rel_needed``: the smallest relative tie band
     that explains every flip (max |margin| / the row's largest finite |golden score|, what a
     ``rel`` tie band is relative to)."""
     import torch
 
+    from numcheck.numerics import seed_key
     from numcheck.topk import topk_agreement
 
-    tb = budget.topk
-    assert tb is not None
-    ref_idx, out_idx, golden = ref[idx].cpu(), out[idx].cpu(), ref[scores].cpu()
-    rep = topk_agreement(ref_idx, out_idx, golden, band=tb.tie_band,
-                         band_kind=tb.tie_band_kind, max_flips=10**9)
+    rep = measured.topk
+    assert rep is not None and measured.outputs is not None
     row = {metric: rep.value(metric) for metric in TOPK_LIMITS}
-    g = golden.double()
+    golden_idx = golden.tensors[seed_key(measured.seed, idx)]
+    golden_scores = golden.tensors[seed_key(measured.seed, scores)]
+    g = golden_scores.double()
     scale = torch.where(torch.isfinite(g), g.abs(), 0).amax(dim=1)
-    zero = topk_agreement(ref_idx, out_idx, golden, band=0.0, band_kind="rel", max_flips=10**9)
+    zero = topk_agreement(golden_idx, measured.outputs[idx], golden_scores, band=0.0,
+                          band_kind="rel", max_flips=10**9)
     row["band_rel_needed"] = max(
         (abs(f.margin) / float(scale[f.row]) if math.isfinite(f.margin) else math.inf
          for f in zero.unexplained), default=0.0)
@@ -212,20 +201,23 @@ def measure_variant(
 ) -> WorstTable:
     """Worst metric values of one variant over ``seeds``, each with its seed.
 
-    ``budget`` gives the ``atol``/``rtol`` band of ``frac_outside`` and the tie band of the
-    recall figures; by default the case's budget of the variant (a pooled variant the case
-    does not run is measured with the budget of the variant it is pooled into).
+    Each seed is one check (:func:`numcheck.check.run_check`, numerics only) against the
+    golden made on the spot, exactly as the gate measures it. ``budget`` gives the
+    ``atol``/``rtol`` band of ``frac_outside`` and the tie band of the recall figures; by
+    default the case's budget of the variant (a pooled variant the case does not run is
+    measured with the budget of the variant it is pooled into).
     """
-    from numcheck.inputs import to_device
-    from numcheck.runner import run_variant
+    from numcheck.check import run_check
 
-    budget = budget if budget is not None else case.budgets[variant]
-    run_case = replace(case, seeds=tuple(seeds))
+    budgets = case.budgets if budget is None else {**case.budgets, variant: budget}
     table: WorstTable = {}
     for seed in seeds:
-        inputs, ref = references.get(seed)
-        out = run_variant(op.variants[variant], op, to_device(inputs, device), run_case, device)
-        fold(table, seed_rows(op, variant, budget, ref, out), seed=seed, variant=variant)
+        golden, inputs = references.get(seed)
+        one = replace(case, seeds=(seed,), budgets=budgets)
+        result = run_check(op, one, variant, device, inputs, golden, max_flips=10**9,
+                           keep_outputs=True)
+        (measured,) = result.seeds
+        fold(table, seed_rows(op, golden, measured), seed=seed, variant=variant)
     return table
 
 

@@ -251,7 +251,7 @@ speedup_min = { cpu = 1.1, cuda = 1.2 }   # from an old run
 
 def fake_measure_perf(op: Any, case: Any, variant: str, device: str, inputs: Any,
                       **_: Any) -> Any:
-    """numcheck.perfrun.measure_perf's interface: the next of the variant's SPEEDS."""
+    """numcheck.perf.measure.measure_perf's interface: the next of the variant's SPEEDS."""
     calls = CALLS.setdefault(variant, 0)
     CALLS[variant] = calls + 1
     s = SPEEDS[variant][calls]
@@ -264,7 +264,7 @@ def test_speed_proposals_printed_and_written(
 ) -> None:
     # Through sys.modules: an earlier in-process run may have left the package attribute
     # pointing at a module object that pytester has since dropped from sys.modules.
-    perfrun = importlib.import_module("numcheck.perfrun")
+    perfrun = importlib.import_module("numcheck.perf.measure")
     CALLS.clear()
     monkeypatch.setattr(perfrun, "measure_perf", fake_measure_perf)
     path = project(pytester, SPEED_CASE)
@@ -358,7 +358,7 @@ def test_runs_on_other_devices_pool_into_one_budget(pytester: pytest.Pytester) -
 
 
 def test_timing_runs_of_earlier_runs_combine() -> None:
-    from numcheck.calibrate_mode import combine_speed
+    from numcheck.plugin.calibration import combine_speed
 
     def run(device: str, runs: list[float], path: str = "/here/cases/dot.toml") -> dict:
         return {"kind": "speed", "source": "cases/dot.toml", "case": "small", "variant": "bf16",

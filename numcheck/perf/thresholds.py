@@ -1,7 +1,7 @@
 """Speed thresholds from evidence: K runs' speedups in, a proposed ``speedup_min`` out.
 
 ``pytest --numcheck --numcheck-perf --numcheck-calibrate-speed=K`` times each selected
-check K times (:mod:`numcheck.calibrate_mode`) and hands the K point speedups to
+check K times (:mod:`numcheck.plugin.calibration`) and hands the K point speedups to
 :func:`propose_speedup_min`. Pure: no clock, no torch, so the rule is tested on synthetic
 samples.
 

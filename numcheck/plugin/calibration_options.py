@@ -17,14 +17,20 @@ from typing import Any
 
 import pytest
 
-CALIBRATE_OPTION = "--numcheck-calibrate"
-CALIBRATE_WRITE_OPTION = "--numcheck-calibrate-write"
-CALIBRATE_POOL_OPTION = "--numcheck-calibrate-pool"
-CALIBRATE_FIRST_SEED_OPTION = "--numcheck-calibrate-first-seed"
-CALIBRATE_SPEED_OPTION = "--numcheck-calibrate-speed"
-CALIBRATE_MARGIN_OPTION = "--numcheck-calibrate-margin"
-CALIBRATE_JSON_OPTION = "--numcheck-calibrate-json"
-CALIBRATE_WITH_OPTION = "--numcheck-calibrate-with"
+from numcheck.plugin.options import (
+    CALIBRATE_FIRST_SEED_OPTION,
+    CALIBRATE_JSON_OPTION,
+    CALIBRATE_MARGIN_OPTION,
+    CALIBRATE_OPTION,
+    CALIBRATE_POOL_OPTION,
+    CALIBRATE_SPEED_OPTION,
+    CALIBRATE_WITH_OPTION,
+    CALIBRATE_WRITE_OPTION,
+    EXPLAIN_OPTION,
+    PERF_OPTION,
+    REGEN_OPTION,
+)
+
 #: The options that switch calibration on or change what it does (each needs --numcheck).
 CALIBRATION_FLAGS = (CALIBRATE_OPTION, CALIBRATE_WRITE_OPTION, CALIBRATE_POOL_OPTION,
                      CALIBRATE_SPEED_OPTION, CALIBRATE_JSON_OPTION, CALIBRATE_WITH_OPTION)
@@ -183,10 +189,10 @@ def settings_from_config(config: pytest.Config) -> Settings:
     if pools and fresh is None:
         raise pytest.UsageError(f"{CALIBRATE_POOL_OPTION} pools numerics budgets: add "
                                 f"{CALIBRATE_OPTION}")
-    if speed is not None and not get("--numcheck-perf"):
+    if speed is not None and not get(PERF_OPTION):
         raise pytest.UsageError(f"{CALIBRATE_SPEED_OPTION} times the perf checks: add "
-                                "--numcheck-perf")
-    for other in ("--numcheck-regen", "--numcheck-explain"):
+                                f"{PERF_OPTION}")
+    for other in (REGEN_OPTION, EXPLAIN_OPTION):
         if get(other):
             raise pytest.UsageError(f"calibration measures and gates nothing: run {other} "
                                     "on its own, without the calibration options")

@@ -11,7 +11,7 @@ works) and the controller prints the suggestions at the end:
 - numerics (:mod:`numcheck.calibrate`): worst values over the case's seeds and N fresh ones,
   against the reference recomputed on the CPU, turned into budget tables by the headroom
   policy; pools budget several variants as one;
-- speed (:mod:`numcheck.speed_thresholds`): K timing runs per check, turned into
+- speed (:mod:`numcheck.perf.thresholds`): K timing runs per check, turned into
   ``speedup_min`` proposals for this device class.
 
 Writing goes through :mod:`numcheck.casewriter`.
@@ -38,15 +38,14 @@ from numcheck.calibrate import (
     pool,
     suggest_values,
 )
-from numcheck.calibrate_options import (
+from numcheck.casewriter import CaseWriteError, Change, Edit, format_number, write_edits
+from numcheck.perf.thresholds import BAND, QUANTILE, propose_speedup_min
+from numcheck.plugin.calibration_options import RUN_FORMAT, Settings
+from numcheck.plugin.options import (
     CALIBRATE_POOL_OPTION,
     CALIBRATE_WITH_OPTION,
     CALIBRATE_WRITE_OPTION,
-    RUN_FORMAT,
-    Settings,
 )
-from numcheck.casewriter import CaseWriteError, Change, Edit, format_number, write_edits
-from numcheck.speed_thresholds import BAND, QUANTILE, propose_speedup_min
 
 #: ``report.user_properties`` name of a check's measurements (a list of plain dicts).
 PROPERTY = "numcheck_calibration"
@@ -63,6 +62,8 @@ class CalibrationMode:
         self.config = config
         self.settings = settings
         self.payloads: list[dict[str, Any]] = []
+        #: Collection order: the tables are printed in it, whatever order checks end in.
+        self.order: list[str] = []
         self._refs: References | None = None
 
     # -- one check ----------------------------------------------------------------------
@@ -118,7 +119,7 @@ class CalibrationMode:
 
     def _speed(self, op: Any, case: Any, variant: str, device: str, state: Any,
                common: dict[str, Any]) -> dict[str, Any]:
-        from numcheck.perfrun import measure_perf
+        from numcheck.perf.measure import measure_perf
 
         cpu_inputs, _ = state.inputs_for(op, case).get(case.seeds[0])
         points: list[list[float]] = []
@@ -136,10 +137,16 @@ class CalibrationMode:
 
     # -- hooks: measurements travel on the reports to the controller ---------------------
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        if not self.order:
+            self.order = list(ids)
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """A pool naming a variant the op does not have is a usage error, before any run."""
         from numcheck.ops.registry import get_op
 
+        self.order = [item.nodeid for item in session.items]
         for item in session.items:
             case = getattr(item, "case", None)
             members = self.settings.pools.get(getattr(item, "variant", ""), ())
@@ -162,7 +169,7 @@ class CalibrationMode:
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        from numcheck.workers import is_worker
+        from numcheck.plugin.workers import is_worker
 
         if is_worker(self.config):
             return
@@ -172,7 +179,7 @@ class CalibrationMode:
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from numcheck.workers import is_worker
+        from numcheck.plugin.workers import is_worker
 
         if is_worker(self.config):
             return
@@ -228,10 +235,7 @@ class CalibrationMode:
                 tr.write_line(f"  not written: {skip.describe()}")
 
     def _order(self) -> list[str]:
-        from numcheck.session import NumcheckSession
-
-        state = self.config.stash.get(NumcheckSession.KEY, None)
-        return list(state.order) if state is not None else []
+        return self.order
 
 
 # -- from measurements to tables (pure) ----------------------------------------------------

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from numcheck.speed_thresholds import propose_speedup_min, round_down, round_up
-from numcheck.speedup import PASS, SpeedupEstimate, decide
+from numcheck.perf.speedup import PASS, SpeedupEstimate, decide
+from numcheck.perf.thresholds import propose_speedup_min, round_down, round_up
 
 
 @pytest.mark.parametrize(("x", "down", "up"), [(1.0517, 1.05, 1.06), (11.14, 11.1, 11.2),
