@@ -36,11 +36,12 @@ def remove_leftovers(path: Path) -> None:
             leftover.unlink()
 
 
-def atomic_write(path: Path | str, data: bytes) -> None:
+def atomic_write(path: Path | str, data: bytes, *, mode: int | None = None) -> None:
     """Write ``data`` to ``path`` atomically, creating the folder if needed.
 
-    The file gets mode 0o666 minus the umask, like a plain ``open``: goldens are shared files
-    (``mkstemp`` would make them 0o600).
+    The file gets ``mode`` when given (a rewritten file keeps its permissions), else 0o666
+    minus the umask like a plain ``open``: goldens are shared files (``mkstemp`` would make
+    them 0o600).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -51,6 +52,8 @@ def atomic_write(path: Path | str, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

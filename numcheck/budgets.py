@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from numcheck.metric_names import ERROR_METRICS, TOPK_LIMITS
+from numcheck.precision import PRECISIONS
 
 #: The band ``|x - y| <= atol + rtol * |y|``; ``frac_outside`` counts elements outside it.
 BAND_KEYS = ("atol", "rtol")
@@ -181,13 +182,9 @@ def complete_budget(
     return VariantBudget(outputs=budgets, topk=topk)
 
 
-#: Precision classes from finest to coarsest.
-_COARSENESS = ("fp32", "tf32", "bf16")
-
-
 def coarser(a: str, b: str) -> str:
     """The coarser of two precision classes (``coarser("fp32", "bf16") == "bf16"``)."""
-    return max(a, b, key=_COARSENESS.index)
+    return max(a, b, key=PRECISIONS.index)
 
 
 def describe(value: Any) -> str:

@@ -35,7 +35,8 @@ class PrecisionClass:
     doc: str = ""
 
 
-#: Every precision class by name. A variant's ``precision`` must be one of these.
+#: Every precision class by name, from finest to coarsest (``budgets.coarser`` relies on the
+#: order). A variant's ``precision`` must be one of these.
 PRECISION_CLASSES: dict[str, PrecisionClass] = {
     c.name: c
     for c in (

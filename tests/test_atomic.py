@@ -56,3 +56,9 @@ def test_leftovers_of_killed_writers_are_removed(tmp_path: Path) -> None:
     assert leftover.name.startswith(".g.safetensors.") and leftover.suffix == ".tmp"
     remove_leftovers(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, other.name])
+
+
+def test_a_given_mode_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "cases.toml"
+    atomic_write(path, b"a = 1\n", mode=0o640)
+    assert path.stat().st_mode & 0o777 == 0o640
