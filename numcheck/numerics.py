@@ -42,6 +42,7 @@ from numcheck.topk import TopkReport, topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk, worst
 
 if TYPE_CHECKING:
+    from numcheck.budgets import OutputBudget
     from numcheck.check import Settled
     from numcheck.overhead.gate import OverheadReport
     from numcheck.perf.measure import PerfResult
@@ -237,53 +238,88 @@ def check(
         seeds=case.seeds,
         regen_hint=regen_hint,
     )
-    variant = op.variants[variant_name]
-    budget = case.budgets[variant_name]
-    results: list[SeedResult] = []
-    for seed in case.seeds:
-        cpu_inputs, _ = inputs.get(seed)
-        out = run_variant(variant, op, to_device(cpu_inputs, device), case, device)
-        result = SeedResult(seed)
-        if keep_outputs:
-            result.outputs = {name: t.detach().cpu() for name, t in out.items()}
-        for name in op.outputs:
-            _check_dtype(
-                golden, seed_key(seed, name), out[name], variant_name,
-                reference=variant_name == op.reference, regen_hint=regen_hint,
-            )
-            if op.topk is not None and name == op.topk.indices:
-                continue
-            pair = unpack_pair(
-                seed_key(seed, name), out[name], golden.tensors,
-                path=golden.path, case=case.id, regen_hint=regen_hint,
-            )
-            ob = budget.outputs[name]
-            m = compare(
-                pair.actual, pair.expected,
-                ulp_dtype=ulp_dtype(variant.precision, out[name].dtype),
-                atol=ob.atol, rtol=ob.rtol,
-            )
-            result.metrics[name] = m
-            found = check_output(name, m, ob, seed=seed)
-            if m.nonfinite.mask_mismatch:
-                found = [_locate_mask(v, pair.actual, pair.expected) for v in found]
-            result.violations += found
-            if pair.sampled:
-                result.violations += _check_stats(name, pair, seed)
-        if op.topk is not None and budget.topk is not None:
-            spec, tb = op.topk, budget.topk
-            report = topk_agreement(
-                golden.tensors[seed_key(seed, spec.indices)],
-                out[spec.indices].cpu(),
-                golden.tensors[seed_key(seed, spec.scores)],
-                band=tb.tie_band, band_kind=tb.tie_band_kind, max_flips=max_flips,
-            )
-            result.topk = report
-            result.violations += check_topk(spec.indices, report, tb, seed=seed)
-        results.append(result)
+    results = [
+        _check_seed(op, case, variant_name, device, golden, inputs, seed,
+                    regen_hint=regen_hint, max_flips=max_flips, keep_outputs=keep_outputs)
+        for seed in case.seeds
+    ]
     return CheckResult(
         case, variant_name, device, results, [v for r in results for v in r.violations]
     )
+
+
+def _check_seed(
+    op: OpSpec,
+    case: Case,
+    variant_name: str,
+    device: str,
+    golden: Golden,
+    inputs: CaseInputs,
+    seed: int,
+    *,
+    regen_hint: str,
+    max_flips: int,
+    keep_outputs: bool,
+) -> SeedResult:
+    """Run the variant on one seed's inputs; every output and the selection against the golden."""
+    variant = op.variants[variant_name]
+    budget = case.budgets[variant_name]
+    cpu_inputs, _ = inputs.get(seed)
+    out = run_variant(variant, op, to_device(cpu_inputs, device), case, device)
+    result = SeedResult(seed)
+    if keep_outputs:
+        result.outputs = {name: t.detach().cpu() for name, t in out.items()}
+    for name in op.outputs:
+        _check_dtype(
+            golden, seed_key(seed, name), out[name], variant_name,
+            reference=variant_name == op.reference, regen_hint=regen_hint,
+        )
+        if op.topk is not None and name == op.topk.indices:
+            continue
+        _check_output(result, name, out[name], golden, case, variant.precision,
+                      budget.outputs[name], regen_hint=regen_hint)
+    if op.topk is not None and budget.topk is not None:
+        spec, tb = op.topk, budget.topk
+        report = topk_agreement(
+            golden.tensors[seed_key(seed, spec.indices)],
+            out[spec.indices].cpu(),
+            golden.tensors[seed_key(seed, spec.scores)],
+            band=tb.tie_band, band_kind=tb.tie_band_kind, max_flips=max_flips,
+        )
+        result.topk = report
+        result.violations += check_topk(spec.indices, report, tb, seed=seed)
+    return result
+
+
+def _check_output(
+    result: SeedResult,
+    name: str,
+    actual: torch.Tensor,
+    golden: Golden,
+    case: Case,
+    precision: str,
+    ob: OutputBudget,
+    *,
+    regen_hint: str,
+) -> None:
+    """One ordinary output of one seed: its metrics and violations, added to ``result``."""
+    seed = result.seed
+    pair = unpack_pair(
+        seed_key(seed, name), actual, golden.tensors,
+        path=golden.path, case=case.id, regen_hint=regen_hint,
+    )
+    m = compare(
+        pair.actual, pair.expected,
+        ulp_dtype=ulp_dtype(precision, actual.dtype),
+        atol=ob.atol, rtol=ob.rtol,
+    )
+    result.metrics[name] = m
+    found = check_output(name, m, ob, seed=seed)
+    if m.nonfinite.mask_mismatch:
+        found = [_locate_mask(v, pair.actual, pair.expected) for v in found]
+    result.violations += found
+    if pair.sampled:
+        result.violations += _check_stats(name, pair, seed)
 
 
 def _locate_mask(v: Violation, actual: torch.Tensor, expected: torch.Tensor) -> Violation:
