@@ -112,8 +112,16 @@ class NumcheckSession:
         self.cases_dir = (root / config.getini(options.CASES_INI)).resolve()
         self.goldens_dir = (root / config.getini(options.GOLDENS_INI)).resolve()
         self.regenerated: dict[Path, bool] = {}
-        # Reporting. Workers make records; the controller (or a serial run)
-        # collects them from the test reports and writes the report files.
+        self.case_ids = CaseIds()
+        self._goldens: dict[Path, Golden | GoldenError] = {}
+        self._inputs: tuple[Case, CaseInputs] | None = None
+        self._init_worker(config)
+        self._init_reporting(config)
+        self._init_gates(config)
+        self._init_selection(config)
+
+    def _init_worker(self, config: pytest.Config) -> None:
+        """Which xdist worker this is, and (on CUDA) the GPU it is pinned to."""
         self.worker = worker_id(config)
         self.is_worker = is_worker(config)
         self.device_index: int | None = None
@@ -121,6 +129,13 @@ class NumcheckSession:
             # Before any CUDA work of this process: each xdist worker gets its own GPU.
             self.device_index = pin_worker_gpu(config)
         self._device_name: str | None = None
+
+    def _init_reporting(self, config: pytest.Config) -> None:
+        """Records, report paths, the baseline and drift rules.
+
+        Workers make records; the controller (or a serial run) collects them from the test
+        reports and writes the report files.
+        """
         self.records: dict[str, Record] = {}
         self.order: list[str] = []
         self.goldens_written: dict[str, bool] = {}
@@ -138,20 +153,20 @@ class NumcheckSession:
                 self.baseline = load_report(self.baseline_path)
             except ReportError as exc:
                 raise pytest.UsageError(f"{options.BASELINE_OPTION} {exc}") from None
-        self.case_ids = CaseIds()
-        self._goldens: dict[Path, Golden | GoldenError] = {}
-        self._inputs: tuple[Case, CaseInputs] | None = None
-        #: Gates beyond the numerics that this run measures (e.g. "perf" with
-        #: --numcheck-perf); an op's outputs are always active.
+
+    def _init_gates(self, config: pytest.Config) -> None:
+        """The gates beyond the numerics this run measures, and the per-device locks."""
         self.perf_results: list[PerfResult] = []
         #: --numcheck-explain: overhead reports are printed, not gated.
         self.explain = bool(config.getoption(options.EXPLAIN_OPTION))
+        #: Gates beyond the numerics that this run measures (e.g. "perf" with
+        #: --numcheck-perf); an op's outputs are always active.
         self.active_gates: set[str] = run_gates(
             self.device, perf=bool(config.getoption(options.PERF_OPTION)), explain=self.explain
         )
         self.explained: list[tuple[str, OverheadReport]] = []
-        #: Per-device locks: timed sections exclusive, numerics shared (issue: workers
-        #: sharing a GPU must not time each other's kernels).
+        #: Per-device locks: timed sections exclusive, numerics shared, so workers sharing a
+        #: GPU never time each other's kernels.
         from numcheck.perf.measure import reset_machine_noise
 
         reset_machine_noise()
@@ -159,6 +174,9 @@ class NumcheckSession:
             self.device, enabled=self.device == "cuda" or "perf" in self.active_gates
         )
         self.overhead_rows: list[list[str]] = []
+
+    def _init_selection(self, config: pytest.Config) -> None:
+        """What the run collects: the cases folder when no path is given; prune's guard."""
         if config.args_source != pytest.Config.ArgsSource.ARGS:
             # `pytest --numcheck` with no paths: the cases folder is the suite.
             self._require_cases_dir()
