@@ -49,7 +49,8 @@ from numcheck.report import (
     record_without_verdict,
     write_json,
 )
-from numcheck.runner import CaseInputs, CheckResult, VariantError, check, display_id, write_golden
+from numcheck.regen import regenerate
+from numcheck.runner import CaseInputs, CheckResult, VariantError, check, display_id
 from numcheck.timing import TimingError
 from numcheck.verdict import Violation
 from numcheck.workers import is_worker, pin_worker_gpu, worker_count, worker_id
@@ -58,6 +59,7 @@ from numcheck.workers import is_worker, pin_worker_gpu, worker_count, worker_id
 #: rewrites to the controller (pytest-xdist serialises user_properties with every report).
 RECORD_PROPERTY = "numcheck_record"
 GOLDENS_PROPERTY = "numcheck_goldens"
+GOLDEN_NOTES_PROPERTY = "numcheck_golden_notes"
 from numcheck.stale import find_stale, prune
 
 
@@ -110,6 +112,9 @@ class NumcheckSession:
         self.cases_dir = (root / config.getini(plugin.CASES_INI)).resolve()
         self.goldens_dir = (root / config.getini(plugin.GOLDENS_INI)).resolve()
         self.regenerated: dict[Path, bool] = {}
+        #: What each regeneration did, in the summary's words (numcheck.regen.RegenOutcome).
+        self.regen_notes: dict[Path, str] = {}
+        self.golden_notes: dict[str, str] = {}
         # Reporting (issue 5). Workers make records; the controller (or a serial run)
         # collects them from the test reports and writes the report files.
         self.worker = worker_id(config)
@@ -222,10 +227,16 @@ class NumcheckSession:
     def golden_for(self, op: OpSpec, case: Case, commands: Commands) -> Golden:
         path = golden_path(self.goldens_dir, op.name, case.id)
         if self.regen and path not in self.regenerated:
-            self.regenerated[path] = write_golden(
-                path, op, case, self.device, self.inputs_for(op, case)
-            )
-            self._goldens.pop(path, None)
+            try:
+                outcome = regenerate(path, op, case, self.device, self.inputs_for(op, case))
+            except GoldenError as exc:  # refused: nothing written, every item reports it
+                self.regenerated[path] = False
+                self.regen_notes[path] = "refused (the reference gave NaN/Inf: see the failures)"
+                self._goldens[path] = exc
+            else:
+                self.regenerated[path] = outcome.written
+                self.regen_notes[path] = outcome.note
+                self._goldens.pop(path, None)
         if path not in self._goldens:
             try:
                 self._goldens[path] = load_golden(path, case=case.id, regen_hint=commands.regenerate)
@@ -267,6 +278,8 @@ class NumcheckSession:
             item.record_shipped = True
             if self.regen:
                 report.user_properties.append((GOLDENS_PROPERTY, self._rewrites()))
+                report.user_properties.append((GOLDEN_NOTES_PROPERTY, {
+                    self._rel(p): note for p, note in self.regen_notes.items()}))
         return report
 
     def _rewrites(self) -> dict[str, bool]:
@@ -283,6 +296,8 @@ class NumcheckSession:
         for name, value in report.user_properties:
             if name == RECORD_PROPERTY and isinstance(value, dict):
                 self.records.setdefault(report.nodeid, record_from_dict(value))
+            elif name == GOLDEN_NOTES_PROPERTY and isinstance(value, dict):
+                self.golden_notes.update(value)
             elif name == GOLDENS_PROPERTY and isinstance(value, dict):
                 for path, written in value.items():
                     self.goldens_written[path] = self.goldens_written.get(path, False) or written
@@ -384,7 +399,8 @@ class NumcheckSession:
                 for line in report.lines():
                     tr.write_line(line)
         for path, written in sorted(self.goldens_written.items()):
-            tr.write_line(f"golden {'rewritten' if written else 'unchanged'}: {path}")
+            note = self.golden_notes.get(path) or ("rewritten" if written else "unchanged")
+            tr.write_line(f"golden {note}: {path}")
         if self.drift is not None:
             tr.write_sep("-", drift_headline(self.drift))
             from numcheck.drift import DRIFT_HEADER

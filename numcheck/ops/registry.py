@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from numcheck.ops.param_checks import check_declaration
+
 #: Inputs of one case instance, by name, on one device.
 Inputs = dict[str, torch.Tensor]
 #: Outputs of one op call, by name.
@@ -61,11 +63,24 @@ class Variant:
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """A shape parameter a case may set: its type, default and a one-line meaning."""
+    """A shape parameter a case may set: its type, default, a one-line meaning, and what
+    values are valid.
+
+    ``min``/``max`` are inclusive bounds and ``gt`` an exclusive lower bound (``eps > 0``);
+    ``choices`` lists the only values allowed (``("amax448", "ue8m0")``). A case file whose
+    value breaks them fails when it is read, naming the key and the range
+    (:mod:`numcheck.ops.param_checks`); constraints between parameters go in
+    :attr:`OpSpec.check_params`. Every parameter also pins the golden: a case that changes
+    one makes its golden stale.
+    """
 
     type: type
     default: Any
     doc: str = ""
+    min: float | None = None
+    max: float | None = None
+    gt: float | None = None
+    choices: tuple[Any, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +116,14 @@ class OpSpec:
     #: (each input read once, each output written once), from the case's params.
     flops: Callable[[Params], float] | None = None
     min_bytes: Callable[[Params], float] | None = None
+    #: Constraints between parameters (``min_context <= max_context``): called with the
+    #: resolved params, returns a :class:`~numcheck.ops.param_checks.ParamProblem` per broken
+    #: rule (empty when the params are valid). Single-parameter ranges go in ParamSpec.
+    check_params: Callable[[Params], Any] | None = None
+    #: Non-finite values the reference may legitimately produce, per output: any of
+    #: ``"nan"``, ``"+inf"``, ``"-inf"`` (the indexer's mask: ``{"logits": ("-inf",)}``).
+    #: Regeneration refuses to store any other NaN or Inf in a golden.
+    nonfinite: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def resolve_params(self, preset: str | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults, then the preset, then explicit values. Unknown names raise KeyError."""
@@ -159,6 +182,9 @@ def register(op: OpSpec, *, origin: str | None = None) -> OpSpec:
             "variants, or name an existing variant as the reference"
         )
     _check_outputs(op, origin)
+    declaration = check_declaration(op)
+    if declaration:
+        raise RegistrationError(f"numcheck: op {op.name!r} (from {origin}): {declaration}")
     _check_callable(op.name, "make_inputs", op.make_inputs, ("params", "seed"), origin)
     for key, variant in op.variants.items():
         if key != variant.name:
