@@ -34,6 +34,9 @@ CASES_INI = "numcheck_cases"
 GOLDENS_INI = "numcheck_goldens"
 DRIFT_INI = "numcheck_drift_rules"
 DEVICES = ("auto", "cpu", "cuda")
+#: The option group: every option in it that takes a value is protected from pytest's
+#: rootdir determination (numcheck/rootdir_repair.py).
+GROUP = "numcheck"
 #: ``(golden path, rewritten?)`` of each fixture golden regenerated in this run.
 FIXTURE_GOLDENS = pytest.StashKey[list[tuple[Path, bool]]]()
 
@@ -45,7 +48,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("numcheck", "numcheck: precision validation against FP32 goldens")
+    group = parser.getgroup(GROUP, "numcheck: precision validation against FP32 goldens")
     group.addoption(
         OPTION,
         action="store_true",
@@ -121,6 +124,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   default="cases")
     parser.addini(GOLDENS_INI, "folder of numcheck goldens, relative to the rootdir",
                   default="goldens")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> None:
+    # Before any conftest or ini value is read: a space-separated option value that pytest
+    # took for a test path must not move the rootdir (numcheck/rootdir_repair.py).
+    from numcheck.rootdir_repair import repair, value_options
+
+    repair(early_config, args, value_options(parser, GROUP))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -114,6 +114,7 @@ class NumcheckSession:
         self.regenerated: dict[Path, bool] = {}
         #: What each regeneration did, in the summary's words (numcheck.regen.RegenOutcome).
         self.regen_notes: dict[Path, str] = {}
+        self.gate_note = ""
         self.golden_notes: dict[str, str] = {}
         # Reporting (issue 5). Workers make records; the controller (or a serial run)
         # collects them from the test reports and writes the report files.
@@ -317,6 +318,8 @@ class NumcheckSession:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.order = [item.nodeid for item in session.items]
+        if not self.is_worker and not any(isinstance(i, CheckItem) for i in session.items):
+            raise pytest.UsageError(nothing_selected(self.config, self.cases_dir))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
@@ -356,9 +359,17 @@ class NumcheckSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker or self.config.option.collectonly:
             return
+        report = self.report(int(exitstatus))
+        if exitstatus == 0 and not report.passed:
+            # The gate and the exit status must agree: a report that says "fail" (no check
+            # ran, under xdist too) never comes with exit 0.
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            self.gate_note = ("numcheck: the gate failed although no test failed: "
+                              + ("no numcheck check ran" if not report.records
+                                 else "a check did not pass") + "; exit status 1")
+            report = self.report(int(session.exitstatus))
         if self.report_path is None and self.markdown_path is None:
             return
-        report = self.report(int(exitstatus))
         if self.report_path is not None:
             write_json(self.report_path, report)
         if self.markdown_path is not None:
@@ -377,6 +388,8 @@ class NumcheckSession:
             self._summary(tr)
         if not self.is_worker:  # xdist workers: the controller reports
             self._report_stale(tr)
+        if self.gate_note:
+            tr.write_line(self.gate_note)
 
     def _summary(self, tr: Any) -> None:
         tr.write_sep("=", f"numcheck summary ({self.device}, torch {torch.__version__})")
@@ -450,6 +463,22 @@ def narrowing(config: pytest.Config, cases_dir: Path) -> str:
         if not cases_dir.is_relative_to(path):
             return "path arguments"
     return ""
+
+
+def nothing_selected(config: pytest.Config, cases_dir: Path) -> str:
+    """The usage error of a ``--numcheck`` run that selects no case: what was given, the fix."""
+    narrowed = narrowing(config, cases_dir)
+    if narrowed in ("-k", "-m", "--deselect", "--lf", "--sw"):
+        why = f"{narrowed} deselected every case"
+    elif config.args_source == pytest.Config.ArgsSource.ARGS:
+        why = (f"the arguments {' '.join(shlex.quote(a) for a in config.args)} hold no case "
+               f"file under the cases folder {cases_dir}")
+    else:
+        why = f"the cases folder {cases_dir} yields no check"
+    return (f"numcheck: {plugin.OPTION} selected no case ({why}; command line: "
+            f"{' '.join(shlex.quote(a) for a in config.invocation_params.args) or '(none)'}). "
+            f"Fix: name case files or node ids under {cases_dir} (e.g. pytest {plugin.OPTION} "
+            f"{cases_dir.name}), loosen the selection, or run the tests without {plugin.OPTION}")
 
 
 class CaseFile(pytest.File):
