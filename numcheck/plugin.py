@@ -108,8 +108,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini(
         DRIFT_INI,
-        "baseline drift rules as name=value: calc_diff_factor (2), calc_diff_floor (1e-10), "
-        "recall_drop (0), speedup_drop (0.05)",
+        "baseline drift rules as name=value: same_device_factor (1.25), calc_diff_factor "
+        "(2, across device names), calc_diff_floor (1e-10), recall_drop (0), speedup_drop "
+        "(0.05), allow_removed (false: a check missing from the run fails)",
         type="args",
         default=[],
     )
