@@ -533,11 +533,16 @@ class CheckItem(pytest.Item):
         return display_id(self.case, self.variant, self.device)
 
     def commands(self) -> Commands:
+        from numcheck.budget_source import calibrate_command
+
         dev = f" {plugin.DEVICE_OPTION} {self.device}"
+        state = self.config.stash[NumcheckSession.KEY]
+        cases = state._rel(state.cases_dir)
         return Commands(
             reproduce=f"pytest {plugin.OPTION}{dev} {shlex.quote(self.nodeid)}",
             regenerate=f"pytest {plugin.OPTION} {plugin.REGEN_OPTION} "
             f"{shlex.quote(self.parent.nodeid)}",  # type: ignore[union-attr]
+            calibrate=calibrate_command(cases, self.case.id, self.device),
         )
 
     def setup(self) -> None:
