@@ -294,14 +294,21 @@ class NumcheckSession:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.is_worker:
             return  # the controller collects; xdist forwards this report to it
+        notes: dict[str, str] = {}
+        rewrites: dict[str, bool] = {}
         for name, value in report.user_properties:
             if name == RECORD_PROPERTY and isinstance(value, dict):
                 self.records.setdefault(report.nodeid, record_from_dict(value))
             elif name == GOLDEN_NOTES_PROPERTY and isinstance(value, dict):
-                self.golden_notes.update(value)
+                notes = value
             elif name == GOLDENS_PROPERTY and isinstance(value, dict):
+                rewrites = value
                 for path, written in value.items():
                     self.goldens_written[path] = self.goldens_written.get(path, False) or written
+        for path, note in notes.items():
+            # Under xdist several workers regenerate one golden: the one that wrote says what.
+            if rewrites.get(path) or path not in self.golden_notes:
+                self.golden_notes[path] = note
         if report.failed and report.nodeid not in self.records and self._ours(report):
             # A check that died without a record (a crash, or its xdist worker went down):
             # the report must still show it as an error, not silently drop it.
@@ -318,7 +325,9 @@ class NumcheckSession:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.order = [item.nodeid for item in session.items]
-        if not self.is_worker and not any(isinstance(i, CheckItem) for i in session.items):
+        # A collection error already stops the run with its own message (exit 2).
+        if not self.is_worker and not session.testsfailed and not any(
+                isinstance(i, CheckItem) for i in session.items):
             raise pytest.UsageError(nothing_selected(self.config, self.cases_dir))
 
     @pytest.hookimpl(optionalhook=True)
