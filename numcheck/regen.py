@@ -39,6 +39,7 @@ from numcheck.goldens import (
 from numcheck.locking import exclusive
 from numcheck.ops.registry import OpSpec
 from numcheck.reproducibility import compare_by_dtype, describe_unchanged
+from numcheck.runner import CaseInputs, make_golden
 
 #: Index of the NaN, +Inf and -Inf counts in a summary-statistics tensor.
 _STAT_COUNTS = {"nan": 5, "+inf": 6, "-inf": 7}
@@ -112,14 +113,11 @@ def regenerate(
     op: OpSpec,
     case: Case,
     device: str,
-    inputs: object,
+    inputs: CaseInputs,
 ) -> RegenOutcome:
     """Run the reference and write the golden unless the stored one is equal or within the
     reference's reproducibility tolerance. Raises :class:`GoldenRefused` (writing nothing)
     when the reference output holds NaN/Inf the op does not allow."""
-    from numcheck.runner import CaseInputs, make_golden  # runner imports this module's users
-
-    assert isinstance(inputs, CaseInputs)
     tensors, meta = make_golden(op, case, device, inputs)
     refuse_nonfinite(op, case, tensors, path)
     # Compare and write under the golden's lock: another process regenerating the same case
@@ -147,11 +145,8 @@ def regenerate(
         return RegenOutcome(path, False, describe_unchanged(by_dtype))
 
 
-def _same_pins(old: Golden, op: OpSpec, case: Case, inputs: object) -> tuple[bool, bool]:
+def _same_pins(old: Golden, op: OpSpec, case: Case, inputs: CaseInputs) -> tuple[bool, bool]:
     """(the stored golden is fresh for this case, it records its parameters)."""
-    from numcheck.runner import CaseInputs
-
-    assert isinstance(inputs, CaseInputs)
     recorded = isinstance(old.meta.get("params"), Mapping)
     try:
         with warnings.catch_warnings():

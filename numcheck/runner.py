@@ -143,7 +143,7 @@ def write_golden(path: Path, op: OpSpec, case: Case, device: str, inputs: CaseIn
     """Regenerate a golden; returns False (and writes nothing) when the stored one is equal,
     or within the reference's reproducibility tolerance (:func:`numcheck.regen.regenerate`
     says which, and refuses a reference output with NaN/Inf the op does not allow)."""
-    from numcheck.regen import regenerate  # regen builds on make_golden above
+    from numcheck.regen import regenerate  # regen imports this module (make_golden)
 
     return regenerate(path, op, case, device, inputs).written
 
