@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -39,7 +40,6 @@ from numcheck.goldens import (
 from numcheck.locking import exclusive
 from numcheck.ops.registry import OpSpec
 from numcheck.reproducibility import compare_by_dtype, describe_unchanged
-from numcheck.runner import CaseInputs, make_golden
 
 #: Index of the NaN, +Inf and -Inf counts in a summary-statistics tensor.
 _STAT_COUNTS = {"nan": 5, "+inf": 6, "-inf": 7}
@@ -108,17 +108,17 @@ def _first_output(found: list[str]) -> str:
     return found[0].split("output '", 1)[1].split("'", 1)[0]
 
 
-def regenerate(
+def store(
     path: Path,
     op: OpSpec,
     case: Case,
-    device: str,
-    inputs: CaseInputs,
+    tensors: Mapping[str, torch.Tensor],
+    meta: Mapping[str, Any],
 ) -> RegenOutcome:
-    """Run the reference and write the golden unless the stored one is equal or within the
+    """Write the reference outputs ``tensors`` (with ``meta``, as made by
+    :func:`numcheck.runner.make_golden`) unless the stored golden is equal or within the
     reference's reproducibility tolerance. Raises :class:`GoldenRefused` (writing nothing)
-    when the reference output holds NaN/Inf the op does not allow."""
-    tensors, meta = make_golden(op, case, device, inputs)
+    when an output holds NaN/Inf the op does not allow."""
     refuse_nonfinite(op, case, tensors, path)
     # Compare and write under the golden's lock: another process regenerating the same case
     # (pytest-xdist workers) waits, then finds the file equal and leaves it alone.
@@ -130,7 +130,7 @@ def regenerate(
         if old is None:
             save_golden(path, tensors, meta)
             return RegenOutcome(path, True, "created")
-        fresh, recorded = _same_pins(old, op, case, inputs)
+        fresh, recorded = _same_pins(old, op, case, str(meta["fingerprint"]))
         cpu = {k: t.detach().cpu() for k, t in tensors.items()}
         by_dtype = compare_by_dtype(old.tensors, cpu, stats_suffix=STATS_SUFFIX)
         if by_dtype is None or not all(d.within for d in by_dtype.values()) or not fresh:
@@ -145,13 +145,13 @@ def regenerate(
         return RegenOutcome(path, False, describe_unchanged(by_dtype))
 
 
-def _same_pins(old: Golden, op: OpSpec, case: Case, inputs: CaseInputs) -> tuple[bool, bool]:
+def _same_pins(old: Golden, op: OpSpec, case: Case, fingerprint: str) -> tuple[bool, bool]:
     """(the stored golden is fresh for this case, it records its parameters)."""
     recorded = isinstance(old.meta.get("params"), Mapping)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", GoldenNote)
-            check_fresh(old, op_version=op.version, fingerprint=inputs.fingerprint(),
+            check_fresh(old, op_version=op.version, fingerprint=fingerprint,
                         seeds=case.seeds, regen_hint="", case=case.id, op=op.name,
                         params=case.params,
                         param_defaults={n: s.default for n, s in op.params.items()})

@@ -33,6 +33,7 @@ from numcheck.goldens import (
 from numcheck.inputs import to_device
 from numcheck.metrics import ErrorMetrics, compare
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
+from numcheck.regen import RegenOutcome, store
 from numcheck.topk import TopkReport, topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk, worst
 
@@ -141,11 +142,19 @@ def _device_name(device: str) -> str:
 
 def write_golden(path: Path, op: OpSpec, case: Case, device: str, inputs: CaseInputs) -> bool:
     """Regenerate a golden; returns False (and writes nothing) when the stored one is equal,
-    or within the reference's reproducibility tolerance (:func:`numcheck.regen.regenerate`
-    says which, and refuses a reference output with NaN/Inf the op does not allow)."""
-    from numcheck.regen import regenerate  # regen imports this module (make_golden)
-
+    or within the reference's reproducibility tolerance (see :func:`regenerate`)."""
     return regenerate(path, op, case, device, inputs).written
+
+
+def regenerate(
+    path: Path, op: OpSpec, case: Case, device: str, inputs: CaseInputs
+) -> RegenOutcome:
+    """Run the reference and store it (:func:`numcheck.regen.store`): the outcome says whether
+    the file changed and how (``created``, ``rewritten``, ``unchanged (within reproducibility
+    tolerance, ...)``); a reference output with NaN/Inf the op does not allow raises
+    :class:`numcheck.regen.GoldenRefused` and writes nothing."""
+    tensors, meta = make_golden(op, case, device, inputs)
+    return store(path, op, case, tensors, meta)
 
 
 @dataclass

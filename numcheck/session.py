@@ -49,8 +49,7 @@ from numcheck.report import (
     record_without_verdict,
     write_json,
 )
-from numcheck.regen import regenerate
-from numcheck.runner import CaseInputs, CheckResult, VariantError, check, display_id
+from numcheck.runner import CaseInputs, CheckResult, VariantError, check, display_id, regenerate
 from numcheck.timing import TimingError
 from numcheck.verdict import Violation
 from numcheck.workers import is_worker, pin_worker_gpu, worker_count, worker_id

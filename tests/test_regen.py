@@ -14,9 +14,9 @@ from numcheck.cases import load_case_file
 from numcheck.goldens import load_golden, save_golden
 from numcheck.ops import registry
 from numcheck.ops.registry import Variant, get_op
-from numcheck.regen import GoldenRefused, regenerate
+from numcheck.regen import GoldenRefused
 from numcheck.reproducibility import REFERENCE_EPS_FACTOR, difference, stats_difference
-from numcheck.runner import CaseInputs
+from numcheck.runner import CaseInputs, regenerate
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -92,12 +92,12 @@ def test_regen_keeps_the_bytes_within_tolerance_and_rewrites_a_real_change(
     tmp_path: Path,
 ) -> None:
     path, op, case, inputs = _tiny_mhc(tmp_path)
-    assert regenerate(path, op, case, "cpu", inputs).note == "created"  # type: ignore[arg-type]
-    again = regenerate(path, op, case, "cpu", inputs)  # type: ignore[arg-type]
+    assert regenerate(path, op, case, "cpu", inputs).note == "created"
+    again = regenerate(path, op, case, "cpu", inputs)
     assert (again.written, again.note) == (False, "unchanged")
 
     kept = _perturb(path, 4 * EPS)  # as if made on another CPU
-    outcome = regenerate(path, op, case, "cpu", inputs)  # type: ignore[arg-type]
+    outcome = regenerate(path, op, case, "cpu", inputs)
     assert not outcome.written and path.read_bytes() == kept
     assert outcome.note.startswith("unchanged (within reproducibility tolerance, max diff: "
                                    "float32: ")
@@ -105,17 +105,17 @@ def test_regen_keeps_the_bytes_within_tolerance_and_rewrites_a_real_change(
                                  "max |value| + 1 rounding step; stored bytes kept)")
 
     _perturb(path, 1e-4)  # a real change of the reference
-    outcome = regenerate(path, op, case, "cpu", inputs)  # type: ignore[arg-type]
+    outcome = regenerate(path, op, case, "cpu", inputs)
     assert (outcome.written, outcome.note) == (True, "rewritten")
-    assert regenerate(path, op, case, "cpu", inputs).note == "unchanged"  # type: ignore[arg-type]
+    assert regenerate(path, op, case, "cpu", inputs).note == "unchanged"
 
 
 def test_regen_records_missing_parameters_without_touching_the_outputs(tmp_path: Path) -> None:
     path, op, case, inputs = _tiny_mhc(tmp_path)
-    regenerate(path, op, case, "cpu", inputs)  # type: ignore[arg-type]
+    regenerate(path, op, case, "cpu", inputs)
     _perturb(path, 2 * EPS, drop_params=True)
     old = load_golden(path, case="tiny-mhc", regen_hint="")
-    outcome = regenerate(path, op, case, "cpu", inputs)  # type: ignore[arg-type]
+    outcome = regenerate(path, op, case, "cpu", inputs)
     assert outcome.written and outcome.note.startswith(
         "metadata updated (parameters recorded); outputs unchanged (within reproducibility")
     new = load_golden(path, case="tiny-mhc", regen_hint="")
