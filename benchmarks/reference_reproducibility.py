@@ -29,7 +29,7 @@ from numcheck.goldens import golden_path, load_golden, unpack_pair
 from numcheck.inputs import to_device
 from numcheck.ops.registry import get_op
 from numcheck.reproducibility import difference
-from numcheck.runner import seed_key
+from numcheck.numerics import seed_key
 
 
 def main(argv: list[str] | None = None) -> int:

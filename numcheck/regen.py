@@ -38,7 +38,7 @@ from numcheck.goldens import (
     save_golden,
 )
 from numcheck.locking import exclusive
-from numcheck.ops.registry import OpSpec
+from numcheck.ops.spec import OpSpec
 from numcheck.reproducibility import compare_by_dtype, describe_unchanged
 
 #: Index of the NaN, +Inf and -Inf counts in a summary-statistics tensor.
@@ -116,7 +116,7 @@ def store(
     meta: Mapping[str, Any],
 ) -> RegenOutcome:
     """Write the reference outputs ``tensors`` (with ``meta``, as made by
-    :func:`numcheck.runner.make_golden`) unless the stored golden is equal or within the
+    :func:`numcheck.numerics.make_golden`) unless the stored golden is equal or within the
     reference's reproducibility tolerance. Raises :class:`GoldenRefused` (writing nothing)
     when an output holds NaN/Inf the op does not allow."""
     refuse_nonfinite(op, case, tensors, path)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from test_plugin import make_project
 
-from numcheck.budget_source import budget_location, locate_key
+from numcheck.report.budget_source import budget_location, locate_key
 
 TOML = """\
 # a comment

@@ -16,7 +16,7 @@ from numcheck.ops import registry
 from numcheck.ops.registry import Variant, get_op
 from numcheck.regen import GoldenRefused
 from numcheck.reproducibility import REFERENCE_EPS_FACTOR, difference, stats_difference
-from numcheck.runner import CaseInputs, regenerate
+from numcheck.numerics import CaseInputs, regenerate
 
 EPS = torch.finfo(torch.float32).eps
 

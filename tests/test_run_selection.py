@@ -7,7 +7,7 @@ import json
 import pytest
 from test_plugin import make_project
 
-from numcheck.rootdir_repair import space_separated_values
+from numcheck.plugin.rootdir_repair import space_separated_values
 
 
 def _golden_made(pytester: pytest.Pytester) -> None:

@@ -19,16 +19,15 @@ import numpy as np
 import torch
 
 from numcheck.inputs import normal, quantize_e4m3, rng
-from numcheck.ops.param_checks import ParamProblem
-from numcheck.ops.registry import (
+from numcheck.ops.spec import (
     Inputs,
     OpSpec,
     Outputs,
+    ParamProblem,
     Params,
     ParamSpec,
     TopkSpec,
     Variant,
-    register,
 )
 from numcheck.precision import matmul_precision
 from numcheck.topk import select_topk
@@ -267,5 +266,3 @@ OP = OpSpec(
     # Positions past a row's valid length are -inf by definition (the mask).
     nonfinite={"logits": ("-inf",)},
 )
-
-register(OP)

@@ -6,32 +6,24 @@ An op declares, per parameter, a range or the allowed values (:class:`ParamSpec`
 key, the rule and a value that works, instead of crashing deep inside the input maker or
 writing a golden of NaN or of empty outputs. The same declarations are checked when an op
 registers, so a user op with a default outside its own range fails there. Nothing here
-imports pytest (nor the registry at import time: the registry imports this module).
+imports pytest or the registry (the registry imports this module).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from numcheck.ops.registry import OpSpec, ParamSpec
+from numcheck.ops.spec import OpSpec, ParamProblem, ParamSpec
+
+__all__ = ["NONFINITE_KINDS", "PARAM_TYPES", "ParamProblem", "check_declaration",
+           "check_params", "check_value", "describe_range"]
 
 #: The parameter types a case file can hold (TOML scalars).
 PARAM_TYPES = (int, float, bool, str)
 #: Non-finite kinds an op may allow in an output (:attr:`OpSpec.nonfinite`).
 NONFINITE_KINDS = ("nan", "+inf", "-inf")
-
-
-@dataclass(frozen=True)
-class ParamProblem:
-    """One broken rule: the parameter (``shape.<key>`` in a case file), what is wrong, the fix."""
-
-    key: str
-    problem: str
-    fix: str
 
 
 def describe_range(spec: ParamSpec) -> str:

@@ -1,10 +1,10 @@
 """The pytest plugin (entry point ``pytest11: numcheck``): options, ini keys, switch-on.
 
 Glue only. Without ``--numcheck`` nothing is registered and torch is never imported, so
-plain ``pytest`` stays fast; with it, :class:`numcheck.session.NumcheckSession` is
+plain ``pytest`` stays fast; with it, :class:`numcheck.plugin.session.NumcheckSession` is
 registered as a plugin and does the work through the pure modules. The
 ``numcheck_golden`` fixture is available in every run (it imports torch when a test asks
-for it), and ``pytest_numcheck_register`` (:mod:`numcheck.hooks`) lets a conftest.py add
+for it), and ``pytest_numcheck_register`` (:mod:`numcheck.plugin.hooks`) lets a conftest.py add
 ops and variants.
 """
 
@@ -18,31 +18,32 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from numcheck.plugin.options import (  # re-exported: numcheck.plugin.OPTION etc.
+    BASELINE_OPTION,
+    CASES_INI,
+    DEVICE_OPTION,
+    DEVICES,
+    DRIFT_INI,
+    EXPLAIN_OPTION,
+    GOLDENS_INI,
+    GROUP,
+    MARKDOWN_OPTION,
+    OPTION,
+    PERF_OPTION,
+    PRUNE_OPTION,
+    REGEN_OPTION,
+    REPORT_OPTION,
+)
+
 if TYPE_CHECKING:
     from numcheck.golden_check import GoldenCheck
 
-OPTION = "--numcheck"
-REGEN_OPTION = "--numcheck-regen"
-DEVICE_OPTION = "--numcheck-device"
-PERF_OPTION = "--numcheck-perf"
-EXPLAIN_OPTION = "--numcheck-explain"
-REPORT_OPTION = "--numcheck-report"
-MARKDOWN_OPTION = "--numcheck-markdown"
-BASELINE_OPTION = "--numcheck-baseline"
-PRUNE_OPTION = "--numcheck-prune"
-CASES_INI = "numcheck_cases"
-GOLDENS_INI = "numcheck_goldens"
-DRIFT_INI = "numcheck_drift_rules"
-DEVICES = ("auto", "cpu", "cuda")
-#: The option group: every option in it that takes a value is protected from pytest's
-#: rootdir determination (numcheck/rootdir_repair.py).
-GROUP = "numcheck"
 #: ``(golden path, rewritten?)`` of each fixture golden regenerated in this run.
 FIXTURE_GOLDENS = pytest.StashKey[list[tuple[Path, bool]]]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from numcheck import hooks
+    from numcheck.plugin import hooks
 
     pluginmanager.add_hookspecs(hooks)
 
@@ -132,8 +133,8 @@ def pytest_load_initial_conftests(
     early_config: pytest.Config, parser: pytest.Parser, args: list[str]
 ) -> None:
     # Before any conftest or ini value is read: a space-separated option value that pytest
-    # took for a test path must not move the rootdir (numcheck/rootdir_repair.py).
-    from numcheck.rootdir_repair import repair, value_options
+    # took for a test path must not move the rootdir (numcheck/plugin/rootdir_repair.py).
+    from numcheck.plugin.rootdir_repair import repair, value_options
 
     repair(early_config, args, value_options(parser, GROUP))
 
@@ -150,7 +151,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 raise pytest.UsageError(f"{needs} only works together with {OPTION}")
         return
     register_user_ops(config)
-    from numcheck.session import NumcheckSession  # torch is imported only when switched on
+    from numcheck.plugin.session import NumcheckSession  # torch is imported only when switched on
 
     session = NumcheckSession(config)
     config.stash[NumcheckSession.KEY] = session
@@ -208,7 +209,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             terminalreporter.write_line(f"golden {'rewritten' if rewritten else 'unchanged'}: "
                                         f"{shown}")
     elif regen and not config.getoption(OPTION):
-        # The flag used to require --numcheck; say plainly what it did not do.
+        # Say plainly what the flag did not do: case goldens need --numcheck too.
         terminalreporter.write_line(
             f"numcheck: {REGEN_OPTION} without {OPTION} regenerates only numcheck_golden "
             f"checks, and none ran. For case goldens: pytest {OPTION} {REGEN_OPTION}"

@@ -20,7 +20,7 @@ as a regression:
 Improvements (the reverse of each rule) pass and are marked ``improved``. On the same device,
 any other change of a headline metric is listed as ``changed`` (it passes, but a reviewer
 sees it); ``same`` means the numbers are equal.
-Pure: works on :class:`numcheck.report.Report` values; no pytest, no torch.
+Pure: works on :class:`numcheck.report.records.Report` values; no pytest, no torch.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from numcheck.report import Record, Report
+from numcheck.report.records import Record, Report
 
 #: Columns of the drift table (text and markdown).
 DRIFT_HEADER = ["check", "calc_diff (base -> new)", "rel_fro (base -> new)",

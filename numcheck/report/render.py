@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from numcheck.report import Record
+from numcheck.report.records import Record
 
 if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports without torch
-    from numcheck.runner import CheckResult
+    from numcheck.numerics import CheckResult
     from numcheck.topk import TopkReport
     from numcheck.verdict import Violation
 
@@ -49,7 +49,7 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
 
 def _budget_line(result: CheckResult, top: Violation | None, source: str) -> str:
     """Where the worst violation's limit is set: case file and line, or the defaults row."""
-    from numcheck.budget_source import budget_location, budget_precision, locate_key
+    from numcheck.report.budget_source import budget_location, budget_precision, locate_key
     from numcheck.ops.registry import get_op
 
     if top is None:
@@ -109,7 +109,7 @@ def verdict_message(
     if budget:
         tail.insert(1, f"  {'budget:':<12} {budget}")
     if commands.calibrate:
-        from numcheck.budget_source import next_steps
+        from numcheck.report.budget_source import next_steps
 
         tail += next_steps(commands.calibrate, commands.regenerate)
     return "\n".join([*lines, "", *tail])
