@@ -84,9 +84,10 @@ def test_a_budget_miss_names_the_key_line_and_the_next_steps(pytester: pytest.Py
         "  regenerate:  pytest --numcheck --numcheck-regen cases/indexer.toml::tiny  (only if "
         "the reference itself changed)",
         "  next step:   my change is wrong -> fix the variant, then run 'reproduce'",
-        "               my budget is too tight (a correct variant) -> measure it: python -m "
-        "numcheck.calibrate --device cpu --cases cases -k tiny",
-        "               and set the budget key above from the measured worst case",
+        "               my budget is too tight (a correct variant) -> measure it: pytest "
+        "--numcheck --numcheck-calibrate --numcheck-device cpu cases/indexer.toml::tiny",
+        "               (add --numcheck-calibrate-write to set the suggested budgets in the "
+        "case file)",
         "               the reference changed -> pytest --numcheck --numcheck-regen "
         "cases/indexer.toml::tiny",
     ])

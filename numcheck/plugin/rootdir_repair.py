@@ -32,7 +32,8 @@ def value_options(parser: pytest.Parser, group: str) -> list[str]:
     names = []
     for option in parser.getgroup(group).options:
         attrs = option.attrs()
-        if attrs.get("action", "store") == "store" and attrs.get("nargs") in (None, 1):
+        takes_value = attrs.get("action", "store") in ("store", "append")
+        if takes_value and attrs.get("nargs") in (None, 1, "?"):
             names += [n for n in option.names() if n.startswith("--")]
     return names
 

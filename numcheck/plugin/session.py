@@ -32,6 +32,7 @@ from numcheck.overhead.gate import (
 from numcheck.perf.measure import PERF_HEADER, PerfResult, perf_rows
 from numcheck.perf.timing import TimingError
 from numcheck.plugin import options
+from numcheck.plugin.calibration import CalibrationMode
 from numcheck.plugin.workers import is_worker, pin_worker_gpu, worker_count, worker_id
 from numcheck.report.drift import Rules, compare, drift_headline, drift_rows
 from numcheck.report.environment import environment
@@ -535,13 +536,12 @@ class CheckItem(pytest.Item):
         from numcheck.report.budget_source import calibrate_command
 
         dev = f" {options.DEVICE_OPTION} {self.device}"
-        state = self.config.stash[NumcheckSession.KEY]
-        cases = state._rel(state.cases_dir)
         return Commands(
             reproduce=f"pytest {options.OPTION}{dev} {shlex.quote(self.nodeid)}",
             regenerate=f"pytest {options.OPTION} {options.REGEN_OPTION} "
             f"{shlex.quote(self.parent.nodeid)}",  # type: ignore[union-attr]
-            calibrate=calibrate_command(cases, self.case.id, self.device),
+            calibrate=calibrate_command(
+                self.parent.nodeid, self.device),  # type: ignore[union-attr]
         )
 
     def setup(self) -> None:
@@ -564,6 +564,9 @@ class CheckItem(pytest.Item):
 
     def runtest(self) -> None:
         state = self.config.stash[NumcheckSession.KEY]
+        if CalibrationMode.KEY in self.config.stash:  # measure and suggest, never gate
+            self.config.stash[CalibrationMode.KEY].run(self, state)
+            return
         op = get_op(self.case.op)
         commands = self.commands()
         try:

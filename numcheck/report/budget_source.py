@@ -103,18 +103,19 @@ def budget_location(
             f"{at} [{case}]; set [{case}.budget.{variant}.{output}] {metric} to override)")
 
 
-def calibrate_command(cases_dir: str, case: str, device: str) -> str:
-    """The command that measures a variant's error over fresh seeds, to set its budget."""
-    return (f"python -m numcheck.calibrate --device {device} --cases {shlex.quote(cases_dir)} "
-            f"-k {shlex.quote(case)}")
+def calibrate_command(case_nodeid: str, device: str) -> str:
+    """The command that measures a case's variants over fresh seeds and suggests budgets."""
+    return (f"pytest --numcheck --numcheck-calibrate --numcheck-device {device} "
+            f"{shlex.quote(case_nodeid)}")
 
 
 def next_steps(calibrate: str, regenerate: str) -> list[str]:
-    """The three causes of a budget miss and the step for each (one line each)."""
+    """The three causes of a budget miss and the step for each."""
     return [
         "  next step:   my change is wrong -> fix the variant, then run 'reproduce'",
         f"               my budget is too tight (a correct variant) -> measure it: {calibrate}",
-        "               and set the budget key above from the measured worst case",
+        "               (add --numcheck-calibrate-write to set the suggested budgets in the "
+        "case file)",
         f"               the reference changed -> {regenerate}",
     ]
 
