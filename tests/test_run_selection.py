@@ -118,3 +118,15 @@ def test_empty_folder_has_no_numcheck_message_without_the_flag(pytester: pytest.
     assert pytester.runpytest("empty").ret == pytest.ExitCode.NO_TESTS_COLLECTED
 
 
+
+
+def test_every_numcheck_option_that_takes_a_value_is_protected(
+    pytestconfig: pytest.Config,
+) -> None:
+    from numcheck.plugin.rootdir_repair import value_options
+
+    names = set(value_options(pytestconfig._parser, "numcheck"))
+    assert {"--numcheck-report", "--numcheck-markdown", "--numcheck-baseline",
+            "--numcheck-device", "--numcheck-calibrate-json", "--numcheck-calibrate-with",
+            "--numcheck-calibrate"} <= names
+    assert "--numcheck" not in names and "--numcheck-regen" not in names  # flags take none
