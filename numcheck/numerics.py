@@ -31,13 +31,13 @@ from numcheck.goldens import (
     input_fingerprint,
     pack_output,
     unpack_pair,
-    write_if_changed,
 )
 from numcheck.inputs import to_device
 from numcheck.metric_names import MAX_FLIPS
 from numcheck.metrics import ErrorMetrics, compare
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
 from numcheck.precision import ulp_dtype
+from numcheck.regen import RegenOutcome, store
 from numcheck.topk import TopkReport, topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk, worst
 
@@ -148,13 +148,20 @@ def fresh_golden(op: OpSpec, case: Case, device: str = "cpu") -> tuple[Golden, C
 
 
 def write_golden(path: Path, op: OpSpec, case: Case, device: str, inputs: CaseInputs) -> bool:
-    """Regenerate a golden; returns False (and writes nothing) when the stored one is equal.
+    """Regenerate a golden; returns False (and writes nothing) when the stored one is equal,
+    or within the reference's reproducibility tolerance (see :func:`regenerate`)."""
+    return regenerate(path, op, case, device, inputs).written
 
-    Equal means same tensors bit for bit and same input fingerprint, so re-running the regen
-    flag on an unchanged case never churns the repository.
-    """
+
+def regenerate(
+    path: Path, op: OpSpec, case: Case, device: str, inputs: CaseInputs
+) -> RegenOutcome:
+    """Run the reference and store it (:func:`numcheck.regen.store`): the outcome says whether
+    the file changed and how (``created``, ``rewritten``, ``unchanged (within reproducibility
+    tolerance, ...)``); a reference output with NaN/Inf the op does not allow raises
+    :class:`numcheck.regen.GoldenRefused` and writes nothing."""
     tensors, meta = make_golden(op, case, device, inputs)
-    return write_if_changed(path, tensors, meta, case=case.id)
+    return store(path, op, case, tensors, meta)
 
 
 @dataclass
@@ -237,6 +244,10 @@ def check(
         fingerprint=inputs.fingerprint(),
         seeds=case.seeds,
         regen_hint=regen_hint,
+        case=case.id,
+        op=op.name,
+        params=case.params,
+        param_defaults={name: spec.default for name, spec in op.params.items()},
     )
     results = [
         _check_seed(op, case, variant_name, device, golden, inputs, seed,

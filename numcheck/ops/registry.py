@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from numcheck.ops.param_checks import check_declaration
 from numcheck.ops.spec import (
     DEVICES,
     PRECISIONS,
@@ -109,6 +110,9 @@ def register(op: OpSpec, *, origin: str | None = None) -> OpSpec:
             "variants, or name an existing variant as the reference"
         )
     _check_outputs(op, origin)
+    declaration = check_declaration(op)
+    if declaration:
+        raise RegistrationError(f"numcheck: op {op.name!r} (from {origin}): {declaration}")
     _check_callable(op.name, "make_inputs", op.make_inputs, ("params", "seed"), origin)
     for key, variant in op.variants.items():
         if key != variant.name:
