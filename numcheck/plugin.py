@@ -30,6 +30,9 @@ REPORT_OPTION = "--numcheck-report"
 MARKDOWN_OPTION = "--numcheck-markdown"
 BASELINE_OPTION = "--numcheck-baseline"
 PRUNE_OPTION = "--numcheck-prune"
+HTML_OPTION = "--numcheck-html"
+OBTAINED_OPTION = "--numcheck-obtained"
+DEVICE_INI = "numcheck_device"
 CASES_INI = "numcheck_cases"
 GOLDENS_INI = "numcheck_goldens"
 DRIFT_INI = "numcheck_drift_rules"
@@ -64,9 +67,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         DEVICE_OPTION,
         choices=DEVICES,
-        default="auto",
-        help="device the variants run on: auto (cuda when available, else cpu), cpu or cuda.",
+        default=None,
+        help="device the variants run on: auto (cuda when available, else cpu), cpu or cuda. "
+        f"Default: the {DEVICE_INI} ini key, else auto.",
     )
+    parser.addini(DEVICE_INI, "device the variants run on when --numcheck-device is not "
+                  "given: auto, cpu or cuda", default="auto")
     group.addoption(
         PERF_OPTION,
         action="store_true",
@@ -95,6 +101,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="write the human summary (headline, failing checks, a table per op) as "
         "markdown to PATH, and append it to $GITHUB_STEP_SUMMARY when that is set.",
+    )
+    group.addoption(
+        HTML_OPTION,
+        metavar="PATH",
+        default=None,
+        help="write a self-contained HTML report (no network): run header, every check with "
+        "value/budget bars, error histograms, top-k flips, speedup intervals and drift. "
+        "Plots need the html extra (matplotlib); without it the tables are written.",
+    )
+    group.addoption(
+        OBTAINED_OPTION,
+        metavar="DIR",
+        default=None,
+        help="folder for the outputs of failed checks, written as "
+        "<op>/<case>.<variant>.obtained.safetensors for diffing against the golden "
+        "(default: .numcheck/obtained under the rootdir, git-ignored).",
     )
     group.addoption(
         BASELINE_OPTION,
@@ -129,7 +151,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption(OPTION):
         # --numcheck-regen alone is allowed: it regenerates numcheck_golden fixture goldens.
         needs_numcheck = (PERF_OPTION, EXPLAIN_OPTION, REPORT_OPTION, MARKDOWN_OPTION,
-                          BASELINE_OPTION, PRUNE_OPTION)
+                          BASELINE_OPTION, PRUNE_OPTION, HTML_OPTION, OBTAINED_OPTION)
         for needs in needs_numcheck:
             if config.getoption(needs):
                 raise pytest.UsageError(f"{needs} only works together with {OPTION}")
@@ -140,6 +162,20 @@ def pytest_configure(config: pytest.Config) -> None:
     session = NumcheckSession(config)
     config.stash[NumcheckSession.KEY] = session
     config.pluginmanager.register(session, "numcheck-session")
+
+
+def requested_device(config: pytest.Config) -> str:
+    """The device asked for: ``--numcheck-device``, else the ``numcheck_device`` ini key."""
+    given = config.getoption(DEVICE_OPTION)
+    if given is not None:
+        return str(given)
+    value = str(config.getini(DEVICE_INI)).strip() or "auto"
+    if value not in DEVICES:
+        raise pytest.UsageError(
+            f"ini key {DEVICE_INI} = {value!r} in {config.inipath or 'the ini file'}: not a "
+            f"device. Fix: set it to one of {', '.join(DEVICES)}"
+        )
+    return value
 
 
 def register_user_ops(config: pytest.Config) -> None:

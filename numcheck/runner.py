@@ -185,6 +185,8 @@ class SeedResult:
     metrics: dict[str, ErrorMetrics] = field(default_factory=dict)
     topk: TopkReport | None = None
     violations: list[Violation] = field(default_factory=list)
+    #: The variant's outputs (on its device) for the report's plots and obtained files.
+    outputs: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -199,6 +201,9 @@ class CheckResult:
     #: Filled by the perf gate (speedup with its interval) and the cast ledger, when run.
     timing: dict[str, Any] | None = None
     casts: dict[str, Any] | None = None
+    #: The record's compact plot data (numcheck.plotdata) and a note shown in its row.
+    plots: dict[str, Any] | None = None
+    note: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -264,7 +269,7 @@ def check(
     for seed in case.seeds:
         cpu_inputs, _ = inputs.get(seed)
         out = run_variant(variant, op, to_device(cpu_inputs, device), case, device)
-        result = SeedResult(seed)
+        result = SeedResult(seed, outputs=out)
         for name in op.outputs:
             _check_dtype(
                 golden, seed_key(seed, name), out[name], variant_name,

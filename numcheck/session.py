@@ -23,6 +23,7 @@ from numcheck.drift import Rules, compare, drift_headline, drift_rows
 from numcheck.environment import environment
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
 from numcheck.markdown import to_markdown
+from numcheck.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.overhead import (
     OVERHEAD_GATES,
@@ -59,6 +60,7 @@ from numcheck.workers import is_worker, pin_worker_gpu, worker_count, worker_id
 RECORD_PROPERTY = "numcheck_record"
 GOLDENS_PROPERTY = "numcheck_goldens"
 from numcheck.stale import find_stale, prune
+from numcheck.check_extras import annotate, keep_failed
 
 
 class NumcheckFailure(Exception):
@@ -104,7 +106,7 @@ class NumcheckSession:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.device = resolve_device(config.getoption(plugin.DEVICE_OPTION))
+        self.device = resolve_device(plugin.requested_device(config))
         self.regen = bool(config.getoption(plugin.REGEN_OPTION))
         root = config.rootpath
         self.cases_dir = (root / config.getini(plugin.CASES_INI)).resolve()
@@ -126,6 +128,9 @@ class NumcheckSession:
         self.report_path = self._path_option(plugin.REPORT_OPTION)
         self.markdown_path = self._path_option(plugin.MARKDOWN_OPTION)
         self.baseline_path = self._path_option(plugin.BASELINE_OPTION)
+        self.html_path = self._path_option(plugin.HTML_OPTION)
+        self.obtained_dir = (self._path_option(plugin.OBTAINED_OPTION)
+                             or config.rootpath / DEFAULT_OBTAINED)
         self.baseline: Report | None = None
         try:
             self.rules = Rules.from_pairs(config.getini(plugin.DRIFT_INI))
@@ -524,6 +529,7 @@ class CheckItem(pytest.Item):
                     op, self.case, self.variant, self.device, golden,
                     state.inputs_for(op, self.case), regen_hint=commands.regenerate,
                 )
+                annotate(result, op, golden, state.inputs_for(op, self.case))
             if "perf" in state.active_gates:
                 perf = self._time(state, op)
                 result.violations += perf.violations()
@@ -554,6 +560,10 @@ class CheckItem(pytest.Item):
         self._set_record(result=result)
         if not result.passed:
             message = failure_message(result, commands, self._source())
+            kept = keep_failed(state.obtained_dir, result, state.inputs_for(op, self.case),
+                               golden=self._rel_golden(state, op))
+            if kept is not None:
+                message += f"\n  obtained:    {state._rel(kept)}"
             if overhead is not None and any(v.output in OVERHEAD_GATES for v in result.violations):
                 message += "\n\n" + "\n".join(overhead.lines())
             raise NumcheckFailure(message)
@@ -615,6 +625,9 @@ class CheckItem(pytest.Item):
                 worker=state.worker, **without_verdict,
             )
         self.user_properties.extend(junit_properties(self.record))
+
+    def _rel_golden(self, state: NumcheckSession, op: OpSpec) -> str:
+        return state._rel(golden_path(state.goldens_dir, op.name, self.case.id))
 
     def _source(self) -> str:
         try:
