@@ -346,11 +346,15 @@ class NumcheckSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker or self.config.option.collectonly:
             return
-        if self.report_path is None and self.markdown_path is None:
+        if self.report_path is None and self.markdown_path is None and self.html_path is None:
             return
         report = self.report(int(exitstatus))
         if self.report_path is not None:
             write_json(self.report_path, report)
+        if self.html_path is not None:
+            from numcheck.htmlreport import write_html
+
+            write_html(self.html_path, report)
         if self.markdown_path is not None:
             text = to_markdown(report)
             self.markdown_path.parent.mkdir(parents=True, exist_ok=True)
@@ -396,7 +400,8 @@ class NumcheckSession:
 
             for line in table(DRIFT_HEADER, drift_rows(self.drift)):
                 tr.write_line(line)
-        for what, out in (("report", self.report_path), ("markdown", self.markdown_path)):
+        for what, out in (("report", self.report_path), ("markdown", self.markdown_path),
+                          ("html", self.html_path)):
             if out is not None:
                 tr.write_line(f"numcheck {what} written: {out}")
 
