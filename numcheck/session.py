@@ -59,6 +59,8 @@ from numcheck.workers import is_worker, pin_worker_gpu, worker_count, worker_id
 #: rewrites to the controller (pytest-xdist serialises user_properties with every report).
 RECORD_PROPERTY = "numcheck_record"
 GOLDENS_PROPERTY = "numcheck_goldens"
+from numcheck.skips import collapse as collapse_skips
+from numcheck.skips import perf_only_reason
 from numcheck.stale import find_stale, prune
 from numcheck.check_extras import annotate, keep_failed
 
@@ -374,8 +376,11 @@ class NumcheckSession:
 
     def _summary(self, tr: Any) -> None:
         tr.write_sep("=", f"numcheck summary ({self.device}, torch {torch.__version__})")
-        header, rows = summary_table(order_records(self.records.values(), self.order))
-        for line in table(header, rows):
+        shown, collapsed = collapse_skips(order_records(self.records.values(), self.order))
+        header, rows = summary_table(shown)
+        for line in table(header, rows) if rows else []:
+            tr.write_line(line)
+        for line in collapsed:
             tr.write_line(line)
         if self.perf_results:
             tr.write_sep("-", "numcheck perf (median device time per call; speedup = "
@@ -383,7 +388,8 @@ class NumcheckSession:
             for line in table(PERF_HEADER, perf_rows(self.perf_results)):
                 tr.write_line(line)
         if self.overhead_rows:
-            tr.write_line("")
+            tr.write_sep("-", "numcheck casts and copies (cast ledger per check; README "
+                         "'Casts and kernels' explains the columns)")
             for line in table(OVERHEAD_HEADER, self.overhead_rows):
                 tr.write_line(line)
         if self.explain:
@@ -507,16 +513,16 @@ class CheckItem(pytest.Item):
         op = get_op(self.case.op)
         variant = op.variants[self.variant]
         reason = None
-        if self.device not in self.case.devices:
+        perf_active = "perf" in self.config.stash[NumcheckSession.KEY].active_gates
+        if self.case.perf_only and (self.device not in self.case.devices or not perf_active):
+            reason = perf_only_reason(self.case.id, self.case.devices, self.device,
+                                      plugin.PERF_OPTION)
+        elif self.device not in self.case.devices:
             reason = (f"case {self.case.id!r} does not run on {self.device} "
                       f"(its devices: {', '.join(self.case.devices)})")
         elif self.device not in variant.devices:
             reason = (f"variant {self.variant!r}: {variant.unavailable}" if variant.unavailable
                       else f"variant {self.variant!r} runs on {', '.join(variant.devices)} only")
-        elif self.case.perf_only and "perf" not in self.config.stash[
-                NumcheckSession.KEY].active_gates:
-            reason = (f"perf-only case {self.case.id!r} (no golden): runs with "
-                      f"{plugin.PERF_OPTION}")
         if reason is not None:
             self._set_record(status="skip", reason=reason)
             pytest.skip(reason)
