@@ -32,6 +32,10 @@ from numcheck.markdown import headline
 from numcheck.render import failing_first
 from numcheck.report import Record, Report
 
+#: The page's content security policy: no scripts, and nothing loaded from anywhere but
+#: itself (inline styles, data: images). A browser refuses and logs any other request.
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+
 #: Install hint shown where a plot would be.
 EXTRA_HINT = "plots need the html extra: pip install 'numcheck[html]' (matplotlib)"
 
@@ -329,8 +333,7 @@ def render_html(report: Report, *, plots: bool | None = None) -> str:
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         # No network, ever: the page may only use what it carries.
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-        "img-src data:; style-src 'unsafe-inline'\">",
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         "<h1>numcheck report</h1>",
         f'<p class="headline {gate}">{_e(title)}</p>',

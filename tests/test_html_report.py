@@ -71,18 +71,20 @@ HINT = html.escape(htmlreport.EXTRA_HINT)
 def _record(id_: str, status: str = "pass", **extra: object) -> Record:
     hist = plotdata.error_histogram(torch.tensor([1.0, 2.0, 3.0]) * 1.001,
                                     torch.tensor([1.0, 2.0, 3.0]), roundoff=2.0**-8)
-    base: dict = dict(
-        id=id_, nodeid=f"cases/x.toml::{id_}", op="indexer", case="c", variant="bf16",
-        device="cpu", status=status, precision="bf16", source="cases/x.toml", seeds=[0],
-        budget={"logits": {"rel_fro": 4e-3, "atol": 1e-2, "rtol": 1.6e-2, "allow_nan": False},
-                "topk": {"recall_min": 0.99, "tie_band": 0.004, "tie_band_kind": "rel"}},
-        metrics={"logits": {"rel_fro": 1.0e-3}},
-        topk={"recall_min": 0.995, "tie_recall_min": 1.0},
-        closest={"output": "logits", "metric": "rel_fro", "value": 1.0e-3, "limit": 4e-3},
-        plots={"errors": {"logits": hist}, "flips": {"topk": plotdata.flip_histogram(
+    base: dict = {
+        "id": id_, "nodeid": f"cases/x.toml::{id_}", "op": "indexer", "case": "c",
+        "variant": "bf16", "device": "cpu", "status": status, "precision": "bf16",
+        "source": "cases/x.toml", "seeds": [0],
+        "budget": {"logits": {"rel_fro": 4e-3, "atol": 1e-2, "rtol": 1.6e-2,
+                              "allow_nan": False},
+                   "topk": {"recall_min": 0.99, "tie_band": 0.004, "tie_band_kind": "rel"}},
+        "metrics": {"logits": {"rel_fro": 1.0e-3}},
+        "topk": {"recall_min": 0.995, "tie_recall_min": 1.0},
+        "closest": {"output": "logits", "metric": "rel_fro", "value": 1.0e-3, "limit": 4e-3},
+        "plots": {"errors": {"logits": hist}, "flips": {"topk": plotdata.flip_histogram(
             torch.tensor([[0, 1]]), torch.tensor([[0, 2]]), torch.tensor([[3.0, 2.0, 1.9]]),
             band=0.1, band_kind="rel")}},
-    )
+    }
     base.update(extra)
     return Record(**base)  # type: ignore[arg-type]
 
@@ -280,11 +282,12 @@ def png_colours(path: Path, limit: int = 64) -> int:
 @needs_chromium
 def test_browser_check_sees_console_errors_and_blocked_fetches(tmp_path: Path) -> None:
     page = tmp_path / "bad.html"
+    # The report's own policy, and one request it forbids.
     page.write_text(
-        "<!DOCTYPE html><html><head><meta http-equiv=\"Content-Security-Policy\" "
-        "content=\"default-src 'none'; img-src data:; style-src 'unsafe-inline'\"></head>"
-        "<body><p>x</p><img src=\"http://127.0.0.1:9/x.png\"></body></html>")
-    shot, dom, console = render(page, tmp_path)
+        f'<!DOCTYPE html><html><head><meta http-equiv="Content-Security-Policy" '
+        f'content="{htmlreport.CSP}"></head><body><p>x</p>'
+        '<img src="http://127.0.0.1:9/x.png"></body></html>')
+    shot, _, console = render(page, tmp_path)
     assert any("127.0.0.1:9" in line for line in console), console
     assert png_colours(shot) >= 1
 

@@ -97,5 +97,5 @@ def test_bad_device_ini_value_is_a_usage_error(pytester: pytest.Pytester) -> Non
     result = pytester.runpytest("--numcheck")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*ini key numcheck_device = 'gpu' in *tox.ini: not a device. Fix: set it to one of "
-         "auto, cpu, cuda"])
+        [("*ini key numcheck_device = 'gpu' in *tox.ini: not a device. Fix: set it to one of "
+          "auto, cpu, cuda")])
