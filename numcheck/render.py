@@ -129,8 +129,13 @@ def closest_cell(record: Record) -> str:
     """``output.metric value/budget`` of the record's worst violation or closest pass."""
     c = record.closest
     if c is None:
-        # Whole: a cut reason ("triton not installed (No module named 'trit") hides the fix.
-        return " ".join(record.reason.split()) if record.reason else "-"
+        if not record.reason:
+            return "-"
+        # Never cut: "triton not installed (No module named 'trit" hides the fix. A skip's
+        # reason is short and shown whole; an error's first line names it (the message
+        # above the summary has the rest).
+        lines = record.reason.splitlines()
+        return " ".join(record.reason.split()) if record.status == "skip" else lines[0]
     return f"{c['output']}.{c['metric']} {c['value']:.3g}/{c['limit']:.3g}"
 
 
