@@ -217,8 +217,9 @@ def test_html_shows_drift_against_a_baseline(pytester: pytest.Pytester) -> None:
 
 # -- rendered in a browser ---------------------------------------------------------------
 
-CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)),
-                None)
+#: Debian's package is chromium; GitHub's Ubuntu runners ship Google Chrome (same flags).
+CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
+                 if shutil.which(n)), None)
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="headless Chromium not installed (Debian: apt-get install chromium)")
 
