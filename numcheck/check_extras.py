@@ -1,7 +1,7 @@
 """What a check keeps for its readers beyond the verdict: plot data, a row note, and, on a
 failure, the obtained file.
 
-Called by the pytest session after :func:`numcheck.runner.check`; plain functions of the
+Called by the pytest session after :func:`numcheck.numerics.check`; plain functions of the
 check's result, so they are tested without pytest.
 """
 

@@ -1,6 +1,6 @@
 """Compact plot data of one check, kept in its report record (``plots``).
 
-The HTML report (:mod:`numcheck.htmlreport`) draws a check's error distribution and its
+The HTML report (:mod:`numcheck.report.htmlpage`) draws a check's error distribution and its
 top-k flips from the record alone, so a saved ``--numcheck-report`` file can be turned into
 HTML later without the tensors. What is stored must therefore be small and complete:
 
@@ -185,7 +185,7 @@ def check_plots(
     None when no seed kept its outputs (e.g. a perf-only check).
     """
     from numcheck.goldens import unpack_pair
-    from numcheck.runner import seed_key
+    from numcheck.numerics import seed_key
 
     errors: dict[str, list[dict[str, Any]]] = {}
     flips: list[dict[str, Any]] = []

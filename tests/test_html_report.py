@@ -17,8 +17,10 @@ import torch
 from test_plugin import make_project
 
 from numcheck import __main__ as cli
-from numcheck import htmlreport, plotdata, svgplots
-from numcheck.report import Record, Report, load_report, record_from_dict, record_to_dict
+from numcheck import plotdata
+from numcheck.report import htmlpage as htmlreport
+from numcheck.report import svgplots
+from numcheck.report.records import Record, Report, load_report, record_from_dict, record_to_dict
 
 # -- plot data ---------------------------------------------------------------------------
 
@@ -173,7 +175,7 @@ def test_plot_data_survives_the_json_record() -> None:
 
 
 def test_cli_writes_the_page_from_a_saved_report(tmp_path: Path) -> None:
-    from numcheck.report import write_json
+    from numcheck.report.records import write_json
 
     write_json(tmp_path / "r.json", _report())
     code = cli.main(["html", str(tmp_path / "r.json"), str(tmp_path / "r.html"), "--no-plots"])

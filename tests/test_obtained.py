@@ -15,7 +15,7 @@ from safetensors import safe_open
 from test_plugin import TESTS, golden, make_project
 
 from numcheck.obtained import write_obtained
-from numcheck.report import load_report
+from numcheck.report.records import load_report
 
 README = TESTS.parent / "README.md"
 OBTAINED = Path(".numcheck") / "obtained" / "indexer" / "tiny.no_kv_scale.obtained.safetensors"

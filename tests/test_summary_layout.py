@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from test_plugin import TINY_INDEXER, TINY_MHC, make_project
 
-from numcheck.markdown import headline, to_markdown
-from numcheck.render import summary_table
-from numcheck.report import Record, Report
-from numcheck.skips import collapse, perf_only_reason
+from numcheck.report.markdown import headline, to_markdown
+from numcheck.report.render import summary_table
+from numcheck.report.records import Record, Report
+from numcheck.report.skips import collapse, perf_only_reason
 
 
 def _skip(case: str, variant: str, reason: str) -> Record:

@@ -14,7 +14,7 @@ Everything is built from a :class:`~numcheck.report.Report` alone (records carry
 data, :mod:`numcheck.plotdata`), so a saved JSON report gives the same page. The file
 references nothing outside itself: no scripts, fonts, stylesheets or images to fetch; plots
 are inline SVG (``data:`` URIs, so their internal ids cannot collide). Plots need the
-``html`` extra (matplotlib, :mod:`numcheck.svgplots`); without it the page says so and still
+``html`` extra (matplotlib, :mod:`numcheck.report.svgplots`); without it the page says so and still
 has every table. Nothing here imports torch.
 """
 
@@ -28,9 +28,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from numcheck.markdown import headline
-from numcheck.render import failing_first
-from numcheck.report import Record, Report
+from numcheck.report.markdown import headline
+from numcheck.report.records import Record, Report
+from numcheck.report.render import failing_first
 
 #: The page's content security policy: no scripts, and nothing loaded from anywhere but
 #: itself (inline styles, data: images). A browser refuses and logs any other request.
@@ -223,7 +223,7 @@ def _plots(record: Record, plots: bool) -> str:
         return ""
     if not plots:
         return f'<p class="hint">{_e(EXTRA_HINT)}</p>'
-    from numcheck import svgplots
+    from numcheck.report import svgplots
 
     for output, hist in errors.items():
         if hist and not hist.get("counts"):
@@ -318,7 +318,7 @@ def _check_section(i: int, record: Record, plots: bool, drift_row: Mapping[str, 
 
 def render_html(report: Report, *, plots: bool | None = None) -> str:
     """The whole page. ``plots=None`` draws plots when matplotlib is installed."""
-    from numcheck import svgplots
+    from numcheck.report import svgplots
 
     if plots is None:
         plots = svgplots.available()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from numcheck.report import Record
+from numcheck.report.records import Record
 
 #: Also reads the older wording of saved reports ("... (no golden): runs with --numcheck-perf").
 _PATTERN = re.compile(r"^perf-only case '(?P<case>[^']*)'(?: \(no golden\):)? "
