@@ -7,8 +7,8 @@ import pytest
 from test_plugin import TINY_INDEXER, TINY_MHC, make_project
 
 from numcheck.report.markdown import headline, to_markdown
-from numcheck.report.render import summary_table
 from numcheck.report.records import Record, Report
+from numcheck.report.render import summary_table
 from numcheck.report.skips import collapse, perf_only_reason
 
 
