@@ -1,7 +1,7 @@
 """Compact plot data of one check, kept in its report record (``plots``).
 
-The HTML report (:mod:`numcheck.report.htmlpage`) draws a check's error distribution and its
-top-k flips from the record alone, so a saved ``--numcheck-report`` file can be turned into
+The HTML report (:mod:`numcheck.report.htmlpage`) draws a check's error distribution and
+its top-k flips from the record alone, so a saved ``--numcheck-report`` file can be turned into
 HTML later without the tensors. What is stored must therefore be small and complete:
 
 - ``errors``: per output, counts of ``|actual - golden|`` in log-spaced bins (four per

@@ -14,8 +14,8 @@ Everything is built from a :class:`~numcheck.report.Report` alone (records carry
 data, :mod:`numcheck.plotdata`), so a saved JSON report gives the same page. The file
 references nothing outside itself: no scripts, fonts, stylesheets or images to fetch; plots
 are inline SVG (``data:`` URIs, so their internal ids cannot collide). Plots need the
-``html`` extra (matplotlib, :mod:`numcheck.report.svgplots`); without it the page says so and still
-has every table. Nothing here imports torch.
+``html`` extra (matplotlib, :mod:`numcheck.report.svgplots`); without it the page says so
+and still has every table. Nothing here imports torch.
 """
 
 from __future__ import annotations
