@@ -236,7 +236,7 @@ def test_an_ungated_check_too_noisy_on_this_machine_says_so(pytester: pytest.Pyt
         ("*tf32*cpu*fake*too noisy: [[]*, *[]]*not gated (too noisy on this machine)"),
     ])
     assert "1.3" not in result.stdout.str().split("numcheck perf")[1].split("tf32")[1][:60]
-    result.stdout.fnmatch_lines(["mhc_pre::tiny-mhc*tf32*cpu*too noisy [[]*, *[]]*PASS"])
+    result.stdout.fnmatch_lines(["mhc_pre::tiny-mhc*tf32*cpu*too noisy [[]*, *[]]*PASS (tf32 = fp32 bit for bit on cpu)"])
 
 
 def test_the_header_names_the_timer_on_cpu(pytester: pytest.Pytester) -> None:
