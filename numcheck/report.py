@@ -88,6 +88,8 @@ class Record:
     device_name: str | None = None
     device_index: int | None = None
     worker: str | None = None
+    #: For a failure: where the error of each failing output sits (numcheck/localize.py).
+    localization: list[dict[str, Any]] | None = None
 
     @property
     def passed(self) -> bool:
@@ -174,6 +176,7 @@ def record_from_result(
         device_name=device_name,
         device_index=device_index,
         worker=worker,
+        localization=[loc.as_dict() for loc in getattr(result, "localization", [])] or None,
     )
 
 

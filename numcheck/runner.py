@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,9 @@ from numcheck.goldens import (
     save_golden,
     unpack_pair,
 )
+from numcheck import localize
 from numcheck.inputs import to_device
+from numcheck.localize import Localization
 from numcheck.locking import exclusive
 from numcheck.metrics import ErrorMetrics, compare
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
@@ -185,6 +188,8 @@ class SeedResult:
     metrics: dict[str, ErrorMetrics] = field(default_factory=dict)
     topk: TopkReport | None = None
     violations: list[Violation] = field(default_factory=list)
+    #: Where the error sits, per failing output (only on a check's first failing seed).
+    localization: list[Localization] = field(default_factory=list)
 
 
 @dataclass
@@ -220,6 +225,11 @@ class CheckResult:
         """Worst (lowest) value of a top-k statistic over seeds."""
         values = [s.topk.value(name) for s in self.seeds if s.topk is not None]
         return min(values) if values else None
+
+    @property
+    def localization(self) -> list[Localization]:
+        """Where the error of each failing output sits (empty for a pass)."""
+        return next((s.localization for s in self.seeds if s.localization), [])
 
     def worst_topk(self) -> TopkReport | None:
         """The seed's top-k report with the most unexplained flips."""
@@ -299,6 +309,11 @@ def check(
             )
             result.topk = report
             result.violations += check_topk(spec.indices, report, tb, seed=seed)
+        if result.violations and localize.enabled() and not any(r.localization for r in results):
+            result.localization = localize.localize_failure(
+                op, case.params, cpu_inputs, out, golden.tensors, partial(seed_key, seed),
+                result.violations, budget, seed=seed,
+            )
         results.append(result)
     return CheckResult(
         case, variant_name, device, results, [v for r in results for v in r.violations]

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from numcheck.structure import Structure
+
 #: Inputs of one case instance, by name, on one device.
 Inputs = dict[str, torch.Tensor]
 #: Outputs of one op call, by name.
@@ -101,6 +103,9 @@ class OpSpec:
     #: (each input read once, each output written once), from the case's params.
     flops: Callable[[Params], float] | None = None
     min_bytes: Callable[[Params], float] | None = None
+    #: Per output, the axes and groupings a failure is localized along (numcheck.structure);
+    #: an output left out still gets its plain axes.
+    structure: Mapping[str, Structure] = field(default_factory=dict)
 
     def resolve_params(self, preset: str | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults, then the preset, then explicit values. Unknown names raise KeyError."""
@@ -220,6 +225,13 @@ def _check_outputs(op: OpSpec, origin: str) -> None:
                     f"{where}: TopkSpec {role} {name!r} is not one of its outputs "
                     f"{list(op.outputs)}. Fix: name an output of the op"
                 )
+    for name, declared in op.structure.items():
+        if name not in op.outputs or not isinstance(declared, Structure):
+            raise RegistrationError(
+                f"{where}: structure[{name!r}] needs an output of the op and a "
+                f"numcheck.Structure, got {type(declared).__name__}. Fix: key each Structure "
+                f"by one of {list(op.outputs)}"
+            )
     for name, precision in op.output_precision.items():
         if name not in op.outputs or precision not in PRECISIONS:
             raise RegistrationError(
