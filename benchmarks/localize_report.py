@@ -33,8 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import torch
 
 from numcheck.cases import load_cases
-from numcheck.localize import ENV
-from numcheck.localize import MIN_EXCESS, MIN_LIFT
+from numcheck.localize import ENV, MIN_EXCESS, MIN_LIFT
 from numcheck.localize_selftest import (
     Honest,
     Located,

@@ -12,13 +12,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from functools import partial
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from numcheck import localize
 from numcheck.cases import Case
 from numcheck.goldens import (
     VAL_SUFFIX,
@@ -31,7 +32,6 @@ from numcheck.goldens import (
     save_golden,
     unpack_pair,
 )
-from numcheck import localize
 from numcheck.inputs import to_device
 from numcheck.localize import Localization
 from numcheck.locking import exclusive

@@ -166,8 +166,8 @@ def test_flips_are_placed_on_the_scores_grid() -> None:
     page = int(inputs["block_table"][0, 1])
     assert loc.measure == "flips"
     assert loc.lines == (
-        f"topk: only page {page} (request 0, block 1) is wrong (1 of 43 pages, 100% of the "
-        "unexplained top-k flips)",
+        (f"topk: only page {page} (request 0, block 1) is wrong (1 of 43 pages, 100% of the "
+        "unexplained top-k flips)"),
         "topk: only request 0 is wrong (2 of 6 rows, 100% of the unexplained top-k flips)")
 
 
@@ -343,3 +343,41 @@ def test_planted_bugs_are_named_first(key: str, bugs: tuple[str, ...]) -> None:
     assert len(rows) == len(bugs)
     missed = [(r.bug, r.lines[:1]) for r in rows if not (r.caught and r.named_first)]
     assert not missed
+
+
+# -- through the plugin ----------------------------------------------------------------------
+
+PROJECT_CASE = """
+[tiny]
+op = "indexer"
+shape = { batch = 2, heads = 4, head_dim = 32, max_context = 256, index_topk = 32, next_n = 2 }
+seeds = [0]
+variants = ["mtp_row1_weights"]
+"""
+
+PROJECT_CONFTEST = f"""
+import sys
+sys.path.insert(0, {str(TESTS)!r})
+import planted_located
+planted_located.register_all()
+"""
+
+
+def test_the_failure_message_and_report_say_where(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
+    (pytester.path / "cases").mkdir()
+    (pytester.path / "cases" / "indexer.toml").write_text(PROJECT_CASE)
+    pytester.makeconftest(PROJECT_CONFTEST)
+    pytester.runpytest("--numcheck", "--numcheck-regen")
+    result = pytester.runpytest("--numcheck", "--numcheck-report", "r.json")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "numcheck FAIL indexer::tiny::mtp_row1_weights[[]cpu[]]",
+        "  worst: *",
+        "  where: logits: only MTP row 1 of each request is wrong (* rows, *% of the error; *)",
+    ])
+    records = json.loads((pytester.path / "r.json").read_text())["records"]
+    bad = next(r for r in records if r["variant"] == "mtp_row1_weights")
+    good = next(r for r in records if r["variant"] == "fp32")
+    assert bad["localization"][0]["lines"][0].startswith("logits: only MTP row 1")
+    assert good["localization"] is None
