@@ -381,3 +381,16 @@ def test_the_failure_message_and_report_say_where(pytester: pytest.Pytester) -> 
     good = next(r for r in records if r["variant"] == "fp32")
     assert bad["localization"][0]["lines"][0].startswith("logits: only MTP row 1")
     assert good["localization"] is None
+
+
+def test_heatmaps_are_self_contained_html() -> None:
+    from numcheck.localize_html import localization_html
+
+    inputs, p, golden, ours = _indexer()
+    bad = ours.clone()
+    bad[1::2] *= 1.2
+    page = localization_html([_logits(bad, golden, inputs, p).as_dict()])
+    assert "only MTP row 1 of each request is wrong" in page
+    assert 'title="MTP row 1: ' in page and "of the error" in page
+    assert "<script" not in page and "http" not in page and "url(" not in page
+    assert localization_html(None) == ""
