@@ -68,8 +68,10 @@ TRANSFORM_LEFT = 0.05
 #: The gap (error share - element share) must beat the same gap with the error shuffled at
 #: random over the output's elements by this much: groups finer than the error (a few
 #: nonzero errors, a few flips, groups of a handful of elements) look concentrated by chance,
-#: and the shuffle measures how much. The largest of NULL_DRAWS shuffles counts.
-MIN_EXCESS = 0.25
+#: and the shuffle measures how much. The largest of NULL_DRAWS shuffles counts. When at
+#: least MIN_EVENTS elements lie outside the band, the test counts those elements (each one
+#: once) rather than squared errors, so that a few huge errors cannot mask a clustered set.
+MIN_EXCESS = 0.15
 NULL_DRAWS = 3
 #: A kind of element explains a heavy set when their elements overlap this much (Jaccard),
 #: unless the kind covers nearly everything.
@@ -110,8 +112,11 @@ class Concentration:
     #: ``error_share - element_share``: the Hoover index of this grouping.
     score: float
     #: The same for the error shuffled at random over the elements (measured only for a
-    #: grouping that passes the other tests; 0 otherwise).
+    #: grouping that passes the other tests; 0 otherwise; on the elements outside the band
+    #: when there are enough of them, see MIN_EXCESS).
     null_score: float
+    #: The tested gap minus ``null_score`` (must reach MIN_EXCESS; 0 when not measured).
+    excess: float
     concentrated: bool
     #: Up to 5 heavy groups, densest first: ``{label, name, share}``.
     top: list[dict[str, Any]] = field(default_factory=list)
@@ -188,6 +193,8 @@ class _Grid:
     events: int
     abs_err: np.ndarray | None = None
     band: np.ndarray | None = None
+    #: Error measure: the elements outside the band (what the shuffle test counts).
+    outside: np.ndarray | None = None
 
 
 def _classes(x: torch.Tensor) -> torch.Tensor:
@@ -231,8 +238,10 @@ def error_grid(
         weight = err.square()
     else:
         weight = (err / band).square()
+    raw_band = atol + rtol * e.abs()
     return _Grid(name, shape, pos, weight.numpy(), finite.numpy(), "error",
-                 int(finite.sum()), err.numpy(), (atol + rtol * e.abs()).numpy())
+                 int(finite.sum()), err.numpy(), raw_band.numpy(),
+                 (finite & (err > raw_band)).numpy())
 
 
 def flip_grid(
@@ -281,14 +290,19 @@ def concentration(
     enough = grid.measure == "error" or grid.events >= MIN_EVENTS
     concentrated = (enough and e_k >= MIN_SHARE and lift >= MIN_LIFT
                     and f_k <= MAX_ELEMENT_SHARE)
-    null = 0.0
+    null = excess = 0.0
     if concentrated:  # only then is the shuffle worth its cost
+        tested = w
+        if grid.outside is not None and int(grid.outside[sel].sum()) >= MIN_EVENTS:
+            tested = grid.outside[sel].astype(np.float64)
+        _, _, e_t, f_t = _knee(np.bincount(inv, weights=tested, minlength=uniq.size), count)
         rng = np.random.default_rng(0)
         for _ in range(NULL_DRAWS):
-            shuffled = np.bincount(inv, weights=rng.permutation(w), minlength=uniq.size)
+            shuffled = np.bincount(inv, weights=rng.permutation(tested), minlength=uniq.size)
             _, _, e_n, f_n = _knee(shuffled, count)
             null = max(null, e_n - f_n)
-        concentrated = e_k - f_k >= null + MIN_EXCESS
+        excess = e_t - f_t - null
+        concentrated = excess >= MIN_EXCESS
     top = [
         {"label": int(uniq[i]), "name": g.label_name(inputs, params, int(uniq[i])),
          "share": float(weight[i] / total)}
@@ -306,6 +320,7 @@ def concentration(
     c = Concentration(
         grouping=g.name, plural=g.names, groups=int(uniq.size), heavy=k,
         error_share=e_k, element_share=f_k, lift=lift, score=e_k - f_k, null_score=null,
+        excess=excess,
         concentrated=concentrated, top=top, worst_abs=worst_abs, worst_band=worst_band,
         labels=[int(x) for x in uniq[kept]],
         error_shares=[float(x) for x in (weight / total)[kept]],

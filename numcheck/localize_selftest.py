@@ -147,7 +147,7 @@ def honest_table(case: Case, variants: Sequence[str], golden: Golden, inputs: Ca
                 eligible = [c for c in loc.groupings if c.error_share >= localize.MIN_SHARE
                             and c.element_share <= localize.MAX_ELEMENT_SHARE]
                 top = max(eligible, key=lambda c: c.lift, default=None)
-                tested = [c.score - c.null_score for c in eligible
+                tested = [c.excess for c in eligible
                           if c.lift >= localize.MIN_LIFT]
                 rows.append(Honest(case.id, variant, seed, name,
                                    0.0 if top is None else top.lift,
