@@ -164,6 +164,10 @@ def print_tables(shipped: list[Located], fresh: list[Located]) -> None:
         fn, fd = named_first_fraction(fresh_by.get(bug, []))
         line = next((r.lines[0] for r in rows if r.caught and r.lines), "-")
         print(f"| {bug} | `{rows[0].expected}` | {n}/{d} | {fn}/{fd} | {line} |")
+    caught = [r for r in [*shipped, *fresh] if r.caught]
+    total, spent = sum(r.seconds for r in caught), sum(r.localize_seconds for r in caught)
+    print(f"\ntime in localization: {spent:.2f} s of {total:.2f} s spent in the {len(caught)} "
+          f"failing checks ({100 * spent / max(total, 1e-9):.1f}%)")
     n, d = named_first_fraction(shipped)
     fn, fd = named_first_fraction(fresh)
     print(f"\nnamed first: shipped cases {n}/{d} ({100 * n / max(d, 1):.0f}%), "

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from numcheck.cases import Case
 from numcheck.goldens import Golden
@@ -37,7 +38,9 @@ class Located:
     named_first: bool
     #: Some localization line (of any failing output) matches ``expected``.
     named_anywhere: bool
+    #: Wall time of the whole check, and of its localization within it.
     seconds: float = 0.0
+    localize_seconds: float = 0.0
 
 
 def locate(
@@ -51,11 +54,26 @@ def locate(
     op = get_op(op_name)
     held = held_to(case, variant, budget_of)
     seed = case.seeds[0] if len(case.seeds) == 1 else None
+    from numcheck import localize
+
+    spent: list[float] = []
+    real = localize.localize_failure
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - start)
+
     t0 = time.perf_counter()
+    localize.localize_failure = timed  # the runner calls it through the module
     try:
         result = check(op, held, variant, device, golden, inputs, regen_hint="")
     except VariantError:
         return Located(f"{op_name}::{variant}", case.id, seed, True, (), expected, False, False)
+    finally:
+        localize.localize_failure = real
     seconds = time.perf_counter() - t0
     if result.passed:
         return Located(f"{op_name}::{variant}", case.id, seed, False, (), expected, False,
@@ -65,7 +83,7 @@ def locate(
     first = bool(shown) and pattern.search(shown[0]) is not None
     anywhere = any(pattern.search(line) for line in shown)
     return Located(f"{op_name}::{variant}", case.id, seed, True, tuple(shown), expected,
-                   first, anywhere, seconds)
+                   first, anywhere, seconds, sum(spent))
 
 
 def located_table(
