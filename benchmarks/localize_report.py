@@ -122,7 +122,7 @@ def honest_rows(cases: dict[str, Any], seeds: list[int], device: str) -> list[Ho
 
 def print_honest(rows: list[Honest]) -> None:
     worst = max(rows, key=lambda r: r.max_lift)
-    called = [r for r in rows if "no concentration" not in r.line]
+    called = [r for r in rows if r.named_place]
     excess = max(rows, key=lambda r: r.max_excess)
     print(f"\nhonest rounding: {len(rows)} (case, variant, seed, output) localized; largest "
           f"lift {worst.max_lift:.3g} ({worst.case} {worst.variant} seed {worst.seed} "

@@ -51,8 +51,8 @@ MIN_SHARE = 0.5
 #: Honest bf16 rounding on every shipped case reaches lift <= 3.1 along any grouping
 #: (docs/reliability.md, "Localization"); bugs that sit somewhere reach 30 and more.
 MIN_LIFT = 8.0
-#: ...and cover at most this share of the elements: a place is a minority of the output.
-MAX_ELEMENT_SHARE = 2 / 3
+#: ...and cover at most this share of the elements: a place is not the whole output.
+MAX_ELEMENT_SHARE = 0.8
 #: Concentrated groupings whose error shares are this close count as tied; the tie goes to
 #: the one explained by a kind of element, then the most specific (smallest element share).
 TIE = 0.05

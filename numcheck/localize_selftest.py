@@ -131,8 +131,10 @@ class Honest:
     #: ...and the largest excess of the gap over its shuffled gap, among those with lift >=
     #: MIN_LIFT (-1 when none gets that far).
     max_excess: float
-    #: What the localization would say.
+    #: What the localization would say, and whether it names a place (a concentrated
+    #: grouping or a transform; "a few elements carry the error" describes, it does not).
     line: str
+    named_place: bool
 
 
 def honest_table(case: Case, variants: Sequence[str], golden: Golden, inputs: CaseInputs,
@@ -171,7 +173,8 @@ def honest_table(case: Case, variants: Sequence[str], golden: Golden, inputs: Ca
                                    0.0 if top is None else top.lift,
                                    "" if top is None else top.grouping,
                                    max(tested, default=-1.0),
-                                   loc.lines[0] if loc.lines else ""))
+                                   loc.lines[0] if loc.lines else "",
+                                   loc.concentrated or loc.transform is not None))
     return rows
 
 
