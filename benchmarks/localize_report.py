@@ -103,8 +103,8 @@ def honest_rows(cases: dict[str, Any], seeds: list[int], device: str) -> list[Ho
     from dataclasses import replace
 
     from numcheck.ops.registry import get_op
-    from numcheck.runner import CaseInputs
-    from numcheck.selftest import fresh_golden, shipped_golden
+    from numcheck.numerics import CaseInputs, fresh_golden
+    from numcheck.selftest import shipped_golden
 
     rows: list[Honest] = []
     for key, case in cases.items():

@@ -28,8 +28,9 @@ Before that, cheap **structural transforms** are tried: the output equal to the 
 by one factor, shifted by one along an axis, with two axes transposed, or with the slices
 along an axis permuted. One fits when it leaves at most :data:`TRANSFORM_FIT` of the error.
 
-All of it runs only on a failed check (the runner calls :func:`localize_failure` once per
-failing check); ``NUMCHECK_LOCALIZE=0`` in the environment switches it off.
+All of it runs only on a failed check (:func:`numcheck.numerics.check` calls
+:func:`localize_failure` once per failing check); ``NUMCHECK_LOCALIZE=0`` in the environment
+switches it off.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from typing import Any
 from numcheck.cases import Case
 from numcheck.goldens import Golden
 from numcheck.ops.registry import get_op
-from numcheck.runner import CaseInputs, VariantError, check
-from numcheck.selftest import fresh_golden, held_to, shipped_golden
+from numcheck.numerics import CaseInputs, VariantError, check, fresh_golden
+from numcheck.selftest import held_to, shipped_golden
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def locate(
             spent.append(time.perf_counter() - start)
 
     t0 = time.perf_counter()
-    localize.localize_failure = timed  # the runner calls it through the module
+    localize.localize_failure = timed  # numerics.check calls it through the module
     try:
         result = check(op, held, variant, device, golden, inputs, regen_hint="")
     except VariantError:
@@ -143,7 +143,7 @@ def honest_table(case: Case, variants: Sequence[str], golden: Golden, inputs: Ca
     from numcheck import localize
     from numcheck.goldens import IDX_SUFFIX, VAL_SUFFIX
     from numcheck.inputs import to_device
-    from numcheck.runner import run_variant, seed_key
+    from numcheck.numerics import run_variant, seed_key
 
     op = get_op(case.op)
     rows = []

@@ -1,7 +1,7 @@
 """Localization: where a failed check's error sits, in the op's structure (numcheck/localize.py).
 
 Pure tests on tiny shapes: honest rounding is never localized; errors planted in a known place
-are named; structural transforms are recognised; the runner localizes failures only; the
+are named; structural transforms are recognised; numerics.check localizes failures only; the
 message, the record and the extension API carry it.
 """
 
@@ -251,13 +251,13 @@ def test_a_structure_for_an_unknown_output_is_a_registration_error() -> None:
     assert register(_tiny_op({"y": Structure(axes=("a", "b"))})).structure["y"].axes == ("a", "b")
 
 
-# -- the runner, the message, the record ---------------------------------------------------
+# -- numerics.check, the message, the record ---------------------------------------------------
 
 
 @pytest.fixture
 def tiny(tmp_path: Path) -> Any:
     from numcheck.cases import load_cases
-    from numcheck.selftest import fresh_golden
+    from numcheck.numerics import fresh_golden
 
     sys.path.insert(0, str(TESTS))
     import planted_located
@@ -277,9 +277,9 @@ def tiny(tmp_path: Path) -> Any:
 
 
 def test_the_runner_localizes_failures_only(tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from numcheck.render import Commands, failure_message
-    from numcheck.report import record_from_dict, record_from_result, record_to_dict
-    from numcheck.runner import check
+    from numcheck.report.render import Commands, failure_message
+    from numcheck.report.records import record_from_dict, record_from_result, record_to_dict
+    from numcheck.numerics import check
 
     op, case, golden, inputs = tiny
     calls = []
@@ -311,7 +311,7 @@ def test_the_runner_localizes_failures_only(tiny: Any, monkeypatch: pytest.Monke
 
 
 def test_localization_can_be_switched_off(tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from numcheck.runner import check
+    from numcheck.numerics import check
 
     op, case, golden, inputs = tiny
     monkeypatch.setenv(localize.ENV, "0")
@@ -384,7 +384,7 @@ def test_the_failure_message_and_report_say_where(pytester: pytest.Pytester) -> 
 
 
 def test_heatmaps_are_self_contained_html() -> None:
-    from numcheck.localize_html import localization_html
+    from numcheck.report.localize_html import localization_html
 
     inputs, p, golden, ours = _indexer()
     bad = ours.clone()

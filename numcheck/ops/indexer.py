@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from numcheck.inputs import normal, quantize_e4m3, rng
-from numcheck.ops.registry import (
+from numcheck.ops.spec import (
     Inputs,
     OpSpec,
     Outputs,
@@ -27,7 +27,6 @@ from numcheck.ops.registry import (
     ParamSpec,
     TopkSpec,
     Variant,
-    register,
 )
 from numcheck.precision import matmul_precision
 from numcheck.structure import Grouping, Structure
@@ -337,5 +336,3 @@ OP = OpSpec(
     min_bytes=min_bytes,
     structure={"logits": LOGITS_STRUCTURE},
 )
-
-register(OP)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from numcheck.inputs import normal, rng
-from numcheck.ops.registry import Inputs, OpSpec, Outputs, Params, ParamSpec, Variant, register
+from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, ParamSpec, Variant
 from numcheck.precision import matmul_precision
 from numcheck.structure import Grouping, Structure
 
@@ -172,5 +172,3 @@ OP = OpSpec(
     min_bytes=min_bytes,
     structure=STRUCTURE,
 )
-
-register(OP)
