@@ -66,6 +66,10 @@ MIN_EVENTS = 4
 #: up to rounding).
 TRANSFORM_FIT = 0.2
 TRANSFORM_LEFT = 0.05
+#: Values moved to the wrong places (shifted, transposed, permuted) differ from the golden
+#: by much more than rounding (two rows swapped among 32 already give 0.3); below this
+#: relative error those transforms are not tried.
+MOVED_MIN_ERROR = 0.01
 #: The gap (error share - element share) must beat the same gap with the error shuffled at
 #: random over the output's elements by this much: groups finer than the error (a few
 #: nonzero errors, a few flips, groups of a handful of elements) look concentrated by chance,
@@ -86,6 +90,8 @@ MAX_NAMED = 4
 #: error, the message says where those elements are instead of "no concentration".
 MAX_FEW = 8
 FEW_SHARE = 0.9
+#: Outputs larger than this are measured at this many positions (a fixed random sample).
+MAX_POSITIONS = 32_768
 #: Groups kept per grouping in the record (for heatmaps): the first ones by label.
 MAX_GROUPS_KEPT = 256
 #: Environment variable that switches localization off (``0``), e.g. to time it.
@@ -263,8 +269,11 @@ def flip_grid(
 
 def _labels(g: Grouping, inputs: _Inputs, params: _Params, grid: _Grid) -> np.ndarray:
     raw = torch.as_tensor(g.labels(inputs, params, grid.shape)).to("cpu", torch.int64)
-    flat = raw.broadcast_to(grid.shape).reshape(-1).numpy()
-    return flat[grid.positions]
+    view = raw.broadcast_to(grid.shape)
+    if len(grid.positions) == view.numel():
+        return view.reshape(-1).numpy()
+    coords = _unravel(torch.from_numpy(grid.positions), grid.shape)
+    return view[tuple(coords.T)].numpy()  # only the measured positions
 
 
 def concentration(
@@ -274,15 +283,11 @@ def concentration(
 
     None when the grouping splits nothing (fewer than two groups) or there is no error.
     """
-    sel = grid.counted & (labels >= 0)
-    lab, w = labels[sel], grid.weight[sel]
-    if lab.size == 0:
-        return None
-    uniq, inv = np.unique(lab, return_inverse=True)
+    sel, uniq, inv, count = _split(labels, grid)
     if uniq.size < 2:
         return None
+    w = grid.weight[sel]
     weight = np.bincount(inv, weights=w, minlength=uniq.size)
-    count = np.bincount(inv, minlength=uniq.size).astype(np.float64)
     total = float(weight.sum())
     if not total > 0 or not math.isfinite(total):
         return None
@@ -330,6 +335,21 @@ def concentration(
     return c, heavy_mask
 
 
+_Split = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+_SPLITS: dict[tuple[int, int], _Split] = {}
+
+
+def _split(labels: np.ndarray, grid: _Grid) -> _Split:
+    """The compared elements of a grouping: mask, group labels, each element's group index
+    and the element count per group (computed once per grouping and grid)."""
+    key = (id(labels), id(grid))
+    if key not in _SPLITS:
+        sel = grid.counted & (labels >= 0)
+        uniq, inv = np.unique(labels[sel], return_inverse=True)
+        _SPLITS[key] = (sel, uniq, inv, np.bincount(inv, minlength=uniq.size).astype(np.float64))
+    return _SPLITS[key]
+
+
 def _knee(weight: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, int, float, float]:
     """Groups by density, densest first; the ``k`` where error share - element share peaks,
     and those two shares."""
@@ -352,11 +372,9 @@ def _explain(
     for g, labels in others:
         if g is best:
             continue
-        sel = grid.counted & (labels >= 0)
-        uniq, inv = np.unique(labels[sel], return_inverse=True)
+        sel, uniq, inv, count = _split(labels, grid)
         if uniq.size < 2 or uniq.size > groups:
             continue
-        count = np.bincount(inv, minlength=uniq.size)
         inter = np.bincount(inv[heavy[sel]], minlength=uniq.size)
         jaccard = inter / (size + count - inter)
         jaccard[count >= EXPLAIN_MAX_SHARE * count.sum()] = 0.0
@@ -373,11 +391,12 @@ def _explain(
 
 def _rel(a: torch.Tensor, e: torch.Tensor) -> float:
     ok = torch.isfinite(a) & torch.isfinite(e)
+    zero = torch.zeros((), dtype=a.dtype)
+    den = float(torch.where(ok, e, zero).square().sum())
+    num = float(torch.where(ok, a - e, zero).square().sum())
     if not bool(ok.any()):
         return math.inf
-    den = float(e[ok].norm())
-    num = float((a[ok] - e[ok]).norm())
-    return num / den if den > 0 else (0.0 if num == 0 else math.inf)
+    return math.sqrt(num / den) if den > 0 else (0.0 if num == 0 else math.inf)
 
 
 def find_transform(
@@ -404,18 +423,26 @@ def find_transform(
             return Transform("scale", f"{name}: a global scale: output = {c:.6g} x golden "
                              f"(rel error {before:.3g}, {after:.3g} after dividing it out)",
                              before, after)
-    coords = _unravel(pos, shape)
+    if before < MOVED_MIN_ERROR:
+        return None
+    whole = positions is None
+    coords = None if whole else _unravel(pos, shape)
+    af, ef = full.view(shape), e.view(shape) if whole else e
     for d, size in enumerate(shape):
         if size < 3:
             continue
         for step in (1, -1):
-            moved = coords.clone()
-            moved[:, d] += step
-            valid = (moved[:, d] >= 0) & (moved[:, d] < size)
-            if int(valid.sum()) < 0.5 * len(pos):
-                continue
-            flat = _ravel(moved[valid], shape)
-            after = _rel(full[flat], e[valid])
+            if whole:  # slices: output[i + step] against golden[i]
+                after = _rel(af.narrow(d, max(step, 0), size - 1),
+                             ef.narrow(d, max(-step, 0), size - 1))
+            else:
+                assert coords is not None
+                moved = coords.clone()
+                moved[:, d] += step
+                valid = (moved[:, d] >= 0) & (moved[:, d] < size)
+                if int(valid.sum()) < 0.5 * len(pos):
+                    continue
+                after = _rel(full[_ravel(moved[valid], shape)], e[valid])
             if fits(after):
                 return Transform(
                     "shift", f"{name}: matches the golden shifted by one {axes[d]} "
@@ -425,16 +452,20 @@ def find_transform(
         for j in range(i + 1, len(shape)):
             if shape[i] != shape[j] or shape[i] < 2:
                 continue
-            swapped = coords.clone()
-            swapped[:, [i, j]] = coords[:, [j, i]]
-            after = _rel(full[_ravel(swapped, shape)], e)
+            if whole:
+                after = _rel(af.transpose(i, j), ef)
+            else:
+                assert coords is not None
+                swapped = coords.clone()
+                swapped[:, [i, j]] = coords[:, [j, i]]
+                after = _rel(full[_ravel(swapped, shape)], e)
             if fits(after):
                 return Transform(
                     "transpose", f"{name}: matches the golden with its {axes[i]} and "
                     f"{axes[j]} axes transposed (rel error {before:.3g}, {after:.3g} after "
                     "transposing)", before, after)
-    if positions is None:
-        return _permutation(name, full.view(shape), e.view(shape), axes, before)
+    if whole:
+        return _permutation(name, af, ef, axes, before)
     return None
 
 
@@ -496,6 +527,7 @@ def localize_grid(
     seed: int | None = None, transform: Transform | None = None,
 ) -> Localization:
     """Concentration along every grouping of one measured output, and its message lines."""
+    _SPLITS.clear()  # keyed by object ids: valid within one call only
     groupings = groupings_of(structure, grid.shape)
     labelled = [(g, _labels(g, inputs, params, grid)) for g in groupings]
     found: list[tuple[Grouping, Concentration, np.ndarray]] = []
@@ -535,6 +567,7 @@ def localize_grid(
         what = {"error": "the error", "mismatches": "the mismatches", "flips": "the flips"}
         lines.append(f"{grid.name}: no concentration: {what[grid.measure]} is spread evenly "
                      f"across {spread} (a systematic error, e.g. a scale or a formula)")
+    _SPLITS.clear()
     return Localization(
         output=grid.name, seed=seed, measure=grid.measure, events=grid.events,
         lines=tuple(lines[:2]), concentrated=bool(hot), transform=transform,
@@ -671,6 +704,15 @@ def localize_output(
 ) -> Localization:
     """Localize the error of one output against its golden (whole, or sampled at
     ``positions``, flat indices into ``actual``)."""
+    if positions is None and actual.numel() > MAX_POSITIONS:
+        full_a = actual.detach().to("cpu").reshape(-1)
+        full_e = expected.detach().to("cpu").reshape(-1)
+        if bool(torch.isfinite(full_a).all()) and bool(torch.isfinite(full_e).all()):
+            # A large output is measured at a fixed random sample of its positions, like a
+            # sampled golden: shares and transforms need no more, and the cost stays small.
+            gen = torch.Generator().manual_seed(0)
+            positions = torch.randperm(full_a.numel(), generator=gen)[:MAX_POSITIONS].sort()[0]
+            expected = full_e[positions]
     grid = error_grid(name, actual, expected, positions, atol=atol, rtol=rtol)
     axes = axis_names(structure, actual.dim())
     transform = find_transform(name, actual, expected, positions, axes)
@@ -698,9 +740,12 @@ def localize_failure(
             severity[v.output] = max(severity.get(v.output, 0.0), v.severity)
     found = []
     spec = op.topk
-    # The scores' own error first: it covers every element; flips are a sparse echo of it.
+    # The scores' own error first: it covers every element; flips are a sparse echo of it,
+    # localized only when the scores pass their own budget.
     flips_last = {name: spec is not None and name == spec.indices for name in severity}
     for name in sorted(severity, key=lambda n: (flips_last[n], -severity[n])):
+        if flips_last[name] and spec is not None and spec.scores in severity:
+            continue  # the scores' own error is localized, and the flips follow from it
         if spec is not None and name == spec.indices:
             if budget.topk is None:
                 continue
