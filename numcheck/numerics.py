@@ -14,11 +14,13 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from numcheck import localize
 from numcheck.cases import Case
 from numcheck.devices import device_label
 from numcheck.goldens import (
@@ -33,6 +35,7 @@ from numcheck.goldens import (
     unpack_pair,
 )
 from numcheck.inputs import to_device
+from numcheck.localize import Localization
 from numcheck.metric_names import MAX_FLIPS
 from numcheck.metrics import ErrorMetrics, compare
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
@@ -172,8 +175,11 @@ class SeedResult:
     metrics: dict[str, ErrorMetrics] = field(default_factory=dict)
     topk: TopkReport | None = None
     violations: list[Violation] = field(default_factory=list)
-    #: The variant's outputs on the CPU, when the caller asked to keep them (calibration).
+    #: The variant's outputs on the CPU, when the caller asked to keep them (calibration,
+    #: the report's plot data, a failure's obtained file).
     outputs: Outputs | None = None
+    #: Where the error sits, per failing output (only on a check's first failing seed).
+    localization: list[Localization] = field(default_factory=list)
 
 
 @dataclass
@@ -193,6 +199,9 @@ class CheckResult:
     overhead: OverheadReport | None = None
     #: A known-bad variant's expected failures, settled (None for an ordinary check).
     settled: Settled | None = None
+    #: The record's compact plot data (numcheck.plotdata) and a note shown in its row.
+    plots: dict[str, Any] | None = None
+    note: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -214,6 +223,11 @@ class CheckResult:
         """Worst (lowest) value of a top-k statistic over seeds."""
         values = [s.topk.value(name) for s in self.seeds if s.topk is not None]
         return min(values) if values else None
+
+    @property
+    def localization(self) -> list[Localization]:
+        """Where the error of each failing output sits (empty for a pass)."""
+        return next((s.localization for s in self.seeds if s.localization), [])
 
     def worst_topk(self) -> TopkReport | None:
         """The seed's top-k report with the most unexplained flips."""
@@ -249,11 +263,14 @@ def check(
         params=case.params,
         param_defaults={name: spec.default for name, spec in op.params.items()},
     )
-    results = [
-        _check_seed(op, case, variant_name, device, golden, inputs, seed,
-                    regen_hint=regen_hint, max_flips=max_flips, keep_outputs=keep_outputs)
-        for seed in case.seeds
-    ]
+    results: list[SeedResult] = []
+    for seed in case.seeds:
+        # Localize the first failing seed only: one place per check is what a reader needs.
+        results.append(_check_seed(
+            op, case, variant_name, device, golden, inputs, seed, regen_hint=regen_hint,
+            max_flips=max_flips, keep_outputs=keep_outputs,
+            localize_failure=not any(r.localization for r in results),
+        ))
     return CheckResult(
         case, variant_name, device, results, [v for r in results for v in r.violations]
     )
@@ -271,8 +288,10 @@ def _check_seed(
     regen_hint: str,
     max_flips: int,
     keep_outputs: bool,
+    localize_failure: bool = False,
 ) -> SeedResult:
-    """Run the variant on one seed's inputs; every output and the selection against the golden."""
+    """Run the variant on one seed's inputs; every output and the selection against the golden
+    (and, with ``localize_failure``, where a failure's error sits)."""
     variant = op.variants[variant_name]
     budget = case.budgets[variant_name]
     cpu_inputs, _ = inputs.get(seed)
@@ -299,6 +318,11 @@ def _check_seed(
         )
         result.topk = report
         result.violations += check_topk(spec.indices, report, tb, seed=seed)
+    if localize_failure and result.violations and localize.enabled():
+        result.localization = localize.localize_failure(
+            op, case.params, cpu_inputs, out, golden.tensors, partial(seed_key, seed),
+            result.violations, budget, seed=seed,
+        )
     return result
 
 

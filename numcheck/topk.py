@@ -264,17 +264,12 @@ def _kth_scores(golden_idx: torch.Tensor, scores: torch.Tensor, g_count: torch.T
 
 
 def _tie_tolerance(scores: torch.Tensor, kth: torch.Tensor, band: float, band_kind: str) -> torch.Tensor:
-    """Per row, how far from the k-th score a flip may be and still count as a near-tie.
-
-    ``"rel"`` is relative to the row's score scale (its largest finite |golden score|), not to
-    |kth|: with signed head weights the k-th score can sit near zero, where a band relative to
-    it would shrink to nothing while the rounding error does not.
-    """
-    if band_kind == "abs":
-        return torch.full_like(kth, band)
-    finite = torch.isfinite(scores)
-    scale = torch.where(finite, scores.abs(), 0).amax(dim=1) if scores.shape[1] else kth.abs()
-    return band * scale.to(torch.float64)
+    """Per row, how far from the k-th score a flip may be and still count as a near-tie
+    (:func:`row_tolerance`). An empty score matrix has no row maximum; nothing can flip there,
+    so the band is taken relative to |kth| instead."""
+    if band_kind == "rel" and not scores.shape[1]:
+        return band * kth.abs()
+    return row_tolerance(scores, band, band_kind)
 
 
 @dataclass(frozen=True)
@@ -333,6 +328,23 @@ def _classify_flips(
     )
     return _Flips(flip_rows, flip_tokens, in_g[flip_rows, flip_tokens], flip_score, flip_kth,
                   margin, explained)
+
+
+def row_tolerance(golden_scores: torch.Tensor, band: float, band_kind: str) -> torch.Tensor:
+    """Per row, the half-width of the tie band around the k-th score (float64).
+
+    ``"abs"``: ``band`` itself. ``"rel"``: ``band`` times the row's score scale, its
+    largest finite ``|golden score|``, not ``|kth|``: with signed head weights the k-th score
+    can sit near zero, where a band relative to it would shrink to nothing while the
+    rounding error does not.
+    """
+    rows = golden_scores.shape[0]
+    if band_kind == "abs":
+        return torch.full((rows,), float(band), dtype=torch.float64)
+    scores = golden_scores.detach().to("cpu")
+    finite = torch.isfinite(scores)
+    scale = torch.where(finite, scores.abs(), 0).amax(dim=1)
+    return band * scale.to(torch.float64)
 
 
 def _ones(mask: torch.Tensor) -> torch.Tensor:
