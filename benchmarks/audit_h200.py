@@ -1,6 +1,6 @@
 """Cast ledger and kernel audit of every variant at production-ish shapes, on a GPU.
 
-The evidence behind docs/perf/ (issue 4): where each variant's time goes, by kernel class,
+The evidence behind docs/perf/: where each variant's time goes, by kernel class,
 with the bf16 copy kernel of mHC ``bf16_roundtrip`` and the CUDA-core GEMM of the fp32
 indexer reference named. No goldens: only the ledger, the profiler and CUDA-event timings.
 
@@ -28,7 +28,7 @@ from numcheck.ops.registry import get_op
 from numcheck.overhead.gate import audit_variant, default_overhead, overhead_violations
 from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, TENSOR_CORE_GEMM
 
-#: (op, preset, shape): DESIGN.md's measured shapes.
+#: (op, preset, shape): the production shapes of docs/ops.md's story.
 SHAPES: list[tuple[str, str, dict[str, Any]]] = [
     ("mhc_pre", "v4pro", {"tokens": 4096}),  # hc_fn [24, 28672]
     ("indexer", "v4flash", {"batch": 64, "max_context": 8192, "min_context": 8192}),

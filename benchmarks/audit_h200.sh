@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device run for issue 4 (cast ledger and kernel audit) on a GPU machine:
+# One device run of the cast ledger and kernel audit on a GPU machine:
 #   the ledger/kernel unit tests on the GPU, the numcheck gate on CUDA (casts + kernels
 #   gates active), explain mode on two small cases, then the production-shape audit
 #   (benchmarks/audit_h200.py), whose short table is printed last.

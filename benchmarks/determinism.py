@@ -1,4 +1,4 @@
-"""Is every variant bit-identical run to run on one device? (issue 7, determinism)
+"""Is every variant bit-identical run to run on one device?
 
     python benchmarks/determinism.py [--device cuda] [--runs 20] [--json out.json]
 

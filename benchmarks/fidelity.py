@@ -1,4 +1,4 @@
-"""Fidelity of numcheck's speedup figure against independent timers (issue 3, item 6).
+"""Fidelity of numcheck's speedup figure against independent timers.
 
 For production shapes, the variant-over-reference speedup is measured
 
@@ -29,7 +29,7 @@ from numcheck.ops.registry import get_op
 from numcheck.perf.speedup import speedup_interval
 from numcheck.perf.timing import TimingConfig, time_interleaved
 
-#: (label, op, preset, shape, variant): the DESIGN.md shapes and the seed's mHC shape.
+#: (label, op, preset, shape, variant): the production shapes and the seed's mHC shape.
 SHAPES = [
     ("indexer v4flash B=64 L=8192 decode", "indexer", "v4flash",
      {"batch": 64, "max_context": 8192}, "bf16"),

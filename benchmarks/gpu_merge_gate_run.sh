@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The merge gate on a GPU machine (issue 5): serial vs one xdist worker per GPU, the same
+# The merge gate on a GPU machine: serial vs one xdist worker per GPU, the same
 # records either way, baseline drift between the two, and the plugin tests on CUDA.
 # Usage (repo root, GPU machine): OUT=/some/dir bash benchmarks/gpu_merge_gate_run.sh
 # Writes under $OUT: serial.json, parallel.json, parallel.md, junit.xml, drift.md, log.txt.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Performance evidence on a GPU (issue 3): the production-shape perf cases with timing on,
+# Performance evidence on a GPU: the production-shape perf cases with timing on,
 # pytest-benchmark JSON, then the fidelity check (5 repeats). Prints a short table last.
 # Usage (repo root, GPU machine):  OUT=/some/dir bash benchmarks/perf_h200.sh
 # Writes: $OUT/env.txt, perf-cuda.txt (pytest output), bench.json (pytest-benchmark JSON),

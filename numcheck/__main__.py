@@ -23,6 +23,7 @@ from numcheck.report.drift import DRIFT_HEADER, Rules, compare, drift_headline, 
 from numcheck.report.markdown import drift_markdown, headline, to_markdown
 from numcheck.report.records import ReportError, load_report
 from numcheck.report.render import summary_table, table
+from numcheck.report.step_summary import append_step_summary
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 
@@ -94,17 +95,17 @@ def _compare(args: argparse.Namespace) -> int:
                   args.speedup_drop, args.same_device_factor, float(args.allow_removed))
     base, new = load_report(args.base), load_report(args.new)
     drift = compare(base, new, rules, baseline=str(args.base))
-    args.exit_code = EXIT_REGRESSION if drift["regressions"] else EXIT_OK
+    args.exit_code = EXIT_REGRESSION if drift.regressions else EXIT_OK
     text = "\n".join(drift_markdown(drift)) + "\n"
     if args.markdown is not None:
         args.markdown.write_text(text)
-    _step_summary(text)
+    append_step_summary(text)
     print(drift_headline(drift))
     rows = drift_rows(drift)
     if rows:
         for line in table(DRIFT_HEADER, rows):
             print(line)
-    for r in drift["regressions"]:
+    for r in drift.regressions:
         print(f"REGRESSION {r}")
     sys.stdout.flush()  # a closed pipe shows here, inside main's handler
     return int(args.exit_code)
@@ -137,13 +138,6 @@ def _html(args: argparse.Namespace) -> int:
     write_html(args.out, report, plots=False if args.no_plots else None)
     print(f"numcheck html written: {args.out} ({headline(report)})")
     return EXIT_OK if report.passed else EXIT_REGRESSION
-
-
-def _step_summary(text: str) -> None:
-    path = os.environ.get("GITHUB_STEP_SUMMARY")
-    if path:
-        with open(path, "a") as f:
-            f.write(text + "\n")
 
 
 if __name__ == "__main__":

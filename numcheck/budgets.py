@@ -16,29 +16,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: Error metrics of an output, each an upper bound (the measured value must be <= the limit).
-ERROR_METRICS = (
-    "max_abs",
-    "max_rel",
-    "rel_fro",
-    "calc_diff",
-    "ulp_p50",
-    "ulp_p99",
-    "ulp_max",
-    "frac_outside",
-)
+from numcheck.metric_names import ERROR_METRICS, TOPK_LIMITS
+from numcheck.precision import PRECISIONS
+
 #: The band ``|x - y| <= atol + rtol * |y|``; ``frac_outside`` counts elements outside it.
 BAND_KEYS = ("atol", "rtol")
 #: Keys an ordinary (non-top-k) output budget accepts.
 OUTPUT_KEYS = (*ERROR_METRICS, *BAND_KEYS, "allow_nan")
-#: Top-k agreement limits, each a lower bound in [0, 1].
-TOPK_LIMITS = ("recall_min", "recall_mean", "tie_recall_min", "tie_recall_mean")
 #: How close to the k-th score a flip counts as a near-tie: relative to it, or in score units.
 TIE_BAND_KEYS = ("tie_band_rel", "tie_band_abs")
 #: Keys the top-k output budget accepts.
 TOPK_KEYS = (*TOPK_LIMITS, *TIE_BAND_KEYS)
 
-# Placeholder values, to be calibrated from measurements; docs/budgets.md explains each number.
+# Default budgets per precision class; docs/budgets.md says where each number comes from.
 # Any key of ERROR_METRICS or TOPK_LIMITS added to a row becomes gated by default for that
 # precision; atol, rtol and one of tie_band_rel / tie_band_abs are required in every row.
 DEFAULT_BUDGETS: Mapping[str, Mapping[str, float]] = {
@@ -192,13 +182,9 @@ def complete_budget(
     return VariantBudget(outputs=budgets, topk=topk)
 
 
-#: Precision classes from finest to coarsest.
-_COARSENESS = ("fp32", "tf32", "bf16")
-
-
 def coarser(a: str, b: str) -> str:
     """The coarser of two precision classes (``coarser("fp32", "bf16") == "bf16"``)."""
-    return max(a, b, key=_COARSENESS.index)
+    return max(a, b, key=PRECISIONS.index)
 
 
 def describe(value: Any) -> str:

@@ -31,7 +31,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from numcheck.budgets import ERROR_METRICS, TOPK_LIMITS
+from numcheck.devices import device_name
+from numcheck.metric_names import ERROR_METRICS, TOPK_LIMITS
 
 if TYPE_CHECKING:
     from numcheck.budgets import VariantBudget
@@ -368,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         meta = {"device": args.device, "torch": torch.__version__, "extra_seeds": args.seeds,
                 "first_seed": args.first_seed}
         if args.device == "cuda":
-            meta["device_name"] = torch.cuda.get_device_name()
+            meta["device_name"] = device_name(args.device)
         args.json.write_text(json.dumps({"meta": meta, "cases": everything}, indent=1))
     return 0
 

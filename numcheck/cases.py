@@ -150,21 +150,32 @@ def load_cases(folder: Path, *, lookup: OpLookup = registry.get_op) -> list[Case
             "to the folder that holds them",
         )
     cases: list[Case] = []
-    seen: dict[tuple[str, str], Path] = {}
+    ids = CaseIds()
     for path in sorted(folder.glob("*.toml")):
         if not path.is_file():
             continue
         for case in load_case_file(path, lookup=lookup):
-            first = seen.setdefault((case.op, case.id), path)
-            if first != path:
-                raise CaseFileError(
-                    path,
-                    f"op '{case.op}' already has a case '{case.id}' in {first}",
-                    "rename one of them: the id names the golden file and the test",
-                    case=case.id,
-                )
+            ids.claim(case)
             cases.append(case)
     return cases
+
+
+class CaseIds:
+    """Case ids seen so far: unique per op across all files, since they name the golden."""
+
+    def __init__(self) -> None:
+        self._first: dict[tuple[str, str], Path] = {}
+
+    def claim(self, case: Case) -> None:
+        """Note ``case``; a second case of the same op and id in another file is an error."""
+        first = self._first.setdefault((case.op, case.id), case.source)
+        if first != case.source:
+            raise CaseFileError(
+                case.source,
+                f"op '{case.op}' already has a case '{case.id}' in {first}",
+                "rename one of them: the id names the golden file and the test",
+                case=case.id,
+            )
 
 
 def load_case_file(path: Path, *, lookup: OpLookup = registry.get_op) -> list[Case]:

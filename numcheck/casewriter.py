@@ -12,14 +12,14 @@ the gate itself only reads case files (with the standard library's tomllib).
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from numcheck.atomic import atomic_write
 
 #: How to install what writing needs.
 INSTALL_HINT = "pip install tomlkit (or the calibrate extra: pip install 'numcheck[calibrate]')"
@@ -158,15 +158,7 @@ def write_edits(path: Path, edits: Sequence[Edit]) -> tuple[list[Change], list[C
     except CaseWriteError as exc:
         raise CaseWriteError(f"{path}: {exc}") from exc
     if changes:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(new)
-            os.chmod(tmp, path.stat().st_mode & 0o777)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, new.encode(), mode=path.stat().st_mode & 0o777)
     return changes, skipped
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from numcheck.cases import Case, Expectation
 from numcheck.goldens import Golden
+from numcheck.metric_names import MAX_FLIPS
 from numcheck.numerics import CaseInputs, CheckResult, check
 from numcheck.ops.registry import OpSpec
 from numcheck.overhead.gate import OVERHEAD_GATES, check_overhead
@@ -69,6 +70,34 @@ def settle_expected(
     return Settled(tuple(caught), missed, expected.reason)
 
 
+def cannot_run(
+    op: OpSpec,
+    case: Case,
+    variant: str,
+    device: str,
+    *,
+    gates: Collection[str] = (),
+    perf_switch: str = "the perf gate on",
+) -> str | None:
+    """Why this (case, variant, device) check cannot run here, or None when it can.
+
+    A case runs only on its ``devices``; a variant only where it is available (its
+    ``unavailable`` text says why not, e.g. a missing Triton); a perf-only case (no golden)
+    only when the perf gate is among ``gates``. ``perf_switch`` names how to switch that gate
+    on in the message (the plugin passes its command-line flag).
+    """
+    spec = op.variants[variant]
+    if device not in case.devices:
+        return f"case {case.id!r} does not run on {device} (its devices: {', '.join(case.devices)})"
+    if device not in spec.devices:
+        if spec.unavailable:
+            return f"variant {variant!r}: {spec.unavailable}"
+        return f"variant {variant!r} runs on {', '.join(spec.devices)} only"
+    if case.perf_only and "perf" not in gates:
+        return f"perf-only case {case.id!r} (no golden): runs with {perf_switch}"
+    return None
+
+
 @contextlib.contextmanager
 def _unlocked(*, exclusive: bool) -> Iterator[float]:
     yield 0.0
@@ -85,7 +114,7 @@ def run_check(
     gates: Collection[str] = (),
     explain: bool = False,
     regen_hint: str = "",
-    max_flips: int = 20,
+    max_flips: int = MAX_FLIPS,
     keep_outputs: bool = False,
     sections: DeviceSections | None = None,
 ) -> CheckResult:

@@ -13,11 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from numcheck.budgets import ERROR_METRICS, TOPK_LIMITS
+from numcheck.metric_names import ERROR_METRICS, NONFINITE_METRICS, TOPK_LIMITS
 
-#: Violation metrics the numerics check may raise on an ordinary output, besides the
-#: budgeted error metrics: the non-finite accounting and the sampled-output counts.
-NONFINITE_METRICS = ("inf_mask", "nan", "nan_mask", "posinf_count", "neginf_count")
 OUTPUT_METRICS = (*ERROR_METRICS, *NONFINITE_METRICS)
 TOPK_METRICS = TOPK_LIMITS
 

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from numcheck.budgets import complete_budget
+from numcheck.devices import device_label
 from numcheck.goldens import (
     Golden,
     GoldenError,
@@ -36,11 +37,11 @@ from numcheck.goldens import (
     input_fingerprint,
     load_golden,
     pack_output,
-    save_golden,
     unpack_pair,
+    write_if_changed,
 )
 from numcheck.metrics import ErrorMetrics, compare
-from numcheck.numerics import ulp_dtype
+from numcheck.precision import precision_of, ulp_dtype
 from numcheck.report.render import Commands, verdict_message
 from numcheck.topk import TopkReport, select_topk, topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk
@@ -84,11 +85,6 @@ def _fingerprint(inputs: TensorInputs) -> str:
     else:
         named = {str(i): t for i, t in enumerate(inputs)}
     return input_fingerprint(named)
-
-
-def _infer_precision(dtype: torch.dtype) -> str:
-    # A half-precision output can only be held to the bf16 row; anything finer to fp32.
-    return "bf16" if dtype in (torch.bfloat16, torch.float16) else "fp32"
 
 
 @dataclass
@@ -147,7 +143,7 @@ class GoldenCheck:
         :class:`~numcheck.goldens.GoldenError` when the golden is missing, corrupt or stale.
         """
         __tracebackhide__ = True
-        precision = precision or _infer_precision(actual.dtype)
+        precision = precision or precision_of(actual.dtype)
         ob = complete_budget(precision, {name: dict(budget or {})}, outputs=(name,),
                              topk_output=None).outputs[name]
         golden = self._golden(name, inputs, version, lambda: {name: reference_fn()})
@@ -268,18 +264,11 @@ class GoldenCheck:
             # A selection check needs the golden score of any token a variant may pick, so
             # its outputs are stored whole; a plain output is sampled when it is large.
             tensors.update(pack_output(key, t, full=True if len(outputs) > 1 else None))
-        device = next(iter(outputs.values())).device.type
+        device = device_label(str(next(iter(outputs.values())).device))
         meta = {"op": FIXTURE_DIR, "case": self._label(name), "op_version": version,
                 "fingerprint": fingerprint, "device": device, "seeds": [],
                 "test_id": self.test_id}
-        try:
-            old = load_golden(path, case=self._label(name), regen_hint="")
-        except GoldenError:
-            old = None
-        if old is not None and _unchanged(old, tensors, fingerprint, version):
-            return False
-        save_golden(path, tensors, meta)
-        return True
+        return write_if_changed(path, tensors, meta, case=self._label(name))
 
     def _message(
         self, name: str, violations: list[Violation], path: Path, report: TopkReport | None = None
@@ -290,12 +279,3 @@ class GoldenCheck:
             commands=Commands(self.reproduce_command, self.regen_command),
         )
 
-
-def _unchanged(old: Golden, tensors: Mapping[str, torch.Tensor], fingerprint: str,
-               version: int) -> bool:
-    if old.meta.get("fingerprint") != fingerprint or old.meta.get("op_version") != version:
-        return False
-    return set(old.tensors) == set(tensors) and all(
-        old.tensors[k].dtype == t.dtype and old.tensors[k].shape == t.shape
-        and torch.equal(old.tensors[k], t) for k, t in tensors.items()
-    )

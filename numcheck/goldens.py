@@ -15,12 +15,8 @@ writes anything).
 
 from __future__ import annotations
 
-import contextlib
-import glob
 import hashlib
 import json
-import os
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +28,7 @@ import numpy as np
 import safetensors.torch
 import torch
 
+from numcheck.atomic import atomic_write, remove_leftovers
 from numcheck.locking import exclusive
 
 __all__ = [
@@ -57,6 +54,7 @@ __all__ = [
     "save_golden",
     "summary_stats",
     "unpack_pair",
+    "write_if_changed",
 ]
 
 #: Version of the on-disk layout written by :func:`save_golden`; newer files are refused.
@@ -498,49 +496,42 @@ def save_golden(path: Path, tensors: Mapping[str, torch.Tensor], meta: Mapping[s
     encoded["content_hash"] = content_hash(cpu, encoded)
     data = _canonical(safetensors.torch.save(cpu, metadata=encoded))
     with exclusive(path):
-        _remove_leftovers(path)
-        _atomic_write(path, data)
+        remove_leftovers(path)
+        atomic_write(path, data)
 
 
-def _temp_name(path: Path) -> Path:
-    # Hidden and not *.safetensors, so a leftover after a hard kill is never taken for a golden.
-    return path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+def write_if_changed(
+    path: Path, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any], *, case: str
+) -> bool:
+    """Save a golden unless an equal one is stored; True when it wrote.
+
+    Equal means the same tensors bit for bit (names, dtypes, shapes, values) and the same
+    ``fingerprint`` and ``op_version`` in ``meta``, so re-running the regen flag on an
+    unchanged case never churns the repository. A stored file that cannot be read (missing,
+    corrupt, another format) is replaced. The compare and the write happen under the
+    golden's lock: another process regenerating the same golden (pytest-xdist workers)
+    waits, then finds the file equal and leaves it alone.
+    """
+    with exclusive(path):
+        try:
+            old = load_golden(path, case=case, regen_hint="")
+        except GoldenError:
+            old = None
+        if old is not None and _equal_golden(old, tensors, meta):
+            return False
+        save_golden(path, tensors, meta)
+    return True
 
 
-def _remove_leftovers(path: Path) -> None:
-    # Only called under the golden's lock: no live writer of this golden owns a temp file now.
-    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        with contextlib.suppress(OSError):
-            leftover.unlink()
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_name(path)
-    # os.open with 0o666 honours the umask, unlike mkstemp's 0o600 (goldens are shared files).
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    # Makes the rename itself durable. Not possible on Windows, where os.replace is atomic anyway.
-    if os.name != "posix":
-        return
-    dfd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+def _equal_golden(old: Golden, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any]) -> bool:
+    if any(old.meta.get(key) != meta.get(key) for key in ("fingerprint", "op_version")):
+        return False
+    return set(old.tensors) == set(tensors) and all(
+        old.tensors[k].dtype == t.dtype
+        and old.tensors[k].shape == t.shape
+        and torch.equal(old.tensors[k], t.detach().cpu())
+        for k, t in tensors.items()
+    )
 
 
 def load_golden(path: Path, *, case: str, regen_hint: str) -> Golden:

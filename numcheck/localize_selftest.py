@@ -18,8 +18,8 @@ from typing import Any
 
 from numcheck.cases import Case
 from numcheck.goldens import Golden
-from numcheck.ops.registry import get_op
 from numcheck.numerics import CaseInputs, VariantError, check, fresh_golden
+from numcheck.ops.registry import get_op
 from numcheck.selftest import held_to, shipped_golden
 
 

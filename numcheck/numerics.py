@@ -22,7 +22,9 @@ import torch
 
 from numcheck import localize
 from numcheck.cases import Case
+from numcheck.devices import device_label
 from numcheck.goldens import (
+    STATS_FIELDS,
     VAL_SUFFIX,
     Golden,
     GoldenFormatError,
@@ -30,25 +32,23 @@ from numcheck.goldens import (
     dtype_name,
     input_fingerprint,
     pack_output,
-    save_golden,
     unpack_pair,
 )
 from numcheck.inputs import to_device
 from numcheck.localize import Localization
+from numcheck.metric_names import MAX_FLIPS
 from numcheck.metrics import ErrorMetrics, compare
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
+from numcheck.precision import ulp_dtype
 from numcheck.regen import RegenOutcome, store
 from numcheck.topk import TopkReport, topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk, worst
 
 if TYPE_CHECKING:
+    from numcheck.budgets import OutputBudget
     from numcheck.check import Settled
     from numcheck.overhead.gate import OverheadReport
     from numcheck.perf.measure import PerfResult
-
-#: The dtype whose ULPs measure a variant of each precision class (TF32 has no torch
-#: dtype; its ULPs are counted in float32).
-PRECISION_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16}
 
 
 class VariantError(Exception):
@@ -133,7 +133,7 @@ def make_golden(
         "case": case.id,
         "op_version": op.version,
         "fingerprint": inputs.fingerprint(),
-        "device": _device_name(device),
+        "device": device_label(device),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "seeds": list(case.seeds),
         "outputs": outputs_meta,
@@ -148,12 +148,6 @@ def fresh_golden(op: OpSpec, case: Case, device: str = "cpu") -> tuple[Golden, C
     inputs = CaseInputs(op, case)
     tensors, meta = make_golden(op, case, device, inputs)
     return Golden(Path(f"<fresh {case.op}/{case.id}>"), tensors, meta), inputs
-
-
-def _device_name(device: str) -> str:
-    if device == "cuda":
-        return f"cuda ({torch.cuda.get_device_name()})"
-    return "cpu"
 
 
 def write_golden(path: Path, op: OpSpec, case: Case, device: str, inputs: CaseInputs) -> bool:
@@ -241,14 +235,6 @@ class CheckResult:
         return max(reports, key=lambda r: (r.n_unexplained, -r.recall_min), default=None)
 
 
-def ulp_dtype(precision: str, output_dtype: torch.dtype) -> torch.dtype:
-    """The coarser of the variant's compute dtype and the output's dtype."""
-    compute = PRECISION_DTYPES[precision]
-    if not output_dtype.is_floating_point:
-        return compute
-    return max(compute, output_dtype, key=lambda d: torch.finfo(d).eps)
-
-
 def check(
     op: OpSpec,
     case: Case,
@@ -258,7 +244,7 @@ def check(
     inputs: CaseInputs,
     *,
     regen_hint: str,
-    max_flips: int = 20,
+    max_flips: int = MAX_FLIPS,
     keep_outputs: bool = False,
 ) -> CheckResult:
     """Compare one variant with the golden for every seed of the case.
@@ -277,58 +263,98 @@ def check(
         params=case.params,
         param_defaults={name: spec.default for name, spec in op.params.items()},
     )
-    variant = op.variants[variant_name]
-    budget = case.budgets[variant_name]
     results: list[SeedResult] = []
     for seed in case.seeds:
-        cpu_inputs, _ = inputs.get(seed)
-        out = run_variant(variant, op, to_device(cpu_inputs, device), case, device)
-        result = SeedResult(seed)
-        if keep_outputs:
-            result.outputs = {name: t.detach().cpu() for name, t in out.items()}
-        for name in op.outputs:
-            _check_dtype(
-                golden, seed_key(seed, name), out[name], variant_name,
-                reference=variant_name == op.reference, regen_hint=regen_hint,
-            )
-            if op.topk is not None and name == op.topk.indices:
-                continue
-            pair = unpack_pair(
-                seed_key(seed, name), out[name], golden.tensors,
-                path=golden.path, case=case.id, regen_hint=regen_hint,
-            )
-            ob = budget.outputs[name]
-            m = compare(
-                pair.actual, pair.expected,
-                ulp_dtype=ulp_dtype(variant.precision, out[name].dtype),
-                atol=ob.atol, rtol=ob.rtol,
-            )
-            result.metrics[name] = m
-            found = check_output(name, m, ob, seed=seed)
-            if m.nonfinite.mask_mismatch:
-                found = [_locate_mask(v, pair.actual, pair.expected) for v in found]
-            result.violations += found
-            if pair.sampled:
-                result.violations += _check_stats(name, pair, seed)
-        if op.topk is not None and budget.topk is not None:
-            spec, tb = op.topk, budget.topk
-            report = topk_agreement(
-                golden.tensors[seed_key(seed, spec.indices)],
-                out[spec.indices].cpu(),
-                golden.tensors[seed_key(seed, spec.scores)],
-                band=tb.tie_band, band_kind=tb.tie_band_kind, max_flips=max_flips,
-            )
-            result.topk = report
-            result.violations += check_topk(spec.indices, report, tb, seed=seed)
-        if result.violations and localize.enabled() and not any(r.localization for r in results):
-            result.localization = localize.localize_failure(
-                op, case.params, cpu_inputs, out, golden.tensors, partial(seed_key, seed),
-                result.violations, budget, seed=seed,
-            )
-        results.append(result)
+        # Localize the first failing seed only: one place per check is what a reader needs.
+        results.append(_check_seed(
+            op, case, variant_name, device, golden, inputs, seed, regen_hint=regen_hint,
+            max_flips=max_flips, keep_outputs=keep_outputs,
+            localize_failure=not any(r.localization for r in results),
+        ))
     return CheckResult(
         case, variant_name, device, results, [v for r in results for v in r.violations]
     )
+
+
+def _check_seed(
+    op: OpSpec,
+    case: Case,
+    variant_name: str,
+    device: str,
+    golden: Golden,
+    inputs: CaseInputs,
+    seed: int,
+    *,
+    regen_hint: str,
+    max_flips: int,
+    keep_outputs: bool,
+    localize_failure: bool = False,
+) -> SeedResult:
+    """Run the variant on one seed's inputs; every output and the selection against the golden
+    (and, with ``localize_failure``, where a failure's error sits)."""
+    variant = op.variants[variant_name]
+    budget = case.budgets[variant_name]
+    cpu_inputs, _ = inputs.get(seed)
+    out = run_variant(variant, op, to_device(cpu_inputs, device), case, device)
+    result = SeedResult(seed)
+    if keep_outputs:
+        result.outputs = {name: t.detach().cpu() for name, t in out.items()}
+    for name in op.outputs:
+        _check_dtype(
+            golden, seed_key(seed, name), out[name], variant_name,
+            reference=variant_name == op.reference, regen_hint=regen_hint,
+        )
+        if op.topk is not None and name == op.topk.indices:
+            continue
+        _check_output(result, name, out[name], golden, case, variant.precision,
+                      budget.outputs[name], regen_hint=regen_hint)
+    if op.topk is not None and budget.topk is not None:
+        spec, tb = op.topk, budget.topk
+        report = topk_agreement(
+            golden.tensors[seed_key(seed, spec.indices)],
+            out[spec.indices].cpu(),
+            golden.tensors[seed_key(seed, spec.scores)],
+            band=tb.tie_band, band_kind=tb.tie_band_kind, max_flips=max_flips,
+        )
+        result.topk = report
+        result.violations += check_topk(spec.indices, report, tb, seed=seed)
+    if localize_failure and result.violations and localize.enabled():
+        result.localization = localize.localize_failure(
+            op, case.params, cpu_inputs, out, golden.tensors, partial(seed_key, seed),
+            result.violations, budget, seed=seed,
+        )
+    return result
+
+
+def _check_output(
+    result: SeedResult,
+    name: str,
+    actual: torch.Tensor,
+    golden: Golden,
+    case: Case,
+    precision: str,
+    ob: OutputBudget,
+    *,
+    regen_hint: str,
+) -> None:
+    """One ordinary output of one seed: its metrics and violations, added to ``result``."""
+    seed = result.seed
+    pair = unpack_pair(
+        seed_key(seed, name), actual, golden.tensors,
+        path=golden.path, case=case.id, regen_hint=regen_hint,
+    )
+    m = compare(
+        pair.actual, pair.expected,
+        ulp_dtype=ulp_dtype(precision, actual.dtype),
+        atol=ob.atol, rtol=ob.rtol,
+    )
+    result.metrics[name] = m
+    found = check_output(name, m, ob, seed=seed)
+    if m.nonfinite.mask_mismatch:
+        found = [_locate_mask(v, pair.actual, pair.expected) for v in found]
+    result.violations += found
+    if pair.sampled:
+        result.violations += _check_stats(name, pair, seed)
 
 
 def _locate_mask(v: Violation, actual: torch.Tensor, expected: torch.Tensor) -> Violation:
@@ -391,7 +417,8 @@ def _check_stats(name: str, pair: Any, seed: int) -> list[Violation]:
     exp, act = pair.stats_expected, pair.stats_actual
     found = []
     # NaN too: a NaN outside the sampled positions is invisible to the elementwise metrics.
-    for i, label in ((5, "nan"), (6, "posinf"), (7, "neginf")):
+    for label in ("nan", "posinf", "neginf"):
+        i = STATS_FIELDS.index(f"n_{label}")
         if exp is not None and act is not None and int(exp[i]) != int(act[i]):
             found.append(
                 Violation(

@@ -1,11 +1,88 @@
-"""Matmul precision switches that always restore what the surrounding process had."""
+"""Precision classes, and matmul precision switches that always restore the process's own.
+
+Every variant names the precision class it computes in (``fp32``, ``tf32``, ``bf16``). The
+class decides three things, all read from :data:`PRECISION_CLASSES`:
+
+- which default budget row completes the variant's budget (``numcheck.budgets``),
+- in which dtype ULP errors are counted (:func:`ulp_dtype`: the coarser of the class's
+  compute dtype and the output's dtype),
+- whether its GEMMs are meant for tensor cores, so that a CUDA-core GEMM is a failure of the
+  kernel audit (``numcheck.overhead.gate``).
+
+torch is imported inside the functions, so the names load without it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class PrecisionClass:
+    """One precision class: its name, the torch dtype it computes in, its GEMM units."""
+
+    name: str
+    #: Name of the torch dtype the class's arithmetic rounds to (``torch.<compute>``).
+    compute: str
+    #: True when its GEMMs are meant for tensor cores (a CUDA-core GEMM is then a failure).
+    tensor_core: bool
+    doc: str = ""
+
+
+#: Every precision class by name, from finest to coarsest (``budgets.coarser`` relies on the
+#: order). A variant's ``precision`` must be one of these.
+PRECISION_CLASSES: dict[str, PrecisionClass] = {
+    c.name: c
+    for c in (
+        PrecisionClass("fp32", "float32", tensor_core=False,
+                       doc="IEEE fp32 arithmetic (TF32 off): the references"),
+        PrecisionClass("tf32", "float32", tensor_core=True,
+                       doc="fp32 tensors, GEMMs on tensor cores with 10-bit mantissa operands"),
+        PrecisionClass("bf16", "bfloat16", tensor_core=True,
+                       doc="bf16 GEMM operands (8 significant bits), fp32 accumulation"),
+    )
+}
+#: Names of the precision classes, in table order.
+PRECISIONS = tuple(PRECISION_CLASSES)
+#: Precision classes whose GEMMs are meant for tensor cores.
+TENSOR_CORE_PRECISIONS = tuple(n for n, c in PRECISION_CLASSES.items() if c.tensor_core)
+
+
+def compute_dtype(precision: str) -> torch.dtype:
+    """The torch dtype the precision class computes in (``KeyError`` for an unknown class)."""
+    import torch
+
+    return getattr(torch, PRECISION_CLASSES[precision].compute)
+
+
+def ulp_dtype(precision: str, output_dtype: torch.dtype) -> torch.dtype:
+    """The coarser of the precision class's compute dtype and the output's dtype.
+
+    ULPs are counted in what the variant claims to compute in, unless its output is stored
+    coarser still (a bf16 output of an fp32 computation is judged in bf16 ULPs).
+    """
+    import torch
+
+    compute = compute_dtype(precision)
+    if not output_dtype.is_floating_point:
+        return compute
+    return max(compute, output_dtype, key=lambda d: torch.finfo(d).eps)
+
+
+def precision_of(dtype: torch.dtype) -> str:
+    """The precision class an output of ``dtype`` can be held to when none is named.
+
+    A half-precision output can only meet the bf16 row; anything finer is held to fp32.
+    """
+    import torch
+
+    return "bf16" if dtype in (torch.bfloat16, torch.float16) else "fp32"
 
 
 @contextmanager
@@ -18,6 +95,8 @@ def matmul_precision(*, tf32: bool) -> Iterator[None]:
     previous setting even when the body raises. On a CPU without TF32 hardware the
     matmul stays IEEE fp32.
     """
+    import torch
+
     previous = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
     try:

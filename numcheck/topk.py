@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from numcheck.metric_names import MAX_FLIPS
+
 #: Names :meth:`TopkReport.value` understands, for budgets.
 TOPK_METRIC_NAMES: tuple[str, ...] = (
     "recall_min",
@@ -154,7 +156,7 @@ def topk_agreement(
     *,
     band: float,
     band_kind: str = "rel",
-    max_flips: int = 20,
+    max_flips: int = MAX_FLIPS,
 ) -> TopkReport:
     """Compare a variant's top-k selection with the golden one, forgiving near-ties only.
 
@@ -181,6 +183,52 @@ def topk_agreement(
             unknown ``band_kind``.
         TypeError: an index tensor is not integer.
     """
+    rows, length = _check_args(golden_idx, variant_idx, golden_scores, band, band_kind, max_flips)
+    in_g = _membership(golden_idx, length, "golden_idx")
+    in_v = _membership(variant_idx, length, "variant_idx")
+    scores = golden_scores.detach().to("cpu")
+    g_count = in_g.sum(dim=1)
+    kth = _kth_scores(golden_idx, scores, g_count)
+    flips = _classify_flips(in_g, in_v, scores, kth, _tie_tolerance(scores, kth, band, band_kind))
+
+    g_np = g_count.numpy().astype(np.float64)
+    safe_g = np.where(g_np > 0, g_np, 1.0)
+    both_count = (in_g & in_v).sum(dim=1)
+    recall = np.where(g_np > 0, both_count.numpy() / safe_g, 1.0)
+    credited = both_count + torch.minimum(*flips.explained_per_row(rows))
+    tie_recall = np.where(g_np > 0, credited.numpy() / safe_g, 1.0)
+    recall_mean, recall_min, worst_row = _mean_min_argmin(recall)
+    tie_mean, tie_min, tie_worst = _mean_min_argmin(tie_recall)
+
+    return TopkReport(
+        rows=rows,
+        k=tuple(int(c) for c in g_count.tolist()),
+        recall=tuple(float(x) for x in recall),
+        recall_mean=recall_mean,
+        recall_min=recall_min,
+        worst_row=worst_row,
+        rows_with_flips=int((in_g ^ in_v).any(dim=1).sum()),
+        tie_recall=tuple(float(x) for x in tie_recall),
+        tie_recall_mean=tie_mean,
+        tie_recall_min=tie_min,
+        tie_worst_row=tie_worst,
+        n_flips=int(flips.rows.numel()),
+        n_unexplained=int((~flips.explained).sum()),
+        unexplained=flips.worst_unexplained(max_flips),
+        band=float(band),
+        band_kind=band_kind,
+    )
+
+
+def _check_args(
+    golden_idx: torch.Tensor,
+    variant_idx: torch.Tensor,
+    golden_scores: torch.Tensor,
+    band: float,
+    band_kind: str,
+    max_flips: int,
+) -> tuple[int, int]:
+    """Refuse bad arguments to :func:`topk_agreement`; the (rows, length) of the scores."""
     if band_kind not in BAND_KINDS:
         raise ValueError(f"band_kind must be one of {BAND_KINDS}, got {band_kind!r}")
     if not band >= 0.0:  # also rejects NaN
@@ -197,91 +245,89 @@ def topk_agreement(
             f"row counts differ: golden_idx {tuple(golden_idx.shape)}, variant_idx "
             f"{tuple(variant_idx.shape)}, golden_scores {tuple(golden_scores.shape)}"
         )
+    return rows, length
 
-    in_g = _membership(golden_idx, length, "golden_idx")
-    in_v = _membership(variant_idx, length, "variant_idx")
-    scores = golden_scores.detach().to("cpu")
 
-    g_count = in_g.sum(dim=1)
-    both_count = (in_g & in_v).sum(dim=1)
+def _kth_scores(golden_idx: torch.Tensor, scores: torch.Tensor, g_count: torch.Tensor) -> torch.Tensor:
+    """Per row, the lowest golden score over G (float64; NaN for a row that selected nothing).
 
-    # kth: lowest golden score over G, gathered from the (small) golden index tensor so the
-    # full [R, L] score matrix is never converted to float64.
+    Gathered through the (small) golden index tensor so the full ``[R, L]`` score matrix is
+    never converted to float64.
+    """
+    rows = scores.shape[0]
     g_idx = golden_idx.detach().to("cpu", torch.int64)
-    g_valid = g_idx >= 0
-    g_scores = torch.gather(scores, 1, g_idx.clamp(min=0)).to(torch.float64)
     if g_idx.numel() == 0:
-        kth = torch.full((rows,), math.nan, dtype=torch.float64)
-    else:
-        kth = torch.where(g_valid, g_scores, math.inf).amin(dim=1)
-        kth = torch.where(g_count > 0, kth, math.nan)
-    # An empty score matrix has no row maximum; nothing can flip there anyway.
-    empty = band_kind == "rel" and not length
-    tol = band * kth.abs() if empty else row_tolerance(scores, band, band_kind)
+        return torch.full((rows,), math.nan, dtype=torch.float64)
+    g_scores = torch.gather(scores, 1, g_idx.clamp(min=0)).to(torch.float64)
+    kth = torch.where(g_idx >= 0, g_scores, math.inf).amin(dim=1)
+    return torch.where(g_count > 0, kth, math.nan)
 
-    flipped = in_g ^ in_v
-    flip_rows, flip_tokens = torch.nonzero(flipped, as_tuple=True)  # row-major order
-    flip_out = in_g[flip_rows, flip_tokens]
+
+def _tie_tolerance(scores: torch.Tensor, kth: torch.Tensor, band: float, band_kind: str) -> torch.Tensor:
+    """Per row, how far from the k-th score a flip may be and still count as a near-tie
+    (:func:`row_tolerance`). An empty score matrix has no row maximum; nothing can flip there,
+    so the band is taken relative to |kth| instead."""
+    if band_kind == "rel" and not scores.shape[1]:
+        return band * kth.abs()
+    return row_tolerance(scores, band, band_kind)
+
+
+@dataclass(frozen=True)
+class _Flips:
+    """Every flipped token (in G xor V), in row-major order, with its golden score and margin."""
+
+    rows: torch.Tensor
+    tokens: torch.Tensor
+    out: torch.Tensor  # True: golden-selected token the variant dropped; False: swapped in
+    score: torch.Tensor
+    kth: torch.Tensor
+    margin: torch.Tensor
+    explained: torch.Tensor
+
+    def explained_per_row(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per row: explained flips out of the selection, and explained flips into it."""
+        out = torch.zeros(rows, dtype=torch.int64)
+        into = torch.zeros(rows, dtype=torch.int64)
+        out.index_add_(0, self.rows[self.explained & self.out], _ones(self.explained & self.out))
+        into.index_add_(0, self.rows[self.explained & ~self.out], _ones(self.explained & ~self.out))
+        return out, into
+
+    def worst_unexplained(self, max_flips: int) -> tuple[Flip, ...]:
+        """At most ``max_flips`` unexplained flips, farthest from the k-th score first."""
+        sel = torch.nonzero(~self.explained).reshape(-1).numpy()
+        abs_margin = self.margin.abs().numpy()[sel]
+        # A NaN margin (row where the golden selected nothing) has no distance to the
+        # boundary: rank it with the worst. A stable sort keeps (row, token) order on ties.
+        abs_margin = np.where(np.isnan(abs_margin), np.inf, abs_margin)
+        order = sel[np.argsort(-abs_margin, kind="stable")][:max_flips]
+        return tuple(
+            Flip(
+                row=int(self.rows[i]),
+                token=int(self.tokens[i]),
+                direction="out" if bool(self.out[i]) else "in",
+                golden_score=float(self.score[i]),
+                kth_score=float(self.kth[i]),
+                margin=float(self.margin[i]),
+                explained=False,
+            )
+            for i in order.tolist()
+        )
+
+
+def _classify_flips(
+    in_g: torch.Tensor, in_v: torch.Tensor, scores: torch.Tensor, kth: torch.Tensor,
+    tol: torch.Tensor,
+) -> _Flips:
+    """The flips, each explained iff its golden score and ``kth`` are finite and within ``tol``."""
+    flip_rows, flip_tokens = torch.nonzero(in_g ^ in_v, as_tuple=True)  # row-major order
     flip_score = scores[flip_rows, flip_tokens].to(torch.float64)
     flip_kth = kth[flip_rows]
     margin = flip_score - flip_kth
     explained = (
         torch.isfinite(flip_score) & torch.isfinite(flip_kth) & (margin.abs() <= tol[flip_rows])
     )
-
-    explained_out = torch.zeros(rows, dtype=torch.int64)
-    explained_in = torch.zeros(rows, dtype=torch.int64)
-    explained_out.index_add_(0, flip_rows[explained & flip_out], _ones(explained & flip_out))
-    explained_in.index_add_(0, flip_rows[explained & ~flip_out], _ones(explained & ~flip_out))
-
-    g_np = g_count.numpy().astype(np.float64)
-    safe_g = np.where(g_np > 0, g_np, 1.0)
-    recall = np.where(g_np > 0, both_count.numpy() / safe_g, 1.0)
-    credited = both_count + torch.minimum(explained_out, explained_in)
-    tie_recall = np.where(g_np > 0, credited.numpy() / safe_g, 1.0)
-
-    recall_mean, recall_min, worst_row = _mean_min_argmin(recall)
-    tie_mean, tie_min, tie_worst = _mean_min_argmin(tie_recall)
-
-    unexplained = ~explained
-    n_unexplained = int(unexplained.sum())
-    sel = torch.nonzero(unexplained).reshape(-1).numpy()
-    abs_margin = margin.abs().numpy()[sel]
-    # A NaN margin (row where the golden selected nothing) has no distance to the boundary:
-    # rank it with the worst. Stable sort keeps (row, token) order among equal margins.
-    abs_margin = np.where(np.isnan(abs_margin), np.inf, abs_margin)
-    order = sel[np.argsort(-abs_margin, kind="stable")][:max_flips]
-    reported = tuple(
-        Flip(
-            row=int(flip_rows[i]),
-            token=int(flip_tokens[i]),
-            direction="out" if bool(flip_out[i]) else "in",
-            golden_score=float(flip_score[i]),
-            kth_score=float(flip_kth[i]),
-            margin=float(margin[i]),
-            explained=False,
-        )
-        for i in order.tolist()
-    )
-
-    return TopkReport(
-        rows=rows,
-        k=tuple(int(c) for c in g_count.tolist()),
-        recall=tuple(float(x) for x in recall),
-        recall_mean=recall_mean,
-        recall_min=recall_min,
-        worst_row=worst_row,
-        rows_with_flips=int(flipped.any(dim=1).sum()),
-        tie_recall=tuple(float(x) for x in tie_recall),
-        tie_recall_mean=tie_mean,
-        tie_recall_min=tie_min,
-        tie_worst_row=tie_worst,
-        n_flips=int(flip_rows.numel()),
-        n_unexplained=n_unexplained,
-        unexplained=reported,
-        band=float(band),
-        band_kind=band_kind,
-    )
+    return _Flips(flip_rows, flip_tokens, in_g[flip_rows, flip_tokens], flip_score, flip_kth,
+                  margin, explained)
 
 
 def row_tolerance(golden_scores: torch.Tensor, band: float, band_kind: str) -> torch.Tensor:

@@ -218,7 +218,7 @@ PLANTED = {
 #: Planted variants that are not bugs: the gate must let them pass.
 BENIGN = {("indexer", "near_flips")}
 
-#: The bugs of the self-test (issue 7), in the issue's order, with the shipped variant whose
+#: The bugs of the self-test, with the shipped variant whose
 #: budget each is held to: the loosest budget a real variant of that kind would get (bf16),
 #: except where the bug lives in the fp32 / TF32 path (docs/reliability.md says why).
 SELF_TEST = [
@@ -231,7 +231,7 @@ SELF_TEST = [
     ("mhc_pre", "rms_eps_x1000", "tf32"),
     ("mhc_pre", "sinkhorn_cut", "bf16"),
     ("indexer", "nan_one_row", "bf16"),
-    ("mhc_pre", "roundtrip_cast", "bf16"),  # exact: only the cast ledger (issue 4) sees it
+    ("mhc_pre", "roundtrip_cast", "bf16"),  # exact: only the cast ledger sees it
     # Earlier planted bugs, kept in the self-test.
     ("indexer", "far_flips", "bf16"),
     ("mhc_pre", "y_scaled", "bf16"),
@@ -244,7 +244,7 @@ SELF_TEST = [
 ]
 
 #: Planted bugs no numerics budget can see, with the gate that catches them instead.
-NOT_NUMERIC = {("mhc_pre", "roundtrip_cast"): "caught by the cast ledger (issue 4)"}
+NOT_NUMERIC = {("mhc_pre", "roundtrip_cast"): "caught by the cast ledger"}
 
 
 def register_all() -> None:

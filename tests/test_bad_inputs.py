@@ -199,7 +199,7 @@ def test_duplicate_case_ids(pytester: pytest.Pytester) -> None:
     shutil.copyfile(pytester.path / "cases" / "indexer.toml", pytester.path / "cases" / "more.toml")
     _collection_stops(pytester).stdout.fnmatch_lines(
         [("*more.toml: case 'tiny': op 'indexer' already has a case 'tiny' in *indexer.toml. "
-         "Fix: rename one of the two cases (the id names the golden file)")]
+         "Fix: rename one of them: the id names the golden file and the test")]
     )
 
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from numcheck.cases import Case, Expectation, load_case_file
-from numcheck.check import run_check, settle_expected
+from numcheck.check import cannot_run, run_check, settle_expected
 from numcheck.numerics import check, fresh_golden
 from numcheck.ops.registry import get_op
 from numcheck.verdict import Violation
@@ -100,3 +100,20 @@ def test_settle_caught_missed_and_ordinary() -> None:
     assert settle_expected(expected, [violation("y.rel_fro")], always) is None
     # No expected gate active: an ordinary check.
     assert settle_expected(expected, [], lambda g: False) is None
+
+
+def test_cannot_run_says_why_a_check_is_skipped(tiny: Case) -> None:
+    assert cannot_run(OP, tiny, "bf16", "cpu") is None
+    cpu_only = replace(tiny, devices=("cpu",))
+    assert cannot_run(OP, cpu_only, "bf16", "cuda") == (
+        "case 'tiny-mhc' does not run on cuda (its devices: cpu)")
+    gpu_only = replace(OP.variants["bf16"], devices=("cuda",))
+    op = replace(OP, variants={**OP.variants, "bf16": gpu_only})
+    assert cannot_run(op, tiny, "bf16", "cpu") == "variant 'bf16' runs on cuda only"
+    missing = replace(gpu_only, unavailable="needs triton (pip install triton)")
+    op = replace(OP, variants={**OP.variants, "bf16": missing})
+    assert cannot_run(op, tiny, "bf16", "cpu") == "variant 'bf16': needs triton (pip install triton)"
+    perf_only = replace(tiny, perf_only=True)
+    assert cannot_run(OP, perf_only, "bf16", "cpu", perf_switch="--numcheck-perf") == (
+        "perf-only case 'tiny-mhc' (no golden): runs with --numcheck-perf")
+    assert cannot_run(OP, perf_only, "bf16", "cpu", gates=("perf",)) is None

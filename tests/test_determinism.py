@@ -1,4 +1,4 @@
-"""Determinism of the FP32 references on the CPU (issue 7).
+"""Determinism of the FP32 references on the CPU.
 
 Run to run, in one process and at one thread count, every reference is bit-identical: the
 goldens can be compared with exact tools. Across thread counts MKL may split the mHC GEMM's

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from numcheck.__main__ import main
-from numcheck.report.drift import Rules, compare, drift_headline
-from numcheck.report.records import Record, Report, write_json
+from numcheck.report.drift import Drift, Rules, compare, drift_headline
+from numcheck.report.records import Record, Report, load_report, write_json
 
 
 def rec(variant: str = "bf16", *, calc_diff: float = 1e-6, recall: float | None = 0.998,
@@ -27,13 +27,13 @@ def rec(variant: str = "bf16", *, calc_diff: float = 1e-6, recall: float | None 
     )
 
 
-def drift(base: list[Record], new: list[Record], **rules: float) -> dict[str, Any]:
+def drift(base: list[Record], new: list[Record], **rules: float) -> Drift:
     return compare(Report(base), Report(new), Rules(**rules), baseline="base.json")
 
 
 def test_same_numbers_pass() -> None:
     d = drift([rec()], [rec()])
-    assert d["regressions"] == [] and d["counts"]["same"] == 1
+    assert d.regressions == [] and d.counts["same"] == 1
     assert drift_headline(d) == (
         "drift vs base.json: PASS (0 regression(s); 1 same, 0 changed, 0 improved, 0 new, "
         "0 removed)")
@@ -42,74 +42,74 @@ def test_same_numbers_pass() -> None:
 def test_calc_diff_growth_over_the_factor_fails() -> None:
     # Across device names (another GPU rounds differently) the wide 2x rule applies.
     h100, h200 = {"device_name": "H100"}, {"device_name": "H200"}
-    assert drift([rec(calc_diff=1e-6, **h100)], [rec(calc_diff=1.9e-6, **h200)])[
-        "regressions"] == []
+    assert drift([rec(calc_diff=1e-6, **h100)], [rec(calc_diff=1.9e-6, **h200)]
+    ).regressions == []
     d = drift([rec(calc_diff=1e-6, **h100)], [rec(calc_diff=2.5e-6, **h200)])
-    assert d["regressions"] == [
+    assert d.regressions == [
         "indexer::tiny::bf16[cpu]: logits.calc_diff 1e-06 -> 2.5e-06 (grew 2.5x, rule: > 2x on "
         "another device)"
     ]
-    assert d["rows"][0]["status"] == "regression"
+    assert d.rows[0].status == "regression"
     assert drift([rec(calc_diff=1e-6, **h100)], [rec(calc_diff=2.5e-6, **h200)],
-                 calc_diff_factor=3)["regressions"] == []
+                 calc_diff_factor=3).regressions == []
 
 
 def test_same_device_growth_uses_the_tight_factor() -> None:
     # The example: the bf16 indexer with its weights scaled by 1.0015 on the same
     # device made calc_diff 1.7x larger; the old 2x rule called it "same".
     d = drift([rec(calc_diff=1.73e-6)], [rec(calc_diff=2.94e-6)])
-    assert d["regressions"] == [
+    assert d.regressions == [
         "indexer::tiny::bf16[cpu]: logits.calc_diff 1.73e-06 -> 2.94e-06 (grew 1.7x, rule: "
         "> 1.25x on same device)"
     ]
-    assert drift([rec(calc_diff=1e-6)], [rec(calc_diff=1.2e-6)])["regressions"] == []
-    assert drift([rec(calc_diff=1e-6)], [rec(calc_diff=1.7e-6)], same_device_factor=2)[
-        "regressions"] == []
+    assert drift([rec(calc_diff=1e-6)], [rec(calc_diff=1.2e-6)]).regressions == []
+    assert drift([rec(calc_diff=1e-6)], [rec(calc_diff=1.7e-6)], same_device_factor=2
+    ).regressions == []
 
 
 def test_same_device_changes_below_every_rule_are_listed_as_changed() -> None:
     d = drift([rec(calc_diff=1e-6, recall=0.998)], [rec(calc_diff=1.2e-6, recall=0.999)])
-    assert d["regressions"] == [] and d["counts"]["changed"] == 0  # recall rose: improved
+    assert d.regressions == [] and d.counts["changed"] == 0  # recall rose: improved
     d = drift([rec(calc_diff=1e-6)], [rec(calc_diff=1.2e-6)])
-    assert d["regressions"] == []
-    (row,) = d["rows"]
-    assert row["status"] == "changed"
-    assert row["reasons"] == ["calc_diff 1e-06 -> 1.2e-06, 1.2x (below every rule)"]
+    assert d.regressions == []
+    (row,) = d.rows
+    assert row.status == "changed"
+    assert row.reasons == ["calc_diff 1e-06 -> 1.2e-06, 1.2x (below every rule)"]
     assert "1 changed" in drift_headline(d)
     # Across device names a small move is noise, not a change to review.
     other = drift([rec(calc_diff=1e-6, device_name="H100")],
                   [rec(calc_diff=1.2e-6, device_name="H200")])
-    assert other["rows"][0]["status"] == "same"
+    assert other.rows[0].status == "same"
 
 
 def test_removed_check_fails_unless_removals_are_accepted() -> None:
     d = drift([rec("bf16"), rec("tf32")], [rec("bf16")])
-    assert d["regressions"] == [
+    assert d.regressions == [
         "indexer::tiny::tf32[cpu]: not in the new run (a check that disappears fails the "
         "comparison; if it was retired on purpose, accept removals: --allow-removed, or "
         "allow_removed=true in numcheck_drift_rules)"
     ]
     assert drift_headline(d).startswith("drift vs base.json: FAIL (1 regression(s);")
     accepted = drift([rec("bf16"), rec("tf32")], [rec("bf16")], allow_removed=1)
-    assert accepted["regressions"] == [] and accepted["counts"]["removed"] == 1
+    assert accepted.regressions == [] and accepted.counts["removed"] == 1
     assert Rules.from_pairs(["allow_removed=true"]).allow_removed == 1
     with pytest.raises(ValueError, match="allow_removed: 'maybe' must be true or false"):
         Rules.from_pairs(["allow_removed=maybe"])
 
 
 def test_calc_diff_floor_keeps_bit_exact_paths_quiet() -> None:
-    assert drift([rec(calc_diff=0.0)], [rec(calc_diff=5e-11)])["regressions"] == []
+    assert drift([rec(calc_diff=0.0)], [rec(calc_diff=5e-11)]).regressions == []
     d = drift([rec(calc_diff=0.0)], [rec(calc_diff=1e-8)])
-    assert "grew from 0" in d["regressions"][0]
+    assert "grew from 0" in d.regressions[0]
 
 
 def test_recall_drop_fails() -> None:
     d = drift([rec(recall=0.998)], [rec(recall=0.996)])
-    assert d["regressions"] == [
+    assert d.regressions == [
         "indexer::tiny::bf16[cpu]: topk.recall_min 0.9980 -> 0.9960 (rule: drop > 0)"]
-    assert drift([rec(recall=0.998)], [rec(recall=0.996)], recall_drop=0.01)["regressions"] == []
+    assert drift([rec(recall=0.998)], [rec(recall=0.996)], recall_drop=0.01).regressions == []
     d = drift([rec(tie=1.0)], [rec(tie=0.99)])
-    assert "topk.tie_recall_min 1.0000 -> 0.9900" in d["regressions"][0]
+    assert "topk.tie_recall_min 1.0000 -> 0.9900" in d.regressions[0]
 
 
 def timing(s: float, lo: float, hi: float) -> dict[str, float]:
@@ -119,43 +119,43 @@ def timing(s: float, lo: float, hi: float) -> dict[str, float]:
 def test_speedup_drop_needs_confidence() -> None:
     base = [rec(timing=timing(2.0, 1.9, 2.1))]
     # The new interval reaches 0.95 x 1.9 = 1.805: not a confident 5% drop.
-    assert drift(base, [rec(timing=timing(1.75, 1.70, 1.82))])["regressions"] == []
+    assert drift(base, [rec(timing=timing(1.75, 1.70, 1.82))]).regressions == []
     d = drift(base, [rec(timing=timing(1.6, 1.55, 1.65))])
-    assert d["regressions"] == [
+    assert d.regressions == [
         ("indexer::tiny::bf16[cpu]: speedup 2x -> 1.6x (new CI high 1.65 < 0.95 x baseline "
          "CI low 1.9)")
     ]
     # Without a confidence interval on either side, the rule does not apply.
-    assert drift(base, [rec(timing={"speedup": 1.0})])["regressions"] == []
-    assert drift([rec()], [rec(timing=timing(1.0, 0.9, 1.1))])["regressions"] == []
+    assert drift(base, [rec(timing={"speedup": 1.0})]).regressions == []
+    assert drift([rec()], [rec(timing=timing(1.0, 0.9, 1.1))]).regressions == []
 
 
 def test_improvements_pass() -> None:
     d = drift([rec(calc_diff=1e-5, recall=0.99, timing=timing(1.5, 1.4, 1.6))],
               [rec(calc_diff=1e-6, recall=0.999, timing=timing(2.0, 1.9, 2.1))])
-    assert d["regressions"] == []
-    row = d["rows"][0]
-    assert row["status"] == "improved"
-    assert row["reasons"] == ["logits.calc_diff 1e-05 -> 1e-06",
+    assert d.regressions == []
+    row = d.rows[0]
+    assert row.status == "improved"
+    assert row.reasons == ["logits.calc_diff 1e-05 -> 1e-06",
                               "topk.recall_min 0.9900 -> 0.9990", "speedup 1.5x -> 2x"]
-    assert drift([rec(status="fail")], [rec()])["rows"][0]["status"] == "improved"
+    assert drift([rec(status="fail")], [rec()]).rows[0].status == "improved"
 
 
 def test_failing_verdicts_and_new_and_removed_checks() -> None:
     d = drift([rec("bf16"), rec("tf32")], [rec("bf16", status="fail"), rec("fp32")])
-    assert d["regressions"][0] == "indexer::tiny::bf16[cpu]: verdict FAIL (was PASS)"
-    assert d["regressions"][1].startswith("indexer::tiny::tf32[cpu]: not in the new run")
-    assert [(r["id"], r["status"]) for r in d["rows"]] == [
+    assert d.regressions[0] == "indexer::tiny::bf16[cpu]: verdict FAIL (was PASS)"
+    assert d.regressions[1].startswith("indexer::tiny::tf32[cpu]: not in the new run")
+    assert [(r.id, r.status) for r in d.rows] == [
         ("indexer::tiny::bf16[cpu]", "regression"),
         ("indexer::tiny::tf32[cpu]", "removed"),
         ("indexer::tiny::fp32[cpu]", "new"),
     ]
     d = drift([], [rec("x", status="error")])
-    assert d["regressions"] == ["indexer::tiny::x[cpu]: verdict ERROR (not in the baseline)"]
+    assert d.regressions == ["indexer::tiny::x[cpu]: verdict ERROR (not in the baseline)"]
     # Devices are matched too: a cuda run against a cpu baseline compares nothing.
-    assert drift([rec()], [rec(device="cuda")])["counts"]["new"] == 1
+    assert drift([rec()], [rec(device="cuda")]).counts["new"] == 1
     d = compare(Report([rec()]), Report([rec()], exitstatus=2))
-    assert d["regressions"] == ["run: pytest exit status 2 (the new run itself failed)"]
+    assert d.regressions == ["run: pytest exit status 2 (the new run itself failed)"]
 
 
 def test_rules_from_pairs() -> None:
@@ -244,3 +244,11 @@ def test_compare_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     assert proc.wait(timeout=60) == 0
     assert first.startswith(b"drift vs ")
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_drift_survives_the_json_report(tmp_path: Path) -> None:
+    d = drift([rec(calc_diff=1e-6)], [rec(calc_diff=2.5e-6)], recall_drop=0.01)
+    path = tmp_path / "r.json"
+    write_json(path, Report([rec(calc_diff=2.5e-6)], {"device": "cpu"}, exitstatus=0, drift=d))
+    back = load_report(path).drift
+    assert back == d and not back.passed and not load_report(path).passed

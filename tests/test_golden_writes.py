@@ -218,3 +218,24 @@ def test_concurrent_regen_under_xdist(pytester: pytest.Pytester) -> None:
             # Equal to what one more regeneration would write: nothing to rewrite.
             op = get_op(case.op)
             assert not write_golden(path, op, case, "cpu", CaseInputs(op, case))
+
+
+def test_write_if_changed_writes_only_what_changed(tmp_path: Path) -> None:
+    from numcheck.goldens import write_if_changed
+
+    path = tmp_path / "g.safetensors"
+    small = {"s0/y": torch.arange(4.0)}
+    meta = {"op": "mhc_pre", "case": "c", "op_version": 1, "fingerprint": "ab" * 32,
+            "device": "cpu", "seeds": [0]}
+    assert write_if_changed(path, small, meta, case="c") is True
+    stamp = path.stat().st_mtime_ns
+    assert write_if_changed(path, small, meta, case="c") is False
+    assert path.stat().st_mtime_ns == stamp
+    assert write_if_changed(path, small, {**meta, "fingerprint": "cd" * 32}, case="c") is True
+    assert write_if_changed(path, {"s0/y": torch.arange(4.0) + 1},
+                            {**meta, "fingerprint": "cd" * 32}, case="c") is True
+    assert torch.equal(load_golden(path, case="c", regen_hint="").tensors["s0/y"],
+                       torch.arange(4.0) + 1)
+    path.write_bytes(b"not a golden")
+    assert write_if_changed(path, small, meta, case="c") is True
+    assert not lock_path(path).exists()

@@ -22,11 +22,11 @@ from numcheck.overhead.kernels import (
     profile_kernels,
 )
 
-# Real kernel names: from ../shared/DESIGN.md (seen on an H200) and from public profiles,
+# Real kernel names: seen on an H200 (the GEMMs of docs/ops.md), from public profiles,
 # cuBLAS/CUTLASS heuristics logs and PyTorch's own kernels.
 REAL_NAMES = {
     TENSOR_CORE_GEMM: [
-        "nvjet_sm90_tst_128x64_64x4_1x2_h_bz_coopA_NNT",  # DESIGN.md (bf16 on H200)
+        "nvjet_sm90_tst_128x64_64x4_1x2_h_bz_coopA_NNT",  # bf16 on H200
         "nvjet_sm100_tst_64x8_64x16_4x1_v_bz_splitK_TNT",
         "nvjet_sm120_tst_mma_64x64x128_3_32x32x128_tmaAB_alignCD4_bz_TNNN",
         ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_"
@@ -47,7 +47,7 @@ REAL_NAMES = {
     ],
     CUDA_CORE_GEMM: [
         ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_"
-        "aligna4_alignc4_execute_kernel__51a_cublas"),  # DESIGN.md: the FP32 GEMM on H200
+        "aligna4_alignc4_execute_kernel__51a_cublas"),  # the FP32 GEMM on H200
         "ampere_sgemm_128x64_nn",
         "ampere_sgemm_64x32_sliced1x4_tn",
         "ampere_sgemm_32x128_tn",
@@ -72,8 +72,8 @@ REAL_NAMES = {
         "cublasGemvTensorStridedBatched<float> >)"),
     ],
     COPY: [
-        "direct_copy_kernel_cuda",  # DESIGN.md
-        "bfloat16_copy_kernel_cuda",  # DESIGN.md
+        "direct_copy_kernel_cuda",  # H200
+        "bfloat16_copy_kernel_cuda",  # H200
         ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native"
         "::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::"
         "{lambda()#7}::operator()() const::{lambda(float)#1}>(at::TensorIteratorBase&, at::native"

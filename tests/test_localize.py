@@ -277,9 +277,9 @@ def tiny(tmp_path: Path) -> Any:
 
 
 def test_the_runner_localizes_failures_only(tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from numcheck.report.render import Commands, failure_message
-    from numcheck.report.records import record_from_dict, record_from_result, record_to_dict
     from numcheck.numerics import check
+    from numcheck.report.records import record_from_dict, record_from_result, record_to_dict
+    from numcheck.report.render import Commands, failure_message
 
     op, case, golden, inputs = tiny
     calls = []

@@ -209,7 +209,7 @@ def test_baseline_gate_pass_regression_improvement(pytester: pytest.Pytester) ->
     ])
     new = load_report(pytester.path / "new.json")
     assert not new.passed and new.drift is not None
-    assert new.drift["regressions"][0].startswith("indexer::tiny::noisy[cpu]: logits.calc_diff")
+    assert new.drift.regressions[0].startswith("indexer::tiny::noisy[cpu]: logits.calc_diff")
     md = (pytester.path / "new.md").read_text()
     assert md.startswith("## numcheck: FAIL (1 drift regression(s) vs baseline, 2 passed")
     assert "### Drift vs baseline base.json" in md

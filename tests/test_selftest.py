@@ -1,4 +1,4 @@
-"""Self-test of the gate (issue 7): it catches every planted bug, and passes good variants.
+"""Self-test of the gate: it catches every planted bug, and passes good variants.
 
 Planted bugs (tests/planted.py, registered in tests only) are held to the budgets of the
 shipped cases, against the shipped goldens. Good variants run on 30 fresh seeds, each
@@ -34,7 +34,7 @@ SHIPPED = {op.name: op.variants for op in (indexer.OP, mhc.OP)}
 BUGS = [Planted(*row) for row in planted.SELF_TEST]
 NUMERIC = [b for b in BUGS if (b.op, b.variant) not in planted.NOT_NUMERIC]
 
-#: The cast ledger is issue 4's; the round-trip bug is its to catch.
+#: The round-trip bug is the cast ledger's to catch.
 #: Shipped cases CI runs every planted bug on (every shipped case: reliability_report.py).
 CATCH_CASES = [
     "indexer::v4flash-b2-l1k-contiguous",

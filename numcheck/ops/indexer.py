@@ -2,7 +2,7 @@
 
 The KV cache uses the public block-split layout: uint8 ``[num_blocks, block_size, 1, D + 4]``
 where, inside one block, the ``block_size * D`` fp8 e4m3 bytes of its tokens come first and
-their ``block_size`` fp32 scales follow. Math (DESIGN.md):
+their ``block_size`` fp32 scales follow. Math (docs/ops.md):
 
     logit[b, t] = s_t * sum_h w[b, h] * relu(q[b, h] . k[t])   for t < valid length
     logit[b, t] = -inf                                          otherwise

@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from numcheck.ops.param_checks import check_declaration
 from numcheck.ops.spec import (
     DEVICES,
     PRECISIONS,
@@ -38,7 +39,6 @@ from numcheck.ops.spec import (
     Variant,
     VariantFn,
 )
-from numcheck.ops.param_checks import check_declaration
 from numcheck.structure import Structure
 
 __all__ = [  # the op description types are re-exported: users import them from here

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from numcheck.precision import PRECISIONS  # noqa: F401 - where op authors look for it
 from numcheck.structure import Structure
 
 #: Inputs of one case instance, by name, on one device.
@@ -22,8 +23,6 @@ Outputs = dict[str, torch.Tensor]
 #: Resolved shape parameters of a case (preset merged with explicit values).
 Params = Mapping[str, Any]
 
-#: Precision classes: each variant belongs to one; default budgets are keyed by it.
-PRECISIONS = ("fp32", "tf32", "bf16")
 DEVICES = ("cpu", "cuda")
 
 VariantFn = Callable[[Inputs, Params], Outputs]

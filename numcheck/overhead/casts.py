@@ -2,7 +2,7 @@
 
 A bf16 GEMM got 2x faster and the op barely moved, because a ``.to(bf16)`` of a large
 tensor that had been bf16 all along added as much copy time as the GEMM saved
-(../shared/DESIGN.md). Numbers cannot show that: bf16 -> fp32 -> bf16 is exact. The ledger
+(docs/ops.md). Numbers cannot show that: bf16 -> fp32 -> bf16 is exact. The ledger
 does, on any device, by watching the aten calls a variant makes (a ``TorchDispatchMode``)::
 
     with CastLedger() as ledger:
@@ -311,7 +311,10 @@ class _LedgerMode(TorchDispatchMode):
     def _should_skip_dynamo(cls) -> bool:
         # torch wraps a mode's __torch_dispatch__ in torch._disable_dynamo by default, whose
         # first call imports torch._dynamo: seconds per process, for a compiler the ledger
-        # never runs. Variants under the ledger run eagerly.
+        # never runs. Variants under the ledger run eagerly. torch has no public switch for
+        # this; TorchDispatchMode's own docstring gives overriding this classmethod as the
+        # way to opt out, so it is the least fragile choice. test_casts.py fails if a torch
+        # release stops honouring it (torch._dynamo would be imported again).
         return False
 
     def __torch_dispatch__(

@@ -21,7 +21,7 @@ Limits live in case files, per variant::
     max_copy_share = 0.2         # default: no limit
 
 The op's **minimum bytes** are every input read once plus every output written once: the
-traffic no implementation of the op can avoid (the HBM floor of DESIGN.md's table).
+traffic no implementation of the op can avoid (the op's HBM floor).
 """
 
 from __future__ import annotations
@@ -36,12 +36,10 @@ import torch
 from numcheck.gates import CASTS_GATE, KERNELS_GATE
 from numcheck.overhead.casts import CastLedger, ledger_table, megabytes
 from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, KernelAudit, profile_kernels
+from numcheck.precision import TENSOR_CORE_PRECISIONS
 from numcheck.verdict import Violation
 
 OVERHEAD_GATES = (CASTS_GATE.name, KERNELS_GATE.name)
-
-#: Precision classes whose GEMMs are meant for tensor cores: a CUDA-core GEMM is a failure.
-TENSOR_CORE_PRECISIONS = ("bf16", "tf32")
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ floor per case.
 from __future__ import annotations
 
 import os
-import platform
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import torch
 
 from numcheck.cases import Case
+from numcheck.devices import device_name
 from numcheck.inputs import to_device
 from numcheck.numerics import display_id, run_variant
 from numcheck.ops.registry import Inputs, OpSpec, get_op
@@ -94,7 +94,7 @@ class PerfResult:
             "variant": self.variant,
             "reference": get_op(self.case.op).reference,
             "device": self.device,
-            "device_name": device_name(self.device),
+            "device_name": device_name(self.device, cpu_model=True),
             "torch": torch.__version__,
             "cuda": torch.version.cuda,
             "timer": self.times.timer,
@@ -137,12 +137,6 @@ def _times_text(p: PerfResult) -> str:
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.4g} ms"
-
-
-def device_name(device: str) -> str:
-    if device == "cuda":
-        return torch.cuda.get_device_name()
-    return platform.processor() or platform.machine() or "cpu"
 
 
 def measure_perf(

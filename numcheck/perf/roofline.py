@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from numcheck.devices import device_name
+
 
 @dataclass(frozen=True)
 class Peaks:
@@ -87,7 +89,7 @@ def measure_peaks(device: str) -> Peaks:
     a = torch.randn(n, n, dtype=dtype, device=device)
     b = torch.randn(n, n, dtype=dtype, device=device)
     mm_s = _best_seconds(lambda: torch.mm(a, b), device, repeats=10 if device == "cuda" else 3)
-    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    name = device_name(device)
     return Peaks(
         device=device,
         bandwidth=2 * nbytes / copy_s,  # the copy reads and writes every byte

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: Verdicts of a speedup gate. "undecided" is never a pass (issue 3: too noisy to decide).
+#: Verdicts of a speedup gate. "undecided" is never a pass: too noisy to decide.
 PASS, FAIL, UNDECIDED, NOT_GATED = "pass", "fail", "undecided", "not gated"
 
 

@@ -7,7 +7,6 @@ modules' exceptions into pytest outcomes with one message layout.
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Iterator
 from dataclasses import replace
@@ -17,9 +16,10 @@ from typing import Any
 import pytest
 import torch
 
-from numcheck.cases import Case, CaseFileError, load_case_file
-from numcheck.check import Settled, run_check
+from numcheck.cases import Case, CaseFileError, CaseIds, load_case_file
+from numcheck.check import Settled, cannot_run, run_check
 from numcheck.check_extras import annotate, keep_failed
+from numcheck.devices import device_name
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
 from numcheck.numerics import CaseInputs, CheckResult, VariantError, display_id, regenerate
 from numcheck.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
@@ -37,7 +37,7 @@ from numcheck.perf.timing import TimingError
 from numcheck.plugin import options
 from numcheck.plugin.calibration import CalibrationMode
 from numcheck.plugin.workers import is_worker, pin_worker_gpu, worker_count, worker_id
-from numcheck.report.drift import Rules, compare, drift_headline, drift_rows
+from numcheck.report.drift import Drift, Rules, compare, drift_headline, drift_rows
 from numcheck.report.environment import environment
 from numcheck.report.markdown import to_markdown
 from numcheck.report.records import (
@@ -58,6 +58,7 @@ from numcheck.report.records import (
 from numcheck.report.render import Commands, failure_message, footer, summary_table, table
 from numcheck.report.skips import collapse as collapse_skips
 from numcheck.report.skips import perf_only_reason
+from numcheck.report.step_summary import append_step_summary
 
 #: ``report.user_properties`` names on which a worker ships its record and its golden
 #: rewrites to the controller (pytest-xdist serialises user_properties with every report).
@@ -134,8 +135,16 @@ class NumcheckSession:
         self.regen_notes: dict[Path, str] = {}
         self.gate_note = ""
         self.golden_notes: dict[str, str] = {}
-        # Reporting (issue 5). Workers make records; the controller (or a serial run)
-        # collects them from the test reports and writes the report files.
+        self.case_ids = CaseIds()
+        self._goldens: dict[Path, Golden | GoldenError] = {}
+        self._inputs: tuple[Case, CaseInputs] | None = None
+        self._init_worker(config)
+        self._init_reporting(config)
+        self._init_gates(config)
+        self._init_selection(config)
+
+    def _init_worker(self, config: pytest.Config) -> None:
+        """Which xdist worker this is, and (on CUDA) the GPU it is pinned to."""
         self.worker = worker_id(config)
         self.is_worker = is_worker(config)
         self.device_index: int | None = None
@@ -143,10 +152,17 @@ class NumcheckSession:
             # Before any CUDA work of this process: each xdist worker gets its own GPU.
             self.device_index = pin_worker_gpu(config)
         self._device_name: str | None = None
+
+    def _init_reporting(self, config: pytest.Config) -> None:
+        """Records, report paths, the baseline and drift rules.
+
+        Workers make records; the controller (or a serial run) collects them from the test
+        reports and writes the report files.
+        """
         self.records: dict[str, Record] = {}
         self.order: list[str] = []
         self.goldens_written: dict[str, bool] = {}
-        self.drift: dict[str, Any] | None = None
+        self.drift: Drift | None = None
         self.report_path = self._path_option(options.REPORT_OPTION)
         self.markdown_path = self._path_option(options.MARKDOWN_OPTION)
         self.baseline_path = self._path_option(options.BASELINE_OPTION)
@@ -163,20 +179,20 @@ class NumcheckSession:
                 self.baseline = load_report(self.baseline_path)
             except ReportError as exc:
                 raise pytest.UsageError(f"{options.BASELINE_OPTION} {exc}") from None
-        self._seen: dict[tuple[str, str], Path] = {}
-        self._goldens: dict[Path, Golden | GoldenError] = {}
-        self._inputs: tuple[Case, CaseInputs] | None = None
-        #: Gates beyond the numerics that this run measures (e.g. "perf" with
-        #: --numcheck-perf); an op's outputs are always active.
+
+    def _init_gates(self, config: pytest.Config) -> None:
+        """The gates beyond the numerics this run measures, and the per-device locks."""
         self.perf_results: list[PerfResult] = []
         #: --numcheck-explain: overhead reports are printed, not gated.
         self.explain = bool(config.getoption(options.EXPLAIN_OPTION))
+        #: Gates beyond the numerics that this run measures (e.g. "perf" with
+        #: --numcheck-perf); an op's outputs are always active.
         self.active_gates: set[str] = run_gates(
             self.device, perf=bool(config.getoption(options.PERF_OPTION)), explain=self.explain
         )
         self.explained: list[tuple[str, OverheadReport]] = []
-        #: Per-device locks: timed sections exclusive, numerics shared (issue: workers
-        #: sharing a GPU must not time each other's kernels).
+        #: Per-device locks: timed sections exclusive, numerics shared, so workers sharing a
+        #: GPU never time each other's kernels.
         from numcheck.perf.measure import reset_machine_noise
 
         reset_machine_noise()
@@ -184,6 +200,9 @@ class NumcheckSession:
             self.device, enabled=self.device == "cuda" or "perf" in self.active_gates
         )
         self.overhead_rows: list[list[str]] = []
+
+    def _init_selection(self, config: pytest.Config) -> None:
+        """What the run collects: the cases folder when no path is given; prune's guard."""
         if config.args_source != pytest.Config.ArgsSource.ARGS:
             # `pytest --numcheck` with no paths: the cases folder is the suite.
             self._require_cases_dir()
@@ -204,10 +223,9 @@ class NumcheckSession:
     def device_name(self) -> str:
         """``cpu``, or the CUDA device's name (of this worker's GPU)."""
         if self._device_name is None:
-            self._device_name = "cpu"
             if self.device == "cuda":
-                self._device_name = torch.cuda.get_device_name(torch.cuda.current_device())
                 self.device_index = torch.cuda.current_device()
+            self._device_name = device_name(self.device, index=self.device_index)
         return self._device_name
 
     def _require_cases_dir(self) -> None:
@@ -230,18 +248,6 @@ class NumcheckSession:
         if file_path.suffix == ".toml" and file_path.resolve().is_relative_to(self.cases_dir):
             return CaseFile.from_parent(parent, path=file_path)
         return None
-
-    def claim(self, case: Case) -> None:
-        """Case ids are unique per op across all files: they name the golden."""
-        key = (case.op, case.id)
-        first = self._seen.setdefault(key, case.source)
-        if first != case.source:
-            raise CaseFileError(
-                case.source,
-                f"op {case.op!r} already has a case {case.id!r} in {first}",
-                "rename one of the two cases (the id names the golden file)",
-                case=case.id,
-            )
 
     # -- running ----------------------------------------------------------------------
 
@@ -370,7 +376,7 @@ class NumcheckSession:
             # A narrowed run (-k, node ids) leaves checks out on purpose: not removals.
             rules = replace(self.rules, allow_removed=1.0) if self.narrowed_by else self.rules
             self.drift = compare(self.baseline, self.report(), rules, baseline=label)
-            if self.drift["regressions"]:
+            if self.drift.regressions:
                 session.testsfailed += 1  # the gate fails: exit status 1
         return result
 
@@ -419,10 +425,7 @@ class NumcheckSession:
             text = to_markdown(report)
             self.markdown_path.parent.mkdir(parents=True, exist_ok=True)
             self.markdown_path.write_text(text)
-            step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-            if step_summary:
-                with open(step_summary, "a") as f:
-                    f.write(text + "\n")
+            append_step_summary(text)
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -541,7 +544,7 @@ class CaseFile(pytest.File):
     def collect(self) -> Iterator[CaseNode]:
         state = self.config.stash[NumcheckSession.KEY]
         for case in load_case_file(self.path):
-            state.claim(case)
+            state.case_ids.claim(case)
             yield CaseNode.from_parent(self, name=case.id, case=case)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
@@ -597,19 +600,13 @@ class CheckItem(pytest.Item):
         )
 
     def setup(self) -> None:
-        op = get_op(self.case.op)
-        variant = op.variants[self.variant]
-        reason = None
-        perf_active = "perf" in self.config.stash[NumcheckSession.KEY].active_gates
-        if self.case.perf_only and (self.device not in self.case.devices or not perf_active):
+        gates = self.config.stash[NumcheckSession.KEY].active_gates
+        if self.case.perf_only and (self.device not in self.case.devices or "perf" not in gates):
             reason = perf_only_reason(self.case.id, self.case.devices, self.device,
                                       options.PERF_OPTION)
-        elif self.device not in self.case.devices:
-            reason = (f"case {self.case.id!r} does not run on {self.device} "
-                      f"(its devices: {', '.join(self.case.devices)})")
-        elif self.device not in variant.devices:
-            reason = (f"variant {self.variant!r}: {variant.unavailable}" if variant.unavailable
-                      else f"variant {self.variant!r} runs on {', '.join(variant.devices)} only")
+        else:
+            reason = cannot_run(get_op(self.case.op), self.case, self.variant, self.device,
+                                gates=gates, perf_switch=options.PERF_OPTION)
         if reason is not None:
             self._set_record(status="skip", reason=reason)
             pytest.skip(reason)

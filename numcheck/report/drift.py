@@ -27,9 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from numcheck.report.records import Record, Report
+from numcheck.metric_names import KEY_METRICS, KEY_TOPK_METRICS
+
+if TYPE_CHECKING:  # records holds a Drift: importing it at run time would be a cycle
+    from numcheck.report.records import Record, Report
 
 #: Columns of the drift table (text and markdown).
 DRIFT_HEADER = ["check", "calc_diff (base -> new)", "rel_fro (base -> new)",
@@ -100,14 +103,53 @@ class DriftRow:
     pairs: dict[str, list[float | None]] = field(default_factory=dict)
 
 
-def compare(base: Report, new: Report, rules: Rules | None = None, *,
-            baseline: str = "") -> dict[str, Any]:
-    """The drift of ``new`` against ``base``, as the plain dict stored in a report's ``drift``.
+#: Row statuses, in the order rows are listed.
+STATUS_ORDER = ("regression", "removed", "improved", "changed", "same", "new")
 
-    Keys: ``baseline`` (a label, usually the path), ``rules``, ``rows`` (one per check:
-    regressions first, then improved, same, new, removed), ``regressions`` (``"id: why"``
-    strings; empty means the comparison passes), and counts.
+
+@dataclass
+class Drift:
+    """A run compared with a baseline (a report's ``drift``).
+
+    ``baseline`` is a label (usually the path); ``rows`` has one row per check, regressions
+    first, then improved, same, new, removed; ``regressions`` the ``"id: why"`` lines (empty
+    means the comparison passes); ``counts`` the rows per status.
     """
+
+    baseline: str
+    rules: Rules
+    rows: list[DriftRow]
+    regressions: list[str]
+    counts: dict[str, int]
+
+    @property
+    def passed(self) -> bool:
+        return not self.regressions
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plain dict stored in a JSON report (docs/report.md)."""
+        return {
+            "baseline": self.baseline,
+            "rules": asdict(self.rules),
+            "rows": [asdict(r) for r in self.rows],
+            "regressions": list(self.regressions),
+            "counts": dict(self.counts),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Drift:
+        """The inverse of :meth:`to_dict` (a report read back); unknown keys are ignored."""
+        known = {f.name for f in fields(Rules)}
+        rules = Rules(**{k: v for k, v in (data.get("rules") or {}).items() if k in known})
+        rows = [DriftRow(str(r["id"]), str(r["status"]), list(r.get("reasons") or []),
+                         dict(r.get("pairs") or {})) for r in data.get("rows") or []]
+        return cls(str(data.get("baseline") or ""), rules, rows,
+                   list(data.get("regressions") or []), dict(data.get("counts") or {}))
+
+
+def compare(base: Report, new: Report, rules: Rules | None = None, *,
+            baseline: str = "") -> Drift:
+    """The drift of ``new`` against ``base``: one row per check, and the regressions."""
     rules = rules or Rules()
     old = {r.key: r for r in base.records}
     rows: list[DriftRow] = []
@@ -119,8 +161,7 @@ def compare(base: Report, new: Report, rules: Rules | None = None, *,
     removed = [DriftRow(r.id, "removed", ["not in the new run"], _pairs(r, None))
                for r in base.records if r.key not in seen]
     rows += removed
-    order = {"regression": 0, "removed": 1, "improved": 2, "changed": 3, "same": 4, "new": 5}
-    rows.sort(key=lambda r: order[r.status])
+    rows.sort(key=lambda r: STATUS_ORDER.index(r.status))
     regressions = [f"{r.id}: {'; '.join(r.reasons)}" for r in rows if r.status == "regression"]
     if not rules.allow_removed:
         regressions += [
@@ -130,14 +171,8 @@ def compare(base: Report, new: Report, rules: Rules | None = None, *,
         ]
     if new.exitstatus not in (None, 0):
         regressions.append(f"run: pytest exit status {new.exitstatus} (the new run itself failed)")
-    counts = {s: sum(r.status == s for r in rows) for s in order}
-    return {
-        "baseline": baseline,
-        "rules": asdict(rules),
-        "rows": [asdict(r) for r in rows],
-        "regressions": regressions,
-        "counts": counts,
-    }
+    counts = {s: sum(r.status == s for r in rows) for s in STATUS_ORDER}
+    return Drift(baseline, rules, rows, regressions, counts)
 
 
 def _new_only(rec: Record) -> DriftRow:
@@ -156,7 +191,7 @@ def _pairs(base: Record | None, new: Record | None) -> dict[str, list[float | No
         return r.key_metric(name)
 
     return {name: [value(base, name), value(new, name)]
-            for name in ("calc_diff", "rel_fro", "recall_min", "tie_recall_min", "speedup")}
+            for name in (*KEY_METRICS, "speedup")}
 
 
 def _pair(base: Record, new: Record, rules: Rules) -> DriftRow:
@@ -181,7 +216,7 @@ def _pair(base: Record, new: Record, rules: Rules) -> DriftRow:
                          f"rule: > {factor:g}x on {where})")
         elif b > floor and b > factor * max(n, floor):
             better.append(f"{output}.calc_diff {b:.3g} -> {n:.3g}")
-    for name in ("recall_min", "tie_recall_min"):
+    for name in KEY_TOPK_METRICS:
         b, n = base.key_metric(name), new.key_metric(name)
         if b is None or n is None:
             continue
@@ -247,29 +282,29 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def drift_rows(drift: Mapping[str, Any]) -> list[list[str]]:
-    """Table rows (cells for :data:`DRIFT_HEADER`) of a drift dict."""
+def drift_rows(drift: Drift) -> list[list[str]]:
+    """Table rows (cells for :data:`DRIFT_HEADER`) of a drift."""
     out = []
-    for row in drift.get("rows", []):
-        p = row.get("pairs", {})
+    for row in drift.rows:
+        p = row.pairs
         out.append([
-            row["id"],
+            row.id,
             _arrow(p.get("calc_diff", [None, None]), ".2e"),
             _arrow(p.get("rel_fro", [None, None]), ".2e"),
             _arrow(p.get("recall_min", [None, None]), ".4f"),
             _arrow(p.get("speedup", [None, None]), ".2f"),
-            row["status"],
-            "; ".join(row.get("reasons", [])),
+            row.status,
+            "; ".join(row.reasons),
         ])
     return out
 
 
-def drift_headline(drift: Mapping[str, Any]) -> str:
+def drift_headline(drift: Drift) -> str:
     """``drift vs base.json: PASS (0 regression(s); 12 same, 1 changed, 1 improved, 2 new,
     0 removed)``."""
-    c = drift.get("counts", {})
-    n = len(drift.get("regressions", []))
+    c = drift.counts
+    n = len(drift.regressions)
     verdict = "FAIL" if n else "PASS"
     rest = ", ".join(f"{c.get(s, 0)} {s}"
                      for s in ("same", "changed", "improved", "new", "removed"))
-    return f"drift vs {drift.get('baseline') or 'baseline'}: {verdict} ({n} regression(s); {rest})"
+    return f"drift vs {drift.baseline or 'baseline'}: {verdict} ({n} regression(s); {rest})"

@@ -328,7 +328,8 @@ def render_html(report: Report, *, plots: bool | None = None) -> str:
     gate = "gate-pass" if report.passed else "gate-fail"
     records = failing_first(report.records)
     index = {id(r): i for i, r in enumerate(records)}
-    drift_rows = {row.get("id"): row for row in (report.drift or {}).get("rows") or []}
+    drift = report.drift.to_dict() if report.drift is not None else {}
+    drift_rows = {row.get("id"): row for row in drift.get("rows") or []}
     ran = [r for r in records if r.status != "skip"]
     skipped = [r for r in records if r.status == "skip"]
     out = [
@@ -364,7 +365,7 @@ def render_html(report: Report, *, plots: bool | None = None) -> str:
             for r in skipped)))
         out.append("</details>")
     if report.drift is not None:
-        out.append(_drift_section(report.drift))
+        out.append(_drift_section(drift))
     if ran:
         out.append("<h2>Each check</h2>")
         out += [_check_section(index[id(r)], r, plots, drift_rows.get(r.id)) for r in ran]

@@ -8,8 +8,10 @@ failing rows first, with the same cells as the terminal summary (both come from
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
+from numcheck.report.drift import DRIFT_HEADER, Drift, drift_rows
 from numcheck.report.records import Record, Report
 from numcheck.report.render import summary_table
 from numcheck.report.skips import collapse as collapse_skips
@@ -25,8 +27,8 @@ def headline(report: Report) -> str:
              (("fail", "failed"), ("error", "error" if c["error"] == 1 else "errors"),
               ("pass", "passed"), ("xfail", "xfailed"), ("skip", "skipped"))
              if c[s]]
-    if report.drift is not None and report.drift.get("regressions"):
-        parts.insert(0, f"{len(report.drift['regressions'])} drift regression(s) vs baseline")
+    if report.drift is not None and report.drift.regressions:
+        parts.insert(0, f"{len(report.drift.regressions)} drift regression(s) vs baseline")
     if not report.records:
         parts.append("no checks ran")
     explained = report.exitstatus == 1 and (c["fail"] or c["error"])
@@ -80,18 +82,16 @@ def to_markdown(report: Report) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def drift_markdown(drift: dict[str, Any]) -> list[str]:
+def drift_markdown(drift: Drift) -> list[str]:
     """The drift section: regressions first, then the other changes."""
-    from numcheck.report.drift import DRIFT_HEADER, drift_rows
-
-    regressions = drift.get("regressions") or []
-    title = f"### Drift vs baseline {drift.get('baseline', '')}".rstrip()
+    regressions = drift.regressions
+    title = f"### Drift vs baseline {drift.baseline}".rstrip()
     lines = [title, ""]
     rows = drift_rows(drift)
     if not rows:
         return [*lines, "No matching checks in the baseline.", ""]
     verdict = f"{len(regressions)} regression(s)" if regressions else "no regression"
-    lines += [f"{verdict}; rules: {_rules_text(drift.get('rules') or {})}.", ""]
+    lines += [f"{verdict}; rules: {_rules_text(asdict(drift.rules))}.", ""]
     return [*lines, *md_table(DRIFT_HEADER, rows), ""]
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime
@@ -22,6 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from numcheck import __version__
+from numcheck.atomic import atomic_write
+from numcheck.metric_names import ERROR_METRICS, KEY_METRICS, MAX_FLIPS, TOPK_COUNTS, TOPK_LIMITS
+from numcheck.report.drift import Drift
 
 if TYPE_CHECKING:
     from numcheck.numerics import CheckResult
@@ -33,13 +35,6 @@ SCHEMA_VERSION = 1
 #: Record statuses. ``error``: no verdict (golden missing/stale/corrupt, variant raised,
 #: the check crashed); ``error_kind`` says which.
 STATUSES = ("pass", "fail", "xfail", "skip", "error")
-
-#: Headline metrics of a record, shown in every table (of the op's first output / top-k).
-KEY_METRICS = ("calc_diff", "rel_fro", "recall_min", "tie_recall_min")
-
-#: Unexplained flips kept per record (the failure message shows the same worst ones).
-MAX_FLIPS = 10
-
 
 class ReportError(ValueError):
     """A report file that cannot be read: names the file, the problem and the fix."""
@@ -152,7 +147,7 @@ def record_from_result(
         )
     metrics: dict[str, dict[str, float]] = {}
     for name in budget.outputs:
-        worst = {m: result.metric(name, m) for m in _error_metric_names()}
+        worst = {m: result.metric(name, m) for m in ERROR_METRICS}
         metrics[name] = {m: v for m, v in worst.items() if v is not None}
     metrics = {k: v for k, v in metrics.items() if v}
     top = result.worst()
@@ -234,12 +229,6 @@ def _precision(op: str, variant: str) -> str | None:
         return None
 
 
-def _error_metric_names() -> tuple[str, ...]:
-    from numcheck.budgets import ERROR_METRICS
-
-    return ERROR_METRICS
-
-
 def _budget_dict(budget: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, ob in budget.outputs.items():
@@ -256,11 +245,8 @@ def _budget_dict(budget: Any) -> dict[str, Any]:
 def _topk_dict(report: Any) -> dict[str, Any]:
     d = {
         name: getattr(report, name)
-        for name in (
-            "rows", "recall_min", "recall_mean", "tie_recall_min", "tie_recall_mean",
-            "worst_row", "tie_worst_row", "rows_with_flips", "n_flips", "n_unexplained",
-            "band", "band_kind",
-        )
+        for name in (*TOPK_COUNTS, *TOPK_LIMITS, "worst_row", "tie_worst_row", "band",
+                     "band_kind")
     }
     d["unexplained"] = [asdict(f) for f in report.unexplained[:MAX_FLIPS]]
     return _plain(d)
@@ -273,9 +259,9 @@ def _worst_topk(reports: Sequence[Any]) -> dict[str, Any] | None:
     dicts = [_topk_dict(r) for r in reports]
     worst = max(dicts, key=lambda d: (d["n_unexplained"], -d["recall_min"]))
     out = dict(worst)
-    for name in ("recall_min", "recall_mean", "tie_recall_min", "tie_recall_mean"):
+    for name in TOPK_LIMITS:
         out[name] = min(d[name] for d in dicts)
-    for name in ("rows", "rows_with_flips", "n_flips", "n_unexplained"):
+    for name in TOPK_COUNTS:
         out[name] = sum(d[name] for d in dicts)
     return out
 
@@ -408,7 +394,7 @@ class Report:
     created: str = ""
     exitstatus: int | None = None
     goldens_regenerated: dict[str, bool] = field(default_factory=dict)
-    drift: dict[str, Any] | None = None
+    drift: Drift | None = None
     schema: int = SCHEMA_VERSION
 
     def counts(self) -> dict[str, int]:
@@ -425,7 +411,7 @@ class Report:
         regression, and at least one check ran."""
         if self.exitstatus not in (None, 0):
             return False
-        if self.drift is not None and self.drift.get("regressions"):
+        if self.drift is not None and not self.drift.passed:
             return False
         return bool(self.records) and all(r.passed for r in self.records)
 
@@ -441,19 +427,15 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "exitstatus": report.exitstatus,
         "environment": _encode_floats(_plain(report.environment)),
         "goldens_regenerated": dict(report.goldens_regenerated),
-        "drift": _encode_floats(_plain(report.drift)) if report.drift is not None else None,
+        "drift": _encode_floats(_plain(report.drift.to_dict())) if report.drift is not None else None,
         "records": [record_to_dict(r) for r in report.records],
     }
 
 
 def write_json(path: Path | str, report: Report) -> None:
-    """Write the report as strict JSON (written whole to a temp file, then renamed)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write the report as strict JSON, atomically (:func:`numcheck.atomic.atomic_write`)."""
     text = json.dumps(report_to_dict(report), indent=1, allow_nan=False) + "\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write(path, text.encode())
 
 
 def load_report(path: Path | str) -> Report:
@@ -493,7 +475,7 @@ def load_report(path: Path | str) -> Report:
         created=str(data.get("created", "")),
         exitstatus=data.get("exitstatus"),
         goldens_regenerated=dict(data.get("goldens_regenerated") or {}),
-        drift=data.get("drift"),
+        drift=Drift.from_dict(data["drift"]) if data.get("drift") else None,
         schema=version,
     )
 

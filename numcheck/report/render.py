@@ -11,16 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from numcheck.metric_names import MAX_FLIPS
 from numcheck.report.records import Record
 
 if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports without torch
     from numcheck.numerics import CheckResult
     from numcheck.topk import TopkReport
     from numcheck.verdict import Violation
-
-#: Rows of the unexplained-flip table shown in a failure.
-MAX_FLIP_ROWS = 10
-
 
 @dataclass(frozen=True)
 class Commands:
@@ -54,8 +51,8 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
 
 def _budget_line(result: CheckResult, top: Violation | None, source: str) -> str:
     """Where the worst violation's limit is set: case file and line, or the defaults row."""
-    from numcheck.report.budget_source import budget_location, budget_precision, locate_key
     from numcheck.ops.registry import get_op
+    from numcheck.report.budget_source import budget_location, budget_precision, locate_key
 
     if top is None:
         return ""
@@ -155,7 +152,7 @@ def _mismatch_lines(result: CheckResult, output: str, seed: int | None) -> list[
     return []
 
 
-def flip_table(report: TopkReport, limit: int = MAX_FLIP_ROWS) -> list[str]:
+def flip_table(report: TopkReport, limit: int = MAX_FLIPS) -> list[str]:
     """The unexplained top-k flips, worst first, capped at ``limit`` rows."""
     band = f"{report.band:g} {'of the row max |score|' if report.band_kind == 'rel' else 'absolute'}"
     lines = [
