@@ -33,13 +33,14 @@ from numcheck.goldens import (
 from numcheck.inputs import to_device
 from numcheck.locking import exclusive
 from numcheck.metrics import ErrorMetrics, compare
+from numcheck.precision_classes import DTYPE_NAMES, UNIT_ROUNDOFF
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
 from numcheck.topk import TopkReport, topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk, worst
 
 #: The dtype whose ULPs measure a variant of each precision class (TF32 has no torch
 #: dtype; its ULPs are counted in float32).
-PRECISION_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16}
+PRECISION_DTYPES = {p: getattr(torch, name) for p, name in DTYPE_NAMES.items()}
 
 
 class VariantError(Exception):
@@ -101,6 +102,23 @@ def run_variant(variant: Variant, op: OpSpec, inputs: Inputs, case: Case, device
                 f"expected {device}"
             )
     return dict(out)
+
+
+def rounding_reference_outputs(
+    op: OpSpec, variant_name: str, inputs: Inputs, case: Case, device: str, out: Outputs
+) -> Outputs | None:
+    """The op's rounding reference at the precision of ``variant_name``, on the same
+    inputs (``out`` itself when the variant is that reference); None when the op names
+    none for that precision or it cannot run on ``device``."""
+    name = op.rounding_reference.get(op.variants[variant_name].precision)
+    if name is None or name not in op.variants:
+        return None
+    if name == variant_name:
+        return out
+    honest = op.variants[name]
+    if device not in honest.devices or honest.unavailable:
+        return None
+    return run_variant(honest, op, inputs, case, device)
 
 
 def make_golden(
@@ -235,6 +253,16 @@ def ulp_dtype(precision: str, output_dtype: torch.dtype) -> torch.dtype:
     return max(compute, output_dtype, key=lambda d: torch.finfo(d).eps)
 
 
+def rounding_unit(precision: str, output_dtype: torch.dtype) -> float:
+    """The unit roundoff ``max_err_ratio`` counts in: the coarser of the variant's
+    precision class and the output's dtype (a bf16 output carries bf16 rounding whatever
+    the variant computed in)."""
+    u = UNIT_ROUNDOFF[precision]
+    if output_dtype.is_floating_point:
+        u = max(u, torch.finfo(output_dtype).eps / 2)
+    return u
+
+
 def check(
     op: OpSpec,
     case: Case,
@@ -263,7 +291,9 @@ def check(
     results: list[SeedResult] = []
     for seed in case.seeds:
         cpu_inputs, _ = inputs.get(seed)
-        out = run_variant(variant, op, to_device(cpu_inputs, device), case, device)
+        dev_inputs = to_device(cpu_inputs, device)
+        out = run_variant(variant, op, dev_inputs, case, device)
+        honest = rounding_reference_outputs(op, variant_name, dev_inputs, case, device, out)
         result = SeedResult(seed)
         for name in op.outputs:
             _check_dtype(
@@ -277,10 +307,16 @@ def check(
                 path=golden.path, case=case.id, regen_hint=regen_hint,
             )
             ob = budget.outputs[name]
+            honest_pair = None if honest is None else unpack_pair(
+                seed_key(seed, name), honest[name], golden.tensors,
+                path=golden.path, case=case.id, regen_hint=regen_hint,
+            )
             m = compare(
                 pair.actual, pair.expected,
                 ulp_dtype=ulp_dtype(variant.precision, out[name].dtype),
                 atol=ob.atol, rtol=ob.rtol,
+                unit_roundoff=rounding_unit(variant.precision, out[name].dtype),
+                rounding_ref=None if honest_pair is None else honest_pair.actual,
             )
             result.metrics[name] = m
             found = check_output(name, m, ob, seed=seed)

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from numcheck.precision_classes import PRECISION_CLASSES
+
 #: Inputs of one case instance, by name, on one device.
 Inputs = dict[str, torch.Tensor]
 #: Outputs of one op call, by name.
@@ -34,7 +36,7 @@ Outputs = dict[str, torch.Tensor]
 Params = Mapping[str, Any]
 
 #: Precision classes: each variant belongs to one; default budgets are keyed by it.
-PRECISIONS = ("fp32", "tf32", "bf16")
+PRECISIONS = PRECISION_CLASSES
 DEVICES = ("cpu", "cuda")
 
 VariantFn = Callable[[Inputs, Params], Outputs]
@@ -101,6 +103,11 @@ class OpSpec:
     #: (each input read once, each output written once), from the case's params.
     flops: Callable[[Params], float] | None = None
     min_bytes: Callable[[Params], float] | None = None
+    #: Precision class -> the variant that is the op's honest implementation at that
+    #: precision (its rounding reference). A variant of that class is held, element by
+    #: element, to a multiple of this variant's worst error on the same inputs
+    #: (``max_err_ratio``); classes without an entry are not measured that way.
+    rounding_reference: Mapping[str, str] = field(default_factory=dict)
 
     def resolve_params(self, preset: str | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults, then the preset, then explicit values. Unknown names raise KeyError."""
@@ -220,6 +227,13 @@ def _check_outputs(op: OpSpec, origin: str) -> None:
                     f"{where}: TopkSpec {role} {name!r} is not one of its outputs "
                     f"{list(op.outputs)}. Fix: name an output of the op"
                 )
+    for precision, name in op.rounding_reference.items():
+        if precision not in PRECISIONS or name not in op.variants:
+            raise RegistrationError(
+                f"{where}: rounding_reference {{{precision!r}: {name!r}}} needs a precision "
+                f"class ({', '.join(PRECISIONS)}) and one of its variants "
+                f"{sorted(op.variants)}. Fix: correct the entry or drop it"
+            )
     for name, precision in op.output_precision.items():
         if name not in op.outputs or precision not in PRECISIONS:
             raise RegistrationError(
