@@ -354,7 +354,49 @@ SELF_TEST = [
     ("indexer", "wrong_dtype", "bf16"),
     ("indexer", "wrong_device", "bf16"),
     ("indexer", "raises", "bf16"),
+    # Concentrated errors and single wrong elements (element-level budgets).
+    ("mhc_pre", "sinkhorn_early", "bf16"),
+    ("mhc_pre", "token_rms_swapped", "bf16"),
+    ("mhc_pre", "one_element_8x", "bf16"),
+    ("indexer", "one_element_8x", "bf16"),
+    ("indexer", "page_scale_slip", "bf16"),
+    # One more bf16 rounding: as large as bf16's own error, no budget can see it.
+    ("mhc_pre", "extra_bf16_rounding", "bf16"),
+    ("indexer", "extra_bf16_rounding", "bf16"),
 ]
+
+#: The kind of each planted bug: docs/reliability.md gives the catch rate per kind.
+KINDS = {
+    "no_kv_scale": "wrong scale",
+    "y_scaled": "wrong scale",
+    "rms_eps_x1000": "wrong constant",
+    "bf16_accumulation": "accumulation precision",
+    "mask_off_by_one": "mask",
+    "inf_one_row": "non-finite",
+    "nan_one_row": "non-finite",
+    "page_dropped": "indexing",
+    "transposed_weights": "indexing",
+    "heads_before_relu": "order of operations",
+    "far_flips": "selection",
+    "sinkhorn_cut": "iteration stopped early",
+    "sinkhorn_early": "concentrated (few tokens)",
+    "token_rms_swapped": "concentrated (few tokens)",
+    "page_scale_slip": "concentrated (few tokens)",
+    "one_element_8x": "single wrong element",
+    "extra_bf16_rounding": "one more rounding",
+    "roundtrip_cast": "cast (not numeric)",
+    "wrong_shape": "contract",
+    "wrong_dtype": "contract",
+    "wrong_device": "contract",
+    "raises": "contract",
+}
+
+#: Planted bugs whose error is as large as an honest variant's on the same inputs: no
+#: numerics budget can fail them without failing an honest variant (docs/reliability.md).
+INDISTINGUISHABLE = {
+    ("mhc_pre", "extra_bf16_rounding"): "one more bf16 rounding of the mixes",
+    ("indexer", "extra_bf16_rounding"): "one more bf16 rounding of each weighted score",
+}
 
 #: Planted bugs no numerics budget can see, with the gate that catches them instead.
 NOT_NUMERIC = {("mhc_pre", "roundtrip_cast"): "caught by the cast ledger (issue 4)"}
