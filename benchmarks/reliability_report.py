@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--catch-cases", nargs="*", default=list(CATCH_CASES))
     ap.add_argument("--only", nargs="*", default=None, help="op::case ids for the false failures")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--catch-seeds", type=int, default=None,
+                    help="fresh seeds for the planted-bug catch rate (default: --seeds)")
     ap.add_argument("--no-honest", action="store_true", help="shipped variants only")
     ap.add_argument("--skip", nargs="*", default=[], choices=("shipped", "fresh", "false"),
                     help="parts of the report to leave out")
@@ -95,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     for key in args.catch_cases if "fresh" not in args.skip else []:
         case = cases[key]
         members = honest.family(case.op, "bf16")
-        for seed in seeds:  # seeds outside: error_to_family keeps one seed's family
+        catch_seeds = seeds[: args.catch_seeds] if args.catch_seeds is not None else seeds
+        for seed in catch_seeds:  # seeds outside: error_to_family keeps one seed's family
             for bug in (b for b in bugs if b.op == case.op):
                 held = held_to(case, bug.variant, bug.held_to)
                 (o,) = fresh_seed_outcomes(held, [bug.variant], [seed], device=args.device)

@@ -60,10 +60,21 @@ def verdict(
 
 
 def fresh_golden(op: OpSpec, case: Case, device: str = "cpu") -> tuple[Golden, CaseInputs]:
-    """The case's golden made now, in memory, on ``device``; with the inputs it came from."""
-    inputs = CaseInputs(op, case)
-    tensors, meta = make_golden(op, case, device, inputs)
-    return Golden(Path(f"<fresh {case.op}/{case.id}>"), tensors, meta), inputs
+    """The case's golden made now, in memory, on ``device``; with the inputs it came from.
+
+    The last few are kept: the self-test holds many variants to the same seed's golden."""
+    key = (op.name, op.version, case.id, tuple(sorted(case.params.items())), case.seeds, device)
+    if key not in _FRESH:
+        inputs = CaseInputs(op, case)
+        tensors, meta = make_golden(op, case, device, inputs)
+        while len(_FRESH) >= _FRESH_KEPT:
+            _FRESH.pop(next(iter(_FRESH)))
+        _FRESH[key] = (Golden(Path(f"<fresh {case.op}/{case.id}>"), tensors, meta), inputs)
+    return _FRESH[key]
+
+
+_FRESH: dict[tuple[Any, ...], tuple[Golden, CaseInputs]] = {}
+_FRESH_KEPT = 4
 
 
 def fresh_seed_outcomes(
