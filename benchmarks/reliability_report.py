@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--catch-seeds", type=int, default=None,
                     help="fresh seeds for the planted-bug catch rate (default: --seeds)")
     ap.add_argument("--no-honest", action="store_true", help="shipped variants only")
+    ap.add_argument("--exclude", nargs="*", default=[],
+                    help="shipped variants to leave out of the false failures (e.g. fused: "
+                    "Triton's interpreter is slow on a CPU)")
     ap.add_argument("--skip", nargs="*", default=[], choices=("shipped", "fresh", "false"),
                     help="parts of the report to leave out")
     args = ap.parse_args(argv)
@@ -120,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         op = get_op(case.op)
         # Known-bad variants (the case's expect table) are supposed to fail: not "good".
         good = [v for v in case.variants if v in shipped[case.op] and v not in case.expect
-                and args.device in op.variants[v].devices]
+                and v not in args.exclude and args.device in op.variants[v].devices]
         t0, c0 = time.perf_counter(), time.process_time()
         for o in fresh_seed_outcomes(case, good, seeds, device=args.device):
             ff.append({"case": key, "variant": o.variant, "seed": o.seed,

@@ -62,7 +62,7 @@ _MEASURED_ROWS: Mapping[str, Mapping[str, float]] = {
         "recall_min": 0.999,
         "tie_recall_min": 1.0,
         "tie_band_rel": 1e-5,
-        "max_band_ratio": 4.0,
+        "max_band_ratio": 8.0,
     },
     "tf32": {
         "rel_fro": 2e-3,
@@ -73,8 +73,8 @@ _MEASURED_ROWS: Mapping[str, Mapping[str, float]] = {
         "recall_min": 0.99,
         "tie_recall_min": 1.0,
         "tie_band_rel": 5e-3,
-        "max_err_ratio": 64.0,
-        "max_band_ratio": 4.0,
+        "max_err_ratio": 1.95,
+        "max_band_ratio": 8.0,
     },
     "bf16": {
         "rel_fro": 1e-2,
@@ -85,8 +85,8 @@ _MEASURED_ROWS: Mapping[str, Mapping[str, float]] = {
         "recall_min": 0.95,
         "tie_recall_min": 1.0,
         "tie_band_rel": 2e-2,
-        "max_err_ratio": 64.0,
-        "max_band_ratio": 4.0,
+        "max_err_ratio": 1.95,
+        "max_band_ratio": 8.0,
     },
 }
 
