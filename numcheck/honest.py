@@ -24,12 +24,12 @@ from numcheck.ops.registry import get_op
 from numcheck.runner import CheckResult, VariantError, check
 from numcheck.selftest import fresh_golden, held_to
 
-#: Headroom over the honest family's worst (docs/budgets.md). Widths and fractions take the
-#: project's usual 2x. The element-level ratios take less: a bug whose worst element is 2x
-#: the worst honest error on the same inputs must still fail, so their budget must stay
-#: below 2x of the honest worst on every seed; 1.25x of the worst over many seeds leaves
-#: room for unseen seeds without crossing that line.
-HEADROOM = {"max_err_ratio": 1.25, "max_band_ratio": 1.25}
+#: Headroom over the honest family's worst (docs/budgets.md). Widths, fractions and the hard
+#: band take the project's usual 2x. The element ratio against the rounding reference takes
+#: less: a bug whose worst element is 2x the worst honest error on the same inputs should
+#: fail, so its budget should stay near the honest worst; 1.25x of the worst over 20+ seeds
+#: leaves room for unseen seeds (the held-out run in docs/reliability.md checks it).
+HEADROOM = {"max_err_ratio": 1.25}
 DEFAULT_HEADROOM = 2.0
 #: Floors of a budget measured at 0 everywhere (never demand bit-exactness across machines).
 FLOORS = {"rel_fro": 1e-7, "calc_diff": 1e-14, "tie_band_rel": 1e-6, "max_err_ratio": 1.0}
