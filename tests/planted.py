@@ -168,8 +168,9 @@ EARLY_ITERS = 5
 
 
 def mhc_sinkhorn_row_last(inputs: Inputs, p: Params) -> Outputs:
-    """bf16 path whose Sinkhorn normalises in the wrong order: rows after columns in each
-    iteration, so it ends on a row normalisation (columns do not sum to 1 on slow tokens)."""
+    """bf16 path whose Sinkhorn normalises in the other order (columns then rows, ending on
+    rows). Sinkhorn scaling of a positive matrix has one fixed point, so after 20 iterations
+    comb equals the right one to fp32 rounding: a mistake the outputs cannot show."""
     x = inputs["x"].flatten(1)
     xf = x.float()
     m = (x @ inputs["hc_fn"].to(torch.bfloat16).T).float() * mhc._rms_inv(xf, p["eps"])
@@ -363,6 +364,8 @@ SELF_TEST = [
     # One more bf16 rounding: as large as bf16's own error, no budget can see it.
     ("mhc_pre", "extra_bf16_rounding", "bf16"),
     ("indexer", "extra_bf16_rounding", "bf16"),
+    # The Sinkhorn order swapped: same fixed point, nothing for the outputs to show.
+    ("mhc_pre", "sinkhorn_row_last", "bf16"),
 ]
 
 #: The kind of each planted bug: docs/reliability.md gives the catch rate per kind.
@@ -384,6 +387,7 @@ KINDS = {
     "page_scale_slip": "concentrated (few tokens)",
     "one_element_8x": "single wrong element",
     "extra_bf16_rounding": "one more rounding",
+    "sinkhorn_row_last": "order of a converged iteration",
     "roundtrip_cast": "cast (not numeric)",
     "wrong_shape": "contract",
     "wrong_dtype": "contract",
@@ -396,6 +400,8 @@ KINDS = {
 INDISTINGUISHABLE = {
     ("mhc_pre", "extra_bf16_rounding"): "one more bf16 rounding of the mixes",
     ("indexer", "extra_bf16_rounding"): "one more bf16 rounding of each weighted score",
+    ("mhc_pre", "sinkhorn_row_last"): "Sinkhorn scaling has one fixed point: after 20 "
+    "iterations either order gives the same comb to fp32 rounding",
 }
 
 #: Planted bugs no numerics budget can see, with the gate that catches them instead.
