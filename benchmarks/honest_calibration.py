@@ -39,8 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-k", dest="select", default="", help="only cases whose id contains this")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--suggest", type=Path, nargs="+", metavar="JSON")
+    ap.add_argument("--table", type=Path, nargs="+", metavar="JSON",
+                    help="measure nothing: print the markdown table of docs/budgets.md")
     args = ap.parse_args(argv)
     cases = [c for c in load_cases(ROOT / "cases") if not c.perf_only and args.select in c.id]
+    if args.table:
+        print_table(args.table, cases)
+        return 0
     if args.suggest:
         merged: dict[str, Any] = {}
         for path in args.suggest:
@@ -86,6 +91,31 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:  # write as we go: a long run keeps what it measured
                 args.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0
+
+
+def print_table(paths: list[Path], cases: list[Any]) -> None:
+    """Worst of the honest family per case, class and output, the member behind the worst
+    element ratio, and the budgets the case file now holds."""
+    budgets = {f"{c.op}::{c.id}": c for c in cases}
+    print("| case | class | output | seeds | worst max_err_ratio (member) | worst max_band_ratio "
+          "| worst frac_outside | case budget: max_err_ratio, max_band_ratio, frac_outside |")
+    print("|---|---|---|---|---|---|---|---|")
+    for path in paths:
+        for key, fams in json.loads(path.read_text())["cases"].items():
+            if key not in budgets:
+                continue
+            for prec, res in fams.items():
+                for output, row in res["worst"].items():
+                    if "max_err_ratio" not in row:
+                        continue
+                    who = max(res["by_variant"], key=lambda v: res["by_variant"][v]
+                              .get(output, {}).get("max_err_ratio", 0.0))
+                    lim = budgets[key].budgets[prec].outputs[output].limits
+                    cells = ", ".join(f"{lim[m]:.3g}" if m in lim else "-" for m in
+                                      ("max_err_ratio", "max_band_ratio", "frac_outside"))
+                    print(f"| {key} | {prec} | {output} | {len(res['seeds'])} | "
+                          f"{row['max_err_ratio']:.3g} ({who}) | {row['max_band_ratio']:.3g} | "
+                          f"{row['frac_outside']:.3g} | {cells} |")
 
 
 if __name__ == "__main__":

@@ -109,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                 fresh.append({"bug": f"{bug.op}::{bug.variant}", "case": case.id,
                               "seed": o.seed, "caught": not o.passed, "by": o.reason,
                               "own_error": own})
+            if args.json:
+                args.json.write_text(json.dumps({**report, "fresh_catch": fresh}, indent=1))
     report["fresh_catch"] = fresh
     report["fresh_catch_s"] = [time.perf_counter() - t0, time.process_time() - c0]
 
@@ -136,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
                 ff.append({"case": key, "variant": o.variant, "seed": o.seed,
                            "passed": o.passed, "why": o.reason, "honest": True})
         timing[key] = [time.perf_counter() - t0, time.process_time() - c0]
+        if args.json:  # as we go: a run stopped at its time limit keeps what it finished
+            args.json.write_text(json.dumps({**report, "false_failures": ff,
+                                             "false_failure_s": timing}, indent=1) + "\n")
     report["false_failures"] = ff
     report["false_failure_s"] = timing
 
