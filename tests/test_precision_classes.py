@@ -19,7 +19,7 @@ from numcheck.precision_classes import (
     coarser,
     unit_roundoff,
 )
-from numcheck.runner import CheckResult, check, rounding_unit
+from numcheck.numerics import CheckResult, check, rounding_unit
 from numcheck.selftest import fresh_golden
 
 

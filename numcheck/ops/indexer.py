@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from numcheck.inputs import normal, quantize_e4m3, rng
-from numcheck.ops.registry import (
+from numcheck.ops.spec import (
     Inputs,
     OpSpec,
     Outputs,
@@ -27,7 +27,6 @@ from numcheck.ops.registry import (
     ParamSpec,
     TopkSpec,
     Variant,
-    register,
 )
 from numcheck.precision import matmul_precision
 from numcheck.topk import select_topk
@@ -247,5 +246,3 @@ OP = OpSpec(
     min_bytes=min_bytes,
     rounding_reference={"bf16": "bf16", "tf32": "tf32"},
 )
-
-register(OP)

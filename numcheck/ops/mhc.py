@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from numcheck.inputs import normal, rng
-from numcheck.ops.registry import Inputs, OpSpec, Outputs, Params, ParamSpec, Variant, register
+from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, ParamSpec, Variant
 from numcheck.precision import matmul_precision
 
 PARAMS = {
@@ -147,5 +147,3 @@ OP = OpSpec(
     min_bytes=min_bytes,
     rounding_reference={"bf16": "bf16", "tf32": "tf32"},
 )
-
-register(OP)
