@@ -169,8 +169,8 @@ EARLY_ITERS = 5
 
 def mhc_sinkhorn_row_last(inputs: Inputs, p: Params) -> Outputs:
     """bf16 path whose Sinkhorn normalises in the other order (columns then rows, ending on
-    rows). Sinkhorn scaling of a positive matrix has one fixed point, so after 20 iterations
-    comb equals the right one to fp32 rounding: a mistake the outputs cannot show."""
+    rows). Sinkhorn scaling of a positive matrix has one fixed point, so converged tokens
+    agree to fp32 rounding; a token still converging after 20 iterations does not."""
     x = inputs["x"].flatten(1)
     xf = x.float()
     m = (x @ inputs["hc_fn"].to(torch.bfloat16).T).float() * mhc._rms_inv(xf, p["eps"])
@@ -364,7 +364,7 @@ SELF_TEST = [
     # One more bf16 rounding: as large as bf16's own error, no budget can see it.
     ("mhc_pre", "extra_bf16_rounding", "bf16"),
     ("indexer", "extra_bf16_rounding", "bf16"),
-    # The Sinkhorn order swapped: same fixed point, nothing for the outputs to show.
+    # The Sinkhorn order swapped: visible only on tokens that have not converged in 20 steps.
     ("mhc_pre", "sinkhorn_row_last", "bf16"),
 ]
 
@@ -387,7 +387,7 @@ KINDS = {
     "page_scale_slip": "concentrated (few tokens)",
     "one_element_8x": "single wrong element",
     "extra_bf16_rounding": "one more rounding",
-    "sinkhorn_row_last": "order of a converged iteration",
+    "sinkhorn_row_last": "concentrated (few tokens)",
     "roundtrip_cast": "cast (not numeric)",
     "wrong_shape": "contract",
     "wrong_dtype": "contract",
@@ -400,8 +400,14 @@ KINDS = {
 INDISTINGUISHABLE = {
     ("mhc_pre", "extra_bf16_rounding"): "one more bf16 rounding of the mixes",
     ("indexer", "extra_bf16_rounding"): "one more bf16 rounding of each weighted score",
-    ("mhc_pre", "sinkhorn_row_last"): "Sinkhorn scaling has one fixed point: after 20 "
-    "iterations either order gives the same comb to fp32 rounding",
+}
+
+#: Planted bugs whose error depends on the inputs: large on some seeds, within rounding on
+#: others. The self-test does not demand them caught on every case; docs/reliability.md
+#: gives their catch rate and own error.
+SEED_DEPENDENT = {
+    ("mhc_pre", "sinkhorn_row_last"): "Sinkhorn scaling has one fixed point: only tokens "
+    "that have not converged in 20 iterations show the order",
 }
 
 #: Planted bugs no numerics budget can see, with the gate that catches them instead.
