@@ -29,7 +29,8 @@ from numcheck.overhead.gate import (
     default_gates,
     overhead_row,
 )
-from numcheck.perf.measure import PERF_HEADER, PerfResult, perf_rows
+from numcheck.perf.measure import PERF_HEADER, PerfResult, noise_lines, perf_rows
+from numcheck.perf.sections import DeviceSections, lock_wait_lines
 from numcheck.perf.timing import TimingError
 from numcheck.plugin import options
 from numcheck.plugin.calibration import CalibrationMode
@@ -148,6 +149,14 @@ class NumcheckSession:
             self.device, perf=bool(config.getoption(options.PERF_OPTION)), explain=self.explain
         )
         self.explained: list[tuple[str, OverheadReport]] = []
+        #: Per-device locks: timed sections exclusive, numerics shared (issue: workers
+        #: sharing a GPU must not time each other's kernels).
+        from numcheck.perf.measure import reset_machine_noise
+
+        reset_machine_noise()
+        self.sections = DeviceSections(
+            self.device, enabled=self.device == "cuda" or "perf" in self.active_gates
+        )
         self.overhead_rows: list[list[str]] = []
         if config.args_source != pytest.Config.ArgsSource.ARGS:
             # `pytest --numcheck` with no paths: the cases folder is the suite.
@@ -292,6 +301,11 @@ class NumcheckSession:
     def _ours(report: pytest.TestReport) -> bool:
         return "numcheck" in report.keywords or report.nodeid.split("::")[0].endswith(".toml")
 
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        if self.is_worker or "perf" not in self.active_gates and self.device != "cuda":
+            return []
+        return self.sections.header_lines(worker_count(config), perf="perf" in self.active_gates)
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.order = [item.nodeid for item in session.items]
 
@@ -314,16 +328,18 @@ class NumcheckSession:
     def report(self, exitstatus: int | None = None) -> Report:
         """Everything collected so far, in collection order."""
         records = order_records(self.records.values(), self.order)
+        env = environment(
+            torch_version=torch.__version__,
+            cuda_version=torch.version.cuda,
+            device=self.device,
+            device_names=[r.device_name for r in records if r.device_name],
+            rootdir=self.config.rootpath,
+            workers=worker_count(self.config),
+        )
+        env.update(self.sections.environment(worker_count(self.config), records))
         return Report(
             records=records,
-            environment=environment(
-                torch_version=torch.__version__,
-                cuda_version=torch.version.cuda,
-                device=self.device,
-                device_names=[r.device_name for r in records if r.device_name],
-                rootdir=self.config.rootpath,
-                workers=worker_count(self.config),
-            ),
+            environment=env,
             created=now(),
             exitstatus=exitstatus,
             goldens_regenerated=dict(sorted(self.goldens_written.items())),
@@ -360,11 +376,17 @@ class NumcheckSession:
         header, rows = summary_table(order_records(self.records.values(), self.order))
         for line in table(header, rows):
             tr.write_line(line)
-        if self.perf_results:
+        records = order_records(self.records.values(), self.order)
+        rows = perf_rows(records)
+        if rows:
             tr.write_sep("-", "numcheck perf (median device time per call; speedup = "
-                         "median of paired reference/variant ratios)")
-            for line in table(PERF_HEADER, perf_rows(self.perf_results)):
+                         "median of paired reference/variant ratios, stopped when decided)")
+            for line in table(PERF_HEADER, rows):
                 tr.write_line(line)
+            for line in noise_lines(records):
+                tr.write_line(line)
+        for line in lock_wait_lines(records, worker_count(self.config)):
+            tr.write_line(line)
         if self.overhead_rows:
             tr.write_line("")
             for line in table(OVERHEAD_HEADER, self.overhead_rows):
@@ -515,7 +537,7 @@ class CheckItem(pytest.Item):
             result = run_check(
                 op, self.case, self.variant, self.device, state.inputs_for(op, self.case),
                 golden, gates=state.active_gates, explain=state.explain,
-                regen_hint=commands.regenerate,
+                regen_hint=commands.regenerate, sections=state.sections,
             )
         except (GoldenError, VariantError, TimingError) as exc:
             self._set_record(status="error", reason=str(exc), error_kind=type(exc).__name__)
@@ -528,8 +550,11 @@ class CheckItem(pytest.Item):
             assert self.record is not None
             self.record = replace(self.record, status="xfail", reason=reason)
             pytest.xfail(reason)
-        if settled is not None:
-            raise NumcheckFailure(self._xpass_message(settled, commands))
+        if settled is not None:  # a known-bad variant no longer caught: a failure
+            message = self._xpass_message(settled, commands)
+            assert self.record is not None
+            self.record = replace(self.record, status="fail", reason=message.splitlines()[0])
+            raise NumcheckFailure(message)
         if not result.passed:
             message = failure_message(result, commands, self._source())
             overhead = result.overhead

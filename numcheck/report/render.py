@@ -139,6 +139,8 @@ def speedup_cell(record: Record) -> str:
     if not t or t.get("speedup") is None:
         return "-"
     text = f"{t['speedup']:.2f}x"
+    if t.get("gate") == "not gated" and t.get("stopped") in ("time cap", "look cap"):
+        text = "too noisy"  # the interval never got narrow: no figure worth quoting
     if t.get("ci_low") is not None and t.get("ci_high") is not None:
         text += f" [{t['ci_low']:.2f}, {t['ci_high']:.2f}]"
     return text
