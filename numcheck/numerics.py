@@ -250,8 +250,10 @@ class CheckResult:
         return worst(self.violations)
 
     def metric(self, output: str, name: str) -> float | None:
-        """Worst value of an error metric over seeds (None when not measured)."""
-        values = [s.metrics[output].value(name) for s in self.seeds if output in s.metrics]
+        """Worst value of an error metric over seeds (None when not measured: no seed, or
+        ``max_err_ratio`` without a rounding reference)."""
+        values = [s.metrics[output].value(name) for s in self.seeds
+                  if output in s.metrics and s.metrics[output].measured(name)]
         return max(values) if values else None
 
     def topk_value(self, name: str) -> float | None:
