@@ -30,6 +30,7 @@ from typing import Any
 from numcheck.budgets import BudgetError, VariantBudget, complete_budget, describe
 from numcheck.gates import GATES, OUTPUT_METRICS, TOPK_METRICS
 from numcheck.ops import registry
+from numcheck.ops.param_checks import check_params
 from numcheck.ops.registry import OpSpec
 from numcheck.overhead.gate import OVERHEAD_KEYS, OverheadBudget, OverheadError, complete_overhead
 from numcheck.perf.gate import PERF_BOUNDS, PERF_OPTIONS, PerfSpec
@@ -460,7 +461,11 @@ def _parse_params(
                 f"write e.g. {name} = {_toml_literal(spec.default)}",
             )
         overrides[name] = value
-    return op.resolve_params(preset, overrides)
+    params = op.resolve_params(preset, overrides)
+    for problem in check_params(op, params):
+        source = "" if problem.key in shape or preset is None else f" (from preset '{preset}')"
+        raise where.error(f"shape.{problem.key}", problem.problem + source, problem.fix)
+    return params
 
 
 def _parse_seeds(where: _Where, body: Mapping[str, Any]) -> tuple[int, ...]:
