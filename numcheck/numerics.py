@@ -196,7 +196,8 @@ class SeedResult:
     metrics: dict[str, ErrorMetrics] = field(default_factory=dict)
     topk: TopkReport | None = None
     violations: list[Violation] = field(default_factory=list)
-    #: The variant's outputs on the CPU, when the caller asked to keep them (calibration).
+    #: The variant's outputs on the CPU, when the caller asked to keep them (calibration,
+    #: the report's plot data, a failure's obtained file).
     outputs: Outputs | None = None
 
 
@@ -217,6 +218,9 @@ class CheckResult:
     overhead: OverheadReport | None = None
     #: A known-bad variant's expected failures, settled (None for an ordinary check).
     settled: Settled | None = None
+    #: The record's compact plot data (numcheck.plotdata) and a note shown in its row.
+    plots: dict[str, Any] | None = None
+    note: str | None = None
 
     @property
     def passed(self) -> bool:

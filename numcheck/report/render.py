@@ -171,7 +171,13 @@ def closest_cell(record: Record) -> str:
     """``output.metric value/budget`` of the record's worst violation or closest pass."""
     c = record.closest
     if c is None:
-        return record.reason.splitlines()[0][:60] if record.reason else "-"
+        if not record.reason:
+            return "-"
+        # Never cut: "triton not installed (No module named 'trit" hides the fix. A skip's
+        # reason is short and shown whole; an error's first line names it (the message
+        # above the summary has the rest).
+        lines = record.reason.splitlines()
+        return " ".join(record.reason.split()) if record.status == "skip" else lines[0]
     return f"{c['output']}.{c['metric']} {c['value']:.3g}/{c['limit']:.3g}"
 
 
@@ -214,7 +220,7 @@ def summary_table(records: Sequence[Record]) -> tuple[list[str], list[list[str]]
             _cell(r.key_metric("rel_fro")),
             _cell(r.key_metric("recall_min"), ".4f"),
             _cell(r.key_metric("tie_recall_min"), ".4f"),
-            r.verdict,
+            f"{r.verdict} ({r.note})" if r.note else r.verdict,
         ]
         if timed:
             row.insert(-1, speedup_cell(r))
