@@ -14,11 +14,13 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from numcheck import localize
 from numcheck.cases import Case
 from numcheck.goldens import (
     VAL_SUFFIX,
@@ -32,6 +34,7 @@ from numcheck.goldens import (
     unpack_pair,
 )
 from numcheck.inputs import to_device
+from numcheck.localize import Localization
 from numcheck.metrics import ErrorMetrics, compare
 from numcheck.precision_classes import DTYPE_NAMES, UNIT_ROUNDOFF
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
@@ -199,6 +202,8 @@ class SeedResult:
     #: The variant's outputs on the CPU, when the caller asked to keep them (calibration,
     #: the report's plot data, a failure's obtained file).
     outputs: Outputs | None = None
+    #: Where the error sits, per failing output (only on a check's first failing seed).
+    localization: list[Localization] = field(default_factory=list)
 
 
 @dataclass
@@ -244,6 +249,11 @@ class CheckResult:
         """Worst (lowest) value of a top-k statistic over seeds."""
         values = [s.topk.value(name) for s in self.seeds if s.topk is not None]
         return min(values) if values else None
+
+    @property
+    def localization(self) -> list[Localization]:
+        """Where the error of each failing output sits (empty for a pass)."""
+        return next((s.localization for s in self.seeds if s.localization), [])
 
     def worst_topk(self) -> TopkReport | None:
         """The seed's top-k report with the most unexplained flips."""
@@ -348,6 +358,11 @@ def check(
             )
             result.topk = report
             result.violations += check_topk(spec.indices, report, tb, seed=seed)
+        if result.violations and localize.enabled() and not any(r.localization for r in results):
+            result.localization = localize.localize_failure(
+                op, case.params, cpu_inputs, out, golden.tensors, partial(seed_key, seed),
+                result.violations, budget, seed=seed,
+            )
         results.append(result)
     return CheckResult(
         case, variant_name, device, results, [v for r in results for v in r.violations]

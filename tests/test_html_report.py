@@ -307,3 +307,17 @@ def test_page_renders_in_headless_chromium(tmp_path: Path) -> None:
         assert r.id in dom
     if svgplots.available():
         assert dom.count('src="data:image/svg+xml;base64,') == 7
+
+
+def test_failed_check_shows_where_the_error_sits() -> None:
+    where = [{"output": "logits", "measure": "error in band units",
+              "lines": ["logits: only MTP row 1 of each request is wrong"],
+              "groupings": [{"grouping": "mtp row", "labels": [0, 1],
+                             "error_shares": [0.0, 1.0], "element_shares": [0.5, 0.5]}]}]
+    failed = _record("indexer::c::bad[cpu]", status="fail", reason="bad", localization=where)
+    page = htmlreport.render_html(Report(records=[failed]), plots=False)
+    assert "where the error sits" in page
+    assert "only MTP row 1 of each request is wrong" in page
+    assert "mtp row" in page  # the grouping's heatmap
+    assert "where the error sits" not in htmlreport.render_html(
+        Report(records=[_record("indexer::c::bf16[cpu]")]), plots=False)

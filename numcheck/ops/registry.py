@@ -39,6 +39,7 @@ from numcheck.ops.spec import (
     VariantFn,
 )
 from numcheck.ops.param_checks import check_declaration
+from numcheck.structure import Structure
 
 __all__ = [  # the op description types are re-exported: users import them from here
     "DEVICES", "ENTRY_POINT_GROUP", "PRECISIONS", "InputMaker", "Inputs", "OpSpec", "Outputs",
@@ -180,6 +181,13 @@ def _check_outputs(op: OpSpec, origin: str) -> None:
                 f"{where}: rounding_reference {{{precision!r}: {name!r}}} needs a precision "
                 f"class ({', '.join(PRECISIONS)}) and one of its variants "
                 f"{sorted(op.variants)}. Fix: correct the entry or drop it"
+            )
+    for name, declared in op.structure.items():
+        if name not in op.outputs or not isinstance(declared, Structure):
+            raise RegistrationError(
+                f"{where}: structure[{name!r}] needs an output of the op and a "
+                f"numcheck.Structure, got {type(declared).__name__}. Fix: key each Structure "
+                f"by one of {list(op.outputs)}"
             )
     for name, precision in op.output_precision.items():
         if name not in op.outputs or precision not in PRECISIONS:

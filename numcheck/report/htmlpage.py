@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from numcheck.report.localize_html import localization_html
 from numcheck.report.markdown import headline
 from numcheck.report.records import Record, Report
 from numcheck.report.render import failing_first
@@ -297,6 +298,7 @@ def _check_section(i: int, record: Record, plots: bool, drift_row: Mapping[str, 
         items = "".join(f"<li><code>{_e(v.get('text', ''))}</code></li>"
                         for v in record.violations)
         parts.append(f"<ul>{items}</ul>")
+    parts.append(localization_html(record.localization))
     rows = _metric_rows(record)
     if rows:
         parts.append(_table(["metric", "value", "budget", "value / budget"], rows))

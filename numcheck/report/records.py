@@ -92,6 +92,8 @@ class Record:
     plots: dict[str, Any] | None = None
     #: What a reader of the row must know beyond the verdict (e.g. tf32 = fp32 on the CPU).
     note: str | None = None
+    #: For a failure: where the error of each failing output sits (numcheck/localize.py).
+    localization: list[dict[str, Any]] | None = None
 
     @property
     def passed(self) -> bool:
@@ -180,6 +182,7 @@ def record_from_result(
         device_name=device_name,
         device_index=device_index,
         worker=worker,
+        localization=[loc.as_dict() for loc in getattr(result, "localization", [])] or None,
     )
 
 

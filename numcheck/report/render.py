@@ -36,10 +36,15 @@ class Commands:
 MAX_OTHER_VIOLATIONS = 8
 
 
+#: Localization lines shown right after "worst:" (where the error sits).
+MAX_WHERE_LINES = 2
+
+
 def failure_message(result: CheckResult, commands: Commands, source: str) -> str:
     """The message of a failed case check."""
     top = result.worst()
     detail = [] if top is None else _mismatch_lines(result, top.output, top.seed)
+    detail = [*where_lines(result), *detail]
     return verdict_message(
         f"numcheck FAIL {result.id}", result.violations, worst_detail=detail,
         topk=result.worst_topk(), where=("case:", f"{source} [{result.case.id}]"),
@@ -125,6 +130,13 @@ def footer(where: tuple[str, str], commands: Commands, *, regenerate_note: bool 
         f"  reproduce:   {commands.reproduce}",
         f"  regenerate:  {commands.regenerate}{note}",
     ]
+
+
+def where_lines(result: CheckResult) -> list[str]:
+    """``where:`` lines: where the error of the failing outputs sits, most telling first."""
+    found = [line for loc in getattr(result, "localization", []) for line in loc.lines]
+    return [f"  {'where:' if i == 0 else '':<6} {line}"
+            for i, line in enumerate(found[:MAX_WHERE_LINES])]
 
 
 def _mismatch_lines(result: CheckResult, output: str, seed: int | None) -> list[str]:
