@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from numcheck.metric_names import ERROR_METRICS, TOPK_LIMITS
-from numcheck.precision import PRECISIONS
+from numcheck.precision import UNIT_ROUNDOFF, coarser
 
 #: The band ``|x - y| <= atol + rtol * |y|``; ``frac_outside`` counts elements outside it.
 BAND_KEYS = ("atol", "rtol")
@@ -28,10 +28,11 @@ TIE_BAND_KEYS = ("tie_band_rel", "tie_band_abs")
 #: Keys the top-k output budget accepts.
 TOPK_KEYS = (*TOPK_LIMITS, *TIE_BAND_KEYS)
 
-# Default budgets per precision class; docs/budgets.md says where each number comes from.
-# Any key of ERROR_METRICS or TOPK_LIMITS added to a row becomes gated by default for that
-# precision; atol, rtol and one of tie_band_rel / tie_band_abs are required in every row.
-DEFAULT_BUDGETS: Mapping[str, Mapping[str, float]] = {
+# docs/budgets.md explains each number. Any key of ERROR_METRICS or TOPK_LIMITS added to a
+# row becomes gated by default for that precision; atol, rtol and one of tie_band_rel /
+# tie_band_abs are required in every row. The fp16 and fp8 rows are derived from the bf16 row
+# by :func:`scaled_row` (below the table).
+_MEASURED_ROWS: Mapping[str, Mapping[str, float]] = {
     "fp32": {
         "rel_fro": 1e-5,
         "calc_diff": 1e-9,
@@ -41,6 +42,7 @@ DEFAULT_BUDGETS: Mapping[str, Mapping[str, float]] = {
         "recall_min": 0.999,
         "tie_recall_min": 1.0,
         "tie_band_rel": 1e-5,
+        "max_band_ratio": 8.0,
     },
     "tf32": {
         "rel_fro": 2e-3,
@@ -51,6 +53,8 @@ DEFAULT_BUDGETS: Mapping[str, Mapping[str, float]] = {
         "recall_min": 0.99,
         "tie_recall_min": 1.0,
         "tie_band_rel": 5e-3,
+        "max_err_ratio": 2.9,
+        "max_band_ratio": 8.0,
     },
     "bf16": {
         "rel_fro": 1e-2,
@@ -61,6 +65,48 @@ DEFAULT_BUDGETS: Mapping[str, Mapping[str, float]] = {
         "recall_min": 0.95,
         "tie_recall_min": 1.0,
         "tie_band_rel": 2e-2,
+        "max_err_ratio": 2.9,
+        "max_band_ratio": 8.0,
+    },
+}
+
+#: Keys that are widths of an error (they scale with the unit roundoff u), and keys that
+#: are squares of one (calc_diff ~ rel_fro^2 / 2 for small errors: they scale with u^2).
+_LINEAR_IN_U = ("rel_fro", "max_abs", "max_rel", "atol", "rtol", "tie_band_rel", "tie_band_abs")
+_QUADRATIC_IN_U = ("calc_diff",)
+#: Recall floors: the expected miss grows with the width of the error band (u).
+_MISS_IN_U = ("recall_min", "recall_mean")
+
+
+def scaled_row(row: Mapping[str, float], u_from: float, u_to: float) -> dict[str, float]:
+    """A defaults row for a precision of unit roundoff ``u_to``, derived from a measured
+    row at ``u_from`` the way the measured rows relate to their own u.
+
+    Error widths scale with u, calc_diff with u^2, a recall floor's miss with u (floored at
+    0); fractions of elements outside the band (the band scales too) and the scale-free
+    ratios (``max_err_ratio``, ``max_band_ratio``) are kept.
+    """
+    k = u_to / u_from
+    out: dict[str, float] = {}
+    for key, value in row.items():
+        if key in _LINEAR_IN_U:
+            out[key] = float(f"{value * k:.2g}")
+        elif key in _QUADRATIC_IN_U:
+            out[key] = float(f"{value * k * k:.2g}")
+        elif key in _MISS_IN_U:
+            out[key] = max(0.0, round(1.0 - (1.0 - value) * k, 4))
+        else:
+            out[key] = value
+    return out
+
+
+#: Every precision class's defaults: the measured rows, and fp16 / fp8 rows scaled from
+#: bf16 (docs/budgets.md, "Precision classes").
+DEFAULT_BUDGETS: Mapping[str, Mapping[str, float]] = {
+    **_MEASURED_ROWS,
+    **{
+        p: scaled_row(_MEASURED_ROWS["bf16"], UNIT_ROUNDOFF["bf16"], UNIT_ROUNDOFF[p])
+        for p in ("fp16", "e4m3", "e5m2")
     },
 }
 
@@ -180,11 +226,6 @@ def complete_budget(
         others = [name for name in outputs if name != topk_output]
         topk = _topk_budget(topk_output, defaults, given_outputs.get(topk_output, {}), others)
     return VariantBudget(outputs=budgets, topk=topk)
-
-
-def coarser(a: str, b: str) -> str:
-    """The coarser of two precision classes (``coarser("fp32", "bf16") == "bf16"``)."""
-    return max(a, b, key=PRECISIONS.index)
 
 
 def describe(value: Any) -> str:

@@ -157,7 +157,7 @@ def seed_rows(op: OpSpec, golden: Golden, measured: SeedResult) -> dict[str, Row
     computed them), and for a top-k output the agreement and the tie band its flips needed."""
     rows: dict[str, Row] = {}
     for output, m in measured.metrics.items():
-        row = {metric: m.value(metric) for metric in ERROR_METRICS}
+        row = {metric: m.value(metric) for metric in ERROR_METRICS if m.measured(metric)}
         row["nonfinite_mismatch"] = float(m.nonfinite.mask_mismatch + m.nonfinite.nan_mismatch)
         rows[output] = row
     if op.topk is not None and measured.topk is not None:

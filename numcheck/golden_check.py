@@ -41,7 +41,7 @@ from numcheck.goldens import (
     write_if_changed,
 )
 from numcheck.metrics import ErrorMetrics, compare
-from numcheck.precision import precision_of, ulp_dtype
+from numcheck.precision import precision_of, rounding_unit, ulp_dtype
 from numcheck.report.render import Commands, verdict_message
 from numcheck.topk import TopkReport, select_topk, topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk
@@ -150,7 +150,8 @@ class GoldenCheck:
         pair = unpack_pair(name, actual, golden.tensors, path=golden.path,
                            case=self._label(name), regen_hint=self.regen_command)
         metrics = compare(pair.actual, pair.expected,
-                          ulp_dtype=ulp_dtype(precision, actual.dtype), atol=ob.atol, rtol=ob.rtol)
+                          ulp_dtype=ulp_dtype(precision, actual.dtype), atol=ob.atol, rtol=ob.rtol,
+                          unit_roundoff=rounding_unit(precision, actual.dtype))
         violations = check_output(name, metrics, ob)
         if violations:
             raise GoldenCheckFailure(self._message(name, violations, golden.path))

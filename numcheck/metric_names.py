@@ -17,7 +17,15 @@ ERROR_METRICS = (
     "ulp_p99",
     "ulp_max",
     "frac_outside",
+    "max_err_ratio",
+    "max_band_ratio",
 )
+#: ``max_err_ratio``: the worst element's error as a multiple of the worst element error of
+#: the op's rounding reference at the variant's precision (an honest implementation) on the
+#: same inputs: element-level, so a few badly wrong elements fail it where rel_fro and
+#: calc_diff average them away.
+#: ``max_band_ratio``: the worst element's error in units of the band, ``max |a - e| /
+#: (atol + rtol |e|)``: the second, wider band of a frac_outside budget, nothing outside it.
 #: Violations the numerics check may raise on an ordinary output besides the budgeted error
 #: metrics: the non-finite accounting and the sampled-output counts.
 NONFINITE_METRICS = ("inf_mask", "nan", "nan_mask", "posinf_count", "neginf_count")

@@ -28,6 +28,8 @@ _ULP_INT: dict[torch.dtype, tuple[torch.dtype, int]] = {
     torch.bfloat16: (torch.int16, 16),
     torch.float16: (torch.int16, 16),
     torch.float32: (torch.int32, 32),
+    torch.float8_e4m3fn: (torch.int8, 8),
+    torch.float8_e5m2: (torch.int8, 8),
 }
 
 
@@ -84,6 +86,19 @@ class ErrorMetrics:
     atol: float
     rtol: float
     nonfinite: NonFinite
+    #: The worst element's error as a multiple of the rounding reference's worst element
+    #: error on the same inputs: ``max_abs / max(honest_max_abs, floor)``, the floor being
+    #: 1/8 of a rounding at the output's largest value (``unit_roundoff * max |e| / 8``), so
+    #: an exact rounding reference does not demand exactness. NaN (and not gated) when no
+    #: rounding reference was given.
+    max_err_ratio: float = math.nan
+    #: The rounding reference's worst element error (NaN when none was given).
+    honest_max_abs: float = math.nan
+    #: The worst element's error in units of the band, ``max |a - e| / (atol + rtol |e|)``
+    #: (1.0 = on the band's edge; inf for an error where the band is 0 wide).
+    max_band_ratio: float = 0.0
+    max_band_ratio_index: tuple[int, ...] = ()
+    unit_roundoff: float = 0.0
 
     def value(self, name: str) -> float:
         """The metric called ``name`` in a budget (one of :data:`METRIC_NAMES`).
@@ -94,6 +109,10 @@ class ErrorMetrics:
         if name not in METRIC_NAMES:
             raise KeyError(f"unknown metric {name!r}; expected one of {', '.join(METRIC_NAMES)}")
         return float(getattr(self, name))
+
+    def measured(self, name: str) -> bool:
+        """False for ``max_err_ratio`` when no rounding reference was given: not gated."""
+        return not (name == "max_err_ratio" and math.isnan(self.max_err_ratio))
 
     def index_of(self, name: str) -> tuple[int, ...] | None:
         """Index of the worst element for ``max_abs`` / ``max_rel``; ``None`` for the others.
@@ -107,6 +126,10 @@ class ErrorMetrics:
             return self.max_abs_index
         if name == "max_rel":
             return self.max_rel_index
+        if name == "max_err_ratio":
+            return self.max_abs_index
+        if name == "max_band_ratio":
+            return self.max_band_ratio_index
         return None
 
 
@@ -228,6 +251,8 @@ def compare(
     ulp_dtype: torch.dtype,
     atol: float,
     rtol: float,
+    unit_roundoff: float | None = None,
+    rounding_ref: torch.Tensor | None = None,
 ) -> ErrorMetrics:
     """Measure ``actual`` against ``expected`` (the golden) with every metric at once.
 
@@ -241,6 +266,11 @@ def compare(
         expected: the golden output, same shape.
         ulp_dtype: dtype whose ULPs are counted (the precision the variant claims).
         atol, rtol: the band ``|a - e| <= atol + rtol |e|`` behind ``frac_outside``.
+        unit_roundoff: the rounding unit ``u`` of ``max_err_ratio``'s floor; by default that
+            of ``ulp_dtype`` (half its machine epsilon). TF32 variants pass 2^-11.
+        rounding_ref: the same output from an honest implementation at the variant's
+            precision (the op's rounding reference) on the same inputs; enables
+            ``max_err_ratio``.
 
     Raises:
         ValueError: the shapes differ, or ``ulp_dtype`` is not supported.
@@ -249,6 +279,7 @@ def compare(
     if ulp_dtype not in _ULP_INT:
         supported = ", ".join(str(d) for d in _ULP_INT)
         raise ValueError(f"ULPs can be counted in {supported}, not {ulp_dtype}")
+    u = float(torch.finfo(ulp_dtype).eps) / 2 if unit_roundoff is None else float(unit_roundoff)
     a = _to_f64(actual)
     e = _to_f64(expected)
     shape = a.shape
@@ -283,6 +314,8 @@ def compare(
             atol=float(atol),
             rtol=float(rtol),
             nonfinite=nonfinite,
+            max_err_ratio=math.nan if rounding_ref is None else 0.0,
+            unit_roundoff=u,
         )
 
     if n_compared == a.numel():
@@ -321,7 +354,26 @@ def compare(
     ulps_np = ulps.numpy().astype(np.float64)
     p50, p99 = np.percentile(ulps_np, [50.0, 99.0], method="linear")
 
-    n_outside = _count(abs_err > atol + rtol * ec.abs())
+    band = atol + rtol * ec.abs()
+    n_outside = _count(abs_err > band)
+    # Where the band is 0 wide, an error is infinitely outside it and no error is inside.
+    ratio = torch.where(band > 0, abs_err / band.where(band > 0, 1.0),
+                        torch.where(abs_err > 0, math.inf, 0.0))
+    i_band = int(torch.argmax(ratio))
+    honest, err_ratio = math.nan, math.nan
+    if rounding_ref is not None:
+        _check_shapes(rounding_ref, expected)
+        h = _to_f64(rounding_ref).reshape(-1)
+        hc = h if positions is None else h[positions]
+        h_err = (hc - ec).abs()
+        h_err = torch.where(torch.isfinite(h_err), h_err, 0.0)
+        honest = float(h_err.max())
+        floor = u * float(ec.abs().max()) / 8
+        denominator = max(honest, floor)
+        if max_abs == 0.0:
+            err_ratio = 0.0
+        else:
+            err_ratio = math.inf if denominator == 0.0 else max_abs / denominator
     return ErrorMetrics(
         numel=a.numel(),
         n_compared=n_compared,
@@ -339,4 +391,9 @@ def compare(
         atol=float(atol),
         rtol=float(rtol),
         nonfinite=nonfinite,
+        max_err_ratio=err_ratio,
+        honest_max_abs=honest,
+        max_band_ratio=float(ratio[i_band]),
+        max_band_ratio_index=_unravel(_flat(positions, i_band), shape),
+        unit_roundoff=u,
     )

@@ -39,7 +39,7 @@ from numcheck.localize import Localization
 from numcheck.metric_names import MAX_FLIPS
 from numcheck.metrics import ErrorMetrics, compare
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
-from numcheck.precision import ulp_dtype
+from numcheck.precision import rounding_unit, ulp_dtype
 from numcheck.regen import RegenOutcome, store
 from numcheck.topk import TopkReport, topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk, worst
@@ -110,6 +110,23 @@ def run_variant(variant: Variant, op: OpSpec, inputs: Inputs, case: Case, device
                 f"expected {device}"
             )
     return dict(out)
+
+
+def rounding_reference_outputs(
+    op: OpSpec, variant_name: str, inputs: Inputs, case: Case, device: str, out: Outputs
+) -> Outputs | None:
+    """The op's rounding reference at the precision of ``variant_name``, on the same
+    inputs (``out`` itself when the variant is that reference); None when the op names
+    none for that precision or it cannot run on ``device``."""
+    name = op.rounding_reference.get(op.variants[variant_name].precision)
+    if name is None or name not in op.variants:
+        return None
+    if name == variant_name:
+        return out
+    honest = op.variants[name]
+    if device not in honest.devices or honest.unavailable:
+        return None
+    return run_variant(honest, op, inputs, case, device)
 
 
 def make_golden(
@@ -215,8 +232,10 @@ class CheckResult:
         return worst(self.violations)
 
     def metric(self, output: str, name: str) -> float | None:
-        """Worst value of an error metric over seeds (None when not measured)."""
-        values = [s.metrics[output].value(name) for s in self.seeds if output in s.metrics]
+        """Worst value of an error metric over seeds (None when not measured: no seed, or
+        ``max_err_ratio`` without a rounding reference)."""
+        values = [s.metrics[output].value(name) for s in self.seeds
+                  if output in s.metrics and s.metrics[output].measured(name)]
         return max(values) if values else None
 
     def topk_value(self, name: str) -> float | None:
@@ -295,7 +314,9 @@ def _check_seed(
     variant = op.variants[variant_name]
     budget = case.budgets[variant_name]
     cpu_inputs, _ = inputs.get(seed)
-    out = run_variant(variant, op, to_device(cpu_inputs, device), case, device)
+    dev_inputs = to_device(cpu_inputs, device)
+    out = run_variant(variant, op, dev_inputs, case, device)
+    honest = rounding_reference_outputs(op, variant_name, dev_inputs, case, device, out)
     result = SeedResult(seed)
     if keep_outputs:
         result.outputs = {name: t.detach().cpu() for name, t in out.items()}
@@ -307,7 +328,8 @@ def _check_seed(
         if op.topk is not None and name == op.topk.indices:
             continue
         _check_output(result, name, out[name], golden, case, variant.precision,
-                      budget.outputs[name], regen_hint=regen_hint)
+                      budget.outputs[name], regen_hint=regen_hint,
+                      honest=None if honest is None else honest[name])
     if op.topk is not None and budget.topk is not None:
         spec, tb = op.topk, budget.topk
         report = topk_agreement(
@@ -336,17 +358,26 @@ def _check_output(
     ob: OutputBudget,
     *,
     regen_hint: str,
+    honest: torch.Tensor | None = None,
 ) -> None:
-    """One ordinary output of one seed: its metrics and violations, added to ``result``."""
+    """One ordinary output of one seed: its metrics and violations, added to ``result``.
+    ``honest`` is the op's rounding reference's output at this precision on the same inputs
+    (the yardstick of ``max_err_ratio``), None when the op names none."""
     seed = result.seed
     pair = unpack_pair(
         seed_key(seed, name), actual, golden.tensors,
+        path=golden.path, case=case.id, regen_hint=regen_hint,
+    )
+    honest_pair = None if honest is None else unpack_pair(
+        seed_key(seed, name), honest, golden.tensors,
         path=golden.path, case=case.id, regen_hint=regen_hint,
     )
     m = compare(
         pair.actual, pair.expected,
         ulp_dtype=ulp_dtype(precision, actual.dtype),
         atol=ob.atol, rtol=ob.rtol,
+        unit_roundoff=rounding_unit(precision, actual.dtype),
+        rounding_ref=None if honest_pair is None else honest_pair.actual,
     )
     result.metrics[name] = m
     found = check_output(name, m, ob, seed=seed)

@@ -25,33 +25,25 @@ from typing import Any
 
 import torch
 
+from numcheck.precision import UNIT_ROUNDOFF, rounding_unit
+
 #: Bins per decade of |error|; bin k holds errors in [10**(k/B), 10**((k+1)/B)).
 BINS_PER_DECADE = 4
-
-#: Unit roundoff (half the machine epsilon) of each precision class: the relative error
-#: of rounding an exact result once. TF32 keeps 10 explicit mantissa bits, like fp16.
-UNIT_ROUNDOFF: dict[str, float] = {
-    "fp64": 2.0**-53,
-    "fp32": 2.0**-24,
-    "tf32": 2.0**-11,
-    "fp16": 2.0**-11,
-    "bf16": 2.0**-8,
-    "fp8_e4m3": 2.0**-4,
-    "fp8_e5m2": 2.0**-3,
-}
 
 #: Edges of |margin| / tie band for the flip bins (the last bin is open-ended).
 FLIP_EDGES: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0)
 
 
 def unit_roundoff(precision: str | None, dtype: torch.dtype) -> float:
-    """The coarser of the precision class's and the output dtype's unit roundoff.
+    """The coarser of the precision class's and the output dtype's unit roundoff
+    (:func:`numcheck.precision.rounding_unit`); an unknown class counts the dtype alone.
 
     A bf16 variant with an fp32 output still rounded its products to bf16; an fp32 variant
     with a bf16 output rounded its result to bf16: either way the coarser one is honest.
     """
-    from_dtype = torch.finfo(dtype).eps / 2 if dtype.is_floating_point else 0.0
-    return max(UNIT_ROUNDOFF.get(precision or "", 0.0), from_dtype)
+    if precision in UNIT_ROUNDOFF:
+        return rounding_unit(precision, dtype)
+    return torch.finfo(dtype).eps / 2 if dtype.is_floating_point else 0.0
 
 
 def error_histogram(

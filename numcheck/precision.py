@@ -1,11 +1,12 @@
 """Precision classes, and matmul precision switches that always restore the process's own.
 
-Every variant names the precision class it computes in (``fp32``, ``tf32``, ``bf16``). The
-class decides three things, all read from :data:`PRECISION_CLASSES`:
+Every variant names the precision class it computes in (``fp32``, ``tf32``, ``fp16``,
+``bf16``, ``e4m3``, ``e5m2``). The class decides four things, all read from :data:`PRECISION_CLASSES`:
 
 - which default budget row completes the variant's budget (``numcheck.budgets``),
 - in which dtype ULP errors are counted (:func:`ulp_dtype`: the coarser of the class's
   compute dtype and the output's dtype),
+- the unit roundoff of the floor of its element-level error (``max_err_ratio``),
 - whether its GEMMs are meant for tensor cores, so that a CUDA-core GEMM is a failure of the
   kernel audit (``numcheck.overhead.gate``).
 
@@ -32,26 +33,58 @@ class PrecisionClass:
     compute: str
     #: True when its GEMMs are meant for tensor cores (a CUDA-core GEMM is then a failure).
     tensor_core: bool
+    #: Explicit mantissa bits of the values the class rounds to (its unit roundoff follows).
+    mantissa_bits: int
     doc: str = ""
 
+    @property
+    def unit_roundoff(self) -> float:
+        """``u = 2^-(mantissa bits + 1)``: the largest relative error of one rounding."""
+        return 2.0 ** -(self.mantissa_bits + 1)
 
-#: Every precision class by name, from finest to coarsest (``budgets.coarser`` relies on the
-#: order). A variant's ``precision`` must be one of these.
+
+#: Every precision class by name, from finest to coarsest (:func:`coarser` relies on the
+#: order: by unit roundoff, then this listing). A variant's ``precision`` must be one of these.
 PRECISION_CLASSES: dict[str, PrecisionClass] = {
     c.name: c
     for c in (
-        PrecisionClass("fp32", "float32", tensor_core=False,
+        PrecisionClass("fp32", "float32", tensor_core=False, mantissa_bits=23,
                        doc="IEEE fp32 arithmetic (TF32 off): the references"),
-        PrecisionClass("tf32", "float32", tensor_core=True,
+        PrecisionClass("tf32", "float32", tensor_core=True, mantissa_bits=10,
                        doc="fp32 tensors, GEMMs on tensor cores with 10-bit mantissa operands"),
-        PrecisionClass("bf16", "bfloat16", tensor_core=True,
+        PrecisionClass("fp16", "float16", tensor_core=True, mantissa_bits=10,
+                       doc="fp16 GEMM operands (11 significant bits), fp32 accumulation"),
+        PrecisionClass("bf16", "bfloat16", tensor_core=True, mantissa_bits=7,
                        doc="bf16 GEMM operands (8 significant bits), fp32 accumulation"),
+        PrecisionClass("e4m3", "float8_e4m3fn", tensor_core=True, mantissa_bits=3,
+                       doc="fp8 e4m3 operands (4 significant bits), scaled"),
+        PrecisionClass("e5m2", "float8_e5m2", tensor_core=True, mantissa_bits=2,
+                       doc="fp8 e5m2 operands (3 significant bits), scaled"),
     )
 }
 #: Names of the precision classes, in table order.
 PRECISIONS = tuple(PRECISION_CLASSES)
 #: Precision classes whose GEMMs are meant for tensor cores.
 TENSOR_CORE_PRECISIONS = tuple(n for n, c in PRECISION_CLASSES.items() if c.tensor_core)
+#: Unit roundoff of each class.
+UNIT_ROUNDOFF = {n: c.unit_roundoff for n, c in PRECISION_CLASSES.items()}
+#: The torch dtype (by attribute name) whose values each class rounds to. TF32 has no torch
+#: dtype: its values live in float32.
+DTYPE_NAMES = {n: c.compute for n, c in PRECISION_CLASSES.items()}
+
+
+def coarser(a: str, b: str) -> str:
+    """The coarser of two precision classes (``coarser("fp32", "bf16") == "bf16"``)."""
+    return max(a, b, key=PRECISIONS.index)
+
+
+def unit_roundoff(precision: str) -> float:
+    """``u`` of a precision class; ValueError names the known classes."""
+    try:
+        return UNIT_ROUNDOFF[precision]
+    except KeyError:
+        known = ", ".join(PRECISIONS)
+        raise ValueError(f"numcheck: unknown precision class {precision!r} (known: {known})") from None
 
 
 def compute_dtype(precision: str) -> torch.dtype:
@@ -73,6 +106,18 @@ def ulp_dtype(precision: str, output_dtype: torch.dtype) -> torch.dtype:
     if not output_dtype.is_floating_point:
         return compute
     return max(compute, output_dtype, key=lambda d: torch.finfo(d).eps)
+
+
+def rounding_unit(precision: str, output_dtype: torch.dtype) -> float:
+    """The unit roundoff ``max_err_ratio`` counts in: the coarser of the variant's
+    precision class and the output's dtype (a bf16 output carries bf16 rounding whatever
+    the variant computed in)."""
+    import torch
+
+    u = UNIT_ROUNDOFF[precision]
+    if output_dtype.is_floating_point:
+        u = max(u, torch.finfo(output_dtype).eps / 2)
+    return u
 
 
 def precision_of(dtype: torch.dtype) -> str:

@@ -12,18 +12,22 @@ the code:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from numcheck.cases import Case
 from numcheck.check import run_check
 from numcheck.goldens import Golden, GoldenError
-from numcheck.numerics import CaseInputs, VariantError, fresh_golden
+from numcheck.numerics import CaseInputs, VariantError
+from numcheck.numerics import fresh_golden as make_fresh_golden
 from numcheck.ops.registry import OpSpec, get_op
 
-__all__ = ["Outcome", "Planted", "catch_table", "fresh_golden", "fresh_seed_outcomes",
-           "held_to", "shipped_golden", "verdict"]
+__all__ = ["Outcome", "Planted", "catch_table", "error_to_family", "family_outcomes",
+           "fresh_golden", "fresh_seed_outcomes", "held_to", "numeric_verdict",
+           "shipped_golden", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,22 @@ def verdict(
     return Outcome(variant, seed, worst is None, "" if worst is None else worst.describe())
 
 
+def fresh_golden(op: OpSpec, case: Case, device: str = "cpu") -> tuple[Golden, CaseInputs]:
+    """The case's golden made now, in memory, on ``device``; with the inputs it came from.
+
+    The last few are kept: the self-test holds many variants to the same seed's golden."""
+    key = (op.name, op.version, case.id, tuple(sorted(case.params.items())), case.seeds, device)
+    if key not in _FRESH:
+        while len(_FRESH) >= _FRESH_KEPT:
+            _FRESH.pop(next(iter(_FRESH)))
+        _FRESH[key] = make_fresh_golden(op, case, device)
+    return _FRESH[key]
+
+
+_FRESH: dict[tuple[Any, ...], tuple[Golden, CaseInputs]] = {}
+_FRESH_KEPT = 4
+
+
 def fresh_seed_outcomes(
     case: Case, variants: Sequence[str], seeds: Sequence[int], *,
     device: str = "cpu", reference_device: str = "cpu",
@@ -69,6 +89,94 @@ def fresh_seed_outcomes(
         golden, inputs = fresh_golden(op, one, reference_device)
         outcomes += [verdict(op, one, v, device, golden, inputs) for v in variants]
     return outcomes
+
+
+def numeric_verdict(
+    op: OpSpec, case: Case, variant: str, device: str, golden: Golden, inputs: CaseInputs
+) -> Outcome:
+    """The numerics check alone (no cast gate): how the honest family is judged, since
+    its members are about where rounding happens, not about copies."""
+    seed = case.seeds[0] if len(case.seeds) == 1 else None
+    try:
+        result = run_check(op, case, variant, device, inputs, golden)
+    except (VariantError, GoldenError) as exc:
+        return Outcome(variant, seed, False, f"{type(exc).__name__}: {exc}".splitlines()[0])
+    worst = result.worst()
+    return Outcome(variant, seed, worst is None, "" if worst is None else worst.describe())
+
+
+def family_outcomes(
+    case: Case, precision: str, members: Sequence[str], seeds: Sequence[int], *,
+    device: str = "cpu", reference_device: str = "cpu",
+) -> list[Outcome]:
+    """Every honest ``members`` of ``precision`` on every seed, each held to the case's
+    budget of the shipped ``precision`` variant, against that seed's fresh reference."""
+    op = get_op(case.op)
+    outcomes = []
+    for seed in seeds:
+        one = replace(case, seeds=(seed,))
+        golden, inputs = fresh_golden(op, one, reference_device)
+        for name in members:
+            if device not in op.variants[name].devices:
+                continue
+            held = held_to(one, name, precision)
+            outcomes.append(numeric_verdict(op, held, name, device, golden, inputs))
+    return outcomes
+
+
+def error_to_family(
+    case: Case, variant: str, members: Sequence[str], seed: int, *, device: str = "cpu"
+) -> float:
+    """A variant's own error against honest rounding on the same inputs: the largest, over
+    outputs, of its worst element error divided by the honest family's worst element error
+    (members that cannot run on ``device`` are skipped; inf where the family is exact and
+    the variant is not, or where the variant raises or gives a non-finite for a finite)."""
+    from numcheck.inputs import to_device
+
+    op = get_op(case.op)
+    key = (case.op, case.id, seed, device, tuple(members))
+    if key not in _FAMILY_WORST:
+        inputs = op.make_inputs(case.params, seed)
+        ref = op.variants[op.reference].fn(inputs, case.params)
+        dev = to_device(inputs, device)
+        honest: dict[str, float] = {}
+        for name in members:
+            if device in op.variants[name].devices:
+                for out, err in _worst_errors(op, op.variants[name].fn(dev, case.params),
+                                              ref).items():
+                    honest[out] = max(honest.get(out, 0.0), err)
+        _FAMILY_WORST.clear()  # one seed at a time: callers loop bugs inside seeds or vice versa
+        _FAMILY_WORST[key] = (ref, dev, honest)
+    ref, dev, honest = _FAMILY_WORST[key]
+    try:
+        mine = _worst_errors(op, op.variants[variant].fn(dev, case.params), ref)
+    except Exception:
+        return math.inf
+    ratios = [
+        (mine[o] / honest[o]) if honest.get(o, 0.0) > 0 else (math.inf if mine[o] else 0.0)
+        for o in mine
+    ]
+    return max(ratios, default=0.0)
+
+
+_FAMILY_WORST: dict[tuple[Any, ...], tuple[Any, Any, dict[str, float]]] = {}
+
+
+def _worst_errors(op: OpSpec, out: Any, ref: Any) -> dict[str, float]:
+    """Worst |out - ref| of every non-top-k output (inf for a non-finite where ref is finite)."""
+    import torch
+
+    errs = {}
+    for name in op.outputs:
+        if op.topk is not None and name == op.topk.indices:
+            continue
+        a, e = out[name].detach().cpu().double(), ref[name].double()
+        if a.shape != e.shape or bool((torch.isfinite(e) & ~torch.isfinite(a)).any()):
+            errs[name] = math.inf
+            continue
+        both = torch.isfinite(a) & torch.isfinite(e)
+        errs[name] = float((a - e).abs()[both].max()) if bool(both.any()) else 0.0
+    return errs
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,112 @@ def mhc_nan_one_row(inputs: Inputs, p: Params) -> Outputs:
     return {**out, "y": y}
 
 
+def mhc_sinkhorn_early(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path whose Sinkhorn stops after 5 of 20 iterations: converged rows barely move,
+    slow rows (a few tokens) keep errors of 1e-2 and more: a concentrated error."""
+    return mhc.bf16(inputs, dict(p, sinkhorn_iters=min(EARLY_ITERS, p["sinkhorn_iters"])))
+
+
+#: Sinkhorn iterations left by the early stop.
+EARLY_ITERS = 5
+
+
+def mhc_sinkhorn_row_last(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path whose Sinkhorn normalises in the other order (columns then rows, ending on
+    rows). Sinkhorn scaling of a positive matrix has one fixed point, so converged tokens
+    agree to fp32 rounding; a token still converging after 20 iterations does not."""
+    x = inputs["x"].flatten(1)
+    xf = x.float()
+    m = (x @ inputs["hc_fn"].to(torch.bfloat16).T).float() * mhc._rms_inv(xf, p["eps"])
+    out = mhc._epilogue(m, xf, inputs, p)
+    n, eps = p["hc_mult"], p["eps"]
+    t = m.shape[0]
+    scale, base = inputs["hc_scale"], inputs["hc_base"]
+    logits = (m[:, 2 * n :] * scale[2] + base[2 * n :]).view(t, n, n)
+    comb = torch.softmax(logits, dim=-1) + eps
+    for _ in range(p["sinkhorn_iters"]):
+        comb = comb / (comb.sum(dim=-2, keepdim=True) + eps)
+        comb = comb / (comb.sum(dim=-1, keepdim=True) + eps)
+    return {**out, "comb": comb}
+
+
+def mhc_token_rms_swapped(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path where the last two tokens take each other's RMS statistic (a tile-edge
+    indexing slip): every output of two tokens is off, the rest exact."""
+    x = inputs["x"].flatten(1)
+    xf = x.float()
+    r = mhc._rms_inv(xf, p["eps"]).clone()
+    r[[-1, -2]] = r[[-2, -1]]
+    m = (x @ inputs["hc_fn"].to(torch.bfloat16).T).float() * r
+    return mhc._epilogue(m, xf, inputs, p)
+
+
+#: How far beyond the honest bf16 worst error the single wrong element is put.
+ONE_ELEMENT_FACTOR = 8.0
+
+
+def _worst_bf16_error(ref: torch.Tensor, honest: torch.Tensor) -> float:
+    finite = torch.isfinite(ref) & torch.isfinite(honest)
+    return float((honest.double() - ref.double()).abs()[finite].max())
+
+
+def mhc_one_element_8x(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path with one element of mixes off by 8x the bf16 path's own worst error on the
+    same inputs (a single wrong element a frac_outside allowance would let through)."""
+    out = mhc.bf16(inputs, p)
+    worst = _worst_bf16_error(mhc.fp32(inputs, p)["mixes"], out["mixes"])
+    mixes = out["mixes"].clone()
+    mixes[0, 0] += ONE_ELEMENT_FACTOR * worst
+    return {**out, "mixes": mixes}
+
+
+def indexer_one_element_8x(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path with one valid, unselected logit off by 8x the bf16 path's own worst logit
+    error on the same inputs; the selection is left as the bf16 path made it."""
+    out = indexer.bf16(inputs, p)
+    worst = _worst_bf16_error(indexer.fp32(inputs, p)["logits"], out["logits"])
+    logits = out["logits"].clone()
+    row = logits[0]
+    finite = torch.isfinite(row).nonzero().flatten()
+    lowest = finite[row[finite].argmin()]
+    logits[0, lowest] -= ONE_ELEMENT_FACTOR * worst
+    return {"logits": logits, "topk": out["topk"]}
+
+
+def indexer_page_scale_slip(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path reading the kv scales of request 0's second page one token off (a few
+    wrong tokens: 64 logits scaled by their neighbour's scale)."""
+    q, kt, k_scale = indexer._operands(inputs, p, torch.bfloat16)
+    bs = inputs["kv_cache"].shape[1]
+    k_scale = k_scale.clone()
+    k_scale[0, bs : 2 * bs] = torch.roll(k_scale[0, bs : 2 * bs], 1)
+    return indexer._outputs(torch.bmm(q, kt), inputs, k_scale, p)
+
+
+def mhc_extra_bf16_rounding(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that rounds the mixes to bf16 once more after the RMS scale: one more
+    bf16 rounding, as large as bf16's own error (no budget can see it)."""
+    x = inputs["x"].flatten(1)
+    xf = x.float()
+    m = (x @ inputs["hc_fn"].to(torch.bfloat16).T).float() * mhc._rms_inv(xf, p["eps"])
+    return mhc._epilogue(m.to(torch.bfloat16).float(), xf, inputs, p)
+
+
+def indexer_extra_bf16_rounding(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that rounds each weighted head score to bf16 once more: one more bf16
+    rounding on top of the scores' own (no budget can see it)."""
+    q, kt, k_scale = indexer._operands(inputs, p, torch.bfloat16)
+    b, n, h = inputs["q"].shape[:3]
+    scores = torch.bmm(q, kt).float()
+    length = scores.shape[-1]
+    s = scores.relu().view(b, n, h, length)
+    weighted = (s * inputs["weights"].view(b, n, h, 1)).to(torch.bfloat16).float()
+    logits = weighted.sum(dim=2) * k_scale.view(b, 1, length)
+    mask = indexer.valid_mask(inputs["context_lens"], n, length)
+    logits = logits.masked_fill(~mask, float("-inf")).view(b * n, length)
+    return {"logits": logits, "topk": select_topk(logits, p["index_topk"])}
+
+
 def indexer_wrong_shape(inputs: Inputs, p: Params) -> Outputs:
     out = indexer.fp32(inputs, p)
     out["logits"] = out["logits"][:, :-1]
@@ -203,6 +309,9 @@ PLANTED = {
         "wrong_dtype": (indexer_wrong_dtype, "fp32"),
         "wrong_device": (indexer_wrong_device, "fp32"),
         "raises": (indexer_raises, "fp32"),
+        "one_element_8x": (indexer_one_element_8x, "bf16"),
+        "page_scale_slip": (indexer_page_scale_slip, "bf16"),
+        "extra_bf16_rounding": (indexer_extra_bf16_rounding, "bf16"),
     },
     "mhc_pre": {
         "y_scaled": (mhc_y_scaled, "fp32"),
@@ -212,6 +321,11 @@ PLANTED = {
         "sinkhorn_cut": (mhc_sinkhorn_cut, "bf16"),
         "roundtrip_cast": (mhc_roundtrip_cast, "bf16"),
         "nan_one_row": (mhc_nan_one_row, "bf16"),
+        "sinkhorn_early": (mhc_sinkhorn_early, "bf16"),
+        "sinkhorn_row_last": (mhc_sinkhorn_row_last, "bf16"),
+        "token_rms_swapped": (mhc_token_rms_swapped, "bf16"),
+        "one_element_8x": (mhc_one_element_8x, "bf16"),
+        "extra_bf16_rounding": (mhc_extra_bf16_rounding, "bf16"),
     },
 }
 
@@ -241,7 +355,60 @@ SELF_TEST = [
     ("indexer", "wrong_dtype", "bf16"),
     ("indexer", "wrong_device", "bf16"),
     ("indexer", "raises", "bf16"),
+    # Concentrated errors and single wrong elements (element-level budgets).
+    ("mhc_pre", "sinkhorn_early", "bf16"),
+    ("mhc_pre", "token_rms_swapped", "bf16"),
+    ("mhc_pre", "one_element_8x", "bf16"),
+    ("indexer", "one_element_8x", "bf16"),
+    ("indexer", "page_scale_slip", "bf16"),
+    # One more bf16 rounding: as large as bf16's own error, no budget can see it.
+    ("mhc_pre", "extra_bf16_rounding", "bf16"),
+    ("indexer", "extra_bf16_rounding", "bf16"),
+    # The Sinkhorn order swapped: visible only on tokens that have not converged in 20 steps.
+    ("mhc_pre", "sinkhorn_row_last", "bf16"),
 ]
+
+#: The kind of each planted bug: docs/reliability.md gives the catch rate per kind.
+KINDS = {
+    "no_kv_scale": "wrong scale",
+    "y_scaled": "wrong scale",
+    "rms_eps_x1000": "wrong constant",
+    "bf16_accumulation": "accumulation precision",
+    "mask_off_by_one": "mask",
+    "inf_one_row": "non-finite",
+    "nan_one_row": "non-finite",
+    "page_dropped": "indexing",
+    "transposed_weights": "indexing",
+    "heads_before_relu": "order of operations",
+    "far_flips": "selection",
+    "sinkhorn_cut": "iteration stopped early",
+    "sinkhorn_early": "concentrated (few tokens)",
+    "token_rms_swapped": "concentrated (few tokens)",
+    "page_scale_slip": "concentrated (few tokens)",
+    "one_element_8x": "single wrong element",
+    "extra_bf16_rounding": "one more rounding",
+    "sinkhorn_row_last": "concentrated (few tokens)",
+    "roundtrip_cast": "cast (not numeric)",
+    "wrong_shape": "contract",
+    "wrong_dtype": "contract",
+    "wrong_device": "contract",
+    "raises": "contract",
+}
+
+#: Planted bugs whose error is as large as an honest variant's on the same inputs: no
+#: numerics budget can fail them without failing an honest variant (docs/reliability.md).
+INDISTINGUISHABLE = {
+    ("mhc_pre", "extra_bf16_rounding"): "one more bf16 rounding of the mixes",
+    ("indexer", "extra_bf16_rounding"): "one more bf16 rounding of each weighted score",
+}
+
+#: Planted bugs whose error depends on the inputs: large on some seeds, within rounding on
+#: others. The self-test does not demand them caught on every case; docs/reliability.md
+#: gives their catch rate and own error.
+SEED_DEPENDENT = {
+    ("mhc_pre", "sinkhorn_row_last"): "Sinkhorn scaling has one fixed point: only tokens "
+    "that have not converged in 20 iterations show the order",
+}
 
 #: Planted bugs no numerics budget can see, with the gate that catches them instead.
 NOT_NUMERIC = {("mhc_pre", "roundtrip_cast"): "caught by the cast ledger"}

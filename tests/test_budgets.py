@@ -65,6 +65,40 @@ def test_lower_precision_never_gets_a_tighter_default() -> None:
             assert fp32[key] >= tf32[key] >= bf16[key], key
         else:
             assert fp32[key] <= tf32[key] <= bf16[key], key
+    # The derived classes, coarsest last: fp16 (u = 2^-11) < bf16 < e4m3 < e5m2.
+    order = [DEFAULT_BUDGETS[p] for p in ("fp16", "bf16", "e4m3", "e5m2")]
+    for key in ("rel_fro", "calc_diff", "atol", "rtol", "tie_band_rel"):
+        values = [row[key] for row in order]
+        assert values == sorted(values), key
+    recalls = [row["recall_min"] for row in order]
+    assert recalls == sorted(recalls, reverse=True)
+
+
+def test_fp16_and_fp8_rows_are_the_bf16_row_scaled_by_unit_roundoff() -> None:
+    bf16 = DEFAULT_BUDGETS["bf16"]
+    fp16, e4m3, e5m2 = (DEFAULT_BUDGETS[p] for p in ("fp16", "e4m3", "e5m2"))
+    # u: bf16 2^-8, fp16 2^-11 (8x finer), e4m3 2^-4 (16x coarser), e5m2 2^-3 (32x).
+    assert fp16["rel_fro"] == pytest.approx(bf16["rel_fro"] / 8, rel=0.05)
+    assert fp16["calc_diff"] == pytest.approx(bf16["calc_diff"] / 64, rel=0.05)
+    assert e4m3["atol"] == pytest.approx(bf16["atol"] * 16, rel=0.05)
+    assert e4m3["calc_diff"] == pytest.approx(bf16["calc_diff"] * 256, rel=0.05)
+    assert e5m2["rtol"] == pytest.approx(bf16["rtol"] * 32, rel=0.05)
+    assert e4m3["recall_min"] == pytest.approx(1 - (1 - bf16["recall_min"]) * 16)
+    assert e5m2["recall_min"] == 0.0  # a miss of 160% floors at 0: tie_recall_min still gates
+    for row in (fp16, e4m3, e5m2):
+        assert row["frac_outside"] == bf16["frac_outside"]
+        assert row["max_err_ratio"] == bf16["max_err_ratio"]
+        assert row["max_band_ratio"] == bf16["max_band_ratio"]
+        assert row["tie_recall_min"] == 1.0
+
+
+def test_scaled_row_by_hand() -> None:
+    row = {"rel_fro": 1e-2, "calc_diff": 1e-4, "recall_min": 0.95, "frac_outside": 0.01,
+           "max_band_ratio": 3.0}
+    assert budgets.scaled_row(row, 1.0, 2.0) == {
+        "rel_fro": 2e-2, "calc_diff": 4e-4, "recall_min": 0.9, "frac_outside": 0.01,
+        "max_band_ratio": 3.0,
+    }
 
 
 @pytest.mark.parametrize(
@@ -95,7 +129,7 @@ def test_nothing_given_means_the_defaults_row(precision: str) -> None:
     budget = complete(precision=precision)
     assert set(budget.outputs) == {"scores"}
     assert budget.outputs["scores"] == OutputBudget(
-        limits={k: row[k] for k in ("rel_fro", "calc_diff", "frac_outside")},
+        limits={k: row[k] for k in ERROR_METRICS if k in row},
         atol=row["atol"],
         rtol=row["rtol"],
         allow_nan=False,

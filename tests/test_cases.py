@@ -149,6 +149,8 @@ def test_budgets_are_completed_by_the_variant_precision(tmp_path: Path) -> None:
         "rel_fro": bf16["rel_fro"],
         "calc_diff": 1e-5,
         "frac_outside": bf16["frac_outside"],
+        "max_err_ratio": bf16["max_err_ratio"],
+        "max_band_ratio": bf16["max_band_ratio"],
         "max_abs": 0.5,
     }
     assert (scores.atol, scores.rtol) == (bf16["atol"], bf16["rtol"])

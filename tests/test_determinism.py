@@ -65,4 +65,6 @@ def test_thread_count_changes_stay_inside_the_fp32_budget(key: str, threads: Non
         ob = budget.outputs[name]
         m = compare(two[name], one[name], ulp_dtype=torch.float32, atol=ob.atol, rtol=ob.rtol)
         for metric, limit in ob.limits.items():
+            if not m.measured(metric):  # max_err_ratio: no rounding reference here
+                continue
             assert m.value(metric) <= limit, f"{key}: {name}.{metric} {m.value(metric)} > {limit}"

@@ -70,7 +70,7 @@ def test_identical_tensors_are_all_zero() -> None:
 def test_value_and_index_of_by_budget_name() -> None:
     m = cmp(t([1, 2, 3]), t([1, 2, 4]), atol=0.5, rtol=0.0)
     for name in METRIC_NAMES:
-        assert m.value(name) == getattr(m, name)
+        assert m.value(name) == getattr(m, name) or not m.measured(name)
     assert m.index_of("max_abs") == (2,)
     assert m.index_of("max_rel") == (2,)
     assert m.index_of("rel_fro") is None
@@ -147,7 +147,7 @@ def test_nothing_compared_gives_zeros(a: torch.Tensor, e: torch.Tensor) -> None:
     assert m.n_compared == 0
     assert m.numel == a.numel()
     for name in METRIC_NAMES:
-        assert m.value(name) == 0.0
+        assert m.value(name) == 0.0 or not m.measured(name)
     assert m.max_abs_index == () and m.max_rel_index == ()
     assert m.n_outside == 0
 
@@ -391,3 +391,62 @@ def test_cuda_inputs() -> None:
     e = t([1, 2, 4]).cuda()
     m = cmp(a, e)
     assert (m.max_abs, m.max_abs_index, m.ulp_max) == (1.0, (2,), 64.0)
+
+
+# --- element-level worst case: max_err_ratio and max_band_ratio ---------------------------
+
+
+def test_max_band_ratio_is_the_worst_element_in_units_of_the_band() -> None:
+    # band = 0.1 + 0.1 |e|: [0.2, 0.3, 0.5]; errors [0.1, 0, 1.0] -> ratios [0.5, 0, 2.0].
+    m = cmp(t([1.1, 2.0, 3.0]), t([1.0, 2.0, 4.0]), atol=0.1, rtol=0.1)
+    assert m.max_band_ratio == pytest.approx(2.0)
+    assert m.index_of("max_band_ratio") == (2,)
+    assert m.n_outside == 1
+
+
+def test_max_band_ratio_of_a_zero_width_band() -> None:
+    assert cmp(t([1.0, 2.0]), t([1.0, 2.0])).max_band_ratio == 0.0
+    assert cmp(t([1.0, 2.5]), t([1.0, 2.0])).max_band_ratio == INF
+
+
+def test_max_err_ratio_against_the_rounding_reference() -> None:
+    e = t([1.0, 2.0, 4.0])
+    honest = t([1.0, 2.0 + 2**-6, 4.0])  # worst honest error 2^-6
+    a = t([1.0, 2.0, 4.0 + 2**-3])  # worst error 2^-3: 8x the honest one
+    m = compare(a, e, ulp_dtype=torch.bfloat16, atol=0, rtol=0, rounding_ref=honest)
+    assert m.honest_max_abs == 2**-6
+    assert m.max_err_ratio == 8.0
+    assert m.index_of("max_err_ratio") == (2,)
+    assert m.measured("max_err_ratio")
+
+
+def test_max_err_ratio_floor_when_the_rounding_reference_is_exact() -> None:
+    # An exact reference (TF32 on a CPU): the floor is u * max|e| / 8 = 2^-8 * 4 / 8 = 2^-9.
+    e = t([1.0, 2.0, 4.0])
+    a = t([1.0, 2.0, 4.0 + 2**-7])
+    m = compare(a, e, ulp_dtype=torch.bfloat16, atol=0, rtol=0, rounding_ref=e.clone())
+    assert m.honest_max_abs == 0.0
+    assert m.max_err_ratio == 4.0  # 2^-7 / 2^-9
+    tf32 = compare(a, e, ulp_dtype=torch.float32, atol=0, rtol=0, rounding_ref=e.clone(),
+                   unit_roundoff=2.0**-11)
+    assert tf32.max_err_ratio == 2.0**-7 / (2.0**-11 * 4 / 8)
+
+
+def test_max_err_ratio_is_unmeasured_without_a_rounding_reference() -> None:
+    m = cmp(t([1.0, 3.0]), t([1.0, 2.0]))
+    assert math.isnan(m.max_err_ratio) and not m.measured("max_err_ratio")
+    assert m.measured("max_abs")
+
+
+def test_max_err_ratio_skips_non_finite_positions() -> None:
+    e = t([-INF, 1.0, 2.0])
+    m = compare(t([-INF, 1.0, 2.5]), e, ulp_dtype=torch.bfloat16, atol=0, rtol=0,
+                rounding_ref=t([-INF, 1.25, 2.0]))
+    assert m.honest_max_abs == 0.25
+    assert m.max_err_ratio == 2.0
+
+
+def test_fp8_ulps() -> None:
+    # e4m3 keeps 3 mantissa bits: 1.0 and 1.125 are adjacent; e5m2 steps by 0.25 at 1.
+    assert ulp_distance(t([1.125]), t([1.0]), torch.float8_e4m3fn).tolist() == [1]
+    assert ulp_distance(t([1.5]), t([1.0]), torch.float8_e5m2).tolist() == [2]

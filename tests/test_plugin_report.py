@@ -36,8 +36,13 @@ registry.set_variant("indexer", registry.Variant("noisy", noisy, "tf32"))
 """
 
 
+#: The noise is up to ~4x a tf32 rounding on single elements, where the indexer's tf32
+#: path is exact: the element-level budget would fail it; these tests are about drift.
+NOISY_BUDGET = "[tiny.budget.noisy.logits]\nmax_err_ratio = inf\n"
+
+
 def noisy_project(pytester: pytest.Pytester, noise: float, variants: str = '"noisy"') -> None:
-    make_project(pytester, variants=variants)
+    make_project(pytester, variants=variants, extra=NOISY_BUDGET if "noisy" in variants else "")
     pytester.makeconftest(NOISY_CONFTEST.format(tests=str(TESTS), noise=noise))
 
 

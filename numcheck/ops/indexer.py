@@ -352,6 +352,7 @@ OP = OpSpec(
     doc=__doc__ or "",
     flops=flops,
     min_bytes=min_bytes,
+    rounding_reference={"bf16": "bf16", "tf32": "tf32"},
     check_params=check_params,
     # Positions past a row's valid length are -inf by definition (the mask).
     nonfinite={"logits": ("-inf",)},

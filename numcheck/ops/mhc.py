@@ -171,5 +171,6 @@ OP = OpSpec(
     doc=__doc__ or "",
     flops=flops,
     min_bytes=min_bytes,
+    rounding_reference={"bf16": "bf16", "tf32": "tf32"},
     structure=STRUCTURE,
 )

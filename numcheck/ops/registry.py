@@ -175,6 +175,13 @@ def _check_outputs(op: OpSpec, origin: str) -> None:
                     f"{where}: TopkSpec {role} {name!r} is not one of its outputs "
                     f"{list(op.outputs)}. Fix: name an output of the op"
                 )
+    for precision, name in op.rounding_reference.items():
+        if precision not in PRECISIONS or name not in op.variants:
+            raise RegistrationError(
+                f"{where}: rounding_reference {{{precision!r}: {name!r}}} needs a precision "
+                f"class ({', '.join(PRECISIONS)}) and one of its variants "
+                f"{sorted(op.variants)}. Fix: correct the entry or drop it"
+            )
     for name, declared in op.structure.items():
         if name not in op.outputs or not isinstance(declared, Structure):
             raise RegistrationError(

@@ -112,6 +112,11 @@ class OpSpec:
     #: (each input read once, each output written once), from the case's params.
     flops: Callable[[Params], float] | None = None
     min_bytes: Callable[[Params], float] | None = None
+    #: Precision class -> the variant that is the op's honest implementation at that
+    #: precision (its rounding reference). A variant of that class is held, element by
+    #: element, to a multiple of this variant's worst error on the same inputs
+    #: (``max_err_ratio``); classes without an entry are not measured that way.
+    rounding_reference: Mapping[str, str] = field(default_factory=dict)
     #: Constraints between parameters (``min_context <= max_context``): called with the
     #: resolved params, returns a :class:`ParamProblem` per broken rule (empty when the
     #: params are valid). Single-parameter ranges go in ParamSpec.

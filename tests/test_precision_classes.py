@@ -1,0 +1,126 @@
+"""Precision classes: unit roundoff, and a user's fp16 / fp8 variant gated by the default budgets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import numcheck
+from numcheck.budgets import DEFAULT_BUDGETS
+from numcheck.cases import load_case_file
+from numcheck.numerics import CheckResult, check
+from numcheck.ops import mhc
+from numcheck.ops.registry import PRECISIONS, Inputs, Outputs, Params, Variant, get_op
+from numcheck.precision import (
+    DTYPE_NAMES,
+    PRECISION_CLASSES,
+    UNIT_ROUNDOFF,
+    coarser,
+    rounding_unit,
+    unit_roundoff,
+)
+from numcheck.selftest import fresh_golden
+
+
+@pytest.mark.parametrize("precision", [p for p in PRECISION_CLASSES if p != "tf32"])
+def test_unit_roundoff_is_half_the_dtype_epsilon(precision: str) -> None:
+    dtype = getattr(torch, DTYPE_NAMES[precision])
+    assert UNIT_ROUNDOFF[precision] == torch.finfo(dtype).eps / 2
+
+
+def test_tf32_rounds_like_fp16_and_every_class_has_defaults() -> None:
+    assert UNIT_ROUNDOFF["tf32"] == UNIT_ROUNDOFF["fp16"] == 2.0**-11
+    assert set(PRECISIONS) == set(PRECISION_CLASSES) == set(DEFAULT_BUDGETS)
+    assert coarser("fp16", "bf16") == "bf16" and coarser("e5m2", "e4m3") == "e5m2"
+    with pytest.raises(ValueError, match="unknown precision class 'fp8'.*e4m3, e5m2"):
+        unit_roundoff("fp8")
+
+
+def test_rounding_unit_takes_the_coarser_of_precision_and_output_dtype() -> None:
+    assert rounding_unit("tf32", torch.float32) == 2.0**-11
+    assert rounding_unit("fp32", torch.bfloat16) == 2.0**-8  # mHC's y is stored in bf16
+    assert rounding_unit("e4m3", torch.float32) == 2.0**-4
+
+
+# -- a user's fp16 and fp8 variants of mHC, registered through the public API ---------------
+
+
+def mhc_fp16(inputs: Inputs, p: Params) -> Outputs:
+    """The projection GEMM in fp16 (operands and output), RMS statistics in fp32."""
+    x = inputs["x"].flatten(1)
+    xf = x.float()
+    mm = x.to(torch.float16) @ inputs["hc_fn"].to(torch.float16).T
+    return mhc._epilogue(mm.float() * mhc._rms_inv(xf, p["eps"]), xf, inputs, p)
+
+
+def _e4m3_rows(w: torch.Tensor) -> torch.Tensor:
+    """hc_fn quantized to e4m3 with one fp32 scale per row, dequantized (what an fp8 GEMM
+    with per-row weight scales computes with)."""
+    scale = w.abs().amax(dim=1, keepdim=True) / 448
+    return (w / scale).to(torch.float8_e4m3fn).float() * scale
+
+
+def mhc_e4m3(inputs: Inputs, p: Params) -> Outputs:
+    """hc_fn in e4m3 with per-row scales, x exact, fp32 accumulation."""
+    xf = inputs["x"].flatten(1).float()
+    m = (xf @ _e4m3_rows(inputs["hc_fn"]).T) * mhc._rms_inv(xf, p["eps"])
+    return mhc._epilogue(m, xf, inputs, p)
+
+
+def mhc_e4m3_scale_dropped(inputs: Inputs, p: Params) -> Outputs:
+    """A bug: the per-row weight scale of the e4m3 path is never applied."""
+    xf = inputs["x"].flatten(1).float()
+    w = inputs["hc_fn"]
+    scale = w.abs().amax(dim=1, keepdim=True) / 448
+    q = (w / scale).to(torch.float8_e4m3fn).float()
+    return mhc._epilogue((xf @ q.T) * mhc._rms_inv(xf, p["eps"]), xf, inputs, p)
+
+
+CASE = """
+[tiny]
+op = "mhc_pre"
+preset = "v4flash"
+shape = {{ tokens = 8, hidden = 512 }}
+seeds = [0]
+variants = [{variants}]
+"""
+
+
+def _run(tmp_path: Path, variant: str) -> CheckResult:
+    path = tmp_path / "mhc.toml"
+    path.write_text(CASE.format(variants=f'"{variant}"'))
+    (case,) = load_case_file(path)
+    op = get_op("mhc_pre")
+    golden, inputs = fresh_golden(op, case)
+    return check(op, case, variant, "cpu", golden, inputs, regen_hint="")
+
+
+@pytest.mark.parametrize(("name", "fn", "precision"), [
+    ("mine_fp16", mhc_fp16, "fp16"), ("mine_e4m3", mhc_e4m3, "e4m3"),
+])
+def test_a_users_fp16_or_fp8_variant_passes_on_its_class_defaults(
+    tmp_path: Path, name: str, fn: object, precision: str
+) -> None:
+    numcheck.add_variant("mhc_pre", Variant(name, fn, precision))  # type: ignore[arg-type]
+    result = _run(tmp_path, name)
+    assert result.passed, [v.describe() for v in result.violations]
+    budget = result.case.budgets[name].outputs["mixes"]
+    assert budget.limits["rel_fro"] == DEFAULT_BUDGETS[precision]["rel_fro"]
+    # No rounding reference for these classes: the element ratio is not measured.
+    assert not result.seeds[0].metrics["mixes"].measured("max_err_ratio")
+
+
+def test_an_fp8_variant_that_drops_its_scale_fails_the_e4m3_defaults(tmp_path: Path) -> None:
+    numcheck.add_variant("mhc_pre", Variant("mine_bad", mhc_e4m3_scale_dropped, "e4m3"))
+    result = _run(tmp_path, "mine_bad")
+    assert not result.passed
+    assert any(v.key == "mixes.rel_fro" for v in result.violations)
+
+
+def test_fp16_defaults_are_tighter_than_what_bf16_rounding_does(tmp_path: Path) -> None:
+    """The fp16 row is not bf16's: a bf16 GEMM registered as fp16 fails it."""
+    numcheck.add_variant("mhc_pre", Variant("bf16_as_fp16", mhc.bf16, "fp16"))
+    result = _run(tmp_path, "bf16_as_fp16")
+    assert not result.passed
