@@ -2,7 +2,7 @@
 
 A bf16 GEMM got 2x faster and the op barely moved, because a ``.to(bf16)`` of a large
 tensor that had been bf16 all along added as much copy time as the GEMM saved
-(../shared/DESIGN.md). Numbers cannot show that: bf16 -> fp32 -> bf16 is exact. The ledger
+(docs/overhead.md). Numbers cannot show that: bf16 -> fp32 -> bf16 is exact. The ledger
 does, on any device, by watching the aten calls a variant makes (a ``TorchDispatchMode``)::
 
     with CastLedger() as ledger:
@@ -20,10 +20,23 @@ What counts (every entry is a separate pass over memory):
 - **no-op conversion**: a ``_to_copy`` that changed nothing (same dtype, device and strides):
   bytes moved for nothing. (``.to(dtype)`` to the dtype a tensor already has returns the
   tensor itself and costs nothing, so it never reaches aten and is not one.)
-- **round trip**: a cast to dtype A of a value that an earlier cast made from an A tensor,
-  while that A tensor is still alive (so a view of it could have been used), and neither
-  was written in between. Identity is tracked through storages, so views and copies of the
-  intermediate still count.
+- **round trip**, found two ways:
+
+  - *by path*: a cast to dtype A of a value that an earlier cast made from an A tensor,
+    while that A tensor is still alive (so a view of it could have been used), and neither
+    was written in between. Identity is tracked through storages, so views and copies of
+    the intermediate still count.
+  - *by value*: a cast to a floating dtype A whose result is bit-identical to a live A
+    tensor the variant already had (an input, or an earlier result), whatever exact ops
+    sat in between (``x.float() * 1.0`` then ``.to(bf16)``). Every floating tensor of at
+    least :data:`VALUE_MIN_BYTES` that an aten call takes or returns is remembered weakly,
+    keyed by (dtype, numel); a cast's result is compared with those of its key only:
+    a few sampled elements first, then exact equality. Constant results (all sampled
+    elements equal: zeros, ones) are not compared: equal by construction, not a trip.
+
+Not recorded either: conversions made by Triton's interpreter (``TRITON_INTERPRET=1``) to
+move a kernel's arguments between host and "device" memory: a compiled kernel does not
+make them, so counting them on the CPU would budget an artefact.
 
 Not recorded: views (``view``, ``view(dtype)`` bit reinterpretation, ``view_as_real``,
 ``transpose``, ``flatten`` of a contiguous tensor) move no bytes; type promotion inside an
@@ -35,6 +48,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +77,14 @@ SHORT_DTYPES = {
 # them is the line that asked for the conversion.
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _THIS_FILE = __file__
+#: Files whose conversions emulate a device and are not recorded (see the module docstring).
+EMULATION_FILES = (os.path.join("triton", "runtime", "interpreter.py"),)
+
+#: Smallest cast result (bytes) compared by value: a round trip of less moves nothing
+#: worth a message, and tiny tensors (scalars, [3] scales) are equal by coincidence.
+VALUE_MIN_BYTES = 4096
+#: Elements sampled before an exact comparison (evenly spaced in row-major order).
+VALUE_SAMPLES = 64
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -121,11 +143,31 @@ def _relative(path: str) -> str:
 
 
 @dataclass(frozen=True)
+class Seen:
+    """A tensor the variant had: its dtype and shape, and where it was made or first seen.
+
+    ``made`` is True for a result of an aten call inside the ledger, False for a tensor
+    first seen as an argument (an input of the variant, or made before the ledger began).
+    """
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    where: Where
+    made: bool
+
+    def describe(self) -> str:
+        """``the bf16 [4, 2, 8] input first used at tests/x.py:12``."""
+        what = "result made" if self.made else "input first used"
+        return f"the {dtype_name(self.dtype)} {list(self.shape)} {what} at {self.where}"
+
+
+@dataclass(frozen=True)
 class LedgerEntry:
     """One conversion or copy: what, how big, and who asked for it.
 
-    ``round_trip_of`` is the index of the earlier cast this one undoes; ``no_op`` marks a
-    conversion that changed nothing.
+    ``round_trip_of`` is the index of the earlier cast this one undoes; ``same_value_as``
+    the live tensor whose exact value it reproduced (a round trip found by value);
+    ``no_op`` marks a conversion that changed nothing.
     """
 
     index: int
@@ -139,6 +181,11 @@ class LedgerEntry:
     where: Where
     no_op: bool = False
     round_trip_of: int | None = None
+    same_value_as: Seen | None = None
+
+    @property
+    def is_round_trip(self) -> bool:
+        return self.round_trip_of is not None or self.same_value_as is not None
 
     @property
     def bytes_moved(self) -> int:
@@ -174,14 +221,21 @@ class CastLedger:
     Args:
         skip: extra file names whose frames are machinery (e.g. a harness calling the
             variant), so the recorded line is the variant's own.
+        by_value: also find round trips by value (the module docstring); off only to
+            measure what that costs (docs/overhead.md).
     """
 
     skip: tuple[str, ...] = ()
+    by_value: bool = True
     entries: list[LedgerEntry] = field(default_factory=list)
     _origins: dict[StorageWeakRef, tuple[StorageWeakRef, _Origin]] = field(
         default_factory=dict, repr=False
     )
     _mode: TorchDispatchMode | None = field(default=None, repr=False)
+    # (dtype, numel) -> {id(tensor): (weak reference, what it was)}: the tensors seen.
+    _seen: dict[tuple[torch.dtype, int], dict[int, tuple[Any, Seen]]] = field(
+        default_factory=dict, repr=False
+    )
 
     def __enter__(self) -> Self:
         self._mode = _LedgerMode(self)
@@ -193,6 +247,7 @@ class CastLedger:
         self._mode.__exit__(*exc)
         self._mode = None
         self._origins.clear()  # drop the weak references; the entries stay
+        self._seen.clear()
 
     # -- what the ledger says -----------------------------------------------------------
 
@@ -206,7 +261,7 @@ class CastLedger:
 
     @property
     def round_trips(self) -> list[LedgerEntry]:
-        return [e for e in self.entries if e.round_trip_of is not None]
+        return [e for e in self.entries if e.is_round_trip]
 
     @property
     def no_ops(self) -> list[LedgerEntry]:
@@ -222,7 +277,16 @@ class CastLedger:
 
     def describe_round_trip(self, entry: LedgerEntry) -> str:
         """``bf16 -> fp32 -> bf16 of [64, 16384]: there at mhc.py:97, back at mhc.py:98 ...``."""
-        assert entry.round_trip_of is not None
+        assert entry.is_round_trip
+        if entry.round_trip_of is None:
+            seen = entry.same_value_as
+            assert seen is not None
+            return (
+                f"{entry.conversion} of {list(entry.shape)} at {entry.where} gives back, bit "
+                f"for bit, {seen.describe()}: a round trip by value, "
+                f"{megabytes(entry.bytes_moved)} moved while that tensor was still alive: "
+                "use it (or a view of it)"
+            )
         first = self.entries[entry.round_trip_of]
         chain = (f"{dtype_name(first.src_dtype)} -> {dtype_name(first.dst_dtype)} -> "
                  f"{dtype_name(entry.dst_dtype)}")
@@ -235,6 +299,9 @@ class CastLedger:
     # -- recording ----------------------------------------------------------------------
 
     def _record(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> None:
+        where = user_frame(self.skip)
+        if where.file.endswith(EMULATION_FILES):
+            return
         packet = func.overloadpacket
         if packet is _aten.copy_:
             dst, src = args[0], args[1]
@@ -249,6 +316,10 @@ class CastLedger:
             and src.device == dst.device
             and src.stride() == dst.stride()
         )
+        round_trip_of = self._undoes(src, dst) if cast else None
+        same_value = None
+        if cast and round_trip_of is None and self.by_value:
+            same_value = self._same_value(dst)
         # copy_ broadcasts: it reads src once and writes every element of dst.
         entry = LedgerEntry(
             index=len(self.entries),
@@ -259,12 +330,65 @@ class CastLedger:
             shape=tuple(dst.shape),
             bytes_read=src.numel() * src.element_size(),
             bytes_written=dst.numel() * dst.element_size(),
-            where=user_frame(self.skip),
+            where=where,
             no_op=no_op,
-            round_trip_of=self._undoes(src, dst) if cast else None,
+            round_trip_of=round_trip_of,
+            same_value_as=same_value,
         )
         self.entries.append(entry)
         self._remember(entry, src, dst)
+
+    def _see(self, args: Sequence[Any], out: Any) -> None:
+        """Remember the floating tensors an aten call took (inputs) and returned (results)."""
+        where: Where | None = None
+        for made, values in ((False, args), (True, out if isinstance(out, (tuple, list))
+                                             else (out,))):
+            for t in values:
+                if isinstance(t, (tuple, list)):  # cat, stack: a list argument
+                    for u in t:
+                        where = self._see_one(u, made, where)
+                else:
+                    where = self._see_one(t, made, where)
+
+    def _see_one(self, t: Any, made: bool, where: Where | None) -> Where | None:
+        if not (isinstance(t, torch.Tensor) and t.is_floating_point()):
+            return where
+        n = t.numel()
+        if n * t.element_size() < VALUE_MIN_BYTES or t.device.type == "meta":
+            return where
+        bucket = self._seen.setdefault((t.dtype, n), {})
+        known = bucket.get(id(t))
+        if known is not None and known[0]() is t:
+            return where
+        if where is None:
+            where = user_frame(self.skip)
+        bucket[id(t)] = (weakref.ref(t), Seen(t.dtype, tuple(t.shape), where, made))
+        return where
+
+    def _same_value(self, dst: torch.Tensor) -> Seen | None:
+        """A live tensor seen earlier, of dst's dtype, holding exactly dst's values."""
+        if not dst.is_floating_point() or dst.numel() * dst.element_size() < VALUE_MIN_BYTES:
+            return None
+        bucket = self._seen.get((dst.dtype, dst.numel()))
+        if not bucket:
+            return None
+        positions = torch.linspace(0, dst.numel() - 1, VALUE_SAMPLES, device=dst.device).long()
+        mine = _sample(dst, positions)
+        if bool((mine == mine[0]).all()):  # constant: equal by construction, not a trip
+            return None
+        storage = dst.untyped_storage().data_ptr()
+        for key, (ref, seen) in list(bucket.items()):
+            t = ref()
+            if t is None:
+                del bucket[key]
+                continue
+            if t.device != dst.device or t.untyped_storage().data_ptr() == storage:
+                continue
+            if torch.equal(_sample(t, positions), mine) and torch.equal(
+                t.reshape(-1), dst.reshape(-1)
+            ):
+                return seen
+        return None
 
     def _lookup(self, t: torch.Tensor) -> _Origin | None:
         key = StorageWeakRef(t.untyped_storage())
@@ -319,7 +443,16 @@ class _LedgerMode(TorchDispatchMode):
         out = func(*args, **kwargs)
         if func.overloadpacket in WATCHED:
             self.ledger._record(func, args, kwargs, out)
+        if self.ledger.by_value:
+            self.ledger._see(args, out)
         return out
+
+
+def _sample(t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The elements of ``t`` at row-major ``positions``, without copying ``t``."""
+    if t.is_contiguous():
+        return t.view(-1)[positions]
+    return t[torch.unravel_index(positions, t.shape)]
 
 
 def ledger_table(ledger: CastLedger, limit: int = 12) -> Iterator[str]:
@@ -331,6 +464,8 @@ def ledger_table(ledger: CastLedger, limit: int = 12) -> Iterator[str]:
         flag = ""
         if e.round_trip_of is not None:
             flag = f"  ROUND TRIP of #{e.round_trip_of}"
+        elif e.same_value_as is not None:
+            flag = f"  ROUND TRIP (same value as {e.same_value_as.where})"
         elif e.no_op:
             flag = "  NO-OP"
         code = f"  {e.where.code}" if e.where.code else ""

@@ -162,7 +162,9 @@ class OverheadReport:
                 {"kind": e.kind, "conversion": e.conversion, "shape": list(e.shape),
                  "bytes_read": e.bytes_read, "bytes_written": e.bytes_written,
                  "where": str(e.where), "code": e.where.code,
-                 "round_trip_of": e.round_trip_of, "no_op": e.no_op}
+                 "round_trip_of": e.round_trip_of, "no_op": e.no_op,
+                 "same_value_as": (None if e.same_value_as is None
+                                   else e.same_value_as.describe())}
                 for e in led.entries
             ],
             "kernels": self.kernels.as_dict() if self.kernels is not None else None,
@@ -199,16 +201,22 @@ _HARNESS = (__file__,)
 
 def audit_variant(
     fn: Any, inputs: Mapping[str, torch.Tensor], params: Mapping[str, Any], *,
-    kernels: bool = False, iterations: int = 5,
+    kernels: bool = False, iterations: int = 5, min_bytes: float | None = None,
+    by_value: bool = True,
 ) -> OverheadReport:
     """Run ``fn(inputs, params)`` once under the cast ledger, and profile it on CUDA.
 
-    ``inputs`` are already on the device. The minimum bytes are the inputs' bytes plus
-    the outputs' bytes of that run.
+    ``inputs`` are already on the device. ``min_bytes`` is the op's declared minimum
+    (:attr:`~numcheck.ops.registry.OpSpec.min_bytes`); without one, the inputs' bytes plus
+    the outputs' bytes of that run. The declared one is a function of the shape alone, so
+    the ratio does not move with a seed's data-dependent sizes (the indexer's context
+    lengths decide how many KV pages exist, but its dense passes scale with max_context).
     """
-    with torch.no_grad(), CastLedger(skip=_HARNESS) as ledger:
+    with torch.no_grad(), CastLedger(skip=_HARNESS, by_value=by_value) as ledger:
         out = fn(dict(inputs), params)
-    min_bytes = tensor_bytes(inputs) + tensor_bytes(out)
+    if min_bytes is None:
+        min_bytes = tensor_bytes(inputs) + tensor_bytes(out)
+    min_bytes = int(min_bytes)
     audit = None
     if kernels:
         audit = profile_kernels(lambda: fn(dict(inputs), params), iterations=iterations,
@@ -278,7 +286,8 @@ def check_overhead(
     """
     from numcheck.inputs import to_device
 
+    declared = op.min_bytes(case.params) if op.min_bytes is not None else None
     report = audit_variant(op.variants[variant].fn, to_device(dict(cpu_inputs), device),
-                           case.params, kernels=kernels)
+                           case.params, kernels=kernels, min_bytes=declared)
     budget = case.overhead.get(variant) or default_overhead(op.variants[variant].precision)
     return report, overhead_violations(report, budget, gates)
