@@ -10,6 +10,7 @@ regen flag; everything here is plain Python so it can be tested and scripted dir
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -33,6 +34,7 @@ from numcheck.goldens import (
 from numcheck.inputs import to_device
 from numcheck.locking import exclusive
 from numcheck.metrics import ErrorMetrics, compare
+from numcheck.nonfinite import explain as explain_nonfinite
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
 from numcheck.topk import TopkReport, topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk, worst
@@ -214,6 +216,8 @@ class CheckResult:
     def metric(self, output: str, name: str) -> float | None:
         """Worst value of an error metric over seeds (None when not measured)."""
         values = [s.metrics[output].value(name) for s in self.seeds if output in s.metrics]
+        if any(math.isnan(v) for v in values):  # undefined on some seed: say so
+            return math.nan
         return max(values) if values else None
 
     def topk_value(self, name: str) -> float | None:
@@ -286,6 +290,8 @@ def check(
             found = check_output(name, m, ob, seed=seed)
             if m.nonfinite.mask_mismatch:
                 found = [_locate_mask(v, pair.actual, pair.expected) for v in found]
+            found = [explain_nonfinite(v, pair.actual, pair.expected,
+                                       precision=variant.precision) for v in found]
             result.violations += found
             if pair.sampled:
                 result.violations += _check_stats(name, pair, seed)
