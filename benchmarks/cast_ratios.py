@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [case.seeds[0], *range(1000, 1000 + args.seeds)]
         for name in (op.reference, *case.variants):
             variant = op.variants[name]
-            if name in skip or args.device not in variant.devices or variant.unavailable:
+            if name in skip or args.device not in variant.devices:
                 continue
             ratios, shares = [], []
             for seed in seeds:

@@ -123,7 +123,7 @@ def mhc_bf16_accumulation(inputs: Inputs, p: Params) -> Outputs:
     for k in range(0, x.shape[1], ACC_TILE):
         acc = acc + x[:, k : k + ACC_TILE] @ w[:, k : k + ACC_TILE].T
     xf = x.float()
-    m = acc.float() * mhc._rms_inv(xf, p["eps"])
+    m = acc.float() * mhc._rms_inv(xf, mhc.norm_eps(p))
     return mhc._epilogue(m, xf, inputs, p)
 
 
@@ -131,7 +131,7 @@ def mhc_rms_eps_x1000(inputs: Inputs, p: Params) -> Outputs:
     """TF32 path with the RMSNorm epsilon 1000 times too large (1e-3 instead of 1e-6)."""
     with matmul_precision(tf32=True):
         xf = inputs["x"].flatten(1).float()
-        m = (xf @ inputs["hc_fn"].T) * mhc._rms_inv(xf, p["eps"] * 1000)
+        m = (xf @ inputs["hc_fn"].T) * mhc._rms_inv(xf, mhc.norm_eps(p) * 1000)
         return mhc._epilogue(m, xf, inputs, p)
 
 
@@ -147,6 +147,32 @@ def mhc_sinkhorn_cut(inputs: Inputs, p: Params) -> Outputs:
 def mhc_roundtrip_cast(inputs: Inputs, p: Params) -> Outputs:
     """bf16 path with a redundant bf16 -> fp32 -> bf16 round trip of x: numerically exact."""
     return mhc.bf16_roundtrip(inputs, p)
+
+
+def mhc_roundtrip_by_value(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path whose GEMM operand is x upcast, multiplied by 1.0, and cast back: a round
+    trip through an exact op, invisible to storage tracking, caught by value."""
+    x = inputs["x"].flatten(1)
+    xf = x.float()
+    x_again = (xf * 1.0).to(torch.bfloat16)
+    mm = x_again @ inputs["hc_fn"].to(torch.bfloat16).T
+    return mhc._epilogue(mm.float() * mhc._rms_inv(xf, mhc.norm_eps(p)), xf, inputs, p)
+
+
+def mhc_x_copy(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path with one extra full copy of x (the largest input): ``.clone()``."""
+    return mhc.bf16(dict(inputs, x=inputs["x"].clone()), p)
+
+
+def indexer_kv_cache_copy(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path with one extra full copy of the KV cache (the largest input): ``.clone()``."""
+    return indexer.bf16(dict(inputs, kv_cache=inputs["kv_cache"].clone()), p)
+
+
+def indexer_kt_contiguous(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that makes K^T contiguous before the GEMM: one extra copy of the operand."""
+    q, kt, k_scale = indexer._operands(inputs, p, torch.bfloat16)
+    return indexer._outputs(torch.bmm(q, kt.contiguous()), inputs, k_scale, p)
 
 
 def mhc_nan_one_row(inputs: Inputs, p: Params) -> Outputs:
@@ -203,6 +229,8 @@ PLANTED = {
         "wrong_dtype": (indexer_wrong_dtype, "fp32"),
         "wrong_device": (indexer_wrong_device, "fp32"),
         "raises": (indexer_raises, "fp32"),
+        "kv_cache_copy": (indexer_kv_cache_copy, "bf16"),
+        "kt_contiguous": (indexer_kt_contiguous, "bf16"),
     },
     "mhc_pre": {
         "y_scaled": (mhc_y_scaled, "fp32"),
@@ -212,6 +240,8 @@ PLANTED = {
         "sinkhorn_cut": (mhc_sinkhorn_cut, "bf16"),
         "roundtrip_cast": (mhc_roundtrip_cast, "bf16"),
         "nan_one_row": (mhc_nan_one_row, "bf16"),
+        "roundtrip_by_value": (mhc_roundtrip_by_value, "bf16"),
+        "x_copy": (mhc_x_copy, "bf16"),
     },
 }
 
@@ -241,10 +271,22 @@ SELF_TEST = [
     ("indexer", "wrong_dtype", "bf16"),
     ("indexer", "wrong_device", "bf16"),
     ("indexer", "raises", "bf16"),
+    # Exact, so only the cast ledger sees them: an extra full copy of the largest input, and
+    # a round trip through an exact op (docs/overhead.md).
+    ("indexer", "kv_cache_copy", "bf16"),
+    ("indexer", "kt_contiguous", "bf16"),
+    ("mhc_pre", "x_copy", "bf16"),
+    ("mhc_pre", "roundtrip_by_value", "bf16"),
 ]
 
 #: Planted bugs no numerics budget can see, with the gate that catches them instead.
-NOT_NUMERIC = {("mhc_pre", "roundtrip_cast"): "caught by the cast ledger (issue 4)"}
+NOT_NUMERIC = {
+    ("mhc_pre", "roundtrip_cast"): "caught by the cast ledger (issue 4)",
+    ("mhc_pre", "roundtrip_by_value"): "caught by the cast ledger, by value",
+    ("mhc_pre", "x_copy"): "caught by the cast ledger's bytes (max_cast_bytes_ratio)",
+    ("indexer", "kv_cache_copy"): "caught by the cast ledger's bytes (max_cast_bytes_ratio)",
+    ("indexer", "kt_contiguous"): "caught by the cast ledger's bytes (max_cast_bytes_ratio)",
+}
 
 
 def register_all() -> None:
