@@ -210,6 +210,14 @@ def indexer_inf_one_row(inputs: Inputs, p: Params) -> Outputs:
     return {"logits": logits, "topk": out["topk"]}
 
 
+def indexer_zero_masked(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that returns 0.0 (not -inf) at invalid positions, as some serving fallbacks
+    do before masking again inside their top-k: breaks the op's masking contract."""
+    out = indexer.bf16(inputs, p)
+    logits = out["logits"]
+    return {"logits": torch.where(torch.isneginf(logits), 0.0, logits), "topk": out["topk"]}
+
+
 def indexer_raises(inputs: Inputs, p: Params) -> Outputs:
     raise RuntimeError("planted failure inside the variant")
 
@@ -230,6 +238,7 @@ PLANTED = {
         "wrong_device": (indexer_wrong_device, "fp32"),
         "raises": (indexer_raises, "fp32"),
         "kv_cache_copy": (indexer_kv_cache_copy, "bf16"),
+        "zero_masked": (indexer_zero_masked, "bf16"),
         "kt_contiguous": (indexer_kt_contiguous, "bf16"),
     },
     "mhc_pre": {
@@ -273,6 +282,7 @@ SELF_TEST = [
     ("indexer", "raises", "bf16"),
     # Exact, so only the cast ledger sees them: an extra full copy of the largest input, and
     # a round trip through an exact op (docs/overhead.md).
+    ("indexer", "zero_masked", "bf16"),
     ("indexer", "kv_cache_copy", "bf16"),
     ("indexer", "kt_contiguous", "bf16"),
     ("mhc_pre", "x_copy", "bf16"),
