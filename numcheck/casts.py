@@ -232,6 +232,9 @@ class CastLedger:
         default_factory=dict, repr=False
     )
     _mode: TorchDispatchMode | None = field(default=None, repr=False)
+    #: Exact comparisons run by the value check (only after a sampled match): a measure of
+    #: its cost that does not depend on the machine's speed.
+    value_comparisons: int = 0
     # (dtype, numel) -> {id(tensor): (weak reference, what it was)}: the tensors seen.
     _seen: dict[tuple[torch.dtype, int], dict[int, tuple[Any, Seen]]] = field(
         default_factory=dict, repr=False
@@ -384,9 +387,10 @@ class CastLedger:
                 continue
             if t.device != dst.device or t.untyped_storage().data_ptr() == storage:
                 continue
-            if torch.equal(_sample(t, positions), mine) and torch.equal(
-                t.reshape(-1), dst.reshape(-1)
-            ):
+            if not torch.equal(_sample(t, positions), mine):
+                continue
+            self.value_comparisons += 1
+            if torch.equal(t.reshape(-1), dst.reshape(-1)):
                 return seen
         return None
 
