@@ -182,6 +182,8 @@ class LedgerEntry:
     no_op: bool = False
     round_trip_of: int | None = None
     same_value_as: Seen | None = None
+    #: The variant's input this entry read from (by storage: views count), if any.
+    input: str | None = None
 
     @property
     def is_round_trip(self) -> bool:
@@ -223,10 +225,14 @@ class CastLedger:
             variant), so the recorded line is the variant's own.
         by_value: also find round trips by value (the module docstring); off only to
             measure what that costs (docs/overhead.md).
+        inputs: the variant's inputs by name: an entry reading one of their storages (or a
+            view of it) names it, and :meth:`input_passes` counts how often each was read.
     """
 
     skip: tuple[str, ...] = ()
     by_value: bool = True
+    inputs: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    _input_storages: dict[int, str] = field(default_factory=dict, repr=False)
     entries: list[LedgerEntry] = field(default_factory=list)
     _origins: dict[StorageWeakRef, tuple[StorageWeakRef, _Origin]] = field(
         default_factory=dict, repr=False
@@ -241,6 +247,10 @@ class CastLedger:
     )
 
     def __enter__(self) -> Self:
+        self._input_storages = {
+            t.untyped_storage().data_ptr(): name for name, t in self.inputs.items()
+            if isinstance(t, torch.Tensor) and t.numel() and t.device.type != "meta"
+        }
         self._mode = _LedgerMode(self)
         self._mode.__enter__()
         return self
@@ -274,6 +284,18 @@ class CastLedger:
     def bytes_moved(self) -> int:
         """Bytes read plus written by every entry: casts and copies are both pure traffic."""
         return sum(e.bytes_moved for e in self.entries)
+
+    def input_passes(self) -> dict[str, float]:
+        """How many times casts and copies read each input, in whole-input passes: bytes read
+        from its storage over its bytes (1.0: one full copy or cast of it)."""
+        read: dict[str, int] = {}
+        for e in self.entries:
+            if e.input is not None:
+                read[e.input] = read.get(e.input, 0) + e.bytes_read
+        return {
+            name: n / max(1, self.inputs[name].numel() * self.inputs[name].element_size())
+            for name, n in read.items()
+        }
 
     def largest(self) -> LedgerEntry | None:
         return max(self.entries, key=lambda e: e.bytes_moved, default=None)
@@ -337,6 +359,7 @@ class CastLedger:
             no_op=no_op,
             round_trip_of=round_trip_of,
             same_value_as=same_value,
+            input=self._input_storages.get(src.untyped_storage().data_ptr()),
         )
         self.entries.append(entry)
         self._remember(entry, src, dst)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -42,18 +43,22 @@ def write(tmp_path: Path, extra: str, variants: str = '"bf16", "bf16_roundtrip"'
 
 
 def test_gates_are_registered_for_expect_tables() -> None:
-    assert GATES["casts"].metrics == ("round_trips", "no_op_casts", "cast_bytes_ratio")
+    assert GATES["casts"].metrics == ("round_trips", "no_op_casts", "cast_bytes_ratio",
+                                      "input_copies")
     assert GATES["kernels"].metrics == ("cuda_core_gemm", "copy_share")
     assert default_gates("cpu") == {"casts"} and default_gates("cuda") == {"casts", "kernels"}
 
 
 def test_defaults_by_precision(tmp_path: Path) -> None:
     (case,) = load_case_file(write(tmp_path, "", '"bf16", "tf32"'))
-    assert case.overhead["fp32"] == OverheadBudget(cuda_core_gemm=True)
-    assert case.overhead["bf16"] == OverheadBudget(cuda_core_gemm=False)
+    assert case.overhead["fp32"] == default_overhead("fp32")
+    assert case.overhead["bf16"] == default_overhead("bf16")
+    assert case.overhead["fp32"].cuda_core_gemm is True
+    assert case.overhead["bf16"].cuda_core_gemm is False
     assert case.overhead["tf32"].cuda_core_gemm is False
     assert case.overhead["bf16"].round_trips is False and case.overhead["fp32"].no_op_casts is False
-    assert default_overhead("fp32").max_cast_bytes_ratio is None
+    assert default_overhead("fp32").max_cast_bytes_ratio is not None
+    assert default_overhead("bf16").max_input_copies == 1.0
 
 
 def test_overhead_table_is_parsed(tmp_path: Path) -> None:
@@ -66,9 +71,10 @@ cuda_core_gemm = false
 max_copy_share = 0.25
 """
     (case,) = load_case_file(write(tmp_path, extra))
-    assert case.overhead["bf16_roundtrip"] == OverheadBudget(
-        round_trips=True, max_cast_bytes_ratio=6.0, cuda_core_gemm=False)
-    assert case.overhead["fp32"] == OverheadBudget(cuda_core_gemm=False, max_copy_share=0.25)
+    assert case.overhead["bf16_roundtrip"] == replace(
+        default_overhead("bf16"), round_trips=True, max_cast_bytes_ratio=6.0)
+    assert case.overhead["fp32"] == replace(
+        default_overhead("fp32"), cuda_core_gemm=False, max_copy_share=0.25)
     assert case.overhead["bf16"] == default_overhead("bf16")
 
 
@@ -216,7 +222,7 @@ def test_round_trip_variant_fails_with_its_source_line(pytester: pytest.Pytester
         "case*variant*device*casts*copies*moved*x min bytes*round trips*GEMM kernels*copy share",
         "*",
         "mhc_pre::tiny-mhc  fp32 * cpu * 2 * 0 * 15.4 kB * 0.49 * 0 * - * -",
-        "mhc_pre::tiny-mhc  bf16 * cpu * 4 * 0 * 53.4 kB * 1.70 * 0 * - * -",
+        "mhc_pre::tiny-mhc  bf16 * cpu * 4 * 0 * 53.4 kB * 1.71 * 0 * - * -",
         "mhc_pre::tiny-mhc  bf16_roundtrip  cpu * 5 * 0 * 65.7 kB * 2.10 * 1 * - * -",
     ])
 
