@@ -233,6 +233,10 @@ class CastLedger:
     by_value: bool = True
     inputs: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
     _input_storages: dict[int, str] = field(default_factory=dict, repr=False)
+    # Storages that are copies (same dtype) of an input: reading them reads that input again.
+    _input_copies: dict[StorageWeakRef, tuple[StorageWeakRef, str]] = field(
+        default_factory=dict, repr=False
+    )
     entries: list[LedgerEntry] = field(default_factory=list)
     _origins: dict[StorageWeakRef, tuple[StorageWeakRef, _Origin]] = field(
         default_factory=dict, repr=False
@@ -261,6 +265,7 @@ class CastLedger:
         self._mode = None
         self._origins.clear()  # drop the weak references; the entries stay
         self._seen.clear()
+        self._input_copies.clear()
 
     # -- what the ledger says -----------------------------------------------------------
 
@@ -287,7 +292,8 @@ class CastLedger:
 
     def input_passes(self) -> dict[str, float]:
         """How many times casts and copies read each input, in whole-input passes: bytes read
-        from its storage over its bytes (1.0: one full copy or cast of it)."""
+        from its storage, or from a copy of it, over its bytes (1.0: one full copy or cast of
+        it; ``x.clone()`` then ``.float()`` of the clone is 2.0)."""
         read: dict[str, int] = {}
         for e in self.entries:
             if e.input is not None:
@@ -359,10 +365,27 @@ class CastLedger:
             no_op=no_op,
             round_trip_of=round_trip_of,
             same_value_as=same_value,
-            input=self._input_storages.get(src.untyped_storage().data_ptr()),
+            input=self._input_of(src),
         )
         self.entries.append(entry)
+        if entry.kind == "copy" and entry.input is not None:
+            ref = StorageWeakRef(dst.untyped_storage())
+            self._input_copies[ref] = (ref, entry.input)
         self._remember(entry, src, dst)
+
+    def _input_of(self, t: torch.Tensor) -> str | None:
+        """The input ``t`` holds (a view of it, or of a copy of it), if any."""
+        name = self._input_storages.get(t.untyped_storage().data_ptr())
+        if name is not None:
+            return name
+        key = StorageWeakRef(t.untyped_storage())
+        found = self._input_copies.get(key)
+        if found is None:
+            return None
+        if found[0].expired():
+            del self._input_copies[key]
+            return None
+        return found[1]
 
     def _see(self, args: Sequence[Any], out: Any) -> None:
         """Remember the floating tensors an aten call took (inputs) and returned (results)."""
