@@ -27,12 +27,15 @@ What counts (every entry is a separate pass over memory):
     was written in between. Identity is tracked through storages, so views and copies of
     the intermediate still count.
   - *by value*: a cast to a floating dtype A whose result is bit-identical to a live A
-    tensor the variant already had (an input, or an earlier result), whatever exact ops
-    sat in between (``x.float() * 1.0`` then ``.to(bf16)``). Every floating tensor of at
-    least :data:`VALUE_MIN_BYTES` that an aten call takes or returns is remembered weakly,
-    keyed by (dtype, numel); a cast's result is compared with those of its key only:
-    a few sampled elements first, then exact equality. Constant results (all sampled
-    elements equal: zeros, ones) are not compared: equal by construction, not a trip.
+    tensor the variant already had, whatever exact ops sat in between (``x.float() * 1.0``
+    then ``.to(bf16)``). A round trip by value leaves dtype A through a cast, so the
+    candidates are the variant's inputs (when the ledger is given them) and the source of
+    every cast, of at least :data:`VALUE_MIN_BYTES`, remembered weakly and keyed by
+    (dtype, numel); a cast's result is compared with those of its key only: a few sampled
+    elements first, then exact equality. Constant results (all sampled elements equal:
+    zeros, ones) are not compared: equal by construction, not a trip. Not seen: a value
+    that left dtype A only through type promotion inside an op (``x * fp32_tensor``) and
+    was no input.
 
 Not recorded either: conversions made by Triton's interpreter (``TRITON_INTERPRET=1``) to
 move a kernel's arguments between host and "device" memory: a compiled kernel does not
@@ -144,21 +147,21 @@ def _relative(path: str) -> str:
 
 @dataclass(frozen=True)
 class Seen:
-    """A tensor the variant had: its dtype and shape, and where it was made or first seen.
-
-    ``made`` is True for a result of an aten call inside the ledger, False for a tensor
-    first seen as an argument (an input of the variant, or made before the ledger began).
-    """
+    """A tensor the variant had: an input (``input`` names it), or the source of a cast
+    (``where`` is the line of that cast: where the variant left that dtype)."""
 
     dtype: torch.dtype
     shape: tuple[int, ...]
-    where: Where
-    made: bool
+    where: Where | None
+    input: str | None = None
+    #: "converted" (the source of a cast at ``where``) or "made" (a cast's result there).
+    role: str = "converted"
 
     def describe(self) -> str:
-        """``the bf16 [4, 2, 8] input first used at tests/x.py:12``."""
-        what = "result made" if self.made else "input first used"
-        return f"the {dtype_name(self.dtype)} {list(self.shape)} {what} at {self.where}"
+        """``the bf16 [32, 16384] tensor (input 'x') converted at numcheck/ops/mhc.py:97``."""
+        what = f" (input '{self.input}')" if self.input else ""
+        text = f"the {dtype_name(self.dtype)} {list(self.shape)} tensor{what}"
+        return text + (f" {self.role} at {self.where}" if self.where else "")
 
 
 @dataclass(frozen=True)
@@ -255,6 +258,10 @@ class CastLedger:
             t.untyped_storage().data_ptr(): name for name, t in self.inputs.items()
             if isinstance(t, torch.Tensor) and t.numel() and t.device.type != "meta"
         }
+        if self.by_value:
+            for name, t in self.inputs.items():
+                if isinstance(t, torch.Tensor):
+                    self._see(t, None, name)
         self._mode = _LedgerMode(self)
         self._mode.__enter__()
         return self
@@ -349,8 +356,13 @@ class CastLedger:
         )
         round_trip_of = self._undoes(src, dst) if cast else None
         same_value = None
-        if cast and round_trip_of is None and self.by_value:
-            same_value = self._same_value(dst)
+        if cast and self.by_value:
+            if round_trip_of is None:
+                same_value = self._same_value(dst)
+            # A round trip by value leaves dtype A through a cast: its source is the A value
+            # a later cast may give back. Remembering cast sources (and the inputs) only
+            # keeps the check off every other aten call.
+            self._see(src, where, self._input_of(src))
         # copy_ broadcasts: it reads src once and writes every element of dst.
         entry = LedgerEntry(
             index=len(self.entries),
@@ -368,6 +380,8 @@ class CastLedger:
             input=self._input_of(src),
         )
         self.entries.append(entry)
+        if cast and self.by_value:
+            self._see(dst, where, None, "made")
         if entry.kind == "copy" and entry.input is not None:
             ref = StorageWeakRef(dst.untyped_storage())
             self._input_copies[ref] = (ref, entry.input)
@@ -387,32 +401,24 @@ class CastLedger:
             return None
         return found[1]
 
-    def _see(self, args: Sequence[Any], out: Any) -> None:
-        """Remember the floating tensors an aten call took (inputs) and returned (results)."""
-        where: Where | None = None
-        for made, values in ((False, args), (True, out if isinstance(out, (tuple, list))
-                                             else (out,))):
-            for t in values:
-                if isinstance(t, (tuple, list)):  # cat, stack: a list argument
-                    for u in t:
-                        where = self._see_one(u, made, where)
-                else:
-                    where = self._see_one(t, made, where)
-
-    def _see_one(self, t: Any, made: bool, where: Where | None) -> Where | None:
-        if not (isinstance(t, torch.Tensor) and t.is_floating_point()):
-            return where
+    def _see(
+        self, t: torch.Tensor, where: Where | None, name: str | None, role: str = "converted"
+    ) -> None:
+        """Remember ``t`` (weakly) as a value the variant had, for later casts to compare; a
+        view's base too when it holds the same elements (``x.flatten(1)`` of a live ``x``)."""
+        base = t._base
+        if base is not None and base.numel() == t.numel() and base.dtype == t.dtype:
+            self._see(base, where, name, role)
+        if not t.is_floating_point() or t.device.type == "meta":
+            return
         n = t.numel()
-        if n * t.element_size() < VALUE_MIN_BYTES or t.device.type == "meta":
-            return where
+        if n * t.element_size() < VALUE_MIN_BYTES:
+            return
         bucket = self._seen.setdefault((t.dtype, n), {})
         known = bucket.get(id(t))
-        if known is not None and known[0]() is t:
-            return where
-        if where is None:
-            where = user_frame(self.skip)
-        bucket[id(t)] = (weakref.ref(t), Seen(t.dtype, tuple(t.shape), where, made))
-        return where
+        if known is not None and known[0]() is t and known[1].where is not None:
+            return
+        bucket[id(t)] = (weakref.ref(t), Seen(t.dtype, tuple(t.shape), where, name, role))
 
     def _same_value(self, dst: torch.Tensor) -> Seen | None:
         """A live tensor seen earlier, of dst's dtype, holding exactly dst's values."""
@@ -493,8 +499,6 @@ class _LedgerMode(TorchDispatchMode):
         out = func(*args, **kwargs)
         if func.overloadpacket in WATCHED:
             self.ledger._record(func, args, kwargs, out)
-        if self.ledger.by_value:
-            self.ledger._see(args, out)
         return out
 
 

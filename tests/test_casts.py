@@ -167,15 +167,15 @@ def test_dynamo_is_not_imported_by_the_ledger() -> None:
 def test_round_trip_behind_an_exact_op_is_found_by_value() -> None:
     x = torch.randn(64, 256).to(torch.bfloat16)
     with CastLedger() as ledger:
-        xf = x.float()  # the input first used here
+        xf = x.float()  # x leaves bf16 here
         back = (xf * 1.0).to(torch.bfloat16)  # x * 1.0: a new storage, the same value
     assert torch.equal(back, x)
     (rt,) = ledger.round_trips
     assert rt.round_trip_of is None and rt.same_value_as is not None
-    assert rt.same_value_as.where.line == line_of("# the input first used here")
+    assert rt.same_value_as.where.line == line_of("# x leaves bf16 here")
     assert ledger.describe_round_trip(rt) == (
         f"fp32 -> bf16 of [64, 256] at {HERE}:{line_of('# x * 1.0: a new')} gives back, bit for "
-        f"bit, the bf16 [64, 256] input first used at {HERE}:{line_of('# the input first used')}"
+        f"bit, the bf16 [64, 256] tensor converted at {HERE}:{line_of('# x leaves bf16 here')}"
         ": a round trip by value, 98.3 kB moved while that tensor was still alive: use it "
         "(or a view of it)"
     )
@@ -190,8 +190,19 @@ def test_round_trip_by_value_of_an_earlier_result_in_another_shape() -> None:
         (h2 + 0.0).to(torch.bfloat16)  # back: same bits as h, flattened
     (rt,) = ledger.round_trips
     seen = rt.same_value_as
-    assert seen is not None and seen.made and seen.shape == (8, 4, 128)
-    assert seen.where.line == line_of("# a result made inside")
+    assert seen is not None and seen.input is None and seen.shape == (8, 4, 128)
+    assert seen.where is not None and seen.where.line == line_of("# a result made inside")
+    assert seen.role == "made"
+
+
+def test_round_trip_by_value_of_an_input_names_it() -> None:
+    x = torch.randn(16, 512).to(torch.bfloat16)
+    with CastLedger(inputs={"x": x}) as ledger:
+        y = x.to(torch.float32, copy=True).double()  # two hops away, never from x itself
+        (y * 1.0).to(torch.bfloat16)
+    (rt,) = ledger.round_trips
+    assert rt.same_value_as is not None and rt.same_value_as.input == "x"
+    assert "the bf16 [16, 512] tensor (input 'x') converted at" in ledger.describe_round_trip(rt)
 
 
 @pytest.mark.parametrize("case", ["different values", "constant", "freed", "tiny", "integer"])
@@ -202,7 +213,7 @@ def test_honest_casts_are_not_round_trips_by_value(case: str) -> None:
             (x.float() * 1.5).to(torch.bfloat16)  # a real computation, cast down once
             torch.randn(64, 256).to(torch.bfloat16)  # another tensor of x's shape
         elif case == "constant":
-            torch.zeros(64, 256, dtype=torch.bfloat16).sum()  # a bf16 zeros tensor seen
+            torch.zeros(64, 256, dtype=torch.bfloat16).float()  # bf16 zeros leave bf16
             torch.zeros(64, 256).to(torch.bfloat16)  # zeros again: equal by construction
         elif case == "freed":
             y = x.float() * 1.0
