@@ -24,9 +24,9 @@ from typing import Any
 import torch
 
 from numcheck.inputs import to_device
-from numcheck.kernels import COPY, CUDA_CORE_GEMM, TENSOR_CORE_GEMM
 from numcheck.ops.registry import get_op
-from numcheck.overhead import audit_variant, default_overhead, overhead_violations
+from numcheck.overhead.gate import audit_variant, default_overhead, overhead_violations
+from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, TENSOR_CORE_GEMM
 
 #: (op, preset, shape): DESIGN.md's measured shapes.
 SHAPES: list[tuple[str, str, dict[str, Any]]] = [

@@ -6,7 +6,7 @@ once. ``--full-context`` puts every request at ``max_context`` (the most pages a
 have), which bounds every seed of the case from above.
 
 The measurement behind the ``max_cast_bytes_ratio`` and ``max_copy_share`` limits in
-cases/*.toml and in :func:`numcheck.overhead.default_overhead` (docs/overhead.md)::
+cases/*.toml and in :func:`numcheck.overhead.gate.default_overhead` (docs/overhead.md)::
 
     PYTHONPATH=. python benchmarks/cast_ratios.py [--device cuda] [--out DIR]
 
@@ -27,9 +27,9 @@ import torch
 
 from numcheck.cases import load_cases
 from numcheck.inputs import to_device
-from numcheck.kernels import COPY
+from numcheck.overhead.kernels import COPY
 from numcheck.ops.registry import get_op
-from numcheck.overhead import audit_variant
+from numcheck.overhead.gate import audit_variant
 
 
 def main(argv: list[str] | None = None) -> int:

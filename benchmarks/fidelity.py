@@ -26,8 +26,8 @@ import torch
 
 from numcheck.inputs import to_device
 from numcheck.ops.registry import get_op
-from numcheck.speedup import speedup_interval
-from numcheck.timing import TimingConfig, time_interleaved
+from numcheck.perf.speedup import speedup_interval
+from numcheck.perf.timing import TimingConfig, time_interleaved
 
 #: (label, op, preset, shape, variant): the DESIGN.md shapes and the seed's mHC shape.
 SHAPES = [

@@ -164,7 +164,7 @@ def rel_fro(a: torch.Tensor, b: torch.Tensor) -> float:
 def run_shipped_checks() -> None:
     from numcheck.cases import load_cases
     from numcheck.goldens import golden_path, load_golden
-    from numcheck.runner import CaseInputs, check
+    from numcheck.numerics import CaseInputs, check
 
     for case in load_cases(ROOT / "cases"):
         if "fused" not in case.variants or case.perf_only:  # perf-only: no golden

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from numcheck.cases import load_cases
-from numcheck.casts import CastLedger
+from numcheck.overhead.casts import CastLedger
 from numcheck.ops.registry import get_op
 
 PAIRS = (

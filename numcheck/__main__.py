@@ -18,10 +18,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from numcheck.drift import DRIFT_HEADER, Rules, compare, drift_headline, drift_rows
-from numcheck.markdown import drift_markdown, headline, to_markdown
-from numcheck.render import summary_table, table
-from numcheck.report import ReportError, load_report
+from numcheck.report.drift import DRIFT_HEADER, Rules, compare, drift_headline, drift_rows
+from numcheck.report.markdown import drift_markdown, headline, to_markdown
+from numcheck.report.records import ReportError, load_report
+from numcheck.report.render import summary_table, table
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 

@@ -22,40 +22,39 @@ import torch
 
 from numcheck.budgets import ERROR_METRICS
 from numcheck.cases import Case, load_cases
-from numcheck.inputs import to_device
-from numcheck.metrics import compare
+from numcheck.check import run_check
+from numcheck.goldens import Golden
+from numcheck.numerics import SeedResult, fresh_golden, seed_key
 from numcheck.ops.registry import get_op
-from numcheck.runner import run_variant, ulp_dtype
 from numcheck.topk import topk_agreement
 
 
 def measure(
     case: Case, device: str, extra_seeds: int, first_seed: int = 1000
 ) -> dict[str, dict[str, float]]:
-    """Worst metric values over seeds, per ``variant/output``."""
+    """Worst metric values over seeds, per ``variant/output``.
+
+    Each seed is one check (:func:`numcheck.check.run_check`, numerics only) against a
+    golden made on the spot on the CPU, exactly as the gate would measure it.
+    """
     op = get_op(case.op)
     seeds = list(case.seeds) + [first_seed + i for i in range(extra_seeds)]
-    run_case = replace(case, seeds=tuple(seeds))
     worst: dict[str, dict[str, float]] = {}
     for seed in seeds:
-        inputs = op.make_inputs(case.params, seed)
-        ref = run_variant(op.variants[op.reference], op, inputs, run_case, "cpu")
-        dev_inputs = to_device(inputs, device)
+        one = replace(case, seeds=(seed,))
+        golden, inputs = fresh_golden(op, one, "cpu")
         for name in (op.reference, *case.variants):
-            variant = op.variants[name]
-            if device not in variant.devices:
+            if device not in op.variants[name].devices:
                 continue
-            out = run_variant(variant, op, dev_inputs, run_case, device)
-            budget = case.budgets[name]
+            result = run_check(op, one, name, device, inputs, golden, max_flips=10**9,
+                               keep_outputs=True)
+            (measured,) = result.seeds
             for output in op.outputs:
                 row = worst.setdefault(f"{name}/{output}", {})
                 if op.topk is not None and output == op.topk.indices:
-                    _topk_row(row, ref, out, op.topk.indices, op.topk.scores, budget)
+                    _topk_row(row, golden, measured, seed, op.topk.indices, op.topk.scores)
                     continue
-                ob = budget.outputs[output]
-                m = compare(out[output], ref[output],
-                            ulp_dtype=ulp_dtype(variant.precision, out[output].dtype),
-                            atol=ob.atol, rtol=ob.rtol)
+                m = measured.metrics[output]
                 for metric in ERROR_METRICS:
                     row[metric] = max(row.get(metric, 0.0), m.value(metric))
                 nf = m.nonfinite
@@ -64,17 +63,21 @@ def measure(
     return worst
 
 
-def _topk_row(row: dict[str, float], ref: Any, out: Any, idx: str, scores: str, budget: Any) -> None:
-    tb = budget.topk
-    rep = topk_agreement(ref[idx].cpu(), out[idx].cpu(), ref[scores].cpu(),
-                         band=tb.tie_band, band_kind=tb.tie_band_kind, max_flips=10**9)
+def _topk_row(
+    row: dict[str, float], golden: Golden, measured: SeedResult, seed: int, idx: str,
+    scores: str,
+) -> None:
+    rep = measured.topk
+    assert rep is not None and measured.outputs is not None
     for metric in ("recall_min", "recall_mean", "tie_recall_min"):
         row[metric] = min(row.get(metric, 1.0), rep.value(metric))
     # Smallest relative band that explains every flip: max |margin| / row scale, the
     # row's largest finite |golden score| (what a "rel" tie band is relative to).
-    golden = ref[scores].cpu().double()
-    scale = torch.where(torch.isfinite(golden), golden.abs(), 0).amax(dim=1)
-    zero = topk_agreement(ref[idx].cpu(), out[idx].cpu(), ref[scores].cpu(),
+    golden_idx = golden.tensors[seed_key(seed, idx)]
+    golden_scores = golden.tensors[seed_key(seed, scores)]
+    scale = torch.where(torch.isfinite(golden_scores.double()), golden_scores.double().abs(),
+                        0).amax(dim=1)
+    zero = topk_agreement(golden_idx, measured.outputs[idx], golden_scores,
                           band=0.0, band_kind="rel", max_flips=10**9)
     need = max((abs(f.margin) / float(scale[f.row]) if math.isfinite(f.margin) else math.inf
                 for f in zero.unexplained), default=0.0)

@@ -31,8 +31,8 @@ from numcheck.budgets import BudgetError, VariantBudget, complete_budget, descri
 from numcheck.gates import GATES, OUTPUT_METRICS, TOPK_METRICS
 from numcheck.ops import registry
 from numcheck.ops.registry import OpSpec
-from numcheck.overhead import OVERHEAD_KEYS, OverheadBudget, OverheadError, complete_overhead
-from numcheck.perfgate import PERF_OPTIONS, PerfSpec  # registers the "perf" gate
+from numcheck.overhead.gate import OVERHEAD_KEYS, OverheadBudget, OverheadError, complete_overhead
+from numcheck.perf.gate import PERF_OPTIONS, PerfSpec
 
 #: Keys a case table accepts.
 CASE_KEYS = (
@@ -118,7 +118,7 @@ class Case:
     #: --numcheck-perf (its numerics are checked by the CPU-sized cases of the same op).
     perf_only: bool = False
     #: Cast/copy and kernel limits per variant (``[<case>.overhead.<variant>]``), complete
-    #: for every variant the case runs; see :mod:`numcheck.overhead`.
+    #: for every variant the case runs; see :mod:`numcheck.overhead.gate`.
     overhead: Mapping[str, OverheadBudget] = field(default_factory=dict)
 
 

@@ -1,12 +1,16 @@
 """Gates beyond the numerics: names a case file may cite in ``expect.<variant>.fails``.
 
 The numerics gates are the op's own outputs (``logits.rel_fro``, ``topk.tie_recall_min``).
-Other gates (speedup, cast overhead...) register here with the metrics they can fail on,
-so case files are validated against them and the run knows whether each is active.
+The other gates (speedup, cast overhead) are listed here with the metrics they can fail on,
+so case files are validated against them and the run knows whether each is active. The
+built-in ones are plain constants (importing a gate's module registers nothing); more can
+be added with :func:`register_gate`, or for one block with :func:`gate_registered`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from numcheck.budgets import ERROR_METRICS, TOPK_LIMITS
@@ -27,7 +31,23 @@ class Gate:
     doc: str = ""
 
 
-GATES: dict[str, Gate] = {}
+#: ``speedup_min``: a decided miss (the whole interval below the threshold).
+#: ``speedup_undecided``: too noisy to decide. Kept apart so a known-bad variant's strict
+#: xfail (``expect ... fails = ["perf.speedup_min"]``) is never satisfied by noise.
+PERF_GATE = Gate("perf", ("speedup_min", "speedup_undecided"),
+                 doc="variant vs FP32 reference speedup, gated on the lower confidence bound")
+CASTS_GATE = Gate(
+    "casts", ("round_trips", "no_op_casts", "cast_bytes_ratio", "input_copies"),
+    doc="dtype conversions and copies recorded at the aten level while the variant runs",
+)
+KERNELS_GATE = Gate(
+    "kernels", ("cuda_core_gemm", "copy_share"),
+    doc="GPU kernels of the variant by class (torch.profiler), CUDA only",
+)
+BUILTIN_GATES = (PERF_GATE, CASTS_GATE, KERNELS_GATE)
+
+#: Every known gate by name: the built-in ones, then any registered.
+GATES: dict[str, Gate] = {gate.name: gate for gate in BUILTIN_GATES}
 
 
 def register_gate(gate: Gate) -> Gate:
@@ -37,3 +57,15 @@ def register_gate(gate: Gate) -> Gate:
         raise ValueError(f"numcheck: a different gate named {gate.name!r} is already registered")
     GATES[gate.name] = gate
     return gate
+
+
+@contextmanager
+def gate_registered(gate: Gate) -> Iterator[Gate]:
+    """Register ``gate`` for the block only (tests, throwaway gates); the known gates are
+    restored on exit."""
+    saved = dict(GATES)
+    try:
+        yield register_gate(gate)
+    finally:
+        GATES.clear()
+        GATES.update(saved)

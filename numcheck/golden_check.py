@@ -40,8 +40,8 @@ from numcheck.goldens import (
     unpack_pair,
 )
 from numcheck.metrics import ErrorMetrics, compare
-from numcheck.render import Commands, verdict_message
-from numcheck.runner import ulp_dtype
+from numcheck.numerics import ulp_dtype
+from numcheck.report.render import Commands, verdict_message
 from numcheck.topk import TopkReport, select_topk, topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk
 

@@ -4,7 +4,7 @@ Two questions, answered without pytest so tests and ``benchmarks/reliability_rep
 the code:
 
 - **caught**: a (known-bad) variant held to a shipped case's budget, against the shipped
-  golden, must fail: a budget violation, or a :class:`~numcheck.runner.VariantError`.
+  golden, must fail: a budget violation, or a :class:`~numcheck.numerics.VariantError`.
 - **false failures**: a good variant must pass on fresh seeds. Each seed gets its own
   reference, computed on the spot (on the CPU by default, as the shipped goldens are) and
   packed exactly as a golden file would store it.
@@ -17,10 +17,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from numcheck.cases import Case
+from numcheck.check import run_check
 from numcheck.goldens import Golden, GoldenError
+from numcheck.numerics import CaseInputs, VariantError, fresh_golden
 from numcheck.ops.registry import OpSpec, get_op
-from numcheck.overhead import check_overhead
-from numcheck.runner import CaseInputs, VariantError, check, make_golden
+
+__all__ = ["Outcome", "Planted", "catch_table", "fresh_golden", "fresh_seed_outcomes",
+           "held_to", "shipped_golden", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -48,25 +51,15 @@ def held_to(case: Case, variant: str, budget_of: str) -> Case:
 def verdict(
     op: OpSpec, case: Case, variant: str, device: str, golden: Golden, inputs: CaseInputs
 ) -> Outcome:
-    """Run one check, numerics and the cast gate (as ``pytest --numcheck`` does on every
-    device), and fold every way of failing into an :class:`Outcome`."""
+    """Run one check with the gates ``pytest --numcheck`` runs on every device (numerics and
+    the cast ledger), and fold every way of failing into an :class:`Outcome`."""
     seed = case.seeds[0] if len(case.seeds) == 1 else None
     try:
-        result = check(op, case, variant, device, golden, inputs, regen_hint="")
+        result = run_check(op, case, variant, device, inputs, golden, gates={"casts"})
     except (VariantError, GoldenError) as exc:
         return Outcome(variant, seed, False, f"{type(exc).__name__}: {exc}".splitlines()[0])
-    cpu_inputs, _ = inputs.get(case.seeds[0])
-    _, casts = check_overhead(op, case, variant, device, cpu_inputs, gates={"casts"})
-    result.violations += casts
     worst = result.worst()
     return Outcome(variant, seed, worst is None, "" if worst is None else worst.describe())
-
-
-def fresh_golden(op: OpSpec, case: Case, device: str = "cpu") -> tuple[Golden, CaseInputs]:
-    """The case's golden made now, in memory, on ``device``; with the inputs it came from."""
-    inputs = CaseInputs(op, case)
-    tensors, meta = make_golden(op, case, device, inputs)
-    return Golden(Path(f"<fresh {case.op}/{case.id}>"), tensors, meta), inputs
 
 
 def fresh_seed_outcomes(

@@ -21,8 +21,8 @@ from test_plugin import CONFTEST, TINY_INDEXER, golden, make_project
 from numcheck import goldens
 from numcheck.cases import load_case_file
 from numcheck.goldens import load_golden, save_golden
+from numcheck.numerics import CaseInputs, write_golden
 from numcheck.ops.registry import get_op
-from numcheck.runner import CaseInputs, write_golden
 
 Edit = Callable[[dict[str, torch.Tensor], dict[str, object]], None]
 

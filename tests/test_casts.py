@@ -7,9 +7,9 @@ import sys
 import pytest
 import torch
 
-from numcheck.casts import CastLedger, dtype_name, ledger_table, megabytes, user_frame
 from numcheck.ops import mhc
 from numcheck.ops.registry import get_op
+from numcheck.overhead.casts import CastLedger, dtype_name, ledger_table, megabytes, user_frame
 
 HERE = "tests/test_casts.py"
 
@@ -153,7 +153,7 @@ def test_dynamo_is_not_imported_by_the_ledger() -> None:
     # torch._dynamo costs seconds to import; the ledger must not pull it in.
     import subprocess
 
-    code = ("import sys, torch; from numcheck.casts import CastLedger\n"
+    code = ("import sys, torch; from numcheck.overhead.casts import CastLedger\n"
             "with CastLedger(): torch.ones(2).double()\n"
             "print('torch._dynamo' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

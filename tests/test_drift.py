@@ -1,4 +1,4 @@
-"""numcheck.drift and ``python -m numcheck``: baseline comparison and its exit codes."""
+"""numcheck.report.drift and ``python -m numcheck``: baseline comparison and its exit codes."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from numcheck.__main__ import main
-from numcheck.drift import Rules, compare, drift_headline
-from numcheck.report import Record, Report, write_json
+from numcheck.report.drift import Rules, compare, drift_headline
+from numcheck.report.records import Record, Report, write_json
 
 
 def rec(variant: str = "bf16", *, calc_diff: float = 1e-6, recall: float | None = 0.998,

@@ -8,7 +8,7 @@ import pytest
 from test_plugin import CONFTEST
 
 from numcheck.cases import CaseFileError, load_case_file
-from numcheck.gates import GATES, Gate, register_gate
+from numcheck.gates import GATES, Gate, gate_registered, register_gate
 
 CASE = """
 [tiny-mhc]
@@ -56,19 +56,17 @@ def test_bad_expectations_name_file_case_key(tmp_path: Path, expect: str, messag
 
 
 def test_registered_gates_are_accepted(tmp_path: Path) -> None:
-    saved = dict(GATES)
-    try:
-        # A throwaway name: "casts" and "kernels" are registered for real (numcheck.overhead).
-        register_gate(Gate("planted", ("round_trips",)))
+    # A throwaway name: "casts" and "kernels" are built in (numcheck.gates).
+    with gate_registered(Gate("planted", ("round_trips",))):
         path = write(tmp_path, '"bf16"',
                      'expect.bf16 = { fails = ["planted.round_trips"], reason = "x" }')
         (case,) = load_case_file(path)
         assert case.expect["bf16"].fails == ("planted.round_trips",)
         with pytest.raises(ValueError, match="different gate"):
             register_gate(Gate("planted", ("other",)))
-    finally:
-        GATES.clear()
-        GATES.update(saved)
+    assert "planted" not in GATES
+    with pytest.raises(CaseFileError, match="planted"):
+        load_case_file(path)
 
 
 def project(pytester: pytest.Pytester, variants: str, expect: str) -> None:
@@ -112,7 +110,7 @@ def test_failure_outside_the_expectation_is_an_ordinary_failure(
 
 
 def test_inactive_gate_leaves_the_check_ordinary(pytester: pytest.Pytester) -> None:
-    # The perf gate (numcheck.perfgate) is active only with --numcheck-perf.
+    # The perf gate (numcheck.perf.gate) is active only with --numcheck-perf.
     project(pytester, '"tf32"', 'expect.tf32 = { fails = ["perf.speedup_min"], reason = "slow" }')
     result = pytester.runpytest("--numcheck")
     result.assert_outcomes(passed=2)

@@ -194,8 +194,8 @@ def test_concurrent_regen_under_xdist(pytester: pytest.Pytester) -> None:
     from test_plugin import golden, make_project
 
     from numcheck.cases import load_case_file
+    from numcheck.numerics import CaseInputs, write_golden
     from numcheck.ops.registry import get_op
-    from numcheck.runner import CaseInputs, write_golden
 
     make_project(pytester, variants='"bf16", "tf32"', mhc=True)
     # A golden no case uses: reported by the controller, which collects nothing itself.

@@ -10,12 +10,11 @@ import torch
 from test_plugin import CONFTEST
 
 from numcheck.cases import CaseFileError, load_case_file
-from numcheck.casts import CastLedger
 from numcheck.gates import GATES
-from numcheck.kernels import COPY, CUDA_CORE_GEMM, ELEMENTWISE, KernelAudit, KernelRecord
 from numcheck.ops import mhc
 from numcheck.ops.registry import get_op
-from numcheck.overhead import (
+from numcheck.overhead.casts import CastLedger
+from numcheck.overhead.gate import (
     OverheadBudget,
     OverheadReport,
     audit_variant,
@@ -23,6 +22,7 @@ from numcheck.overhead import (
     default_overhead,
     overhead_violations,
 )
+from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, ELEMENTWISE, KernelAudit, KernelRecord
 
 CASE = """
 [tiny-mhc]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from test_plugin import TESTS, TINY_INDEXER, TINY_MHC, golden, make_project
 
-from numcheck.report import SCHEMA_VERSION, load_report
+from numcheck.report.records import SCHEMA_VERSION, load_report
 
 # A variant whose logits carry a controlled relative noise (NOISE) and whose top-k is the
 # exact one: its calc_diff moves with NOISE (about NOISE**2 / 2) while recall stays 1.
@@ -18,7 +18,6 @@ NOISY_CONFTEST = """
 import sys
 sys.path.insert(0, {tests!r})
 import torch
-from dataclasses import replace
 import planted
 from numcheck.ops import indexer, registry
 
@@ -31,10 +30,9 @@ def noisy(inputs, p):
     return {{"logits": out["logits"] * (1 + NOISE * noise), "topk": out["topk"]}}
 
 planted.register_all()
-# Replace, not add: pytester runs in one process and the registry outlives a conftest.
-op = registry.get_op("indexer")
-variant = registry.Variant("noisy", noisy, "tf32")
-registry._REGISTRY["indexer"] = replace(op, variants={{**op.variants, "noisy": variant}})
+# Set, not add: pytester runs in one process, so this conftest may run twice in one test
+# (the test's registry.isolated() scope undoes it afterwards).
+registry.set_variant("indexer", registry.Variant("noisy", noisy, "tf32"))
 """
 
 

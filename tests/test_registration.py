@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -97,7 +99,10 @@ def test_variant_with_the_wrong_signature(fn: object) -> None:
 
 def test_extra_defaulted_arguments_and_lambdas_are_fine() -> None:
     numcheck.add_variant("indexer", Variant("mine", with_defaults, "bf16"))
-    numcheck.add_variant("indexer", Variant("mine2", lambda i, p: i, "bf16"))
+    op = numcheck.add_variant("indexer", Variant("mine2", lambda i, p: i, "bf16"))
+    assert op.variants["mine"].fn is with_defaults
+    assert op.variants["mine2"].fn({"x": 1}, {}) == {"x": 1}
+    assert {"mine", "mine2"} <= set(numcheck.get_op("indexer").variants)
 
 
 def test_not_a_function() -> None:
@@ -363,3 +368,26 @@ def test_hook_in_a_conftest_of_the_cases_folder(pytester: pytest.Pytester) -> No
     (pytester.path / "conftest.py").rename(pytester.path / "cases" / "conftest.py")
     result = pytester.runpytest("--numcheck", "--collect-only", "-q")
     result.stdout.fnmatch_lines(["cases/double.toml::small::tf32[[]cpu[]]"])
+
+
+def test_set_variant_replaces_inside_isolated_and_isolated_restores() -> None:
+    original = numcheck.get_op("indexer").variants["fp32"]
+    with registry.isolated():
+        swapped = Variant("fp32", with_defaults, "fp32")
+        registry.set_variant("indexer", swapped)
+        assert numcheck.get_op("indexer").variants["fp32"] is swapped
+        registry.set_variant("indexer", Variant("extra", with_defaults, "bf16"))
+        assert "extra" in numcheck.get_op("indexer").variants
+        with pytest.raises(RegistrationError, match="precision 'fp64'"):
+            registry.set_variant("indexer", Variant("bad", with_defaults, "fp64"))
+    assert numcheck.get_op("indexer").variants["fp32"] is original
+    assert "extra" not in numcheck.get_op("indexer").variants
+
+
+def test_builtin_op_modules_register_nothing_on_import() -> None:
+    code = ("import sys; from numcheck.ops import indexer, mhc, fused; "
+            "print('numcheck.ops.registry' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -1,4 +1,4 @@
-"""numcheck.report, render.summary_table and numcheck.markdown, without pytest plugins."""
+"""numcheck.report.records, render.summary_table and numcheck.report.markdown, without pytest plugins."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from numcheck.cases import load_case_file
-from numcheck.environment import environment
 from numcheck.goldens import load_golden
-from numcheck.markdown import headline, to_markdown
+from numcheck.numerics import CaseInputs, CheckResult, check, write_golden
 from numcheck.ops.registry import get_op
-from numcheck.render import summary_table
-from numcheck.report import (
+from numcheck.report.environment import environment
+from numcheck.report.markdown import headline, to_markdown
+from numcheck.report.records import (
     SCHEMA_VERSION,
     Record,
     Report,
@@ -30,7 +30,7 @@ from numcheck.report import (
     record_without_verdict,
     write_json,
 )
-from numcheck.runner import CaseInputs, CheckResult, check, write_golden
+from numcheck.report.render import summary_table
 
 CASE = """
 [tiny]

@@ -14,9 +14,9 @@ import planted
 import pytest
 
 from numcheck.cases import load_cases
+from numcheck.numerics import check
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import get_op
-from numcheck.runner import check
 from numcheck.selftest import (
     Planted,
     catch_table,

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from numcheck.perfgate import violations
-from numcheck.speedup import (
+from numcheck.perf.gate import violations
+from numcheck.perf.speedup import (
     FAIL,
     NOT_GATED,
     PASS,

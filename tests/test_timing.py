@@ -9,9 +9,9 @@ import torch
 
 from numcheck.cases import CaseFileError, load_case_file
 from numcheck.ops.registry import get_op
-from numcheck.perfgate import PerfSpec
-from numcheck.roofline import Peaks, Roofline, measure_peaks
-from numcheck.timing import TimingConfig, capture_graph, time_interleaved
+from numcheck.perf.gate import PerfSpec
+from numcheck.perf.roofline import Peaks, Roofline, measure_peaks
+from numcheck.perf.timing import TimingConfig, capture_graph, time_interleaved
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -50,7 +50,7 @@ def test_cuda_timing_with_cold_l2_and_graph() -> None:
 
 @needs_cuda
 def test_graph_capture_failure_names_the_fix() -> None:
-    from numcheck.timing import TimingError
+    from numcheck.perf.timing import TimingError
 
     a = torch.randn(8, device="cuda")
     with pytest.raises(TimingError, match="set cuda_graph = false"):

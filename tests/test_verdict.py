@@ -64,7 +64,7 @@ def test_worst_is_furthest_outside() -> None:
 
 
 def test_one_layout_caps_the_other_violations() -> None:
-    from numcheck.render import Commands, verdict_message
+    from numcheck.report.render import Commands, verdict_message
 
     many = [Violation("y", f"m{i}", float(i + 2), 1.0) for i in range(12)]
     text = verdict_message("numcheck FAIL x", many, where=("golden:", "g.safetensors"),

@@ -1,4 +1,4 @@
-"""numcheck.workers: xdist worker id -> GPU index, and the concurrent golden writes it implies."""
+"""numcheck.plugin.workers: xdist worker id -> GPU index, and the concurrent golden writes it implies."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 
 from numcheck.cases import load_case_file
 from numcheck.goldens import load_golden
+from numcheck.numerics import CaseInputs, write_golden
 from numcheck.ops.registry import get_op
-from numcheck.runner import CaseInputs, write_golden
-from numcheck.workers import gpu_index, is_worker, pin_worker_gpu, worker_count, worker_id
+from numcheck.plugin.workers import gpu_index, is_worker, pin_worker_gpu, worker_count, worker_id
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""Op families: one module per op, plus the registry."""
+"""Op families: one module per op (indexer, mhc), their fused Triton variants, and the registry.
 
-from numcheck.ops.registry import OpSpec, ParamSpec, TopkSpec, Variant, all_ops, get_op, register
-
-__all__ = ["OpSpec", "ParamSpec", "TopkSpec", "Variant", "all_ops", "get_op", "register"]
+Importing this package imports nothing else, so an op module's import never loads the registry;
+:mod:`numcheck.ops.builtin` lists the shipped ops and :mod:`numcheck.ops.registry` holds them.
+"""

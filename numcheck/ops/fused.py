@@ -1,4 +1,4 @@
-"""The fused Triton variants of the shipped ops, registered whether or not triton is installed.
+"""The fused Triton variants of the shipped ops, offered whether or not triton is installed.
 
 Each op gains a variant ``fused`` (:mod:`numcheck.ops.indexer_fused`,
 :mod:`numcheck.ops.mhc_fused`). The kernel modules are imported on the first call, so
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import importlib
 
-from numcheck.ops import indexer, mhc, triton_support  # noqa: F401  (registers the ops first)
-from numcheck.ops.registry import Inputs, Outputs, Params, Variant, VariantFn, add_variant
+from numcheck.ops import triton_support
+from numcheck.ops.spec import Inputs, Outputs, Params, Variant, VariantFn
 
 INDEXER_DOC = (
     "One Triton kernel: paged e4m3 keys and scales read in place, fp32-accumulated MMA, "
@@ -36,20 +36,19 @@ def _lazy(module: str) -> VariantFn:
     return call
 
 
-def _register() -> None:
+def variants() -> list[tuple[str, Variant]]:
+    """``(op name, variant)`` of each fused variant, for :mod:`numcheck.ops.builtin`."""
     reason = triton_support.unavailable_reason()
     devices = triton_support.DEVICES
     # Indexer: products of e4m3 values are exact and accumulate in fp32, so the logits are
     # fp32-accurate up to summation order: the fp32 budget row.
-    add_variant("indexer", Variant(
+    indexer = Variant(
         "fused", _lazy("numcheck.ops.indexer_fused"), "fp32", devices=devices,
         doc=INDEXER_DOC, unavailable=reason,
-    ))
+    )
     # mHC: hc_fn enters the MMA as two bf16 halves (~16 bits), finer than TF32: the tf32 row.
-    add_variant("mhc_pre", Variant(
+    mhc = Variant(
         "fused", _lazy("numcheck.ops.mhc_fused"), "tf32", devices=devices,
         doc=MHC_DOC, unavailable=reason,
-    ))
-
-
-_register()
+    )
+    return [("indexer", indexer), ("mhc_pre", mhc)]

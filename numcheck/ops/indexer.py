@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from numcheck.inputs import SCALE_FORMATS, normal, quantize_e4m3, rng
-from numcheck.ops.registry import (
+from numcheck.ops.spec import (
     Inputs,
     OpSpec,
     Outputs,
@@ -27,7 +27,6 @@ from numcheck.ops.registry import (
     ParamSpec,
     TopkSpec,
     Variant,
-    register,
 )
 from numcheck.precision import matmul_precision
 from numcheck.topk import select_topk
@@ -321,5 +320,3 @@ OP = OpSpec(
     flops=flops,
     min_bytes=min_bytes,
 )
-
-register(OP)

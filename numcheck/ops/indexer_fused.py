@@ -30,7 +30,7 @@ from numcheck.ops.triton_support import INTERPRETED
 import triton
 import triton.language as tl
 
-from numcheck.ops.registry import Inputs, Outputs, Params
+from numcheck.ops.spec import Inputs, Outputs, Params
 from numcheck.topk import select_topk
 
 OPERANDS = ("bf16", "fp8", "fp32")

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from numcheck.inputs import normal, rng
-from numcheck.ops.registry import Inputs, OpSpec, Outputs, Params, ParamSpec, Variant, register
+from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, ParamSpec, Variant
 from numcheck.precision import matmul_precision
 
 PARAMS = {
@@ -166,5 +166,3 @@ OP = OpSpec(
     flops=flops,
     min_bytes=min_bytes,
 )
-
-register(OP)

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from numcheck.ops.mhc import hc_eps, norm_eps
-from numcheck.ops.registry import Inputs, Outputs, Params
+from numcheck.ops.spec import Inputs, Outputs, Params
 
 MODES = ("bf16x2", "tf32", "bf16", "ieee")
 _MODE_CODE = {"ieee": 0, "tf32": 1, "bf16x2": 2, "bf16": 3}

@@ -1,10 +1,11 @@
 """The op registry: op name -> reference, variants, input maker, named outputs.
 
-An op is a plain description (:class:`OpSpec`); the registry is a dict keyed by name.
-Nothing here imports pytest, so cases, goldens and reports can be built without it.
+An op is a plain description (:class:`OpSpec`, from :mod:`numcheck.ops.spec`, re-exported
+here); the registry is a dict keyed by name. Nothing here imports pytest, so cases, goldens
+and reports can be built without it.
 
-Ops arrive lazily, on the first lookup: the built-in op modules, then the ``numcheck.ops``
-entry points of installed packages (:func:`load_entry_points`); under ``pytest --numcheck``
+Ops arrive lazily, on the first lookup: the built-in ops (:mod:`numcheck.ops.builtin`, the
+one place that lists them), then the ``numcheck.ops`` entry points of installed packages (:func:`load_entry_points`); under ``pytest --numcheck``
 the plugin then calls the ``pytest_numcheck_register`` hook with a :class:`Registrar`.
 Every registration is checked (names, precision, devices, function signatures) and a
 clash names both origins (docs/extending.md).
@@ -18,123 +19,63 @@ import inspect
 import re
 import sys
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
+from numcheck.ops.spec import (
+    DEVICES,
+    PRECISIONS,
+    InputMaker,
+    Inputs,
+    OpSpec,
+    Outputs,
+    Params,
+    ParamSpec,
+    TopkSpec,
+    Variant,
+    VariantFn,
+)
 
-#: Inputs of one case instance, by name, on one device.
-Inputs = dict[str, torch.Tensor]
-#: Outputs of one op call, by name.
-Outputs = dict[str, torch.Tensor]
-#: Resolved shape parameters of a case (preset merged with explicit values).
-Params = Mapping[str, Any]
-
-#: Precision classes: each variant belongs to one; default budgets are keyed by it.
-PRECISIONS = ("fp32", "tf32", "bf16")
-DEVICES = ("cpu", "cuda")
-
-VariantFn = Callable[[Inputs, Params], Outputs]
-InputMaker = Callable[[Params, int], Inputs]
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One implementation of an op.
-
-    ``fn(inputs, params)`` returns every output named by the op. ``precision`` picks the
-    default budget row; ``devices`` lists where the variant can run at all, and
-    ``unavailable`` says why not on the others when that depends on the install (an
-    optional dependency missing...): it becomes the skip reason.
-    """
-
-    name: str
-    fn: VariantFn
-    precision: str
-    devices: tuple[str, ...] = DEVICES
-    doc: str = ""
-    unavailable: str = ""
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """A shape parameter a case may set: its type, default and a one-line meaning."""
-
-    type: type
-    default: Any
-    doc: str = ""
-
-
-@dataclass(frozen=True)
-class TopkSpec:
-    """Which outputs carry a top-k selection: indices (-1 padded) and the scores they rank."""
-
-    indices: str
-    scores: str
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    """An op: one FP32 reference, named variants, an input maker and named outputs.
-
-    ``version`` is bumped whenever the reference math or the input maker changes; goldens
-    record it, and a golden of another version is stale.
-    """
-
-    name: str
-    version: int
-    reference: str
-    variants: Mapping[str, Variant]
-    make_inputs: InputMaker
-    outputs: tuple[str, ...]
-    params: Mapping[str, ParamSpec]
-    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    topk: TopkSpec | None = None
-    #: Outputs whose dtype is coarser than some variants compute in (name -> precision
-    #: class): their default budgets use the coarser row.
-    output_precision: Mapping[str, str] = field(default_factory=dict)
-    doc: str = ""
-    #: Roofline (issue 3): FLOPs of one call and the fewest bytes one call must move
-    #: (each input read once, each output written once), from the case's params.
-    flops: Callable[[Params], float] | None = None
-    min_bytes: Callable[[Params], float] | None = None
-    #: Parameters that take another's value unless given themselves (name -> the one it
-    #: follows): an umbrella parameter split in two keeps its meaning (mHC's ``eps``).
-    follows: Mapping[str, str] = field(default_factory=dict)
-
-    def resolve_params(self, preset: str | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
-        """Defaults, then the preset, then explicit values, then :attr:`follows` for the
-        parameters neither gave. Unknown names raise KeyError."""
-        params = {name: spec.default for name, spec in self.params.items()}
-        given: set[str] = set()
-        if preset is not None:
-            params.update(self.presets[preset])
-            given.update(self.presets[preset])
-        for key, value in overrides.items():
-            if key not in self.params:
-                raise KeyError(key)
-            params[key] = value
-            given.add(key)
-        for name, source in self.follows.items():
-            if name not in given:
-                params[name] = params[source]
-        return params
-
+__all__ = [  # the op description types are re-exported: users import them from here
+    "DEVICES", "ENTRY_POINT_GROUP", "PRECISIONS", "InputMaker", "Inputs", "OpSpec", "Outputs",
+    "ParamSpec", "Params", "Registrar", "RegistrationError", "TopkSpec", "Variant", "VariantFn",
+    "add_variant", "all_ops", "get_op", "isolated", "load_entry_points", "register",
+    "set_variant",
+]
 
 #: Group of the entry points through which installed packages register ops and variants.
 ENTRY_POINT_GROUP = "numcheck.ops"
 #: Op and variant names become test ids, TOML keys and golden folder names.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
-_REGISTRY: dict[str, OpSpec] = {}
+#: The registered ops by name; None until the first lookup fills it (:func:`_ops`).
+_REGISTRY: dict[str, OpSpec] | None = None
 #: Who registered each op (``op``) and added each variant (``op::variant``), for messages.
 _ORIGINS: dict[str, str] = {}
 #: Entry points already loaded (``dist:name = value``); loading is idempotent per entry point.
 _LOADED_ENTRY_POINTS: set[str] = set()
-_ENTRY_POINTS_SCANNED = False
+
+
+def _ops() -> dict[str, OpSpec]:
+    """The registry, filled on first use: the built-in ops, then installed entry points.
+
+    Lazy so that ``import numcheck`` stays light. The dict exists before it is filled, so
+    the registrations made while filling it (which look it up again) find it.
+    """
+    global _REGISTRY
+    if _REGISTRY is None:
+        from numcheck.ops import builtin
+
+        _REGISTRY = {}
+        for op in builtin.ops():
+            register(op)
+        for op_name, variant in builtin.added_variants():
+            add_variant(op_name, variant)
+        load_entry_points()
+    return _REGISTRY
 
 
 class RegistrationError(ValueError):
@@ -152,11 +93,10 @@ def register(op: OpSpec, *, origin: str | None = None) -> OpSpec:
     as ``fn(inputs, params)``), so a mistake fails at registration, not in the middle of a
     run. ``origin`` (who registers it: a hook, an entry point) only serves messages.
     """
-    if not getattr(op.make_inputs, "__module__", "").startswith("numcheck.ops."):
-        _load_builtin_ops()  # a user's op: the built-in names must be taken first
+    registry = _ops()  # a user's op: the built-in names are taken first
     origin = origin or _origin_of(op.make_inputs)
     _check_name("op", op.name, origin)
-    if op.name in _REGISTRY:
+    if op.name in registry:
         raise RegistrationError(
             f"numcheck: an op named {op.name!r} is already registered (by {_ORIGINS[op.name]}); "
             f"this one comes from {origin}. Fix: give your op another name, or add your "
@@ -177,7 +117,7 @@ def register(op: OpSpec, *, origin: str | None = None) -> OpSpec:
                 f"named {variant.name!r}. Fix: key each variant by its own name"
             )
         _check_variant(op.name, variant, origin)
-    _REGISTRY[op.name] = op
+    registry[op.name] = op
     _ORIGINS[op.name] = origin
     for name in op.variants:
         _ORIGINS[f"{op.name}::{name}"] = origin
@@ -202,7 +142,7 @@ def add_variant(op_name: str, variant: Variant, *, origin: str | None = None) ->
         )
     _check_variant(op_name, variant, origin)
     updated = replace(op, variants={**op.variants, variant.name: variant})
-    _REGISTRY[op_name] = updated
+    _ops()[op_name] = updated
     _ORIGINS[f"{op_name}::{variant.name}"] = origin
     return updated
 
@@ -285,46 +225,17 @@ def _check_callable(
 
 def get_op(name: str) -> OpSpec:
     """The op called ``name``; KeyError names the known ops."""
-    _load_all_ops()
+    registry = _ops()
     try:
-        return _REGISTRY[name]
+        return registry[name]
     except KeyError:
-        known = ", ".join(sorted(_REGISTRY)) or "none"
+        known = ", ".join(sorted(registry)) or "none"
         raise KeyError(f"unknown op {name!r} (known ops: {known})") from None
 
 
 def all_ops() -> dict[str, OpSpec]:
     """Every registered op, by name."""
-    _load_all_ops()
-    return dict(_REGISTRY)
-
-
-_BUILTINS_LOADED = False
-
-
-def _load_builtin_ops() -> None:
-    # Importing the op modules registers them; done lazily so `import numcheck` stays light.
-    # Once per process, ops before the variants that extend them (fused adds to both ops);
-    # the flag also stops the re-entry that add_variant's get_op would make from there.
-    global _BUILTINS_LOADED
-    if _BUILTINS_LOADED:
-        return
-    _BUILTINS_LOADED = True
-    from numcheck.ops import (  # noqa: F401
-        fused,
-        indexer,
-        mhc,
-    )
-
-
-def _load_all_ops() -> None:
-    # Built-in ops first, then installed packages' entry points, once per process (the
-    # plugin calls load_entry_points() again at configure time, which picks up new ones).
-    global _ENTRY_POINTS_SCANNED
-    _load_builtin_ops()
-    if not _ENTRY_POINTS_SCANNED:
-        _ENTRY_POINTS_SCANNED = True  # first: entry points call get_op(), which comes back here
-        load_entry_points()
+    return dict(_ops())
 
 
 class Registrar:
@@ -365,9 +276,7 @@ def load_entry_points() -> list[str]:
     called with a :class:`Registrar`. Any failure is a :class:`RegistrationError` naming the
     entry point, its distribution and the fix.
     """
-    global _ENTRY_POINTS_SCANNED
-    _ENTRY_POINTS_SCANNED = True
-    _load_builtin_ops()
+    _ops()  # the built-ins first: entry points extend them
     loaded = []
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = ep.dist.name if ep.dist is not None else "?"
@@ -396,14 +305,30 @@ def load_entry_points() -> list[str]:
 @contextmanager
 def isolated() -> Iterator[None]:
     """Restore the registry on exit: for tests that register throwaway ops or variants."""
-    _load_all_ops()
-    ops, origins, entry_points = dict(_REGISTRY), dict(_ORIGINS), set(_LOADED_ENTRY_POINTS)
+    registry = _ops()
+    ops, origins, entry_points = dict(registry), dict(_ORIGINS), set(_LOADED_ENTRY_POINTS)
     try:
         yield
     finally:
-        _REGISTRY.clear()
-        _REGISTRY.update(ops)
+        registry.clear()
+        registry.update(ops)
         _ORIGINS.clear()
         _ORIGINS.update(origins)
         _LOADED_ENTRY_POINTS.clear()
         _LOADED_ENTRY_POINTS.update(entry_points)
+
+
+def set_variant(op_name: str, variant: Variant, *, origin: str | None = None) -> OpSpec:
+    """Add ``variant`` to a registered op, or replace the variant of that name: for tests.
+
+    A test that swaps an implementation (a planted bug in place of the reference, say)
+    calls it inside :func:`isolated`, which puts the original back. Plain registration
+    keeps refusing a second variant of the same name (:func:`add_variant`).
+    """
+    origin = origin or _origin_of(variant.fn)
+    op = get_op(op_name)
+    _check_variant(op_name, variant, origin)
+    updated = replace(op, variants={**op.variants, variant.name: variant})
+    _ops()[op_name] = updated
+    _ORIGINS[f"{op_name}::{variant.name}"] = origin
+    return updated

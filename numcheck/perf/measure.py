@@ -1,9 +1,9 @@
 """Time one (case, variant, device) against the op's reference and decide its speedup gate.
 
     inputs of the case's first seed, moved to the device once
-    reference / variant timed interleaved (numcheck.timing)
-    --> medians, IQR, speedup interval (numcheck.speedup) --> gate decision (numcheck.perfgate)
-    --> roofline against the device's measured peaks (numcheck.roofline)
+    reference / variant timed interleaved (numcheck.perf.timing)
+    --> medians, IQR, speedup interval (numcheck.perf.speedup) --> gate decision (numcheck.perf.gate)
+    --> roofline against the device's measured peaks (numcheck.perf.roofline)
 
 Plain Python, no pytest: the plugin calls :func:`measure_perf` per test item, and the
 benchmarks call it directly. The reference's own item is timed against itself (an A/A
@@ -20,11 +20,11 @@ import torch
 
 from numcheck.cases import Case
 from numcheck.inputs import to_device
+from numcheck.numerics import display_id, run_variant
 from numcheck.ops.registry import Inputs, OpSpec, get_op
-from numcheck.perfgate import PerfSpec, violations
-from numcheck.roofline import Peaks, Roofline, peaks_for
-from numcheck.runner import display_id, run_variant
-from numcheck.speedup import (
+from numcheck.perf.gate import PerfSpec, violations
+from numcheck.perf.roofline import Peaks, Roofline, peaks_for
+from numcheck.perf.speedup import (
     Decision,
     SpeedupEstimate,
     Summary,
@@ -32,7 +32,7 @@ from numcheck.speedup import (
     speedup_interval,
     summarize,
 )
-from numcheck.timing import PairedTimes, TimingConfig, time_interleaved
+from numcheck.perf.timing import PairedTimes, TimingConfig, time_interleaved
 from numcheck.verdict import Violation
 
 
@@ -133,8 +133,8 @@ def measure_perf(
 ) -> PerfResult:
     """Time ``variant`` against ``op.reference`` on ``device`` and decide the gate.
 
-    Both are first called once through :func:`numcheck.runner.run_variant`, so a variant
-    that raises or returns the wrong outputs is a :class:`~numcheck.runner.VariantError`
+    Both are first called once through :func:`numcheck.numerics.run_variant`, so a variant
+    that raises or returns the wrong outputs is a :class:`~numcheck.numerics.VariantError`
     here too (perf-only cases have no numerics check to catch it first).
     """
     spec = case.perf.get(variant, PerfSpec())

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from numcheck.report import Record
+from numcheck.report.records import Record
 
 if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports without torch
-    from numcheck.runner import CheckResult
+    from numcheck.numerics import CheckResult
     from numcheck.topk import TopkReport
     from numcheck.verdict import Violation
 

@@ -1,10 +1,11 @@
-"""Run one (case, variant, device) check end to end, without pytest.
+"""The numerics of one (case, variant, device) check, without pytest.
 
     inputs (CPU, seeded) --fingerprint--> golden freshness
     variant(inputs on device) --> outputs --metrics / top-k vs golden--> violations
 
-The pytest plugin calls :func:`check` per test item and :func:`make_golden` under the
-regen flag; everything here is plain Python so it can be tested and scripted directly.
+:func:`numcheck.check.run_check` calls :func:`check` first, then the other gates; the
+session calls :func:`write_golden` under the regen flag. Everything here is plain Python
+so it can be tested and scripted directly.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -38,6 +39,11 @@ from numcheck.nonfinite import explain as explain_nonfinite
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
 from numcheck.topk import TopkReport, topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk, worst
+
+if TYPE_CHECKING:
+    from numcheck.check import Settled
+    from numcheck.overhead.gate import OverheadReport
+    from numcheck.perf.measure import PerfResult
 
 #: The dtype whose ULPs measure a variant of each precision class (TF32 has no torch
 #: dtype; its ULPs are counted in float32).
@@ -136,6 +142,13 @@ def make_golden(
     return tensors, meta
 
 
+def fresh_golden(op: OpSpec, case: Case, device: str = "cpu") -> tuple[Golden, CaseInputs]:
+    """The case's golden made now, in memory, on ``device``; with the inputs it came from."""
+    inputs = CaseInputs(op, case)
+    tensors, meta = make_golden(op, case, device, inputs)
+    return Golden(Path(f"<fresh {case.op}/{case.id}>"), tensors, meta), inputs
+
+
 def _device_name(device: str) -> str:
     if device == "cuda":
         return f"cuda ({torch.cuda.get_device_name()})"
@@ -187,6 +200,8 @@ class SeedResult:
     metrics: dict[str, ErrorMetrics] = field(default_factory=dict)
     topk: TopkReport | None = None
     violations: list[Violation] = field(default_factory=list)
+    #: The variant's outputs on the CPU, when the caller asked to keep them (calibration).
+    outputs: Outputs | None = None
 
 
 @dataclass
@@ -198,9 +213,14 @@ class CheckResult:
     device: str
     seeds: list[SeedResult]
     violations: list[Violation]
-    #: Filled by the perf gate (speedup with its interval) and the cast ledger, when run.
+    #: Filled by the perf gate (speedup with its interval) and the cast ledger, when run:
+    #: the record's sections, and the measurements they come from.
     timing: dict[str, Any] | None = None
     casts: dict[str, Any] | None = None
+    perf: PerfResult | None = None
+    overhead: OverheadReport | None = None
+    #: A known-bad variant's expected failures, settled (None for an ordinary check).
+    settled: Settled | None = None
 
     @property
     def passed(self) -> bool:
@@ -249,6 +269,7 @@ def check(
     *,
     regen_hint: str,
     max_flips: int = 20,
+    keep_outputs: bool = False,
 ) -> CheckResult:
     """Compare one variant with the golden for every seed of the case.
 
@@ -269,6 +290,8 @@ def check(
         cpu_inputs, _ = inputs.get(seed)
         out = run_variant(variant, op, to_device(cpu_inputs, device), case, device)
         result = SeedResult(seed)
+        if keep_outputs:
+            result.outputs = {name: t.detach().cpu() for name, t in out.items()}
         for name in op.outputs:
             _check_dtype(
                 golden, seed_key(seed, name), out[name], variant_name,

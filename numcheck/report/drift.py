@@ -13,7 +13,7 @@ as a regression:
 - the new record does not pass (fail or error), whatever the baseline said.
 
 Improvements (the reverse of each rule) pass and are marked ``improved``.
-Pure: works on :class:`numcheck.report.Report` values; no pytest, no torch.
+Pure: works on :class:`numcheck.report.records.Report` values; no pytest, no torch.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from numcheck.report import Record, Report
+from numcheck.report.records import Record, Report
 
 #: Columns of the drift table (text and markdown).
 DRIFT_HEADER = ["check", "calc_diff (base -> new)", "rel_fro (base -> new)",

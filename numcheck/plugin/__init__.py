@@ -1,10 +1,10 @@
 """The pytest plugin (entry point ``pytest11: numcheck``): options, ini keys, switch-on.
 
 Glue only. Without ``--numcheck`` nothing is registered and torch is never imported, so
-plain ``pytest`` stays fast; with it, :class:`numcheck.session.NumcheckSession` is
+plain ``pytest`` stays fast; with it, :class:`numcheck.plugin.session.NumcheckSession` is
 registered as a plugin and does the work through the pure modules. The
 ``numcheck_golden`` fixture is available in every run (it imports torch when a test asks
-for it), and ``pytest_numcheck_register`` (:mod:`numcheck.hooks`) lets a conftest.py add
+for it), and ``pytest_numcheck_register`` (:mod:`numcheck.plugin.hooks`) lets a conftest.py add
 ops and variants.
 """
 
@@ -18,28 +18,31 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from numcheck.plugin.options import (  # re-exported: numcheck.plugin.OPTION etc.
+    BASELINE_OPTION,
+    CASES_INI,
+    DEVICE_OPTION,
+    DEVICES,
+    DRIFT_INI,
+    EXPLAIN_OPTION,
+    GOLDENS_INI,
+    MARKDOWN_OPTION,
+    OPTION,
+    PERF_OPTION,
+    PRUNE_OPTION,
+    REGEN_OPTION,
+    REPORT_OPTION,
+)
+
 if TYPE_CHECKING:
     from numcheck.golden_check import GoldenCheck
 
-OPTION = "--numcheck"
-REGEN_OPTION = "--numcheck-regen"
-DEVICE_OPTION = "--numcheck-device"
-PERF_OPTION = "--numcheck-perf"
-EXPLAIN_OPTION = "--numcheck-explain"
-REPORT_OPTION = "--numcheck-report"
-MARKDOWN_OPTION = "--numcheck-markdown"
-BASELINE_OPTION = "--numcheck-baseline"
-PRUNE_OPTION = "--numcheck-prune"
-CASES_INI = "numcheck_cases"
-GOLDENS_INI = "numcheck_goldens"
-DRIFT_INI = "numcheck_drift_rules"
-DEVICES = ("auto", "cpu", "cuda")
 #: ``(golden path, rewritten?)`` of each fixture golden regenerated in this run.
 FIXTURE_GOLDENS = pytest.StashKey[list[tuple[Path, bool]]]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from numcheck import hooks
+    from numcheck.plugin import hooks
 
     pluginmanager.add_hookspecs(hooks)
 
@@ -135,7 +138,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 raise pytest.UsageError(f"{needs} only works together with {OPTION}")
         return
     register_user_ops(config)
-    from numcheck.session import NumcheckSession  # torch is imported only when switched on
+    from numcheck.plugin.session import NumcheckSession  # torch is imported only when switched on
 
     session = NumcheckSession(config)
     config.stash[NumcheckSession.KEY] = session
@@ -193,7 +196,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             terminalreporter.write_line(f"golden {'rewritten' if rewritten else 'unchanged'}: "
                                         f"{shown}")
     elif regen and not config.getoption(OPTION):
-        # The flag used to require --numcheck; say plainly what it did not do.
+        # Say plainly what the flag did not do: case goldens need --numcheck too.
         terminalreporter.write_line(
             f"numcheck: {REGEN_OPTION} without {OPTION} regenerates only numcheck_golden "
             f"checks, and none ran. For case goldens: pytest {OPTION} {REGEN_OPTION}"

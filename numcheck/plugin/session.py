@@ -17,24 +17,26 @@ from typing import Any
 import pytest
 import torch
 
-from numcheck import plugin
-from numcheck.cases import Case, CaseFileError, Expectation, load_case_file
-from numcheck.drift import Rules, compare, drift_headline, drift_rows
-from numcheck.environment import environment
+from numcheck.cases import Case, CaseFileError, load_case_file
+from numcheck.check import Settled, run_check
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
-from numcheck.markdown import to_markdown
+from numcheck.numerics import CaseInputs, CheckResult, VariantError, display_id, write_golden
 from numcheck.ops.registry import OpSpec, get_op
-from numcheck.overhead import (
+from numcheck.overhead.gate import (
     OVERHEAD_GATES,
     OVERHEAD_HEADER,
     OverheadReport,
-    check_overhead,
     default_gates,
     overhead_row,
 )
-from numcheck.perfrun import PERF_HEADER, PerfResult, perf_rows
-from numcheck.render import Commands, failure_message, footer, summary_table, table
-from numcheck.report import (
+from numcheck.perf.measure import PERF_HEADER, PerfResult, perf_rows
+from numcheck.perf.timing import TimingError
+from numcheck.plugin import options
+from numcheck.plugin.workers import is_worker, pin_worker_gpu, worker_count, worker_id
+from numcheck.report.drift import Rules, compare, drift_headline, drift_rows
+from numcheck.report.environment import environment
+from numcheck.report.markdown import to_markdown
+from numcheck.report.records import (
     Record,
     Report,
     ReportError,
@@ -49,10 +51,7 @@ from numcheck.report import (
     record_without_verdict,
     write_json,
 )
-from numcheck.runner import CaseInputs, CheckResult, VariantError, check, display_id, write_golden
-from numcheck.timing import TimingError
-from numcheck.verdict import Violation
-from numcheck.workers import is_worker, pin_worker_gpu, worker_count, worker_id
+from numcheck.report.render import Commands, failure_message, footer, summary_table, table
 
 #: ``report.user_properties`` names on which a worker ships its record and its golden
 #: rewrites to the controller (pytest-xdist serialises user_properties with every report).
@@ -74,9 +73,9 @@ def resolve_device(requested: str) -> str:
     if requested == "cuda" and not has_cuda:
         build = torch.version.cuda or "cpu-only"
         raise pytest.UsageError(
-            f"{plugin.DEVICE_OPTION} cuda: torch {torch.__version__} (CUDA build: {build}) "
+            f"{options.DEVICE_OPTION} cuda: torch {torch.__version__} (CUDA build: {build}) "
             f"sees no CUDA device. Fix: run on a GPU machine, or use "
-            f"{plugin.DEVICE_OPTION} auto to fall back to the CPU"
+            f"{options.DEVICE_OPTION} auto to fall back to the CPU"
         )
     return requested
 
@@ -104,11 +103,11 @@ class NumcheckSession:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.device = resolve_device(config.getoption(plugin.DEVICE_OPTION))
-        self.regen = bool(config.getoption(plugin.REGEN_OPTION))
+        self.device = resolve_device(config.getoption(options.DEVICE_OPTION))
+        self.regen = bool(config.getoption(options.REGEN_OPTION))
         root = config.rootpath
-        self.cases_dir = (root / config.getini(plugin.CASES_INI)).resolve()
-        self.goldens_dir = (root / config.getini(plugin.GOLDENS_INI)).resolve()
+        self.cases_dir = (root / config.getini(options.CASES_INI)).resolve()
+        self.goldens_dir = (root / config.getini(options.GOLDENS_INI)).resolve()
         self.regenerated: dict[Path, bool] = {}
         # Reporting (issue 5). Workers make records; the controller (or a serial run)
         # collects them from the test reports and writes the report files.
@@ -123,19 +122,19 @@ class NumcheckSession:
         self.order: list[str] = []
         self.goldens_written: dict[str, bool] = {}
         self.drift: dict[str, Any] | None = None
-        self.report_path = self._path_option(plugin.REPORT_OPTION)
-        self.markdown_path = self._path_option(plugin.MARKDOWN_OPTION)
-        self.baseline_path = self._path_option(plugin.BASELINE_OPTION)
+        self.report_path = self._path_option(options.REPORT_OPTION)
+        self.markdown_path = self._path_option(options.MARKDOWN_OPTION)
+        self.baseline_path = self._path_option(options.BASELINE_OPTION)
         self.baseline: Report | None = None
         try:
-            self.rules = Rules.from_pairs(config.getini(plugin.DRIFT_INI))
+            self.rules = Rules.from_pairs(config.getini(options.DRIFT_INI))
         except ValueError as exc:
-            raise pytest.UsageError(f"{plugin.DRIFT_INI}: {exc}") from None
+            raise pytest.UsageError(f"{options.DRIFT_INI}: {exc}") from None
         if self.baseline_path is not None and not self.is_worker:
             try:
                 self.baseline = load_report(self.baseline_path)
             except ReportError as exc:
-                raise pytest.UsageError(f"{plugin.BASELINE_OPTION} {exc}") from None
+                raise pytest.UsageError(f"{options.BASELINE_OPTION} {exc}") from None
         self._seen: dict[tuple[str, str], Path] = {}
         self._goldens: dict[Path, Golden | GoldenError] = {}
         self._inputs: tuple[Case, CaseInputs] | None = None
@@ -143,9 +142,9 @@ class NumcheckSession:
         #: --numcheck-perf); an op's outputs are always active.
         self.perf_results: list[PerfResult] = []
         #: --numcheck-explain: overhead reports are printed, not gated.
-        self.explain = bool(config.getoption(plugin.EXPLAIN_OPTION))
+        self.explain = bool(config.getoption(options.EXPLAIN_OPTION))
         self.active_gates: set[str] = run_gates(
-            self.device, perf=bool(config.getoption(plugin.PERF_OPTION)), explain=self.explain
+            self.device, perf=bool(config.getoption(options.PERF_OPTION)), explain=self.explain
         )
         self.explained: list[tuple[str, OverheadReport]] = []
         self.overhead_rows: list[list[str]] = []
@@ -153,13 +152,13 @@ class NumcheckSession:
             # `pytest --numcheck` with no paths: the cases folder is the suite.
             self._require_cases_dir()
             config.args[:] = [str(self.cases_dir)]
-        self.prune = bool(config.getoption(plugin.PRUNE_OPTION))
+        self.prune = bool(config.getoption(options.PRUNE_OPTION))
         self.narrowed_by = narrowing(config, self.cases_dir)
         if self.prune and self.narrowed_by:
             raise pytest.UsageError(
-                f"{plugin.PRUNE_OPTION} deletes goldens no case uses, so it needs the whole "
+                f"{options.PRUNE_OPTION} deletes goldens no case uses, so it needs the whole "
                 f"cases folder, but the run is narrowed by {self.narrowed_by}. Fix: run "
-                f"pytest {plugin.OPTION} {plugin.PRUNE_OPTION} without it"
+                f"pytest {options.OPTION} {options.PRUNE_OPTION} without it"
             )
 
     def _path_option(self, name: str) -> Path | None:
@@ -179,14 +178,14 @@ class NumcheckSession:
         if not self.cases_dir.is_dir():
             raise pytest.UsageError(
                 f"numcheck: no cases folder at {self.cases_dir}. Fix: create it with a "
-                f"case file (see README 'Writing a case'), or point the {plugin.CASES_INI} "
+                f"case file (see README 'Writing a case'), or point the {options.CASES_INI} "
                 "ini key at yours"
             )
         if not any(self.cases_dir.glob("*.toml")):
             raise pytest.UsageError(
                 f"numcheck: the cases folder {self.cases_dir} holds no *.toml case file. "
                 "Fix: add one (see README 'Writing a case'), or point the "
-                f"{plugin.CASES_INI} ini key at the folder that has them"
+                f"{options.CASES_INI} ini key at the folder that has them"
             )
 
     # -- collection -------------------------------------------------------------------
@@ -209,9 +208,6 @@ class NumcheckSession:
             )
 
     # -- running ----------------------------------------------------------------------
-
-    def gate_active(self, gate: str, op: OpSpec) -> bool:
-        return gate in op.outputs or gate in self.active_gates
 
     def inputs_for(self, op: OpSpec, case: Case) -> CaseInputs:
         # Items of one case run back to back; keep only the current case's inputs.
@@ -236,24 +232,19 @@ class NumcheckSession:
             raise loaded
         return loaded
 
-    def overhead_for(
-        self, op: OpSpec, case: Case, variant: str
-    ) -> tuple[OverheadReport, list[Violation]] | None:
-        """The cast ledger (and kernel audit on CUDA) of one variant on the case's first seed,
-        and its violations of the active overhead gates (none in explain mode).
+    def keep(self, item: CheckItem, result: CheckResult) -> None:
+        """What the end-of-run summary needs from one check: its timing (also recorded for
+        pytest-benchmark) and its cast ledger."""
+        if result.perf is not None:
+            from numcheck.perf import benchrecord
 
-        Runs the variant once more, on its own, when an overhead gate is active or in
-        explain mode; None otherwise.
-        """
-        gates = self.active_gates & set(OVERHEAD_GATES)
-        if not (gates or self.explain):
-            return None
-        cpu_inputs, _ = self.inputs_for(op, case).get(case.seeds[0])
-        profile = self.device == "cuda" and (self.explain or "kernels" in gates)
-        return check_overhead(op, case, variant, self.device, cpu_inputs,
-                              gates=set() if self.explain else gates, kernels=profile)
-
-    # -- reporting --------------------------------------------------------------------
+            self.perf_results.append(result.perf)
+            benchrecord.record(self.config, item.name, item.nodeid, result.perf)
+        if result.overhead is not None:
+            self.overhead_rows.append(overhead_row(f"{item.case.op}::{item.case.id}",
+                                                   item.variant, item.device, result.overhead))
+            if self.explain:
+                self.explained.append((item.display_id, result.overhead))
 
     # -- reporting: records travel on the test reports ---------------------------------
 
@@ -313,7 +304,7 @@ class NumcheckSession:
     def pytest_runtestloop(self, session: pytest.Session) -> Any:
         result = yield
         if self.baseline is not None and not self.is_worker:
-            label = str(self.config.getoption(plugin.BASELINE_OPTION))
+            label = str(self.config.getoption(options.BASELINE_OPTION))
             self.drift = compare(self.baseline, self.report(), self.rules, baseline=label)
             if self.drift["regressions"]:
                 session.testsfailed += 1  # the gate fails: exit status 1
@@ -387,7 +378,7 @@ class NumcheckSession:
             tr.write_line(f"golden {'rewritten' if written else 'unchanged'}: {path}")
         if self.drift is not None:
             tr.write_sep("-", drift_headline(self.drift))
-            from numcheck.drift import DRIFT_HEADER
+            from numcheck.report.drift import DRIFT_HEADER
 
             for line in table(DRIFT_HEADER, drift_rows(self.drift)):
                 tr.write_line(line)
@@ -399,7 +390,7 @@ class NumcheckSession:
         """Goldens no case uses: listed at the end of a whole run, deleted on --numcheck-prune."""
         if self.narrowed_by:
             tr.write_line(f"numcheck: stale goldens not checked (the run is narrowed by "
-                          f"{self.narrowed_by}); plain `pytest {plugin.OPTION}` checks them")
+                          f"{self.narrowed_by}); plain `pytest {options.OPTION}` checks them")
             return
         try:
             found = find_stale(self.cases_dir, self.goldens_dir)
@@ -416,7 +407,7 @@ class NumcheckSession:
         tr.write_sep("-", f"numcheck: {len(found)} stale golden(s): no case uses them")
         for path in found:
             tr.write_line(f"  {self._rel(path)}")
-        tr.write_line(f"Fix: delete them with pytest {plugin.OPTION} {plugin.PRUNE_OPTION}, "
+        tr.write_line(f"Fix: delete them with pytest {options.OPTION} {options.PRUNE_OPTION}, "
                       "or restore the case that used them")
 
 
@@ -486,10 +477,10 @@ class CheckItem(pytest.Item):
         return display_id(self.case, self.variant, self.device)
 
     def commands(self) -> Commands:
-        dev = f" {plugin.DEVICE_OPTION} {self.device}"
+        dev = f" {options.DEVICE_OPTION} {self.device}"
         return Commands(
-            reproduce=f"pytest {plugin.OPTION}{dev} {shlex.quote(self.nodeid)}",
-            regenerate=f"pytest {plugin.OPTION} {plugin.REGEN_OPTION} "
+            reproduce=f"pytest {options.OPTION}{dev} {shlex.quote(self.nodeid)}",
+            regenerate=f"pytest {options.OPTION} {options.REGEN_OPTION} "
             f"{shlex.quote(self.parent.nodeid)}",  # type: ignore[union-attr]
         )
 
@@ -506,7 +497,7 @@ class CheckItem(pytest.Item):
         elif self.case.perf_only and "perf" not in self.config.stash[
                 NumcheckSession.KEY].active_gates:
             reason = (f"perf-only case {self.case.id!r} (no golden): runs with "
-                      f"{plugin.PERF_OPTION}")
+                      f"{options.PERF_OPTION}")
         if reason is not None:
             self._set_record(status="skip", reason=reason)
             pytest.skip(reason)
@@ -516,84 +507,37 @@ class CheckItem(pytest.Item):
         op = get_op(self.case.op)
         commands = self.commands()
         try:
-            if self.case.perf_only:
-                result = CheckResult(self.case, self.variant, self.device, [], [])
-            else:
-                golden = state.golden_for(op, self.case, commands)
-                result = check(
-                    op, self.case, self.variant, self.device, golden,
-                    state.inputs_for(op, self.case), regen_hint=commands.regenerate,
-                )
-            if "perf" in state.active_gates:
-                perf = self._time(state, op)
-                result.violations += perf.violations()
-                result.timing = perf.record_section()
+            golden = None if self.case.perf_only else state.golden_for(op, self.case, commands)
+            result = run_check(
+                op, self.case, self.variant, self.device, state.inputs_for(op, self.case),
+                golden, gates=state.active_gates, explain=state.explain,
+                regen_hint=commands.regenerate,
+            )
         except (GoldenError, VariantError, TimingError) as exc:
             self._set_record(status="error", reason=str(exc), error_kind=type(exc).__name__)
             raise
-        audited = state.overhead_for(op, self.case, self.variant)
-        overhead = None
-        if audited is not None:
-            overhead, found = audited
-            state.overhead_rows.append(overhead_row(f"{self.case.op}::{self.case.id}",
-                                                    self.variant, self.device, overhead))
-            result.casts = overhead.as_dict()
-            if state.explain:
-                state.explained.append((self.display_id, overhead))
-            else:
-                result.violations += found
-        expected = self.case.expect.get(self.variant)
-        try:
-            if expected is not None:
-                self._settle_expected(expected, result, commands, state.gate_active)
-        except pytest.xfail.Exception as xfailed:
-            self._set_record(result=result)
-            assert self.record is not None
-            self.record = replace(self.record, status="xfail", reason=str(xfailed.msg))
-            raise
+        state.keep(self, result)
         self._set_record(result=result)
+        settled = result.settled
+        if settled is not None and settled.xfail:
+            reason = f"expected failure ({', '.join(settled.caught)}): {settled.reason}"
+            assert self.record is not None
+            self.record = replace(self.record, status="xfail", reason=reason)
+            pytest.xfail(reason)
+        if settled is not None:
+            raise NumcheckFailure(self._xpass_message(settled, commands))
         if not result.passed:
             message = failure_message(result, commands, self._source())
+            overhead = result.overhead
             if overhead is not None and any(v.output in OVERHEAD_GATES for v in result.violations):
                 message += "\n\n" + "\n".join(overhead.lines())
             raise NumcheckFailure(message)
 
-    def _time(self, state: NumcheckSession, op: OpSpec) -> PerfResult:
-        """Time this variant against the reference; record it in pytest-benchmark too."""
-        from numcheck import benchrecord
-        from numcheck.perfrun import measure_perf
-
-        cpu_inputs, _ = state.inputs_for(op, self.case).get(self.case.seeds[0])
-        perf = measure_perf(op, self.case, self.variant, self.device, cpu_inputs)
-        state.perf_results.append(perf)
-        benchrecord.record(self.config, self.name, self.nodeid, perf)
-        return perf
-
-    def _settle_expected(
-        self, expected: Expectation, result: CheckResult, commands: Commands, active: Any
-    ) -> None:
-        """A known-bad variant: xfail when its expected gates catch it, fail when they don't.
-
-        Only the expected gates that this run measures count; with none active, the check
-        is an ordinary one. Any violation outside the expectation still fails normally.
-        """
-        op = get_op(self.case.op)
-        live = [f for f in expected.fails if active(f.partition(".")[0], op)]
-        if not live:
-            return
-        unexpected = [v for v in result.violations if v.key not in expected.fails]
-        if unexpected:
-            return  # an ordinary failure: the caller raises with the full message
-        caught = sorted({v.key for v in result.violations if v.key in live})
-        gates = {f.partition(".")[0] for f in live}
-        missed = sorted(g for g in gates if not any(c.startswith(g + ".") for c in caught))
-        if not missed:
-            pytest.xfail(f"expected failure ({', '.join(caught)}): {expected.reason}")
-        # Strict per gate: every active gate the case expects to catch the variant must.
-        raise NumcheckFailure(
+    def _xpass_message(self, settled: Settled, commands: Commands) -> str:
+        """A known-bad variant that an active gate expected to catch, and did not."""
+        return (
             f"numcheck XPASS(strict) {self.display_id}\n"
-            f"  expected {', '.join(f for f in live if f.partition('.')[0] in missed)} "
-            f"to fail ({expected.reason}),\n"
+            f"  expected {', '.join(settled.missed)} to fail ({settled.reason}),\n"
             f"  but the variant passed it: the gate no longer catches this known-bad variant.\n\n"
             f"  case:        {self._source()} [{self.case.id}]\n"
             f"  reproduce:   {commands.reproduce}"

@@ -10,7 +10,7 @@ tables override them and set the gate::
 
 A variant passes only when the lower bound of its speedup interval clears the threshold;
 an interval too wide or straddling the threshold is ``undecided`` and fails with a message
-saying so (:mod:`numcheck.speedup`). The gate registers itself on import, so case files can
+saying so (:mod:`numcheck.perf.speedup`). The gate registers itself on import, so case files can
 name ``perf.speedup_min`` in ``expect`` tables.
 """
 
@@ -19,17 +19,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from numcheck.gates import Gate, register_gate
-from numcheck.speedup import FAIL, UNDECIDED, Decision, SpeedupEstimate
+from numcheck.gates import PERF_GATE
+from numcheck.perf.speedup import FAIL, UNDECIDED, Decision, SpeedupEstimate
 from numcheck.verdict import Violation
 
-#: ``speedup_min``: a decided miss (the whole interval below the threshold).
-#: ``speedup_undecided``: too noisy to decide. Kept apart so a known-bad variant's strict
-#: xfail (``expect ... fails = ["perf.speedup_min"]``) is never satisfied by noise.
-GATE = register_gate(
-    Gate("perf", ("speedup_min", "speedup_undecided"),
-         doc="variant vs FP32 reference speedup, gated on the lower confidence bound")
-)
+GATE = PERF_GATE
 
 #: Options a ``perf`` table accepts (besides per-variant tables), with their types.
 PERF_OPTIONS: dict[str, type] = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from numcheck.perfrun import PerfResult
+from numcheck.perf.measure import PerfResult
 
 
 class _Entry:

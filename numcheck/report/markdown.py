@@ -2,7 +2,7 @@
 
 Layout: a pass/fail headline; the failing checks with their reasons; then one table per op,
 failing rows first, with the same cells as the terminal summary (both come from
-:func:`numcheck.render.summary_table`); then the drift against a baseline when there is one.
+:func:`numcheck.report.render.summary_table`); then the drift against a baseline when there is one.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from numcheck.render import summary_table
-from numcheck.report import Record, Report
+from numcheck.report.records import Record, Report
+from numcheck.report.render import summary_table
 
 #: Failing checks listed with their reasons before the tables.
 MAX_FAILURES = 30
@@ -79,7 +79,7 @@ def to_markdown(report: Report) -> str:
 
 def drift_markdown(drift: dict[str, Any]) -> list[str]:
     """The drift section: regressions first, then the other changes."""
-    from numcheck.drift import DRIFT_HEADER, drift_rows
+    from numcheck.report.drift import DRIFT_HEADER, drift_rows
 
     regressions = drift.get("regressions") or []
     title = f"### Drift vs baseline {drift.get('baseline', '')}".rstrip()

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from numcheck import __version__
 
 if TYPE_CHECKING:
-    from numcheck.runner import CheckResult
+    from numcheck.numerics import CheckResult
 
 #: Bump on any change a reader of old reports would trip on (renamed or retyped fields).
 #: Adding an optional field does not bump it: readers ignore fields they do not know.

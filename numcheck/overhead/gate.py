@@ -1,13 +1,13 @@
 """The overhead gates: casts and copies (any device) and kernel classes (CUDA).
 
-Two gates, registered with :mod:`numcheck.gates` so case files can cite them in
+Two gates, listed in :mod:`numcheck.gates` so case files can cite them in
 ``expect.<variant>.fails``:
 
-- ``casts``: from the cast ledger (:mod:`numcheck.casts`). ``round_trips`` (A -> B -> A
+- ``casts``: from the cast ledger (:mod:`numcheck.overhead.casts`). ``round_trips`` (A -> B -> A
   while the A original was alive), ``no_op_casts`` (conversions that changed nothing),
   ``cast_bytes_ratio`` (bytes moved by casts and copies over the op's minimum bytes).
   Active on every device by default.
-- ``kernels``: from the kernel audit (:mod:`numcheck.kernels`). ``cuda_core_gemm`` (a
+- ``kernels``: from the kernel audit (:mod:`numcheck.overhead.kernels`). ``cuda_core_gemm`` (a
   GEMM on CUDA cores in a variant meant for tensor cores), ``copy_share`` (cast/copy
   kernels' share of the variant's GPU time). Active on CUDA by default.
 
@@ -34,19 +34,11 @@ from typing import Any
 
 import torch
 
-from numcheck.casts import CastLedger, ledger_table, megabytes
-from numcheck.gates import Gate, register_gate
-from numcheck.kernels import COPY, CUDA_CORE_GEMM, KernelAudit, profile_kernels
+from numcheck.gates import CASTS_GATE, KERNELS_GATE
+from numcheck.overhead.casts import CastLedger, ledger_table, megabytes
+from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, KernelAudit, profile_kernels
 from numcheck.verdict import Violation
 
-CASTS_GATE = register_gate(Gate(
-    "casts", ("round_trips", "no_op_casts", "cast_bytes_ratio", "input_copies"),
-    doc="dtype conversions and copies recorded at the aten level while the variant runs",
-))
-KERNELS_GATE = register_gate(Gate(
-    "kernels", ("cuda_core_gemm", "copy_share"),
-    doc="GPU kernels of the variant by class (torch.profiler), CUDA only",
-))
 OVERHEAD_GATES = (CASTS_GATE.name, KERNELS_GATE.name)
 
 #: Precision classes whose GEMMs are meant for tensor cores: a CUDA-core GEMM is a failure.
@@ -267,7 +259,7 @@ def audit_variant(
     audit = None
     if kernels:
         audit = profile_kernels(lambda: fn(dict(inputs), params), iterations=iterations,
-                                skip=("numcheck/overhead.py", "numcheck/kernels.py"))
+                                skip=("numcheck/overhead/gate.py", "numcheck/overhead/kernels.py"))
     return OverheadReport(ledger, min_bytes, audit)
 
 

@@ -62,6 +62,8 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import numcheck
+
 _aten = torch.ops.aten
 #: aten overload packets the ledger records (see the module docstring for why these).
 WATCHED = (_aten._to_copy, _aten.copy_, _aten.clone)
@@ -134,7 +136,7 @@ def user_frame(skip: Sequence[str] = ()) -> Where:
 
 # numcheck's own files are named from the package root (numcheck/ops/mhc.py) wherever
 # the run starts; other files relative to the working directory when under it.
-_PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+_PACKAGE_PARENT = Path(numcheck.__file__).resolve().parent.parent
 
 
 def _relative(path: str) -> str:

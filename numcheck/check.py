@@ -1,0 +1,120 @@
+"""One (case, variant, device) check, end to end: the single definition of what a check is.
+
+    golden + inputs --numerics (numcheck.numerics)--> metrics, top-k, violations
+                    --speed gate (numcheck.perf)----> speedup interval, violations
+                    --overhead (numcheck.overhead)--> cast ledger / kernel audit, violations
+                    --expectations (case file)-----> known-bad variant caught or not
+                    ==> one :class:`~numcheck.numerics.CheckResult`
+
+The pytest item (:mod:`numcheck.plugin.session`), the self-test (:mod:`numcheck.selftest`)
+and calibration (:mod:`numcheck.calibrate`) all call :func:`run_check`; they differ only in
+which gates they switch on and what they do with the result. No pytest here.
+
+A golden that is missing, stale or corrupt (:class:`~numcheck.goldens.GoldenError`), a
+variant that raises or returns the wrong outputs (:class:`~numcheck.numerics.VariantError`)
+and a timer that cannot time (:class:`~numcheck.perf.timing.TimingError`) are raised: they
+leave no verdict to return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+from numcheck.cases import Case, Expectation
+from numcheck.goldens import Golden
+from numcheck.numerics import CaseInputs, CheckResult, check
+from numcheck.ops.registry import OpSpec
+from numcheck.overhead.gate import OVERHEAD_GATES, check_overhead
+from numcheck.perf.measure import measure_perf
+from numcheck.verdict import Violation
+
+
+@dataclass(frozen=True)
+class Settled:
+    """How a known-bad variant's expected failures (``expect.<variant>.fails``) came out.
+
+    ``caught``: the expected failures seen. ``missed``: the expected failures of active gates
+    that caught nothing (each gate that should catch the variant must). ``xfail`` when none
+    was missed: the variant failed as expected.
+    """
+
+    caught: tuple[str, ...]
+    missed: tuple[str, ...]
+    reason: str
+
+    @property
+    def xfail(self) -> bool:
+        return not self.missed
+
+
+def settle_expected(
+    expected: Expectation, violations: Sequence[Violation], active: Callable[[str], bool]
+) -> Settled | None:
+    """A known-bad variant's verdict against its expectation, or None for an ordinary one.
+
+    Only the expected failures of gates that ran count (``active(gate)``); with none of
+    them active, or with any violation the expectation does not name, the check is judged
+    as an ordinary one.
+    """
+    live = [f for f in expected.fails if active(f.partition(".")[0])]
+    if not live or any(v.key not in expected.fails for v in violations):
+        return None
+    caught = sorted({v.key for v in violations if v.key in live})
+    gates = {f.partition(".")[0] for f in live}
+    missed_gates = {g for g in gates if not any(c.startswith(g + ".") for c in caught)}
+    missed = tuple(f for f in live if f.partition(".")[0] in missed_gates)
+    return Settled(tuple(caught), missed, expected.reason)
+
+
+def run_check(
+    op: OpSpec,
+    case: Case,
+    variant: str,
+    device: str,
+    inputs: CaseInputs,
+    golden: Golden | None,
+    *,
+    gates: Collection[str] = (),
+    explain: bool = False,
+    regen_hint: str = "",
+    max_flips: int = 20,
+    keep_outputs: bool = False,
+) -> CheckResult:
+    """Run one check: numerics against ``golden``, then the active gates, then expectations.
+
+    Args:
+        golden: the case's golden; None only for a perf-only case (no numerics).
+        gates: the gates beyond the numerics to run: ``perf`` (time against the reference),
+            ``casts`` (cast ledger), ``kernels`` (kernel audit, CUDA only).
+        explain: audit casts (and kernels on CUDA) without gating on them.
+        max_flips: unexplained top-k flips kept per seed.
+        keep_outputs: keep each seed's variant outputs (on the CPU) in the result.
+    """
+    gates = set(gates)
+    if golden is None:
+        if not case.perf_only:
+            raise ValueError(f"case {case.id!r} has numerics to check: it needs its golden")
+        result = CheckResult(case, variant, device, [], [])
+    else:
+        result = check(op, case, variant, device, golden, inputs, regen_hint=regen_hint,
+                       max_flips=max_flips, keep_outputs=keep_outputs)
+    first_seed, _ = inputs.get(case.seeds[0])
+    if "perf" in gates:
+        result.perf = measure_perf(op, case, variant, device, first_seed)
+        result.violations += result.perf.violations()
+        result.timing = result.perf.record_section()
+    audited = gates & set(OVERHEAD_GATES)
+    if audited or explain:
+        profile = device == "cuda" and (explain or "kernels" in audited)
+        overhead, found = check_overhead(op, case, variant, device, first_seed,
+                                         gates=set() if explain else audited, kernels=profile)
+        result.overhead = overhead
+        result.casts = overhead.as_dict()
+        result.violations += found
+    expected = case.expect.get(variant)
+    if expected is not None:
+        result.settled = settle_expected(
+            expected, result.violations, lambda gate: gate in op.outputs or gate in gates
+        )
+    return result

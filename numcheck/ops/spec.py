@@ -1,0 +1,111 @@
+"""What an op is: one FP32 reference, named variants, an input maker and named outputs.
+
+Plain descriptions, no state: op modules (:mod:`numcheck.ops.indexer`,
+:mod:`numcheck.ops.mhc`, a user's own) build an :class:`OpSpec` from these and import
+nothing else from the registry; :mod:`numcheck.ops.registry` keeps the registered ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+#: Inputs of one case instance, by name, on one device.
+Inputs = dict[str, torch.Tensor]
+#: Outputs of one op call, by name.
+Outputs = dict[str, torch.Tensor]
+#: Resolved shape parameters of a case (preset merged with explicit values).
+Params = Mapping[str, Any]
+
+#: Precision classes: each variant belongs to one; default budgets are keyed by it.
+PRECISIONS = ("fp32", "tf32", "bf16")
+DEVICES = ("cpu", "cuda")
+
+VariantFn = Callable[[Inputs, Params], Outputs]
+InputMaker = Callable[[Params, int], Inputs]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One implementation of an op.
+
+    ``fn(inputs, params)`` returns every output named by the op. ``precision`` picks the
+    default budget row; ``devices`` lists where the variant can run at all, and
+    ``unavailable`` says why not on the others when that depends on the install (an
+    optional dependency missing...): it becomes the skip reason.
+    """
+
+    name: str
+    fn: VariantFn
+    precision: str
+    devices: tuple[str, ...] = DEVICES
+    doc: str = ""
+    unavailable: str = ""
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """A shape parameter a case may set: its type, default and a one-line meaning."""
+
+    type: type
+    default: Any
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class TopkSpec:
+    """Which outputs carry a top-k selection: indices (-1 padded) and the scores they rank."""
+
+    indices: str
+    scores: str
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """An op: one FP32 reference, named variants, an input maker and named outputs.
+
+    ``version`` is bumped whenever the reference math or the input maker changes; goldens
+    record it, and a golden of another version is stale.
+    """
+
+    name: str
+    version: int
+    reference: str
+    variants: Mapping[str, Variant]
+    make_inputs: InputMaker
+    outputs: tuple[str, ...]
+    params: Mapping[str, ParamSpec]
+    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    topk: TopkSpec | None = None
+    #: Outputs whose dtype is coarser than some variants compute in (name -> precision
+    #: class): their default budgets use the coarser row.
+    output_precision: Mapping[str, str] = field(default_factory=dict)
+    doc: str = ""
+    #: Roofline: FLOPs of one call and the fewest bytes one call must move
+    #: (each input read once, each output written once), from the case's params.
+    flops: Callable[[Params], float] | None = None
+    min_bytes: Callable[[Params], float] | None = None
+    #: Parameters that take another's value unless given themselves (name -> the one it
+    #: follows): an umbrella parameter split in two keeps its meaning (mHC's ``eps``).
+    follows: Mapping[str, str] = field(default_factory=dict)
+
+    def resolve_params(self, preset: str | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """Defaults, then the preset, then explicit values, then :attr:`follows` for the
+        parameters neither gave. Unknown names raise KeyError."""
+        params = {name: spec.default for name, spec in self.params.items()}
+        given: set[str] = set()
+        if preset is not None:
+            params.update(self.presets[preset])
+            given.update(self.presets[preset])
+        for key, value in overrides.items():
+            if key not in self.params:
+                raise KeyError(key)
+            params[key] = value
+            given.add(key)
+        for name, source in self.follows.items():
+            if name not in given:
+                params[name] = params[source]
+        return params

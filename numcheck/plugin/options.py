@@ -1,0 +1,18 @@
+"""numcheck's command-line options and ini keys, by name: one module the plugin and the
+session both import (every flag ``--numcheck-*``, every ini key ``numcheck_*``)."""
+
+from __future__ import annotations
+
+OPTION = "--numcheck"
+REGEN_OPTION = "--numcheck-regen"
+DEVICE_OPTION = "--numcheck-device"
+PERF_OPTION = "--numcheck-perf"
+EXPLAIN_OPTION = "--numcheck-explain"
+REPORT_OPTION = "--numcheck-report"
+MARKDOWN_OPTION = "--numcheck-markdown"
+BASELINE_OPTION = "--numcheck-baseline"
+PRUNE_OPTION = "--numcheck-prune"
+CASES_INI = "numcheck_cases"
+GOLDENS_INI = "numcheck_goldens"
+DRIFT_INI = "numcheck_drift_rules"
+DEVICES = ("auto", "cpu", "cuda")

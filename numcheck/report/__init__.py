@@ -1,0 +1,8 @@
+"""What a run leaves behind: records, terminal tables, markdown, and drift against a baseline.
+
+- :mod:`~numcheck.report.records`: one record per check and the JSON report (docs/report.md);
+- :mod:`~numcheck.report.render`: failure messages and the end-of-run tables;
+- :mod:`~numcheck.report.markdown`: the markdown summary (CI step summaries);
+- :mod:`~numcheck.report.drift`: this run against a baseline report;
+- :mod:`~numcheck.report.environment`: the machine and versions a report was made on.
+"""

@@ -1,0 +1,102 @@
+"""One definition of a check (numcheck.check): numerics, the active gates and expectations,
+in one result; the same function the pytest item, the self-test and calibration call."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from numcheck.cases import Case, Expectation, load_case_file
+from numcheck.check import run_check, settle_expected
+from numcheck.numerics import check, fresh_golden
+from numcheck.ops.registry import get_op
+from numcheck.verdict import Violation
+
+TINY = """
+[tiny-mhc]
+op = "mhc_pre"
+shape = { tokens = 8, hidden = 64 }
+variants = ["bf16", "bf16_roundtrip", "tf32"]
+"""
+OP = get_op("mhc_pre")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Case:
+    path = tmp_path_factory.mktemp("cases") / "mhc.toml"
+    path.write_text(TINY)
+    (case,) = load_case_file(path)
+    return case
+ROUND_TRIP = "casts.round_trips"
+
+
+def violation(key: str) -> Violation:
+    output, metric = key.split(".")
+    return Violation(output, metric, 1.0, 0.0)
+
+
+def test_numerics_only_is_the_numerics_check(tiny: Case) -> None:
+    golden, inputs = fresh_golden(OP, tiny)
+    result = run_check(OP, tiny, "bf16", "cpu", inputs, golden)
+    alone = check(OP, tiny, "bf16", "cpu", golden, inputs, regen_hint="")
+    assert result.passed and alone.passed
+    assert [s.metrics for s in result.seeds] == [s.metrics for s in alone.seeds]
+    assert result.overhead is None and result.perf is None and result.casts is None
+    assert result.settled is None
+
+
+def test_the_cast_gate_catches_the_round_trip_in_the_same_result(tiny: Case) -> None:
+    golden, inputs = fresh_golden(OP, tiny)
+    result = run_check(OP, tiny, "bf16_roundtrip", "cpu", inputs, golden, gates={"casts"})
+    assert [v.key for v in result.violations] == [ROUND_TRIP]
+    assert result.overhead is not None and result.casts == result.overhead.as_dict()
+    # Explain mode audits the same variant without gating on it.
+    explained = run_check(OP, tiny, "bf16_roundtrip", "cpu", inputs, golden, explain=True)
+    assert explained.passed and explained.overhead is not None
+
+
+def test_an_expected_failure_is_settled_in_the_result(tiny: Case) -> None:
+    expecting = replace(tiny, expect={"bf16_roundtrip": Expectation((ROUND_TRIP,), "seed")})
+    golden, inputs = fresh_golden(OP, expecting)
+    caught = run_check(OP, expecting, "bf16_roundtrip", "cpu", inputs, golden, gates={"casts"})
+    assert caught.settled is not None and caught.settled.xfail
+    assert caught.settled.caught == (ROUND_TRIP,)
+    # With the cast gate off, the expectation is not live: an ordinary (passing) check.
+    ordinary = run_check(OP, expecting, "bf16_roundtrip", "cpu", inputs, golden)
+    assert ordinary.settled is None and ordinary.passed
+
+
+def test_keep_outputs_keeps_each_seeds_outputs_on_the_cpu(tiny: Case) -> None:
+    golden, inputs = fresh_golden(OP, tiny)
+    result = run_check(OP, tiny, "tf32", "cpu", inputs, golden, keep_outputs=True)
+    (seed,) = [s for s in result.seeds if s.seed == tiny.seeds[0]]
+    assert seed.outputs is not None and set(seed.outputs) == set(OP.outputs)
+    assert run_check(OP, tiny, "tf32", "cpu", inputs, golden).seeds[0].outputs is None
+
+
+def test_a_check_with_numerics_needs_its_golden(tiny: Case) -> None:
+    _, inputs = fresh_golden(OP, tiny)
+    with pytest.raises(ValueError, match="needs its golden"):
+        run_check(OP, tiny, "bf16", "cpu", inputs, None)
+
+
+def always(gate: str) -> bool:
+    return True
+
+
+def test_settle_caught_missed_and_ordinary() -> None:
+    expected = Expectation(("casts.round_trips", "perf.speedup_min"), "planted")
+    both = settle_expected(expected, [violation("casts.round_trips"),
+                                      violation("perf.speedup_min")], always)
+    assert both is not None and both.xfail and both.missed == ()
+    # The perf gate ran and did not catch it: strict, so the check fails (XPASS).
+    half = settle_expected(expected, [violation("casts.round_trips")], always)
+    assert half is not None and not half.xfail and half.missed == ("perf.speedup_min",)
+    # The perf gate did not run: only the live expectations count.
+    live = settle_expected(expected, [violation("casts.round_trips")], lambda g: g == "casts")
+    assert live is not None and live.xfail
+    # A violation the expectation does not name: an ordinary failure.
+    assert settle_expected(expected, [violation("y.rel_fro")], always) is None
+    # No expected gate active: an ordinary check.
+    assert settle_expected(expected, [], lambda g: False) is None
