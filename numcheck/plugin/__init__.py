@@ -120,6 +120,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="delete the stale goldens the run reports (golden files no case uses). "
         "Needs the whole cases folder: refused with -k or node ids.",
     )
+    from numcheck.plugin.calibration_options import add_options
+
+    add_options(group)
     parser.addini(CASES_INI, "folder of numcheck case files (*.toml), relative to the rootdir",
                   default="cases")
     parser.addini(GOLDENS_INI, "folder of numcheck goldens, relative to the rootdir",
@@ -131,10 +134,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[FIXTURE_GOLDENS] = []
     if not config.getoption(OPTION):
         # --numcheck-regen alone is allowed: it regenerates numcheck_golden fixture goldens.
+        from numcheck.plugin.calibration_options import CALIBRATION_FLAGS
+
         needs_numcheck = (PERF_OPTION, EXPLAIN_OPTION, REPORT_OPTION, MARKDOWN_OPTION,
-                          BASELINE_OPTION, PRUNE_OPTION)
+                          BASELINE_OPTION, PRUNE_OPTION, *CALIBRATION_FLAGS)
         for needs in needs_numcheck:
-            if config.getoption(needs):
+            if config.getoption(needs) not in (None, False, []):
                 raise pytest.UsageError(f"{needs} only works together with {OPTION}")
         return
     register_user_ops(config)
@@ -143,6 +148,20 @@ def pytest_configure(config: pytest.Config) -> None:
     session = NumcheckSession(config)
     config.stash[NumcheckSession.KEY] = session
     config.pluginmanager.register(session, "numcheck-session")
+    register_calibration(config)
+
+
+def register_calibration(config: pytest.Config) -> None:
+    """With a calibration option, the checks measure instead of gating (plugin/calibration.py)."""
+    from numcheck.plugin.calibration_options import settings_from_config
+
+    settings = settings_from_config(config)
+    if settings.on:
+        from numcheck.plugin.calibration import CalibrationMode
+
+        mode = CalibrationMode(config, settings)
+        config.stash[CalibrationMode.KEY] = mode
+        config.pluginmanager.register(mode, "numcheck-calibrate")
 
 
 def register_user_ops(config: pytest.Config) -> None:

@@ -16,3 +16,12 @@ CASES_INI = "numcheck_cases"
 GOLDENS_INI = "numcheck_goldens"
 DRIFT_INI = "numcheck_drift_rules"
 DEVICES = ("auto", "cpu", "cuda")
+#: The calibration mode (plugin/calibration.py): measure and suggest instead of gating.
+CALIBRATE_OPTION = "--numcheck-calibrate"
+CALIBRATE_WRITE_OPTION = "--numcheck-calibrate-write"
+CALIBRATE_POOL_OPTION = "--numcheck-calibrate-pool"
+CALIBRATE_FIRST_SEED_OPTION = "--numcheck-calibrate-first-seed"
+CALIBRATE_SPEED_OPTION = "--numcheck-calibrate-speed"
+CALIBRATE_MARGIN_OPTION = "--numcheck-calibrate-margin"
+CALIBRATE_JSON_OPTION = "--numcheck-calibrate-json"
+CALIBRATE_WITH_OPTION = "--numcheck-calibrate-with"

@@ -32,6 +32,7 @@ from numcheck.overhead.gate import (
 from numcheck.perf.measure import PERF_HEADER, PerfResult, perf_rows
 from numcheck.perf.timing import TimingError
 from numcheck.plugin import options
+from numcheck.plugin.calibration import CalibrationMode
 from numcheck.plugin.workers import is_worker, pin_worker_gpu, worker_count, worker_id
 from numcheck.report.drift import Rules, compare, drift_headline, drift_rows
 from numcheck.report.environment import environment
@@ -504,6 +505,9 @@ class CheckItem(pytest.Item):
 
     def runtest(self) -> None:
         state = self.config.stash[NumcheckSession.KEY]
+        if CalibrationMode.KEY in self.config.stash:  # measure and suggest, never gate
+            self.config.stash[CalibrationMode.KEY].run(self, state)
+            return
         op = get_op(self.case.op)
         commands = self.commands()
         try:
