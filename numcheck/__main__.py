@@ -46,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--speedup-drop", type=float, default=d.speedup_drop,
                    help="regression when the speedup falls by more than this fraction with "
                    "confidence; needs timing with CIs in both reports (default %(default)s)")
+    c.add_argument("--same-device-factor", type=float, default=d.same_device_factor,
+                   help="regression when calc_diff grows more than this many times between "
+                   "records of the same device name (default %(default)s)")
+    c.add_argument("--allow-removed", action="store_true",
+                   help="a check of the baseline missing from the new run is listed, not a "
+                   "regression (default: it fails the comparison)")
     c.add_argument("--markdown", type=Path, metavar="PATH",
                    help="also write the drift as markdown to PATH")
     s = sub.add_parser("summary", help="print a report's summary table; exit 1 if its gate failed")
@@ -63,6 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "compare":
             return _compare(args)
         return _summary(args)
+    except BrokenPipeError:
+        # `python -m numcheck compare a b | head`: the reader left; end quietly, keep the code.
+        _silence_stdout()
+        return getattr(args, "exit_code", EXIT_OK)
     except ReportError as exc:
         print(f"numcheck {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -73,9 +83,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     rules = Rules(args.calc_diff_factor, args.calc_diff_floor, args.recall_drop,
-                  args.speedup_drop)
+                  args.speedup_drop, args.same_device_factor, float(args.allow_removed))
     base, new = load_report(args.base), load_report(args.new)
     drift = compare(base, new, rules, baseline=str(args.base))
+    args.exit_code = EXIT_REGRESSION if drift["regressions"] else EXIT_OK
+    text = "\n".join(drift_markdown(drift)) + "\n"
+    if args.markdown is not None:
+        args.markdown.write_text(text)
+    _step_summary(text)
     print(drift_headline(drift))
     rows = drift_rows(drift)
     if rows:
@@ -83,22 +98,28 @@ def _compare(args: argparse.Namespace) -> int:
             print(line)
     for r in drift["regressions"]:
         print(f"REGRESSION {r}")
-    text = "\n".join(drift_markdown(drift)) + "\n"
-    if args.markdown is not None:
-        args.markdown.write_text(text)
-    _step_summary(text)
-    return EXIT_REGRESSION if drift["regressions"] else EXIT_OK
+    sys.stdout.flush()  # a closed pipe shows here, inside main's handler
+    return int(args.exit_code)
 
 
 def _summary(args: argparse.Namespace) -> int:
     report = load_report(args.report)
+    args.exit_code = EXIT_OK if report.passed else EXIT_REGRESSION
+    if args.markdown is not None:
+        args.markdown.write_text(to_markdown(report))
     print(headline(report))
     header, rows = summary_table(report.records)
     for line in table(header, rows):
         print(line)
-    if args.markdown is not None:
-        args.markdown.write_text(to_markdown(report))
-    return EXIT_OK if report.passed else EXIT_REGRESSION
+    sys.stdout.flush()
+    return int(args.exit_code)
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout again at exit; point it at /dev/null so that flush cannot raise.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _step_summary(text: str) -> None:

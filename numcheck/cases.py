@@ -30,9 +30,10 @@ from typing import Any
 from numcheck.budgets import BudgetError, VariantBudget, complete_budget, describe
 from numcheck.gates import GATES, OUTPUT_METRICS, TOPK_METRICS
 from numcheck.ops import registry
+from numcheck.ops.param_checks import check_params
 from numcheck.ops.registry import OpSpec
 from numcheck.overhead.gate import OVERHEAD_KEYS, OverheadBudget, OverheadError, complete_overhead
-from numcheck.perf.gate import PERF_OPTIONS, PerfSpec
+from numcheck.perf.gate import PERF_BOUNDS, PERF_OPTIONS, PerfSpec
 
 #: Keys a case table accepts.
 CASE_KEYS = (
@@ -363,9 +364,7 @@ def _perf_spec(where: _Where, variant: str, options: dict[str, Any], reference: 
                 raise where.error(key, f"expected a number > 0, got {describe(limit)}",
                                   f"write speedup_min = {{ {device} = 1.1 }}")
         values["speedup_min"] = {d: float(v) for d, v in values["speedup_min"].items()}
-    bounds = {"confidence": (0.5, 0.999), "rounds": (3, 100_000), "warmup": (0, 10_000),
-              "max_rel_width": (1e-6, 10.0)}
-    for name, (low, high) in bounds.items():
+    for name, (low, high) in PERF_BOUNDS.items():
         if name in values and not low <= values[name] <= high:
             raise where.error(f"perf.{variant}.{name}", f"{values[name]} is out of range",
                               f"use a value in [{low:g}, {high:g}]")
@@ -462,7 +461,11 @@ def _parse_params(
                 f"write e.g. {name} = {_toml_literal(spec.default)}",
             )
         overrides[name] = value
-    return op.resolve_params(preset, overrides)
+    params = op.resolve_params(preset, overrides)
+    for problem in check_params(op, params):
+        source = "" if problem.key in shape or preset is None else f" (from preset '{preset}')"
+        raise where.error(f"shape.{problem.key}", problem.problem + source, problem.fix)
+    return params
 
 
 def _parse_seeds(where: _Where, body: Mapping[str, Any]) -> tuple[int, ...]:

@@ -18,7 +18,8 @@ leave no verdict to return.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+import contextlib
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from numcheck.cases import Case, Expectation
@@ -27,6 +28,7 @@ from numcheck.numerics import CaseInputs, CheckResult, check
 from numcheck.ops.registry import OpSpec
 from numcheck.overhead.gate import OVERHEAD_GATES, check_overhead
 from numcheck.perf.measure import measure_perf
+from numcheck.perf.sections import DeviceSections
 from numcheck.verdict import Violation
 
 
@@ -67,6 +69,11 @@ def settle_expected(
     return Settled(tuple(caught), missed, expected.reason)
 
 
+@contextlib.contextmanager
+def _unlocked(*, exclusive: bool) -> Iterator[float]:
+    yield 0.0
+
+
 def run_check(
     op: OpSpec,
     case: Case,
@@ -80,6 +87,7 @@ def run_check(
     regen_hint: str = "",
     max_flips: int = 20,
     keep_outputs: bool = False,
+    sections: DeviceSections | None = None,
 ) -> CheckResult:
     """Run one check: numerics against ``golden``, then the active gates, then expectations.
 
@@ -90,27 +98,42 @@ def run_check(
         explain: audit casts (and kernels on CUDA) without gating on them.
         max_flips: unexplained top-k flips kept per seed.
         keep_outputs: keep each seed's variant outputs (on the CPU) in the result.
+        sections: the device lock of a run with several processes on one device
+            (:mod:`numcheck.perf.gpulock`): numerics hold it shared, timing and the kernel
+            audit exclusively. None: no lock (a single process).
     """
     gates = set(gates)
+    hold = sections.hold if sections is not None else _unlocked
+    numerics_wait = 0.0
     if golden is None:
         if not case.perf_only:
             raise ValueError(f"case {case.id!r} has numerics to check: it needs its golden")
         result = CheckResult(case, variant, device, [], [])
     else:
-        result = check(op, case, variant, device, golden, inputs, regen_hint=regen_hint,
-                       max_flips=max_flips, keep_outputs=keep_outputs)
+        # Shared: other workers' numerics run alongside, never a timed section.
+        with hold(exclusive=False) as numerics_wait:
+            result = check(op, case, variant, device, golden, inputs, regen_hint=regen_hint,
+                           max_flips=max_flips, keep_outputs=keep_outputs)
     first_seed, _ = inputs.get(case.seeds[0])
     if "perf" in gates:
-        result.perf = measure_perf(op, case, variant, device, first_seed)
+        with hold(exclusive=True) as waited:  # timing holds the device alone
+            result.perf = measure_perf(op, case, variant, device, first_seed)
+        result.perf.lock_wait_s = waited
         result.violations += result.perf.violations()
         result.timing = result.perf.record_section()
+        result.timing["numerics_lock_wait_s"] = numerics_wait
     audited = gates & set(OVERHEAD_GATES)
     if audited or explain:
         profile = device == "cuda" and (explain or "kernels" in audited)
-        overhead, found = check_overhead(op, case, variant, device, first_seed,
-                                         gates=set() if explain else audited, kernels=profile)
+        # A kernel audit times kernels (torch.profiler): it holds the device alone too.
+        with hold(exclusive=profile) as waited:
+            overhead, found = check_overhead(op, case, variant, device, first_seed,
+                                             gates=set() if explain else audited,
+                                             kernels=profile)
         result.overhead = overhead
         result.casts = overhead.as_dict()
+        if profile:
+            result.casts["lock_wait_s"] = waited
         result.violations += found
     expected = case.expect.get(variant)
     if expected is not None:

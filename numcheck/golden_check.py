@@ -243,7 +243,7 @@ class GoldenCheck:
         try:
             golden = load_golden(path, case=self._label(name), regen_hint=self.regen_command)
             check_fresh(golden, op_version=version, fingerprint=fingerprint, seeds=[],
-                        regen_hint=self.regen_command)
+                        regen_hint=self.regen_command, case=self._label(name), op=FIXTURE_DIR)
         except GoldenError as exc:
             # The message says it all; the user's traceback should end in their test.
             raise exc.with_traceback(None) from None

@@ -33,10 +33,10 @@ from numcheck.goldens import (
     unpack_pair,
 )
 from numcheck.inputs import to_device
-from numcheck.locking import exclusive
 from numcheck.metrics import ErrorMetrics, compare
 from numcheck.nonfinite import explain as explain_nonfinite
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
+from numcheck.regen import RegenOutcome, store
 from numcheck.topk import TopkReport, topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk, worst
 
@@ -156,40 +156,20 @@ def _device_name(device: str) -> str:
 
 
 def write_golden(path: Path, op: OpSpec, case: Case, device: str, inputs: CaseInputs) -> bool:
-    """Regenerate a golden; returns False (and writes nothing) when the stored one is equal.
+    """Regenerate a golden; returns False (and writes nothing) when the stored one is equal,
+    or within the reference's reproducibility tolerance (see :func:`regenerate`)."""
+    return regenerate(path, op, case, device, inputs).written
 
-    Equal means same tensors bit for bit and same input fingerprint, so re-running the regen
-    flag on an unchanged case never churns the repository.
-    """
-    from numcheck.goldens import GoldenError, load_golden
 
+def regenerate(
+    path: Path, op: OpSpec, case: Case, device: str, inputs: CaseInputs
+) -> RegenOutcome:
+    """Run the reference and store it (:func:`numcheck.regen.store`): the outcome says whether
+    the file changed and how (``created``, ``rewritten``, ``unchanged (within reproducibility
+    tolerance, ...)``); a reference output with NaN/Inf the op does not allow raises
+    :class:`numcheck.regen.GoldenRefused` and writes nothing."""
     tensors, meta = make_golden(op, case, device, inputs)
-    # Compare and write under the golden's lock: another process regenerating the same case
-    # (pytest-xdist workers) waits, then finds the file equal and leaves it alone.
-    with exclusive(path):
-        try:
-            old = load_golden(path, case=case.id, regen_hint="")
-        except GoldenError:
-            old = None
-        if old is not None and _same(old, tensors, meta):
-            return False
-        save_golden(path, tensors, meta)
-    return True
-
-
-def _same(old: Golden, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any]) -> bool:
-    if old.meta.get("fingerprint") != meta["fingerprint"] or old.meta.get("op_version") != meta[
-        "op_version"
-    ]:
-        return False
-    if set(old.tensors) != set(tensors):
-        return False
-    return all(
-        old.tensors[k].dtype == t.dtype
-        and old.tensors[k].shape == t.shape
-        and torch.equal(old.tensors[k], t.cpu())
-        for k, t in tensors.items()
-    )
+    return store(path, op, case, tensors, meta)
 
 
 @dataclass
@@ -282,6 +262,10 @@ def check(
         fingerprint=inputs.fingerprint(),
         seeds=case.seeds,
         regen_hint=regen_hint,
+        case=case.id,
+        op=op.name,
+        params=case.params,
+        param_defaults={name: spec.default for name, spec in op.params.items()},
     )
     variant = op.variants[variant_name]
     budget = case.budgets[variant_name]

@@ -9,6 +9,7 @@ modules' own tests (test_cases.py, test_goldens.py) pin the wording of every var
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -119,6 +120,69 @@ def test_negative_budget(pytester: pytest.Pytester) -> None:
         [("*indexer.toml: case 'tiny': key 'budget.tf32.logits.rel_fro': the budget is negative"
          " (-0.001). Fix: give a number >= 0")]
     )
+
+
+@pytest.mark.parametrize(
+    ("shape", "mhc", "line"),
+    [
+        ("batch = -1", False, "key 'shape.batch': -1 is out of range (needs an integer >= 1). "
+         "Fix: write e.g. batch = 4"),
+        ("block_size = 0", False, "key 'shape.block_size': 0 is out of range (needs an integer "
+         ">= 1). Fix: write e.g. block_size = 64"),
+        ("min_context = 300", False, "key 'shape.min_context': min_context 300 > max_context "
+         "256. Fix: set min_context <= 256 (0 means max_context // 4), or raise max_context"),
+        ("next_n = 0", False, "key 'shape.next_n': 0 is out of range (needs an integer >= 1). "
+         "Fix: write e.g. next_n = 1"),
+        ("sinkhorn_iters = -1", True, "key 'shape.sinkhorn_iters': -1 is out of range (needs an "
+         "integer >= 1). Fix: write e.g. sinkhorn_iters = 20"),
+        ("eps = -1", True, "key 'shape.eps': -1.0 is out of range (needs a number > 0 and <= "
+         "1). Fix: write e.g. eps = 1e-06"),
+    ],
+)
+def test_parameter_out_of_range_stops_before_any_regen(
+    pytester: pytest.Pytester, shape: str, mhc: bool, line: str
+) -> None:
+    make_project(pytester, mhc=mhc)
+    name = "mhc.toml" if mhc else "indexer.toml"
+    path = pytester.path / "cases" / name
+    key = shape.split(" = ")[0]
+    text = path.read_text()
+    if re.search(rf"\b{key} = ", text):  # the tiny case sets it already: change its value
+        text = re.sub(rf"\b{key} = [^,}}]+", shape, text)
+    else:
+        anchor = "hidden = 64" if mhc else "index_topk = 32"
+        text = text.replace(anchor, f"{anchor}, {shape}")
+    path.write_text(text)
+    result = pytester.runpytest("--numcheck", "--numcheck-regen")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert "passed" not in result.parseoutcomes()
+    case = "tiny-mhc" if mhc else "tiny"
+    result.stdout.fnmatch_lines([f"*cases/{name}: case '{case}': {line}"])
+    assert "Traceback" not in result.stdout.str() and len(result.stdout.lines) < 40
+    assert not (pytester.path / "goldens").exists()  # nothing was regenerated
+
+
+def test_golden_copied_from_another_case(pytester: pytest.Pytester, tiny_golden: Path) -> None:
+    make_project(pytester)
+    cases = pytester.path / "cases" / "indexer.toml"
+    cases.write_text(cases.read_text().replace("[tiny]", "[tiny-copy]"))
+    path = golden(pytester, "tiny-copy")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(tiny_golden, path)
+    _run_fails(pytester, path).stdout.fnmatch_lines(
+        ["*golden *tiny-copy.safetensors for case tiny-copy is stale: it was made for case "
+         "'tiny' of op 'indexer', not for case 'tiny-copy' of op 'indexer' (copied or renamed "
+         "from indexer/tiny.safetensors)*"])
+
+
+def test_changed_parameter_that_keeps_the_inputs(pytester: pytest.Pytester,
+                                                 tiny_golden: Path) -> None:
+    # index_topk changes no input: only the parameter record can tell.
+    path = _project(pytester, tiny_golden)
+    cases = pytester.path / "cases" / "indexer.toml"
+    cases.write_text(cases.read_text().replace("index_topk = 32", "index_topk = 16"))
+    _run_fails(pytester, path).stdout.fnmatch_lines(
+        ["*for case tiny is stale: parameter index_topk 32 -> 16*"])
 
 
 def test_empty_cases_folder(pytester: pytest.Pytester) -> None:

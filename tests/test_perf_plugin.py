@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 
 import pytest
 
 # In-process pytester runs drop the modules imported during a run; scipy's C extensions
-# cannot be loaded twice, so the bootstrap's scipy is imported once, here, up front.
+# cannot be loaded twice, so scipy is imported once, here, up front.
 import scipy.stats  # noqa: F401
+from faketimer import factory
 from test_plugin import CONFTEST
 
-# Tiny shapes and few rounds: these tests check the plumbing and the messages, never speed.
-# "slowed" (tests/planted.py) is the reference four times over plus a 30 ms stall.
+from numcheck.perf import timing
+
+# Tiny shapes, and a fake timer (tests/faketimer.py): these tests check the plumbing and the
+# messages, never the machine's speed. Its speedups by variant name:
+SPEEDUPS = {"slowed": 0.5, "tf32": 1.3, "bf16": 1.2}
 CASE = """
 [tiny-mhc]
 op = "mhc_pre"
@@ -39,6 +45,15 @@ def project(pytester: pytest.Pytester, variants: str = '"slowed"', perf: str = "
 
 
 @pytest.fixture(autouse=True)
+def fake_timer() -> Iterator[list[tuple[str, str, str]]]:
+    """Every timer in this module's runs is the fake one; yields the (reference, variant,
+    device) pairs it was asked to time."""
+    log: list[tuple[str, str, str]] = []
+    with timing.override(factory(SPEEDUPS, log=log)):
+        yield log
+
+
+@pytest.fixture(autouse=True)
 def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     # pytest-benchmark disables itself in xdist workers (by this variable); the inner
     # pytester runs are not workers even when this suite runs under -n.
@@ -55,9 +70,10 @@ def test_slowed_variant_fails_its_speedup_gate(pytester: pytest.Pytester) -> Non
     result.stdout.fnmatch_lines(
         [
             "numcheck FAIL mhc_pre::tiny-mhc::slowed[[]cpu[]]",
-            ("  worst: perf.speedup_min = * < budget 1: speedup 0.*x [[]0.*, 0.*[]] (95% CI, "
-             "6 rounds): slower than required: even the upper bound 0.* is below 1; "
-             "reference median * ms, variant median * ms (IQR *%), cpu time.perf_counter"),
+            ("  worst: perf.speedup_min = * < budget 1: speedup 0.[45]*x [[]0.4*, 0.5*[]] "
+             "(99.38% CI, 9 pairs): slower than required: even the upper bound 0.5* is below "
+             "1 (9 pairs in 0.03 s; 99.38% per look, 95% over <= 8 looks); "
+             "reference median * ms, variant median * ms (IQR *%), cpu fake"),
             "",
             "  case:        cases/mhc.toml [[]tiny-mhc[]]",
             ("  reproduce:   pytest --numcheck --numcheck-device cpu "
@@ -67,9 +83,11 @@ def test_slowed_variant_fails_its_speedup_gate(pytester: pytest.Pytester) -> Non
     result.stdout.fnmatch_lines(
         [
             "*numcheck perf (median device time per call*",
-            "case*variant*device*median*IQR*ref median*speedup [[]CI[]]*TFLOP/s*GB/s*% floor*gate",
-            "mhc_pre::tiny-mhc*fp32*cpu*ms*not gated",
-            "mhc_pre::tiny-mhc*slowed*cpu*ms*fail (min 1)",
+            ("case*variant*device*timer*median*IQR*ref median*speedup [[]CI[]]*pairs*timed*"
+             "TFLOP/s*GB/s*% floor*gate"),
+            "mhc_pre::tiny-mhc*fp32*cpu*fake*ms*x1*s*not gated*",
+            "mhc_pre::tiny-mhc*slowed*cpu*fake*ms*0.[45]* [[]0.4*, 0.5*[]]*9x1*s*fail (min 1)",
+            "machine noise cpu: A/A *x [[]*[]] (fake, * pairs, reference of mhc_pre::tiny-mhc)",
         ]
     )
 
@@ -113,13 +131,14 @@ def test_benchmark_json_carries_device_times_and_extra_info(pytester: pytest.Pyt
     assert set(by_name) == {f"cases/mhc.toml::tiny-mhc::{v}[cpu]" for v in ("fp32", "tf32", "slowed")}
     slowed = by_name["cases/mhc.toml::tiny-mhc::slowed[cpu]"]
     assert slowed["group"] == "mhc_pre::tiny-mhc"
-    assert slowed["stats"]["rounds"] == 6 and len(slowed["stats"]["data"]) == 6
-    assert slowed["options"]["timer"] == "time.perf_counter"
     info = slowed["extra_info"]
+    assert slowed["stats"]["rounds"] == info["rounds"] == len(slowed["stats"]["data"]) >= 9
+    assert slowed["options"]["timer"] == "fake"
     assert info["median_s"] == pytest.approx(slowed["stats"]["median"])
     assert info["speedup_low"] <= info["speedup"] <= info["speedup_high"] < 1
     for key in ("device", "torch", "flops", "min_bytes", "tflops", "gbps", "pct_of_floor",
-                "confidence", "gate", "reference_median_s", "peaks"):
+                "confidence", "gate", "reference_median_s", "peaks", "looks", "stopped",
+                "calls_per_sample", "lock_wait_s", "noise"):
         assert key in info, key
     assert info["device"] == "cpu" and info["gate"] == "not gated"
 
@@ -178,4 +197,113 @@ def test_timed_checks_carry_their_speedup_into_the_report(pytester: pytest.Pytes
     timing = records["slowed"]["timing"]
     assert timing["ci_low"] <= timing["speedup"] <= timing["ci_high"] < 1.0
     assert (timing["gate"], timing["speedup_min"]) == ("fail", 1.0)
+    assert (timing["timer"], timing["stopped"], timing["looks"]) == ("fake", "decided", 1)
+    assert timing["confidence"] == 0.95 and timing["look_confidence"] == pytest.approx(0.99375)
+    assert timing["lock_wait_s"] >= 0 and timing["numerics_lock_wait_s"] >= 0
+    assert timing["noise"]["aa_ci_low"] <= 1.0 <= timing["noise"]["aa_ci_high"]
     assert records["fp32"]["timing"]["gate"] == "not gated"
+    env = json.loads((pytester.path / "r.json").read_text())["environment"]
+    assert env["device_lock"] is True and env["gpu_sharing"] == {}
+    assert env["lock_wait_s"] >= 0 and env["perf_noise"][0]["timer"] == "fake"
+
+
+def test_undecided_at_the_cap_fails_and_says_what_to_change(pytester: pytest.Pytester) -> None:
+    # bf16 at 1.2x against a threshold of 1.2 with 5% noise: no interval can leave it.
+    project(pytester, variants='"bf16"',
+            perf="max_time_s = 0.1\n[tiny-mhc.perf.bf16]\nspeedup_min = { cpu = 1.2 }")
+    with timing.override(factory(SPEEDUPS, noise=0.05)):
+        result = pytester.runpytest("--numcheck", "--numcheck-perf")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        ("  worst: perf.speedup_undecided = * < budget 1.2: speedup 1.[12]*x [[]1.1*, 1.2*[]] "
+         "(99.38% CI, * pairs): undecided at the time cap (max_time_s = 0.1): the interval "
+         "[[]1.1*, 1.2*[]] still contains the threshold 1.2 (* pairs in 0.* s; 99.38% per "
+         "look, 95% over <= 8 looks). Fix: raise max_time_s (or max_looks) in the case's "
+         "[[]perf[]] table, time with CUDA-graph replay (cuda_graph = true) and quiet the "
+         "machine, or move speedup_min away from the measured 1.[12]*x*"),
+    ])
+    result.stdout.fnmatch_lines(["*bf16*cpu*fake*undecided (min 1.2)"])
+
+
+def test_an_ungated_check_too_noisy_on_this_machine_says_so(pytester: pytest.Pytester) -> None:
+    project(pytester, variants='"tf32"', perf="max_time_s = 0.05")
+    with timing.override(factory(SPEEDUPS, noise=0.3)):
+        result = pytester.runpytest("--numcheck", "--numcheck-perf")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        ("*tf32*cpu*fake*too noisy: [[]*, *[]]*not gated (too noisy on this machine)"),
+    ])
+    assert "1.3" not in result.stdout.str().split("numcheck perf")[1].split("tf32")[1][:60]
+    result.stdout.fnmatch_lines(["mhc_pre::tiny-mhc*tf32*cpu*too noisy [[]*, *[]]*PASS"])
+
+
+def test_the_header_names_the_timer_on_cpu(pytester: pytest.Pytester) -> None:
+    project(pytester, variants='"tf32"')
+    result = pytester.runpytest("--numcheck", "--numcheck-perf")
+    result.stdout.fnmatch_lines([
+        ("numcheck timing: cpu, perf_counter; reported, not gated unless a case sets "
+         "speedup_min.cpu"),
+    ])
+
+
+def test_cpu_timing_really_runs_and_is_reported_not_gated(pytester: pytest.Pytester) -> None:
+    # The real perf_counter timer (no fake): only the plumbing is asserted, never a speed.
+    project(pytester, variants='"tf32"', perf="max_time_s = 0.2\ntarget_sample_ms = 0.5")
+    with timing.override(lambda request: timing._CpuPairTimer(
+            request.reference, request.variant, request.config)):
+        result = pytester.runpytest("--numcheck", "--numcheck-perf")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["mhc_pre::tiny-mhc*tf32*cpu*perf_counter*not gated*"])
+
+
+XDIST_CONFTEST = CONFTEST + '''
+import json, os, time
+from numcheck.perf import timing
+
+class Recording:
+    """Fake timer whose draws take real time and log (pid, start, end) to a file."""
+    def __init__(self, request):
+        self.timer, self.notes, self.calls_per_sample = "fake", [], 1
+        self.spent = 0.0
+    def draw(self, n):
+        start = time.monotonic()
+        time.sleep(0.02)
+        end = time.monotonic()
+        with open(os.environ["SECTIONS_LOG"], "a") as f:
+            f.write(json.dumps([os.getpid(), start, end]) + "\\n")
+        self.spent += 0.02
+        return [1e-3] * n, [1e-3] * n
+    def elapsed(self):
+        return self.spent
+
+timing._OVERRIDE.append(Recording)
+'''
+
+
+@pytest.mark.skipif(
+    not os.environ.get("NUMCHECK_SLOW_TESTS"),
+    reason="starts 2 xdist workers that each import torch (10-50 s); the lock itself is "
+    "tested in test_gpulock.py. Run with NUMCHECK_SLOW_TESTS=1",
+)
+def test_xdist_workers_never_time_at_the_same_time(pytester: pytest.Pytester,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("xdist")
+    project(pytester, variants='"tf32", "bf16", "slowed"', regen=False,
+            extra="perf_only = true")
+    pytester.makeconftest(XDIST_CONFTEST)
+    log = pytester.path / "sections.jsonl"
+    monkeypatch.setenv("SECTIONS_LOG", str(log))
+    monkeypatch.setenv("NUMCHECK_LOCK_DIR", str(pytester.path / "locks"))
+    result = pytester.runpytest_subprocess("--numcheck", "--numcheck-perf", "-n", "2",
+                                           "--numcheck-report", "r.json")
+    result.assert_outcomes(passed=4)
+    sections = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len({pid for pid, _, _ in sections}) == 2  # both workers timed
+    overlapping = [(a, b) for a in sections for b in sections
+                   if a[0] != b[0] and a[1] < b[2] and b[1] < a[2]]
+    assert overlapping == []
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["environment"]["workers"] == 2 and report["environment"]["device_lock"]
+    assert {r["worker"] for r in report["records"]} == {"gw0", "gw1"}
+    result.stdout.fnmatch_lines([("numcheck device lock: checks waited * s in total for their "
+                                  "device (timed sections hold it alone)*")])

@@ -112,7 +112,7 @@ def test_golden_workflow(pytester: pytest.Pytester) -> None:
 
     result = pytester.runpytest("--numcheck", "--numcheck-regen", "--numcheck-device", "cpu")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*golden rewritten: goldens/indexer/tiny.safetensors*"])
+    result.stdout.fnmatch_lines(["*golden created: goldens/indexer/tiny.safetensors*"])
     first = golden(pytester).read_bytes()
 
     result = pytester.runpytest("--numcheck", "--numcheck-device", "cpu")

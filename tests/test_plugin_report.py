@@ -204,7 +204,8 @@ def test_baseline_gate_pass_regression_improvement(pytester: pytest.Pytester) ->
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
         "*drift vs base.json: FAIL (1 regression(s)*",
-        "*indexer::tiny::noisy[[]cpu[]]*regression*logits.calc_diff * -> * (grew *x, rule: > 2x)",
+        "*indexer::tiny::noisy[[]cpu[]]*regression*logits.calc_diff * -> * (grew *x, rule: > "
+        "1.25x on same device)",
     ])
     new = load_report(pytester.path / "new.json")
     assert not new.passed and new.drift is not None
@@ -227,7 +228,7 @@ def test_drift_rules_ini_loosens_the_gate(pytester: pytest.Pytester) -> None:
     pytester.runpytest("--numcheck", "--numcheck-report", "base.json")
     noisy_project(pytester, 3e-4)
     pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n"
-                     "numcheck_drift_rules = calc_diff_factor=20\n")
+                     "numcheck_drift_rules = same_device_factor=20\n")
     result = pytester.runpytest("--numcheck", "--numcheck-baseline", "base.json")
     assert result.ret == pytest.ExitCode.OK
 
@@ -290,8 +291,8 @@ def test_xdist_concurrent_regen_is_safe(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("-p", "xdist", "-n", "2", "--numcheck", "--numcheck-regen",
                                 "--numcheck-report", "regen.json")
     result.assert_outcomes(passed=6, skipped=1)
-    result.stdout.fnmatch_lines(["golden rewritten: goldens/indexer/tiny.safetensors",
-                                 "golden rewritten: goldens/mhc_pre/tiny-mhc.safetensors"])
+    result.stdout.fnmatch_lines(["golden created: goldens/indexer/tiny.safetensors",
+                                 "golden created: goldens/mhc_pre/tiny-mhc.safetensors"])
     assert load_report(pytester.path / "regen.json").goldens_regenerated == {
         "goldens/indexer/tiny.safetensors": True,
         "goldens/mhc_pre/tiny-mhc.safetensors": True,

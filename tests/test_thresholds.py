@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from numcheck.perf.speedup import PASS, SpeedupEstimate, decide
+from numcheck.perf.sequential import StoppingRule, interim
+from numcheck.perf.speedup import PASS, SpeedupEstimate
 from numcheck.perf.thresholds import propose_speedup_min, round_down, round_up
 
 
@@ -58,7 +59,7 @@ def test_proposals_pass_the_runs_they_came_from() -> None:
         assert p.threshold is not None
         for s in points:
             est = SpeedupEstimate(s, s * 0.97, s * 1.03, 0.95, 30)
-            assert decide(est, p.threshold, max_rel_width=0.1).verdict == PASS
+            assert interim(est, p.threshold, StoppingRule()) == PASS
 
 
 @pytest.mark.parametrize("bad", [[], [1.0, float("nan")], [0.0, 1.0]])

@@ -11,7 +11,15 @@ from numcheck.cases import CaseFileError, load_case_file
 from numcheck.ops.registry import get_op
 from numcheck.perf.gate import PerfSpec
 from numcheck.perf.roofline import Peaks, Roofline, measure_peaks
-from numcheck.perf.timing import TimingConfig, capture_graph, time_interleaved
+from numcheck.perf.timing import (
+    GRAPH,
+    TimerRequest,
+    TimingConfig,
+    capture_graph,
+    make_pair_timer,
+    override,
+    time_interleaved,
+)
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -19,17 +27,53 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 def test_cpu_timing_interleaves_and_alternates_order() -> None:
     calls: list[str] = []
     times = time_interleaved(lambda: calls.append("A"), lambda: calls.append("B"), "cpu",
-                             TimingConfig(rounds=4, warmup=1))
+                             TimingConfig(rounds=4, warmup=1, target_sample_s=0))
     assert calls == ["A", "B", "A", "B", "B", "A", "A", "B", "B", "A"]
     assert len(times.reference) == len(times.variant) == 4
     assert all(t >= 0 for t in times.reference + times.variant)
-    assert times.timer == "time.perf_counter"
+    assert times.timer == "perf_counter" and times.calls_per_sample == 1
 
 
 def test_cpu_timing_notes_ignored_gpu_options() -> None:
     times = time_interleaved(lambda: None, lambda: None, "cpu",
                              TimingConfig(rounds=1, warmup=0, cold_l2=True, cuda_graph=True))
-    assert times.notes == ["cold_l2 ignored on cpu", "cuda_graph ignored on cpu"]
+    assert times.notes == ["cold_l2 ignored on cpu"]
+
+
+def test_short_calls_are_batched_to_the_target_sample_length() -> None:
+    from numcheck.perf.timing import _batch_size
+
+    assert _batch_size(20e-6, 1e-3) == 50  # a 20 us op: 50 back-to-back calls per sample
+    assert _batch_size(3e-3, 1e-3) == 1
+    assert _batch_size(1e-9, 1e-3) == 10_000  # capped
+    assert _batch_size(20e-6, 0) == 1  # 0: call by call
+
+
+def test_cpu_batches_run_back_to_back_calls_per_sample() -> None:
+    calls: list[str] = []
+
+    def ref() -> None:
+        calls.append("A")
+
+    timer = make_pair_timer(TimerRequest(ref, lambda: calls.append("B"), "cpu",
+                                         TimingConfig(warmup=0, target_sample_s=1.0)))
+    k = timer.calls_per_sample
+    assert k > 1  # a no-op is far shorter than the 1 s target
+    calls.clear()
+    ref_s, var_s = timer.draw(2)
+    assert len(ref_s) == len(var_s) == 2
+    assert calls == ["A"] * k + ["B"] * k + ["B"] * k + ["A"] * k  # order flips per pair
+    assert timer.elapsed() > 0
+
+
+def test_an_injected_timer_replaces_the_device_timer() -> None:
+    from faketimer import FakePairTimer
+
+    with override(lambda request: FakePairTimer(2.0, name=f"fake-{request.device}")):
+        timer = make_pair_timer(TimerRequest(lambda: None, lambda: None, "cuda", TimingConfig()))
+    assert timer.timer == "fake-cuda"
+    ref, var = timer.draw(3)
+    assert len(ref) == 3 and timer.elapsed() == pytest.approx(sum(ref) + sum(var))
 
 
 def test_timing_rejects_bad_config() -> None:
@@ -45,7 +89,18 @@ def test_cuda_timing_with_cold_l2_and_graph() -> None:
     times = time_interleaved(lambda: a @ a, lambda: a + a, "cuda",
                              TimingConfig(rounds=5, warmup=2, cold_l2=True, cuda_graph=True))
     assert len(times.variant) == 5 and min(times.reference) > 0
-    assert "CUDAGraph" in times.timer and times.notes
+    assert times.timer == GRAPH and times.notes
+
+
+@needs_cuda
+def test_cuda_capture_failure_falls_back_to_eager_and_says_why() -> None:
+    a = torch.randn(8, device="cuda")
+    timer = make_pair_timer(TimerRequest(lambda: a.sum().item(), lambda: a + a, "cuda",
+                                         TimingConfig(warmup=1)))
+    assert timer.timer == "cuda-events-eager"
+    assert "CUDA graph capture failed" in timer.notes[0] and timer.calls_per_sample >= 1
+    ref, var = timer.draw(2)
+    assert min(ref + var) > 0
 
 
 @needs_cuda

@@ -83,3 +83,16 @@ def test_concurrent_regeneration_leaves_one_valid_golden(tmp_path: Path) -> None
     final = load_golden(path, case="tiny", regen_hint="")
     assert final.meta["case"] == "tiny"
     assert [p.name for p in path.parent.iterdir()] == ["tiny.safetensors"]
+
+
+def test_gpu_sharing_counts_workers_per_gpu() -> None:
+    from numcheck.perf.sections import gpu_sharing, sharing_line
+
+    assert gpu_sharing(0, 1) == {0: 1}
+    assert gpu_sharing(4, 1) == {0: 4}
+    assert gpu_sharing(3, 2) == {0: 2, 1: 1}
+    assert gpu_sharing(4, 0) == {}
+    assert sharing_line({0: 4}) == (
+        "4 workers on cuda:0; timed sections take a per-GPU lock (numerics run in parallel "
+        "between them)")
+    assert sharing_line({0: 1, 1: 1}).endswith("one process per GPU")

@@ -23,6 +23,7 @@ from numcheck.ops.spec import (
     Inputs,
     OpSpec,
     Outputs,
+    ParamProblem,
     Params,
     ParamSpec,
     TopkSpec,
@@ -32,23 +33,41 @@ from numcheck.precision import matmul_precision
 from numcheck.topk import select_topk
 
 PARAMS = {
-    "batch": ParamSpec(int, 4, "requests in the batch"),
-    "next_n": ParamSpec(int, 1, "query tokens per request (1 = decode, 2 = MTP)"),
-    "heads": ParamSpec(int, 64, "indexer heads H"),
-    "head_dim": ParamSpec(int, 128, "indexer head dim D"),
-    "block_size": ParamSpec(int, 64, "tokens per KV page"),
-    "max_context": ParamSpec(int, 2048, "longest context in the batch"),
-    "min_context": ParamSpec(int, 0, "shortest context (0: max_context // 4)"),
-    "index_topk": ParamSpec(int, 512, "tokens selected per query row"),
+    "batch": ParamSpec(int, 4, "requests in the batch", min=1),
+    "next_n": ParamSpec(int, 1, "query tokens per request (1 = decode, 2 = MTP)", min=1),
+    "heads": ParamSpec(int, 64, "indexer heads H", min=1),
+    "head_dim": ParamSpec(int, 128, "indexer head dim D", min=1),
+    "block_size": ParamSpec(int, 64, "tokens per KV page", min=1),
+    "max_context": ParamSpec(int, 2048, "longest context in the batch", min=1),
+    "min_context": ParamSpec(int, 0, "shortest context (0: max_context // 4)", min=0),
+    "index_topk": ParamSpec(int, 512, "tokens selected per query row", min=1),
     "shuffle_pages": ParamSpec(bool, True, "block tables are a random permutation of pages"),
     "near_ties": ParamSpec(
-        float, 0.0, "fraction of tokens made exact or near copies of another token (adversarial ties)"
+        float, 0.0, "fraction of tokens made exact or near copies of another token (adversarial ties)",
+        min=0.0, max=0.5,
     ),
     "scale_fmt": ParamSpec(
         str, "amax448",
         "KV scale format: amax448 (amax / 448) or ue8m0 (power of two, V3.2's inference config)",
+        choices=SCALE_FORMATS,
     ),
 }
+
+
+def check_params(p: Params) -> list[ParamProblem]:
+    """Rules between parameters: the context range is not empty and holds next_n tokens."""
+    problems = []
+    big, small = p["max_context"], p["min_context"]
+    if small > big:
+        problems.append(ParamProblem(
+            "min_context", f"min_context {small} > max_context {big}",
+            f"set min_context <= {big} (0 means max_context // 4), or raise max_context"))
+    if p["next_n"] > big:
+        problems.append(ParamProblem(
+            "next_n", f"next_n {p['next_n']} > max_context {big}: a request's query rows "
+            "need that many tokens", f"set next_n <= {big}, or raise max_context"))
+    return problems
+
 
 PRESETS = {
     "v32": {"heads": 64, "head_dim": 128, "index_topk": 2048},
@@ -319,4 +338,7 @@ OP = OpSpec(
     doc=__doc__ or "",
     flops=flops,
     min_bytes=min_bytes,
+    check_params=check_params,
+    # Positions past a row's valid length are -inf by definition (the mask).
+    nonfinite={"logits": ("-inf",)},
 )

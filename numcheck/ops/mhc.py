@@ -23,13 +23,16 @@ from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, ParamSpec, Varian
 from numcheck.precision import matmul_precision
 
 PARAMS = {
-    "tokens": ParamSpec(int, 64, "tokens T"),
-    "hc_mult": ParamSpec(int, 4, "hyper-connection streams n"),
-    "hidden": ParamSpec(int, 4096, "hidden size C"),
-    "sinkhorn_iters": ParamSpec(int, 20, "Sinkhorn iterations"),
-    "eps": ParamSpec(float, 1e-6, "sets norm_eps and hc_eps together (either given itself wins)"),
-    "norm_eps": ParamSpec(float, 1e-6, "RMS norm epsilon (default: eps)"),
-    "hc_eps": ParamSpec(float, 1e-6, "sigmoid and Sinkhorn epsilon (default: eps)"),
+    "tokens": ParamSpec(int, 64, "tokens T", min=1),
+    "hc_mult": ParamSpec(int, 4, "hyper-connection streams n", min=1),
+    "hidden": ParamSpec(int, 4096, "hidden size C", min=1),
+    "sinkhorn_iters": ParamSpec(int, 20, "Sinkhorn iterations", min=1),
+    # > 0: it keeps rsqrt and the Sinkhorn divisions finite; 1 is already far beyond any model.
+    "eps": ParamSpec(float, 1e-6, "sets norm_eps and hc_eps together (either given itself wins)",
+                     gt=0.0, max=1.0),
+    "norm_eps": ParamSpec(float, 1e-6, "RMS norm epsilon (default: eps)", gt=0.0, max=1.0),
+    "hc_eps": ParamSpec(float, 1e-6, "sigmoid and Sinkhorn epsilon (default: eps)",
+                        gt=0.0, max=1.0),
 }
 
 #: ``norm_eps`` and ``hc_eps`` take ``eps``'s value unless a case (or preset) gives them.

@@ -38,6 +38,7 @@ from numcheck.ops.spec import (
     Variant,
     VariantFn,
 )
+from numcheck.ops.param_checks import check_declaration
 
 __all__ = [  # the op description types are re-exported: users import them from here
     "DEVICES", "ENTRY_POINT_GROUP", "PRECISIONS", "InputMaker", "Inputs", "OpSpec", "Outputs",
@@ -109,6 +110,9 @@ def register(op: OpSpec, *, origin: str | None = None) -> OpSpec:
             "variants, or name an existing variant as the reference"
         )
     _check_outputs(op, origin)
+    declaration = check_declaration(op)
+    if declaration:
+        raise RegistrationError(f"numcheck: op {op.name!r} (from {origin}): {declaration}")
     _check_callable(op.name, "make_inputs", op.make_inputs, ("params", "seed"), origin)
     for key, variant in op.variants.items():
         if key != variant.name:

@@ -48,11 +48,34 @@ class Variant:
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """A shape parameter a case may set: its type, default and a one-line meaning."""
+    """A shape parameter a case may set: its type, default, a one-line meaning, and what
+    values are valid.
+
+    ``min``/``max`` are inclusive bounds and ``gt`` an exclusive lower bound (``eps > 0``);
+    ``choices`` lists the only values allowed (``("amax448", "ue8m0")``). A case file whose
+    value breaks them fails when it is read, naming the key and the range
+    (:mod:`numcheck.ops.param_checks`); constraints between parameters go in
+    :attr:`OpSpec.check_params`. Every parameter also pins the golden: a case that changes
+    one makes its golden stale.
+    """
 
     type: type
     default: Any
     doc: str = ""
+    min: float | None = None
+    max: float | None = None
+    gt: float | None = None
+    choices: tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ParamProblem:
+    """One broken parameter rule: the parameter (``shape.<key>`` in a case file), what is
+    wrong, and the fix. What :attr:`OpSpec.check_params` returns, one per broken rule."""
+
+    key: str
+    problem: str
+    fix: str
 
 
 @dataclass(frozen=True)
@@ -91,6 +114,14 @@ class OpSpec:
     #: Parameters that take another's value unless given themselves (name -> the one it
     #: follows): an umbrella parameter split in two keeps its meaning (mHC's ``eps``).
     follows: Mapping[str, str] = field(default_factory=dict)
+    #: Constraints between parameters (``min_context <= max_context``): called with the
+    #: resolved params, returns a :class:`ParamProblem` per broken rule (empty when the
+    #: params are valid). Single-parameter ranges go in ParamSpec.
+    check_params: Callable[[Params], Any] | None = None
+    #: Non-finite values the reference may legitimately produce, per output: any of
+    #: ``"nan"``, ``"+inf"``, ``"-inf"`` (the indexer's mask: ``{"logits": ("-inf",)}``).
+    #: Regeneration refuses to store any other NaN or Inf in a golden.
+    nonfinite: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def resolve_params(self, preset: str | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults, then the preset, then explicit values, then :attr:`follows` for the

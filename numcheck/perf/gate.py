@@ -4,13 +4,14 @@ A case's ``perf`` table sets timing options for all its variants, and ``perf.<va
 tables override them and set the gate::
 
     [mhc-prod.perf]
-    rounds = 40                          # options for every variant of the case
+    max_time_s = 8                       # options for every variant of the case
     [mhc-prod.perf.bf16]
     speedup_min = { cuda = 1.1 }         # per device class; a class left out is not gated
 
-A variant passes only when the lower bound of its speedup interval clears the threshold;
-an interval too wide or straddling the threshold is ``undecided`` and fails with a message
-saying so (:mod:`numcheck.perf.speedup`). The gate registers itself on import, so case files can
+Samples are drawn until the stopping rule (:mod:`numcheck.perf.sequential`) decides: a pass
+when the whole speedup interval clears the threshold, a fail when it lies wholly below; an
+interval that still straddles the threshold at the time cap is ``undecided`` and fails with
+a message naming the cap, the interval and what to change. The gate registers itself on import, so case files can
 name ``perf.speedup_min`` in ``expect`` tables.
 """
 
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from numcheck.gates import PERF_GATE
+from numcheck.perf.sequential import StoppingRule
 from numcheck.perf.speedup import FAIL, UNDECIDED, Decision, SpeedupEstimate
 from numcheck.verdict import Violation
 
@@ -34,6 +36,17 @@ PERF_OPTIONS: dict[str, type] = {
     "max_rel_width": float,
     "cold_l2": bool,
     "cuda_graph": bool,
+    "min_time_s": float,
+    "max_time_s": float,
+    "max_looks": int,
+    "target_sample_ms": float,
+}
+
+#: Accepted ranges of the numeric options (the case loader names the key when one is out).
+PERF_BOUNDS: dict[str, tuple[float, float]] = {
+    "confidence": (0.5, 0.999), "rounds": (3, 100_000), "warmup": (0, 10_000),
+    "max_rel_width": (1e-6, 10.0), "min_time_s": (0.0, 3600.0), "max_time_s": (0.01, 3600.0),
+    "max_looks": (1, 64), "target_sample_ms": (0.0, 1000.0),
 }
 
 
@@ -42,20 +55,37 @@ class PerfSpec:
     """How one variant of one case is timed, and the thresholds it must clear.
 
     ``speedup_min`` maps a device class (``cpu``, ``cuda``) to the minimum speedup over the
-    reference; ``max_rel_width`` is the widest interval (as a fraction of the median) that
-    still decides.
+    reference. The stopping rule (:class:`numcheck.perf.sequential.StoppingRule`): ``rounds``
+    pairs before the first look, then doubling, at most ``max_looks`` looks, at least
+    ``min_time_s`` and at most ``max_time_s`` of timing; ``confidence`` over all looks;
+    ``max_rel_width``: an ungated figure stops once its interval is this narrow (as a
+    fraction of the median). ``cuda_graph`` (default on): time CUDA-graph replays, falling
+    back to eager launches when capture fails; ``cuda_graph = false`` times eagerly.
+    ``target_sample_ms``: one sample is a batch of back-to-back calls this long.
     """
 
     speedup_min: Mapping[str, float] = field(default_factory=dict)
     confidence: float = 0.95
-    rounds: int = 30
+    rounds: int = 20
     warmup: int = 3
-    max_rel_width: float = 0.10
+    max_rel_width: float = 0.04
     cold_l2: bool = False
-    cuda_graph: bool = False
+    cuda_graph: bool = True
+    min_time_s: float = 0.0
+    max_time_s: float = 5.0
+    max_looks: int = 8
+    target_sample_ms: float = 1.0
 
     def threshold(self, device: str) -> float | None:
         return self.speedup_min.get(device)
+
+    def rule(self) -> StoppingRule:
+        """The stopping rule these options describe."""
+        return StoppingRule(
+            confidence=self.confidence, first_look=self.rounds, max_looks=self.max_looks,
+            min_time_s=self.min_time_s, max_time_s=self.max_time_s,
+            target_rel_width=self.max_rel_width,
+        )
 
 
 def violations(

@@ -68,9 +68,9 @@ class SpeedupEstimate:
         return (self.high - self.low) / self.median if self.median > 0 else math.inf
 
     def describe(self) -> str:
-        """``1.22x [1.19, 1.25] (95% CI, 30 rounds)``."""
+        """``1.22x [1.19, 1.25] (99.38% CI, 30 pairs)``."""
         return (f"{self.median:.3f}x [{self.low:.3f}, {self.high:.3f}] "
-                f"({self.confidence:.0%} CI, {self.rounds} rounds)")
+                f"({100 * self.confidence:.4g}% CI, {self.rounds} pairs)")
 
 
 def paired_ratios(reference: Sequence[float], variant: Sequence[float]) -> np.ndarray:
@@ -127,37 +127,3 @@ class Decision:
     @property
     def passed(self) -> bool:
         return self.verdict in (PASS, NOT_GATED)
-
-
-def decide(
-    estimate: SpeedupEstimate, threshold: float | None, *, max_rel_width: float
-) -> Decision:
-    """Hold a speedup estimate against a threshold.
-
-    - no threshold: ``not gated`` (reported only);
-    - upper bound < threshold: ``fail`` (even the optimistic end misses, however wide);
-    - interval wider than ``max_rel_width`` of the median: ``undecided`` (too noisy);
-    - lower bound >= threshold: ``pass``;
-    - otherwise the interval straddles the threshold: ``undecided``.
-    """
-    if threshold is None:
-        return Decision(NOT_GATED, None, "no speedup_min for this device class: reported, not gated")
-    if estimate.high < threshold:
-        return Decision(
-            FAIL, threshold,
-            f"slower than required: even the upper bound {estimate.high:.3f} is below "
-            f"{threshold:g}",
-        )
-    if not estimate.rel_width <= max_rel_width:
-        return Decision(
-            UNDECIDED, threshold,
-            f"too noisy to decide: the interval is {estimate.rel_width:.1%} of the median wide "
-            f"(allowed {max_rel_width:.0%}); add rounds or quiet the machine",
-        )
-    if estimate.low >= threshold:
-        return Decision(PASS, threshold, f"lower bound {estimate.low:.3f} >= {threshold:g}")
-    return Decision(
-        UNDECIDED, threshold,
-        f"too noisy to decide: the interval [{estimate.low:.3f}, {estimate.high:.3f}] "
-        f"contains the threshold {threshold:g}; add rounds or quiet the machine",
-    )

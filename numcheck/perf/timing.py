@@ -1,23 +1,48 @@
 """Timers: a reference and a variant timed interleaved in one process, correctly on GPU.
 
-On CUDA each call is bracketed by CUDA events (device time, not host time: a launch
-returns before the kernel ends), after warm-up calls, and the host waits for the events
-once per round. Optional: a cold L2 (a buffer larger than L2 is overwritten before every
-call, so neither op finds its operands cached by the other), and CUDA-graph replay (for
-launch-bound shapes: the Python and launch overhead disappears, only kernels remain).
-On the CPU, ``time.perf_counter`` brackets each call.
+Two entry points:
 
-Order alternates each round (A B, B A, ...) so neither op always runs first after a
-sync or a flush, and drift (clocks, thermals) lands on both members of a pair.
+- :func:`make_pair_timer` gives a :class:`PairTimer` that the speedup gate's stopping rule
+  (:mod:`numcheck.perf.sequential`) draws paired samples from, as many as it needs;
+- :func:`time_interleaved` times a fixed number of rounds (benchmarks use it).
+
+How a sample is taken, per device (each timer has a name that every record carries):
+
+- ``cuda-graph`` (the default on CUDA): both callables are captured into CUDA graphs and
+  replayed, as decode engines run these ops. Python and launch overhead disappear, only the
+  kernels remain. A callable that cannot be captured (a host sync, CPU-side control flow)
+  falls back to ``cuda-events-eager`` for *both* members, with the reason in the notes.
+- ``cuda-events-eager`` (``cuda_graph = false``): the calls are launched from Python.
+- ``perf_counter`` (CPU): ``time.perf_counter`` around the calls.
+
+**Batches.** One sample is ``calls_per_sample`` back-to-back calls between one pair of
+events, divided by that count. The count is sized once per pair after warm-up so that one
+sample of the faster member lasts at least ``target_sample_s`` (1 ms by default): CUDA
+events resolve ~0.5 us and a launch jitters by several us, which would dominate a 20 us op
+timed call by call. With ``cold_l2`` a buffer larger than L2 is overwritten before every
+call, so a sample is one call (the flush would otherwise be timed too).
+
+**Order.** Reference and variant alternate within each pair, the order flipping every pair
+(A B, B A, ...), so neither always runs first after a sync, and drift (clocks, thermals)
+lands on both members of a pair and cancels in their ratio.
+
+Tests inject a fake timer with :func:`override` (no unit test depends on the machine's
+speed).
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
+
+#: Timer names, as records and messages show them.
+GRAPH, EAGER, CPU = "cuda-graph", "cuda-events-eager", "perf_counter"
 
 #: Bytes written to evict L2 before a cold-L2 call: larger than any current L2 (H200: 60 MiB).
 L2_FLUSH_BYTES = 256 * 2**20
@@ -25,103 +50,238 @@ L2_FLUSH_BYTES = 256 * 2**20
 
 @dataclass(frozen=True)
 class TimingConfig:
-    """How to time one (case, variant) pair; case files set these under ``perf``."""
+    """How to time one (case, variant) pair; case files set these under ``perf``.
+
+    ``rounds`` is used by :func:`time_interleaved` only (the gate's stopping rule decides
+    how many samples it needs). ``target_sample_s`` sizes the batch of back-to-back calls
+    of one sample; 0 times call by call.
+    """
 
     rounds: int = 30
     warmup: int = 3
     cold_l2: bool = False
-    cuda_graph: bool = False
+    cuda_graph: bool = True
+    target_sample_s: float = 1e-3
 
 
 @dataclass
 class PairedTimes:
-    """Per-round seconds of the reference and the variant, round ``i`` in both lists."""
+    """Per-sample seconds per call of the reference and the variant, sample ``i`` in both."""
 
     reference: list[float] = field(default_factory=list)
     variant: list[float] = field(default_factory=list)
     timer: str = ""
     notes: list[str] = field(default_factory=list)
+    calls_per_sample: int = 1
 
 
 class TimingError(Exception):
-    """A callable could not be timed as asked (e.g. a CUDA graph capture failed)."""
+    """A callable could not be timed as asked."""
 
 
 Fn = Callable[[], object]
 
 
+class PairTimer(Protocol):
+    """Paired samples on demand: what the stopping rule draws from."""
+
+    timer: str
+    notes: list[str]
+    calls_per_sample: int
+
+    def draw(self, n: int) -> tuple[list[float], list[float]]:
+        """``n`` more (reference, variant) samples, seconds per call."""
+        ...
+
+    def elapsed(self) -> float:
+        """Seconds spent sampling so far (what the time cap counts)."""
+        ...
+
+
+@dataclass(frozen=True)
+class TimerRequest:
+    """What a timer factory is asked to time (names too, so a fake timer can tell them apart)."""
+
+    reference: Fn
+    variant: Fn
+    device: str
+    config: TimingConfig
+    reference_name: str = "reference"
+    variant_name: str = "variant"
+
+
+TimerFactory = Callable[[TimerRequest], PairTimer]
+_OVERRIDE: list[TimerFactory] = []
+
+
+@contextlib.contextmanager
+def override(factory: TimerFactory) -> Iterator[None]:
+    """Use ``factory`` instead of the device timers inside the ``with`` body (tests: a fake
+    timer whose samples do not depend on the machine's speed)."""
+    _OVERRIDE.append(factory)
+    try:
+        yield
+    finally:
+        _OVERRIDE.remove(factory)
+
+
+def make_pair_timer(request: TimerRequest) -> PairTimer:
+    """The timer for ``request``: an injected one (tests), else the device's own."""
+    config = request.config
+    if config.warmup < 0 or config.target_sample_s < 0:
+        raise ValueError(f"make_pair_timer: need warmup >= 0 and target_sample_s >= 0, "
+                         f"got {config}")
+    if _OVERRIDE:
+        return _OVERRIDE[-1](request)
+    if request.device == "cuda":
+        return _CudaPairTimer(request.reference, request.variant, config)
+    if request.device == "cpu":
+        return _CpuPairTimer(request.reference, request.variant, config)
+    raise ValueError(f"make_pair_timer: unknown device {request.device!r}")
+
+
 def time_interleaved(
     reference: Fn, variant: Fn, device: str, config: TimingConfig
 ) -> PairedTimes:
-    """Time ``reference`` and ``variant`` for ``config.rounds`` interleaved rounds.
+    """Time ``reference`` and ``variant`` for ``config.rounds`` interleaved samples.
 
     Both are zero-argument callables with their inputs already on ``device``.
     """
     if config.rounds < 1 or config.warmup < 0:
         raise ValueError(f"time_interleaved: need rounds >= 1 and warmup >= 0, got {config}")
-    if device == "cuda":
-        return _time_cuda(reference, variant, config)
-    if device == "cpu":
-        return _time_cpu(reference, variant, config)
-    raise ValueError(f"time_interleaved: unknown device {device!r}")
+    if device not in ("cuda", "cpu") and not _OVERRIDE:
+        raise ValueError(f"time_interleaved: unknown device {device!r}")
+    timer = make_pair_timer(TimerRequest(reference, variant, device, config))
+    ref, var = timer.draw(config.rounds)
+    return PairedTimes(list(ref), list(var), timer.timer, list(timer.notes),
+                       timer.calls_per_sample)
 
 
-def _time_cpu(reference: Fn, variant: Fn, config: TimingConfig) -> PairedTimes:
-    out = PairedTimes(timer="time.perf_counter")
-    if config.cold_l2:
-        out.notes.append("cold_l2 ignored on cpu")
-    if config.cuda_graph:
-        out.notes.append("cuda_graph ignored on cpu")
-    for _ in range(config.warmup):
-        reference()
-        variant()
-    for i in range(config.rounds):
-        order = ((reference, out.reference), (variant, out.variant))
-        for fn, sink in order if i % 2 == 0 else order[::-1]:
-            start = time.perf_counter()
+def _batch_size(single_s: float, target_s: float) -> int:
+    """Calls per sample so that one sample lasts at least ``target_s`` (1 when 0)."""
+    if target_s <= 0 or single_s <= 0:
+        return 1
+    return max(1, min(10_000, math.ceil(target_s / single_s)))
+
+
+class _CpuPairTimer:
+    """``time.perf_counter`` around batches of calls."""
+
+    def __init__(self, reference: Fn, variant: Fn, config: TimingConfig) -> None:
+        self.timer = CPU
+        self.notes: list[str] = []
+        if config.cold_l2:
+            self.notes.append("cold_l2 ignored on cpu")
+        self._fns = (reference, variant)
+        self._pairs = 0
+        for _ in range(config.warmup):
+            reference()
+            variant()
+        self.calls_per_sample = 1
+        if config.target_sample_s > 0:
+            single = min(self._one(reference, 1), self._one(variant, 1))
+            self.calls_per_sample = _batch_size(single, config.target_sample_s)
+        self._spent = 0.0
+
+    @staticmethod
+    def _one(fn: Fn, k: int) -> float:
+        start = time.perf_counter()
+        for _ in range(k):
             fn()
-            sink.append(time.perf_counter() - start)
-    return out
+        return (time.perf_counter() - start) / k
+
+    def draw(self, n: int) -> tuple[list[float], list[float]]:
+        t0 = time.perf_counter()
+        ref: list[float] = []
+        var: list[float] = []
+        for _ in range(n):
+            pair = ((self._fns[0], ref), (self._fns[1], var))
+            for fn, sink in pair if self._pairs % 2 == 0 else pair[::-1]:
+                sink.append(self._one(fn, self.calls_per_sample))
+            self._pairs += 1
+        self._spent += time.perf_counter() - t0
+        return ref, var
+
+    def elapsed(self) -> float:
+        return self._spent
 
 
-def _time_cuda(reference: Fn, variant: Fn, config: TimingConfig) -> PairedTimes:
-    out = PairedTimes(timer="torch.cuda.Event")
-    torch.cuda.synchronize()
-    for _ in range(config.warmup):
-        reference()
-        variant()
-    torch.cuda.synchronize()
-    if config.cuda_graph:
-        reference, variant = capture_graph(reference), capture_graph(variant)
-        out.timer += " + CUDAGraph replay"
-    flush = (
-        torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
-        if config.cold_l2 else None
-    )
-    if flush is not None:
-        out.notes.append(f"cold L2: {L2_FLUSH_BYTES >> 20} MiB overwritten before each call")
-    for i in range(config.rounds):
-        order = ((reference, out.reference), (variant, out.variant))
+class _CudaPairTimer:
+    """CUDA events around batches of graph replays (or eager calls)."""
+
+    def __init__(self, reference: Fn, variant: Fn, config: TimingConfig) -> None:
+        self.notes: list[str] = []
+        self.timer = EAGER
+        torch.cuda.synchronize()
+        for _ in range(config.warmup):
+            reference()
+            variant()
+        torch.cuda.synchronize()
+        self._graphs: list[object] = []
+        if config.cuda_graph:
+            try:
+                ref_graph, var_graph = _capture(reference), _capture(variant)
+            except TimingError as exc:
+                self.notes.append(f"{exc}: timed eagerly ({EAGER})")
+            else:
+                self._graphs = [ref_graph, var_graph]
+                reference, variant = ref_graph.replay, var_graph.replay  # type: ignore[attr-defined]
+                self.timer = GRAPH
+        self._fns = (reference, variant)
+        self._flush = None
+        if config.cold_l2:
+            self._flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
+            self.notes.append(f"cold L2: {L2_FLUSH_BYTES >> 20} MiB overwritten before each "
+                              "call; one call per sample")
+        self.calls_per_sample = 1
+        self._pairs = 0
+        self._spent = 0.0
+        if config.target_sample_s > 0 and self._flush is None:
+            r, v = self._sample(1), self._sample(1)  # two pairs: the first may still warm up
+            single = min(r[0], r[1], v[0], v[1])
+            self.calls_per_sample = _batch_size(single, config.target_sample_s)
+        self._pairs = 0
+
+    def _sample(self, k: int) -> tuple[float, float]:
         pending = []
-        for fn, sink in order if i % 2 == 0 else order[::-1]:
-            if flush is not None:
-                flush.zero_()
+        order = (0, 1) if self._pairs % 2 == 0 else (1, 0)
+        for which in order:
+            fn = self._fns[which]
+            if self._flush is not None:
+                self._flush.zero_()
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            for _ in range(k):
+                fn()
             end.record()
-            pending.append((start, end, sink))
-        # One host wait per round: the events timestamp on the device, so syncing later
-        # does not change the times, and the next round is not launched into a busy queue.
+            pending.append((which, start, end))
+        # One host wait per pair: the events timestamp on the device, so syncing later does
+        # not change the times, and the next pair is not launched into a busy queue.
         torch.cuda.synchronize()
-        for start, end, sink in pending:
-            sink.append(start.elapsed_time(end) / 1e3)
-    return out
+        self._pairs += 1
+        out = [0.0, 0.0]
+        for which, start, end in pending:
+            out[which] = start.elapsed_time(end) / 1e3 / k
+        return out[0], out[1]
+
+    def draw(self, n: int) -> tuple[list[float], list[float]]:
+        t0 = time.perf_counter()
+        ref: list[float] = []
+        var: list[float] = []
+        for _ in range(n):
+            r, v = self._sample(self.calls_per_sample)
+            ref.append(r)
+            var.append(v)
+        self._spent += time.perf_counter() - t0
+        return ref, var
+
+    def elapsed(self) -> float:
+        return self._spent
 
 
-def capture_graph(fn: Fn) -> Fn:
-    """A replay function for ``fn`` captured into a CUDA graph (after a side-stream warm-up)."""
+def _capture(fn: Fn) -> object:
+    """``fn`` captured into a CUDA graph (after a side-stream warm-up)."""
     try:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -132,9 +292,22 @@ def capture_graph(fn: Fn) -> Fn:
         with torch.cuda.graph(graph):
             fn()
     except Exception as exc:  # capture rejects host syncs and CPU-side control flow
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize()
         raise TimingError(
-            f"CUDA graph capture failed ({type(exc).__name__}: {exc}); set cuda_graph = false "
-            "in the case's perf table"
+            f"CUDA graph capture failed ({type(exc).__name__}: {str(exc)[:200]})"
         ) from exc
     torch.cuda.synchronize()
-    return graph.replay
+    return graph
+
+
+def capture_graph(fn: Fn) -> Fn:
+    """A replay function for ``fn`` captured into a CUDA graph (after a side-stream warm-up).
+
+    Raises :class:`TimingError` naming the fix when capture fails.
+    """
+    try:
+        graph = _capture(fn)
+    except TimingError as exc:
+        raise TimingError(f"{exc}; set cuda_graph = false in the case's perf table") from exc
+    return graph.replay  # type: ignore[attr-defined,no-any-return]

@@ -26,6 +26,7 @@ from numcheck.plugin.options import (  # re-exported: numcheck.plugin.OPTION etc
     DRIFT_INI,
     EXPLAIN_OPTION,
     GOLDENS_INI,
+    GROUP,
     MARKDOWN_OPTION,
     OPTION,
     PERF_OPTION,
@@ -48,7 +49,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("numcheck", "numcheck: precision validation against FP32 goldens")
+    group = parser.getgroup(GROUP, "numcheck: precision validation against FP32 goldens")
     group.addoption(
         OPTION,
         action="store_true",
@@ -108,8 +109,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini(
         DRIFT_INI,
-        "baseline drift rules as name=value: calc_diff_factor (2), calc_diff_floor (1e-10), "
-        "recall_drop (0), speedup_drop (0.05)",
+        "baseline drift rules as name=value: same_device_factor (1.25), calc_diff_factor "
+        "(2, across device names), calc_diff_floor (1e-10), recall_drop (0), speedup_drop "
+        "(0.05), allow_removed (false: a check missing from the run fails)",
         type="args",
         default=[],
     )
@@ -127,6 +129,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   default="cases")
     parser.addini(GOLDENS_INI, "folder of numcheck goldens, relative to the rootdir",
                   default="goldens")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(
+    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
+) -> None:
+    # Before any conftest or ini value is read: a space-separated option value that pytest
+    # took for a test path must not move the rootdir (numcheck/plugin/rootdir_repair.py).
+    from numcheck.plugin.rootdir_repair import repair, value_options
+
+    repair(early_config, args, value_options(parser, GROUP))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -126,7 +126,8 @@ class CalibrationMode:
         for _ in range(self.settings.speed_runs or 0):
             # The same call as a gated timing, K times; only the point speedups and their
             # intervals are kept (``estimate``; ``speedup`` in timing layers that name it so).
-            result = measure_perf(op, case, variant, device, cpu_inputs)
+            with state.sections.hold(exclusive=True):  # timing holds the device alone
+                result = measure_perf(op, case, variant, device, cpu_inputs)
             est = getattr(result, "estimate", None) or result.speedup
             points.append([est.median, est.low, est.high])
         expect = case.expect.get(variant)

@@ -25,3 +25,6 @@ CALIBRATE_SPEED_OPTION = "--numcheck-calibrate-speed"
 CALIBRATE_MARGIN_OPTION = "--numcheck-calibrate-margin"
 CALIBRATE_JSON_OPTION = "--numcheck-calibrate-json"
 CALIBRATE_WITH_OPTION = "--numcheck-calibrate-with"
+#: The option group: every option in it that takes a value is protected from pytest's
+#: rootdir determination (numcheck/plugin/rootdir_repair.py).
+GROUP = "numcheck"

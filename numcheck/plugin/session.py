@@ -20,7 +20,7 @@ import torch
 from numcheck.cases import Case, CaseFileError, load_case_file
 from numcheck.check import Settled, run_check
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
-from numcheck.numerics import CaseInputs, CheckResult, VariantError, display_id, write_golden
+from numcheck.numerics import CaseInputs, CheckResult, VariantError, display_id, regenerate
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.overhead.gate import (
     OVERHEAD_GATES,
@@ -29,7 +29,8 @@ from numcheck.overhead.gate import (
     default_gates,
     overhead_row,
 )
-from numcheck.perf.measure import PERF_HEADER, PerfResult, perf_rows
+from numcheck.perf.measure import PERF_HEADER, PerfResult, noise_lines, perf_rows
+from numcheck.perf.sections import DeviceSections, lock_wait_lines
 from numcheck.perf.timing import TimingError
 from numcheck.plugin import options
 from numcheck.plugin.calibration import CalibrationMode
@@ -58,6 +59,7 @@ from numcheck.report.render import Commands, failure_message, footer, summary_ta
 #: rewrites to the controller (pytest-xdist serialises user_properties with every report).
 RECORD_PROPERTY = "numcheck_record"
 GOLDENS_PROPERTY = "numcheck_goldens"
+GOLDEN_NOTES_PROPERTY = "numcheck_golden_notes"
 from numcheck.stale import find_stale, prune
 
 
@@ -110,6 +112,10 @@ class NumcheckSession:
         self.cases_dir = (root / config.getini(options.CASES_INI)).resolve()
         self.goldens_dir = (root / config.getini(options.GOLDENS_INI)).resolve()
         self.regenerated: dict[Path, bool] = {}
+        #: What each regeneration did, in the summary's words (numcheck.regen.RegenOutcome).
+        self.regen_notes: dict[Path, str] = {}
+        self.gate_note = ""
+        self.golden_notes: dict[str, str] = {}
         # Reporting (issue 5). Workers make records; the controller (or a serial run)
         # collects them from the test reports and writes the report files.
         self.worker = worker_id(config)
@@ -148,6 +154,14 @@ class NumcheckSession:
             self.device, perf=bool(config.getoption(options.PERF_OPTION)), explain=self.explain
         )
         self.explained: list[tuple[str, OverheadReport]] = []
+        #: Per-device locks: timed sections exclusive, numerics shared (issue: workers
+        #: sharing a GPU must not time each other's kernels).
+        from numcheck.perf.measure import reset_machine_noise
+
+        reset_machine_noise()
+        self.sections = DeviceSections(
+            self.device, enabled=self.device == "cuda" or "perf" in self.active_gates
+        )
         self.overhead_rows: list[list[str]] = []
         if config.args_source != pytest.Config.ArgsSource.ARGS:
             # `pytest --numcheck` with no paths: the cases folder is the suite.
@@ -219,10 +233,16 @@ class NumcheckSession:
     def golden_for(self, op: OpSpec, case: Case, commands: Commands) -> Golden:
         path = golden_path(self.goldens_dir, op.name, case.id)
         if self.regen and path not in self.regenerated:
-            self.regenerated[path] = write_golden(
-                path, op, case, self.device, self.inputs_for(op, case)
-            )
-            self._goldens.pop(path, None)
+            try:
+                outcome = regenerate(path, op, case, self.device, self.inputs_for(op, case))
+            except GoldenError as exc:  # refused: nothing written, every item reports it
+                self.regenerated[path] = False
+                self.regen_notes[path] = "refused (the reference gave NaN/Inf: see the failures)"
+                self._goldens[path] = exc
+            else:
+                self.regenerated[path] = outcome.written
+                self.regen_notes[path] = outcome.note
+                self._goldens.pop(path, None)
         if path not in self._goldens:
             try:
                 self._goldens[path] = load_golden(path, case=case.id, regen_hint=commands.regenerate)
@@ -259,6 +279,8 @@ class NumcheckSession:
             item.record_shipped = True
             if self.regen:
                 report.user_properties.append((GOLDENS_PROPERTY, self._rewrites()))
+                report.user_properties.append((GOLDEN_NOTES_PROPERTY, {
+                    self._rel(p): note for p, note in self.regen_notes.items()}))
         return report
 
     def _rewrites(self) -> dict[str, bool]:
@@ -272,12 +294,21 @@ class NumcheckSession:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.is_worker:
             return  # the controller collects; xdist forwards this report to it
+        notes: dict[str, str] = {}
+        rewrites: dict[str, bool] = {}
         for name, value in report.user_properties:
             if name == RECORD_PROPERTY and isinstance(value, dict):
                 self.records.setdefault(report.nodeid, record_from_dict(value))
+            elif name == GOLDEN_NOTES_PROPERTY and isinstance(value, dict):
+                notes = value
             elif name == GOLDENS_PROPERTY and isinstance(value, dict):
+                rewrites = value
                 for path, written in value.items():
                     self.goldens_written[path] = self.goldens_written.get(path, False) or written
+        for path, note in notes.items():
+            # Under xdist several workers regenerate one golden: the one that wrote says what.
+            if rewrites.get(path) or path not in self.golden_notes:
+                self.golden_notes[path] = note
         if report.failed and report.nodeid not in self.records and self._ours(report):
             # A check that died without a record (a crash, or its xdist worker went down):
             # the report must still show it as an error, not silently drop it.
@@ -292,8 +323,17 @@ class NumcheckSession:
     def _ours(report: pytest.TestReport) -> bool:
         return "numcheck" in report.keywords or report.nodeid.split("::")[0].endswith(".toml")
 
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        if self.is_worker or "perf" not in self.active_gates and self.device != "cuda":
+            return []
+        return self.sections.header_lines(worker_count(config), perf="perf" in self.active_gates)
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.order = [item.nodeid for item in session.items]
+        # A collection error already stops the run with its own message (exit 2).
+        if not self.is_worker and not session.testsfailed and not any(
+                isinstance(i, CheckItem) for i in session.items):
+            raise pytest.UsageError(nothing_selected(self.config, self.cases_dir))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
@@ -306,7 +346,9 @@ class NumcheckSession:
         result = yield
         if self.baseline is not None and not self.is_worker:
             label = str(self.config.getoption(options.BASELINE_OPTION))
-            self.drift = compare(self.baseline, self.report(), self.rules, baseline=label)
+            # A narrowed run (-k, node ids) leaves checks out on purpose: not removals.
+            rules = replace(self.rules, allow_removed=1.0) if self.narrowed_by else self.rules
+            self.drift = compare(self.baseline, self.report(), rules, baseline=label)
             if self.drift["regressions"]:
                 session.testsfailed += 1  # the gate fails: exit status 1
         return result
@@ -314,16 +356,18 @@ class NumcheckSession:
     def report(self, exitstatus: int | None = None) -> Report:
         """Everything collected so far, in collection order."""
         records = order_records(self.records.values(), self.order)
+        env = environment(
+            torch_version=torch.__version__,
+            cuda_version=torch.version.cuda,
+            device=self.device,
+            device_names=[r.device_name for r in records if r.device_name],
+            rootdir=self.config.rootpath,
+            workers=worker_count(self.config),
+        )
+        env.update(self.sections.environment(worker_count(self.config), records))
         return Report(
             records=records,
-            environment=environment(
-                torch_version=torch.__version__,
-                cuda_version=torch.version.cuda,
-                device=self.device,
-                device_names=[r.device_name for r in records if r.device_name],
-                rootdir=self.config.rootpath,
-                workers=worker_count(self.config),
-            ),
+            environment=env,
             created=now(),
             exitstatus=exitstatus,
             goldens_regenerated=dict(sorted(self.goldens_written.items())),
@@ -333,9 +377,17 @@ class NumcheckSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker or self.config.option.collectonly:
             return
+        report = self.report(int(exitstatus))
+        if exitstatus == 0 and not report.passed:
+            # The gate and the exit status must agree: a report that says "fail" (no check
+            # ran, under xdist too) never comes with exit 0.
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            self.gate_note = ("numcheck: the gate failed although no test failed: "
+                              + ("no numcheck check ran" if not report.records
+                                 else "a check did not pass") + "; exit status 1")
+            report = self.report(int(session.exitstatus))
         if self.report_path is None and self.markdown_path is None:
             return
-        report = self.report(int(exitstatus))
         if self.report_path is not None:
             write_json(self.report_path, report)
         if self.markdown_path is not None:
@@ -354,17 +406,25 @@ class NumcheckSession:
             self._summary(tr)
         if not self.is_worker:  # xdist workers: the controller reports
             self._report_stale(tr)
+        if self.gate_note:
+            tr.write_line(self.gate_note)
 
     def _summary(self, tr: Any) -> None:
         tr.write_sep("=", f"numcheck summary ({self.device}, torch {torch.__version__})")
         header, rows = summary_table(order_records(self.records.values(), self.order))
         for line in table(header, rows):
             tr.write_line(line)
-        if self.perf_results:
+        records = order_records(self.records.values(), self.order)
+        rows = perf_rows(records)
+        if rows:
             tr.write_sep("-", "numcheck perf (median device time per call; speedup = "
-                         "median of paired reference/variant ratios)")
-            for line in table(PERF_HEADER, perf_rows(self.perf_results)):
+                         "median of paired reference/variant ratios, stopped when decided)")
+            for line in table(PERF_HEADER, rows):
                 tr.write_line(line)
+            for line in noise_lines(records):
+                tr.write_line(line)
+        for line in lock_wait_lines(records, worker_count(self.config)):
+            tr.write_line(line)
         if self.overhead_rows:
             tr.write_line("")
             for line in table(OVERHEAD_HEADER, self.overhead_rows):
@@ -376,7 +436,8 @@ class NumcheckSession:
                 for line in report.lines():
                     tr.write_line(line)
         for path, written in sorted(self.goldens_written.items()):
-            tr.write_line(f"golden {'rewritten' if written else 'unchanged'}: {path}")
+            note = self.golden_notes.get(path) or ("rewritten" if written else "unchanged")
+            tr.write_line(f"golden {note}: {path}")
         if self.drift is not None:
             tr.write_sep("-", drift_headline(self.drift))
             from numcheck.report.drift import DRIFT_HEADER
@@ -426,6 +487,22 @@ def narrowing(config: pytest.Config, cases_dir: Path) -> str:
         if not cases_dir.is_relative_to(path):
             return "path arguments"
     return ""
+
+
+def nothing_selected(config: pytest.Config, cases_dir: Path) -> str:
+    """The usage error of a ``--numcheck`` run that selects no case: what was given, the fix."""
+    narrowed = narrowing(config, cases_dir)
+    if narrowed in ("-k", "-m", "--deselect", "--lf", "--sw"):
+        why = f"{narrowed} deselected every case"
+    elif config.args_source == pytest.Config.ArgsSource.ARGS:
+        why = (f"the arguments {' '.join(shlex.quote(a) for a in config.args)} hold no case "
+               f"file under the cases folder {cases_dir}")
+    else:
+        why = f"the cases folder {cases_dir} yields no check"
+    return (f"numcheck: {options.OPTION} selected no case ({why}; command line: "
+            f"{' '.join(shlex.quote(a) for a in config.invocation_params.args) or '(none)'}). "
+            f"Fix: name case files or node ids under {cases_dir} (e.g. pytest {options.OPTION} "
+            f"{cases_dir.name}), loosen the selection, or run the tests without {options.OPTION}")
 
 
 class CaseFile(pytest.File):
@@ -478,11 +555,15 @@ class CheckItem(pytest.Item):
         return display_id(self.case, self.variant, self.device)
 
     def commands(self) -> Commands:
+        from numcheck.report.budget_source import calibrate_command
+
         dev = f" {options.DEVICE_OPTION} {self.device}"
         return Commands(
             reproduce=f"pytest {options.OPTION}{dev} {shlex.quote(self.nodeid)}",
             regenerate=f"pytest {options.OPTION} {options.REGEN_OPTION} "
             f"{shlex.quote(self.parent.nodeid)}",  # type: ignore[union-attr]
+            calibrate=calibrate_command(
+                self.parent.nodeid, self.device),  # type: ignore[union-attr]
         )
 
     def setup(self) -> None:
@@ -515,7 +596,7 @@ class CheckItem(pytest.Item):
             result = run_check(
                 op, self.case, self.variant, self.device, state.inputs_for(op, self.case),
                 golden, gates=state.active_gates, explain=state.explain,
-                regen_hint=commands.regenerate,
+                regen_hint=commands.regenerate, sections=state.sections,
             )
         except (GoldenError, VariantError, TimingError) as exc:
             self._set_record(status="error", reason=str(exc), error_kind=type(exc).__name__)
@@ -528,8 +609,11 @@ class CheckItem(pytest.Item):
             assert self.record is not None
             self.record = replace(self.record, status="xfail", reason=reason)
             pytest.xfail(reason)
-        if settled is not None:
-            raise NumcheckFailure(self._xpass_message(settled, commands))
+        if settled is not None:  # a known-bad variant no longer caught: a failure
+            message = self._xpass_message(settled, commands)
+            assert self.record is not None
+            self.record = replace(self.record, status="fail", reason=message.splitlines()[0])
+            raise NumcheckFailure(message)
         if not result.passed:
             message = failure_message(result, commands, self._source())
             overhead = result.overhead

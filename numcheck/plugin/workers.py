@@ -75,3 +75,4 @@ def pin_worker_gpu(config: Any) -> int | None:
     if index is not None:
         torch.cuda.set_device(index)
     return index
+

@@ -4,15 +4,22 @@ Checks are matched by (op, case, variant, device). For each pair the change in t
 error metrics, top-k recall and speedup is reported, and :class:`Rules` decide what counts
 as a regression:
 
-- ``calc_diff`` of any output grew more than ``calc_diff_factor`` times (default 2x) and is
-  above ``calc_diff_floor`` (values below it count as zero: bit-exact paths stay quiet);
+- ``calc_diff`` of any output grew more than ``same_device_factor`` times (default 1.25x)
+  when both records ran on the same device (same device name: the check is deterministic
+  there, so growth is a real change), or more than ``calc_diff_factor`` times (default 2x)
+  across device names (another GPU's kernels round differently), and is above
+  ``calc_diff_floor`` (values below it count as zero: bit-exact paths stay quiet);
 - ``recall_min`` or ``tie_recall_min`` dropped by more than ``recall_drop`` (default: any drop);
 - the speedup fell more than ``speedup_drop`` (default 5%) *with confidence*: the new
   interval's upper end lies below ``(1 - speedup_drop)`` times the baseline's lower end.
   Applies only when both records carry timing with a confidence interval;
-- the new record does not pass (fail or error), whatever the baseline said.
+- the new record does not pass (fail or error), whatever the baseline said;
+- a check of the baseline is missing from the new run (``removed``), unless removals are
+  accepted (``allow_removed``: a case retired on purpose).
 
-Improvements (the reverse of each rule) pass and are marked ``improved``.
+Improvements (the reverse of each rule) pass and are marked ``improved``. On the same device,
+any other change of a headline metric is listed as ``changed`` (it passes, but a reviewer
+sees it); ``same`` means the numbers are equal.
 Pure: works on :class:`numcheck.report.records.Report` values; no pytest, no torch.
 """
 
@@ -37,6 +44,9 @@ class Rules:
     calc_diff_floor: float = 1e-10
     recall_drop: float = 0.0
     speedup_drop: float = 0.05
+    same_device_factor: float = 1.25
+    #: 1 (true): a check missing from the new run is listed, not a regression.
+    allow_removed: float = 0.0
 
     @classmethod
     def from_pairs(cls, pairs: Sequence[str]) -> Rules:
@@ -54,12 +64,20 @@ class Rules:
                 raise ValueError(
                     f"drift rule {pair!r}: expected name=value with name one of {', '.join(names)}"
                 )
-            values[name] = _non_negative(name, raw)
+            values[name] = _flag(raw) if name == "allow_removed" else _non_negative(name, raw)
         return cls(**values)
 
     def __post_init__(self) -> None:
         for f in fields(self):
             _non_negative(f.name, getattr(self, f.name))
+
+
+def _flag(raw: str) -> float:
+    words = {"1": 1.0, "true": 1.0, "yes": 1.0, "0": 0.0, "false": 0.0, "no": 0.0}
+    try:
+        return words[raw.strip().lower()]
+    except KeyError:
+        raise ValueError(f"drift rule allow_removed: {raw!r} must be true or false") from None
 
 
 def _non_negative(name: str, raw: Any) -> float:
@@ -77,7 +95,7 @@ class DriftRow:
     """One check in the comparison. ``pairs`` maps a headline metric to (base, new)."""
 
     id: str
-    status: str  # regression | improved | same | new | removed
+    status: str  # regression | improved | changed | same | new | removed
     reasons: list[str] = field(default_factory=list)
     pairs: dict[str, list[float | None]] = field(default_factory=dict)
 
@@ -98,11 +116,18 @@ def compare(base: Report, new: Report, rules: Rules | None = None, *,
         seen.add(rec.key)
         prev = old.get(rec.key)
         rows.append(_new_only(rec) if prev is None else _pair(prev, rec, rules))
-    rows += [DriftRow(r.id, "removed", ["not in the new run"], _pairs(r, None))
-             for r in base.records if r.key not in seen]
-    order = {"regression": 0, "improved": 1, "same": 2, "new": 3, "removed": 4}
+    removed = [DriftRow(r.id, "removed", ["not in the new run"], _pairs(r, None))
+               for r in base.records if r.key not in seen]
+    rows += removed
+    order = {"regression": 0, "removed": 1, "improved": 2, "changed": 3, "same": 4, "new": 5}
     rows.sort(key=lambda r: order[r.status])
     regressions = [f"{r.id}: {'; '.join(r.reasons)}" for r in rows if r.status == "regression"]
+    if not rules.allow_removed:
+        regressions += [
+            f"{r.id}: not in the new run (a check that disappears fails the comparison; if "
+            "it was retired on purpose, accept removals: --allow-removed, or "
+            "allow_removed=true in numcheck_drift_rules)" for r in removed
+        ]
     if new.exitstatus not in (None, 0):
         regressions.append(f"run: pytest exit status {new.exitstatus} (the new run itself failed)")
     counts = {s: sum(r.status == s for r in rows) for s in order}
@@ -137,6 +162,7 @@ def _pairs(base: Record | None, new: Record | None) -> dict[str, list[float | No
 def _pair(base: Record, new: Record, rules: Rules) -> DriftRow:
     worse: list[str] = []
     better: list[str] = []
+    same_device = base.device_name == new.device_name
     if not new.passed:
         worse.append(f"verdict {new.verdict} (was {base.verdict})")
     elif not base.passed:
@@ -146,11 +172,13 @@ def _pair(base: Record, new: Record, rules: Rules) -> DriftRow:
         n = new.metrics[output].get("calc_diff")
         if b is None or n is None:
             continue
-        floor, factor = rules.calc_diff_floor, rules.calc_diff_factor
+        floor = rules.calc_diff_floor
+        factor = rules.same_device_factor if same_device else rules.calc_diff_factor
+        where = "same device" if same_device else "another device"
         if n > floor and n > factor * max(b, floor):
             grew = f"{n / b:.3g}x" if b > 0 else "from 0"
             worse.append(f"{output}.calc_diff {b:.3g} -> {n:.3g} (grew {grew}, "
-                         f"rule: > {factor:g}x)")
+                         f"rule: > {factor:g}x on {where})")
         elif b > floor and b > factor * max(n, floor):
             better.append(f"{output}.calc_diff {b:.3g} -> {n:.3g}")
     for name in ("recall_min", "tie_recall_min"):
@@ -172,7 +200,29 @@ def _pair(base: Record, new: Record, rules: Rules) -> DriftRow:
         elif nt[1] * keep > bt[2]:
             better.append(f"speedup {bt[0]:.3g}x -> {nt[0]:.3g}x")
     status = "regression" if worse else "improved" if better else "same"
-    return DriftRow(new.id, status, worse or better, _pairs(base, new))
+    pairs = _pairs(base, new)
+    if status == "same" and same_device:
+        moved = _moved(pairs)
+        if moved:
+            return DriftRow(new.id, "changed", moved, pairs)
+    return DriftRow(new.id, status, worse or better, pairs)
+
+
+#: Relative change below which two headline numbers count as equal (JSON round trips are
+#: exact; this only absorbs formatting by other tools).
+_EQUAL_REL = 1e-9
+
+
+def _moved(pairs: Mapping[str, Sequence[float | None]]) -> list[str]:
+    """The headline metrics that changed at all, with the factor (no rule fired)."""
+    out = []
+    for name, (b, n) in pairs.items():
+        if b is None or n is None or name == "speedup":
+            continue  # timing moves run to run; its rule alone speaks for it
+        if abs(n - b) > _EQUAL_REL * max(abs(b), abs(n)):
+            ratio = f", {n / b:.3g}x" if b else ""
+            out.append(f"{name} {b:.4g} -> {n:.4g}{ratio} (below every rule)")
+    return out
 
 
 def _interval(timing: Mapping[str, Any] | None) -> tuple[float, float, float] | None:
@@ -215,9 +265,11 @@ def drift_rows(drift: Mapping[str, Any]) -> list[list[str]]:
 
 
 def drift_headline(drift: Mapping[str, Any]) -> str:
-    """``drift vs base.json: PASS (0 regressions; 12 same, 1 improved, 2 new, 0 removed)``."""
+    """``drift vs base.json: PASS (0 regression(s); 12 same, 1 changed, 1 improved, 2 new,
+    0 removed)``."""
     c = drift.get("counts", {})
     n = len(drift.get("regressions", []))
     verdict = "FAIL" if n else "PASS"
-    rest = ", ".join(f"{c.get(s, 0)} {s}" for s in ("same", "improved", "new", "removed"))
+    rest = ", ".join(f"{c.get(s, 0)} {s}"
+                     for s in ("same", "changed", "improved", "new", "removed"))
     return f"drift vs {drift.get('baseline') or 'baseline'}: {verdict} ({n} regression(s); {rest})"

@@ -28,6 +28,8 @@ class Commands:
 
     reproduce: str
     regenerate: str
+    #: Measures the variant's error over fresh seeds (for a budget too tight); optional.
+    calibrate: str = ""
 
 
 #: "also:" lines shown after the worst violation.
@@ -41,8 +43,39 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
     return verdict_message(
         f"numcheck FAIL {result.id}", result.violations, worst_detail=detail,
         topk=result.worst_topk(), where=("case:", f"{source} [{result.case.id}]"),
-        commands=commands,
+        commands=commands, budget=_budget_line(result, top, source),
     )
+
+
+def _budget_line(result: CheckResult, top: Violation | None, source: str) -> str:
+    """Where the worst violation's limit is set: case file and line, or the defaults row."""
+    from numcheck.report.budget_source import budget_location, budget_precision, locate_key
+    from numcheck.ops.registry import get_op
+
+    if top is None:
+        return ""
+    case, variant = result.case, result.variant
+    op = get_op(case.op)
+    budget = case.budgets.get(variant)
+    limits: dict[str, float] = {}
+    if budget is not None and top.output in budget.outputs:
+        limits = dict(budget.outputs[top.output].limits)
+    elif budget is not None and budget.topk is not None and op.topk is not None \
+            and top.output == op.topk.indices:
+        limits = dict(budget.topk.limits)
+    if top.metric in limits:
+        precision = budget_precision(top.output, op.variants[variant].precision,
+                                     op.output_precision)
+        return budget_location(case.source, source, case.id, variant, top.output, top.metric,
+                               precision=precision, value=limits[top.metric])
+    table = {"casts": "overhead", "kernels": "overhead", "perf": "perf"}.get(top.output)
+    if table is None:
+        return ""  # a rule, not a budget (a NaN, the -inf mask): nothing to tune
+    line = locate_key(case.source, [case.id, table, variant, top.metric])
+    if line is not None:
+        return f"{source}:{line} ([{case.id}.{table}.{variant}] {top.metric})"
+    return (f"{top.metric}: default of the {table} gate (set [{case.id}.{table}.{variant}] "
+            f"{top.metric} in {source} to override)")
 
 
 def verdict_message(
@@ -53,10 +86,12 @@ def verdict_message(
     commands: Commands,
     worst_detail: Sequence[str] = (),
     topk: TopkReport | None = None,
+    budget: str = "",
 ) -> str:
     """The one failure layout (case checks and the numcheck_golden fixture alike): verdict;
     worst violation and its detail; the others, capped; unexplained top-k flips; where it
-    comes from and the commands to reproduce and regenerate."""
+    comes from, where the worst limit is set (``budget``), the commands to reproduce and
+    regenerate, and the next step for each cause of a miss."""
     from numcheck.verdict import worst  # imports torch: not at module level (see above)
 
     top = worst(list(violations))
@@ -70,7 +105,14 @@ def verdict_message(
         lines.append(f"  ... and {len(others) - MAX_OTHER_VIOLATIONS} more violations")
     if topk is not None and topk.n_unexplained:
         lines += ["", *flip_table(topk)]
-    return "\n".join([*lines, "", *footer(where, commands)])
+    tail = footer(where, commands)
+    if budget:
+        tail.insert(1, f"  {'budget:':<12} {budget}")
+    if commands.calibrate:
+        from numcheck.report.budget_source import next_steps
+
+        tail += next_steps(commands.calibrate, commands.regenerate)
+    return "\n".join([*lines, "", *tail])
 
 
 def footer(where: tuple[str, str], commands: Commands, *, regenerate_note: bool = True) -> list[str]:
@@ -139,6 +181,8 @@ def speedup_cell(record: Record) -> str:
     if not t or t.get("speedup") is None:
         return "-"
     text = f"{t['speedup']:.2f}x"
+    if t.get("gate") == "not gated" and t.get("stopped") in ("time cap", "look cap"):
+        text = "too noisy"  # the interval never got narrow: no figure worth quoting
     if t.get("ci_low") is not None and t.get("ci_high") is not None:
         text += f" [{t['ci_low']:.2f}, {t['ci_high']:.2f}]"
     return text
