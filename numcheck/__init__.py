@@ -5,6 +5,8 @@ their own ops and variants (docs/extending.md):
 
 - describe an op: :class:`OpSpec`, :class:`Variant`, :class:`ParamSpec`, :class:`TopkSpec`,
   and the type aliases :data:`Inputs`, :data:`Outputs`, :data:`Params`;
+- say how its outputs are organised, so a failure names the request, page or token where the
+  error sits: :class:`Structure`, :class:`Grouping` (``OpSpec(structure=...)``);
 - register it: :func:`register`, :func:`add_variant`, :func:`get_op` (or, from a conftest.py,
   the ``pytest_numcheck_register(registry)`` hook with its :class:`Registrar`; from an
   installed package, a ``numcheck.ops`` entry point); mistakes raise
@@ -36,6 +38,8 @@ _EXPORTS = {
     "Outputs": "numcheck.ops.registry",
     "Params": "numcheck.ops.registry",
     "Registrar": "numcheck.ops.registry",
+    "Structure": "numcheck.structure",
+    "Grouping": "numcheck.structure",
     "RegistrationError": "numcheck.ops.registry",
     "register": "numcheck.ops.registry",
     "add_variant": "numcheck.ops.registry",
@@ -60,6 +64,7 @@ __all__ = [
     "GoldenCheck",
     "GoldenCheckFailure",
     "GoldenError",
+    "Grouping",
     "Inputs",
     "OpSpec",
     "Outputs",
@@ -67,6 +72,7 @@ __all__ = [
     "Params",
     "Registrar",
     "RegistrationError",
+    "Structure",
     "TopkReport",
     "TopkSpec",
     "Variant",
@@ -104,6 +110,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         register,
     )
     from numcheck.precision import matmul_precision
+    from numcheck.structure import Grouping, Structure
     from numcheck.topk import TopkReport, select_topk, topk_agreement
 
 

@@ -2,6 +2,7 @@
 
     python -m numcheck compare BASE.json NEW.json   # baseline drift; exit 1 on a regression
     python -m numcheck summary REPORT.json          # the summary table (and markdown) again
+    python -m numcheck html REPORT.json OUT.html    # the self-contained HTML report
 
 Exit codes (documented in the README, "Gating merges in CI"):
     0  no regression (compare) / the report's gate passed (summary)
@@ -58,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("report", type=Path)
     s.add_argument("--markdown", type=Path, metavar="PATH",
                    help="also write the markdown summary to PATH")
+    h = sub.add_parser("html", help="write a report's self-contained HTML page "
+                       "(plots need the html extra); exit 1 if its gate failed")
+    h.add_argument("report", type=Path)
+    h.add_argument("out", type=Path, help="the HTML file to write")
+    h.add_argument("--no-plots", action="store_true", help="tables only, even with matplotlib")
     return p
 
 
@@ -68,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "compare":
             return _compare(args)
+        if args.command == "html":
+            return _html(args)
         return _summary(args)
     except BrokenPipeError:
         # `python -m numcheck compare a b | head`: the reader left; end quietly, keep the code.
@@ -120,6 +128,15 @@ def _silence_stdout() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
+
+
+def _html(args: argparse.Namespace) -> int:
+    from numcheck.report.htmlpage import write_html
+
+    report = load_report(args.report)
+    write_html(args.out, report, plots=False if args.no_plots else None)
+    print(f"numcheck html written: {args.out} ({headline(report)})")
+    return EXIT_OK if report.passed else EXIT_REGRESSION
 
 
 def _step_summary(text: str) -> None:

@@ -15,11 +15,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from numcheck import localize
 from numcheck.cases import Case
 from numcheck.goldens import (
     VAL_SUFFIX,
@@ -33,6 +35,7 @@ from numcheck.goldens import (
     unpack_pair,
 )
 from numcheck.inputs import to_device
+from numcheck.localize import Localization
 from numcheck.metrics import ErrorMetrics, compare
 from numcheck.nonfinite import explain as explain_nonfinite
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
@@ -180,8 +183,11 @@ class SeedResult:
     metrics: dict[str, ErrorMetrics] = field(default_factory=dict)
     topk: TopkReport | None = None
     violations: list[Violation] = field(default_factory=list)
-    #: The variant's outputs on the CPU, when the caller asked to keep them (calibration).
+    #: The variant's outputs on the CPU, when the caller asked to keep them (calibration,
+    #: the report's plot data, a failure's obtained file).
     outputs: Outputs | None = None
+    #: Where the error sits, per failing output (only on a check's first failing seed).
+    localization: list[Localization] = field(default_factory=list)
 
 
 @dataclass
@@ -201,6 +207,9 @@ class CheckResult:
     overhead: OverheadReport | None = None
     #: A known-bad variant's expected failures, settled (None for an ordinary check).
     settled: Settled | None = None
+    #: The record's compact plot data (numcheck.plotdata) and a note shown in its row.
+    plots: dict[str, Any] | None = None
+    note: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -224,6 +233,11 @@ class CheckResult:
         """Worst (lowest) value of a top-k statistic over seeds."""
         values = [s.topk.value(name) for s in self.seeds if s.topk is not None]
         return min(values) if values else None
+
+    @property
+    def localization(self) -> list[Localization]:
+        """Where the error of each failing output sits (empty for a pass)."""
+        return next((s.localization for s in self.seeds if s.localization), [])
 
     def worst_topk(self) -> TopkReport | None:
         """The seed's top-k report with the most unexplained flips."""
@@ -312,6 +326,11 @@ def check(
             )
             result.topk = report
             result.violations += check_topk(spec.indices, report, tb, seed=seed)
+        if result.violations and localize.enabled() and not any(r.localization for r in results):
+            result.localization = localize.localize_failure(
+                op, case.params, cpu_inputs, out, golden.tensors, partial(seed_key, seed),
+                result.violations, budget, seed=seed,
+            )
         results.append(result)
     return CheckResult(
         case, variant_name, device, results, [v for r in results for v in r.violations]

@@ -215,15 +215,9 @@ def topk_agreement(
     else:
         kth = torch.where(g_valid, g_scores, math.inf).amin(dim=1)
         kth = torch.where(g_count > 0, kth, math.nan)
-    if band_kind == "abs":
-        tol = torch.full_like(kth, band)
-    else:
-        # Relative to the row's score scale (its largest finite |golden score|), not to
-        # |kth|: with signed head weights the k-th score can sit near zero, where a band
-        # relative to it would shrink to nothing while the rounding error does not.
-        finite = torch.isfinite(scores)
-        scale = torch.where(finite, scores.abs(), 0).amax(dim=1) if length else kth.abs()
-        tol = band * scale.to(torch.float64)
+    # An empty score matrix has no row maximum; nothing can flip there anyway.
+    empty = band_kind == "rel" and not length
+    tol = band * kth.abs() if empty else row_tolerance(scores, band, band_kind)
 
     flipped = in_g ^ in_v
     flip_rows, flip_tokens = torch.nonzero(flipped, as_tuple=True)  # row-major order
@@ -288,6 +282,23 @@ def topk_agreement(
         band=float(band),
         band_kind=band_kind,
     )
+
+
+def row_tolerance(golden_scores: torch.Tensor, band: float, band_kind: str) -> torch.Tensor:
+    """Per row, the half-width of the tie band around the k-th score (float64).
+
+    ``"abs"``: ``band`` itself. ``"rel"``: ``band`` times the row's score scale, its
+    largest finite ``|golden score|``, not ``|kth|``: with signed head weights the k-th score
+    can sit near zero, where a band relative to it would shrink to nothing while the
+    rounding error does not.
+    """
+    rows = golden_scores.shape[0]
+    if band_kind == "abs":
+        return torch.full((rows,), float(band), dtype=torch.float64)
+    scores = golden_scores.detach().to("cpu")
+    finite = torch.isfinite(scores)
+    scale = torch.where(finite, scores.abs(), 0).amax(dim=1)
+    return band * scale.to(torch.float64)
 
 
 def _ones(mask: torch.Tensor) -> torch.Tensor:

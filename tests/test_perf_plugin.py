@@ -161,7 +161,9 @@ def test_perf_only_case_skips_without_the_flag_and_needs_no_golden(
     project(pytester, variants='"tf32"', extra="perf_only = true", regen=False)
     result = pytester.runpytest("--numcheck", "-rs")
     result.assert_outcomes(skipped=2)
-    result.stdout.fnmatch_lines(["*perf-only case 'tiny-mhc' (no golden): runs with --numcheck-perf"])
+    result.stdout.fnmatch_lines(["2 perf-only checks run only with --numcheck-perf (1 case; skipped)",
+                                 "*perf-only case 'tiny-mhc' runs only with --numcheck-perf "
+                                 "(it only times the variants at a production shape; no golden)"])
     result = pytester.runpytest("--numcheck", "--numcheck-perf")
     result.assert_outcomes(passed=2)
     assert not (pytester.path / "goldens").exists()
@@ -234,7 +236,7 @@ def test_an_ungated_check_too_noisy_on_this_machine_says_so(pytester: pytest.Pyt
         ("*tf32*cpu*fake*too noisy: [[]*, *[]]*not gated (too noisy on this machine)"),
     ])
     assert "1.3" not in result.stdout.str().split("numcheck perf")[1].split("tf32")[1][:60]
-    result.stdout.fnmatch_lines(["mhc_pre::tiny-mhc*tf32*cpu*too noisy [[]*, *[]]*PASS"])
+    result.stdout.fnmatch_lines(["mhc_pre::tiny-mhc*tf32*cpu*too noisy [[]*, *[]]*PASS (tf32 = fp32 bit for bit on cpu)"])
 
 
 def test_the_header_names_the_timer_on_cpu(pytester: pytest.Pytester) -> None:

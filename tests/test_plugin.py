@@ -265,7 +265,7 @@ def test_summary_table(pytester: pytest.Pytester) -> None:
             "*numcheck summary (cpu, torch *",
             "case*variant*device*closest to budget*calc_diff*rel_fro*recall*tie recall*verdict",
             "indexer::tiny*fp32*cpu*PASS",
-            "indexer::tiny*tf32*cpu*PASS",
+            "indexer::tiny*tf32*cpu*PASS (tf32 = fp32 bit for bit on cpu)",
         ]
     )
 

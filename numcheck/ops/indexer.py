@@ -30,6 +30,7 @@ from numcheck.ops.spec import (
     Variant,
 )
 from numcheck.precision import matmul_precision
+from numcheck.structure import Grouping, Structure
 from numcheck.topk import select_topk
 
 PARAMS = {
@@ -317,6 +318,95 @@ def min_bytes(p: Params) -> float:
     return float(keys + q_and_w + written)
 
 
+# -- structure: the groupings a kernel engineer thinks in (numcheck.localize) -------------
+# Logits are [B * next_n, L]: row r is MTP row r % next_n of request r // next_n; token t of
+# request b lies in page block_table[b, t // block_size].
+
+
+def _request_of_rows(p: Params, rows: int) -> torch.Tensor:
+    return torch.arange(rows) // p["next_n"]
+
+
+def _row_limits(inputs: Inputs, p: Params, rows: int) -> torch.Tensor:
+    """``[R, 1]``: how many tokens each row sees (``context_len - next_n + j + 1``)."""
+    n = p["next_n"]
+    ctx = inputs["context_lens"].cpu().long()[_request_of_rows(p, rows)]
+    return (ctx - n + torch.arange(rows) % n + 1).view(-1, 1)
+
+
+def _request_labels(inputs: Inputs, p: Params, shape: tuple[int, ...]) -> torch.Tensor:
+    return _request_of_rows(p, shape[0]).view(-1, 1)
+
+
+def _mtp_labels(inputs: Inputs, p: Params, shape: tuple[int, ...]) -> torch.Tensor:
+    return (torch.arange(shape[0]) % p["next_n"]).view(-1, 1)
+
+
+def _page_labels(inputs: Inputs, p: Params, shape: tuple[int, ...]) -> torch.Tensor:
+    table = inputs["block_table"].cpu().long()
+    block = (torch.arange(shape[1]) // p["block_size"]).clamp(max=table.shape[1] - 1)
+    return table[_request_of_rows(p, shape[0])][:, block]
+
+
+def _describe_page(inputs: Inputs, p: Params, page: int) -> str:
+    where = torch.nonzero(inputs["block_table"].cpu() == page)
+    if len(where) == 0:
+        return f"page {page}"
+    b, j = (int(x) for x in where[0])
+    return f"page {page} (request {b}, block {j})"
+
+
+def _position_labels(inputs: Inputs, p: Params, shape: tuple[int, ...]) -> torch.Tensor:
+    return (torch.arange(shape[1]) % p["block_size"]).view(1, -1)
+
+
+#: Page kinds: a full page that is not a request's last, the last page when partial / full.
+PAGE_KINDS = ("a full page before a request's last", "the last, partial page of each request",
+              "the last page of a request, when full")
+
+
+def _page_kind_labels(inputs: Inputs, p: Params, shape: tuple[int, ...]) -> torch.Tensor:
+    bs = p["block_size"]
+    ctx = inputs["context_lens"].cpu().long()[_request_of_rows(p, shape[0])].view(-1, 1)
+    block = (torch.arange(shape[1]) // bs).view(1, -1)
+    last = (ctx - 1) // bs
+    partial = (ctx % bs != 0).long()
+    kind = torch.where(block == last, 2 - partial, torch.zeros_like(block))
+    return torch.where(block > last, -1, kind)
+
+
+#: Where a token sits against its row's valid length (a mask off by one shows here).
+ROW_END_KINDS = ("a token before the last valid one", "the last valid token of each row",
+                 "the first masked position after each row's last valid token",
+                 "a masked position further out")
+
+
+def _row_end_labels(inputs: Inputs, p: Params, shape: tuple[int, ...]) -> torch.Tensor:
+    limit = _row_limits(inputs, p, shape[0])
+    t = torch.arange(shape[1]).view(1, -1)
+    return torch.where(t < limit - 1, 0, torch.where(t == limit - 1, 1,
+                       torch.where(t == limit, 2, 3)))
+
+
+LOGITS_STRUCTURE = Structure(
+    axes=("row", "token"),
+    groupings=(
+        Grouping("request", _request_labels,
+                 describe=lambda i, p, b: f"request {b}"),
+        Grouping("MTP row", _mtp_labels,
+                 describe=lambda i, p, j: f"MTP row {j} of each request"),
+        Grouping("page", _page_labels, describe=_describe_page),
+        Grouping("position within a page", _position_labels, plural="positions within a page",
+                 describe=lambda i, p, k: f"position {k} within each page"),
+        Grouping("page kind", _page_kind_labels,
+                 describe=lambda i, p, k: PAGE_KINDS[k]),
+        Grouping("place against the row end", _row_end_labels,
+                 plural="places against the row end",
+                 describe=lambda i, p, k: ROW_END_KINDS[k]),
+    ),
+)
+
+
 OP = OpSpec(
     name="indexer",
     version=1,
@@ -341,4 +431,5 @@ OP = OpSpec(
     check_params=check_params,
     # Positions past a row's valid length are -inf by definition (the mask).
     nonfinite={"logits": ("-inf",)},
+    structure={"logits": LOGITS_STRUCTURE},
 )

@@ -21,6 +21,7 @@ import torch
 from numcheck.inputs import normal, rng
 from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, ParamSpec, Variant
 from numcheck.precision import matmul_precision
+from numcheck.structure import Grouping, Structure
 
 PARAMS = {
     "tokens": ParamSpec(int, 64, "tokens T", min=1),
@@ -147,6 +148,30 @@ def min_bytes(p: Params) -> float:
     return float(read + written)
 
 
+# -- structure: the groupings a kernel engineer thinks in (numcheck.localize) -------------
+#: The parts of the mixes' columns: pre [:n], post [n:2n], comb [2n:].
+MIX_PARTS = ("pre", "post", "comb")
+
+
+def _mix_part_labels(inputs: Inputs, p: Params, shape: tuple[int, ...]) -> torch.Tensor:
+    n = p["hc_mult"]
+    col = torch.arange(shape[1])
+    return torch.where(col < n, 0, torch.where(col < 2 * n, 1, 2)).view(1, -1)
+
+
+STRUCTURE = {
+    "mixes": Structure(
+        axes=("token", "mix column"),
+        groupings=(Grouping("part of the mixes", _mix_part_labels, plural="parts of the mixes",
+                            describe=lambda i, p, k: f"the {MIX_PARTS[k]} part of the mixes"),),
+    ),
+    "pre": Structure(axes=("token", "stream")),
+    "post": Structure(axes=("token", "stream")),
+    "comb": Structure(axes=("token", "comb row", "comb column")),
+    "y": Structure(axes=("token", "channel")),
+}
+
+
 OP = OpSpec(
     name="mhc_pre",
     version=1,
@@ -168,4 +193,5 @@ OP = OpSpec(
     doc=__doc__ or "",
     flops=flops,
     min_bytes=min_bytes,
+    structure=STRUCTURE,
 )

@@ -39,6 +39,7 @@ from numcheck.ops.spec import (
     VariantFn,
 )
 from numcheck.ops.param_checks import check_declaration
+from numcheck.structure import Structure
 
 __all__ = [  # the op description types are re-exported: users import them from here
     "DEVICES", "ENTRY_POINT_GROUP", "PRECISIONS", "InputMaker", "Inputs", "OpSpec", "Outputs",
@@ -174,6 +175,13 @@ def _check_outputs(op: OpSpec, origin: str) -> None:
                     f"{where}: TopkSpec {role} {name!r} is not one of its outputs "
                     f"{list(op.outputs)}. Fix: name an output of the op"
                 )
+    for name, declared in op.structure.items():
+        if name not in op.outputs or not isinstance(declared, Structure):
+            raise RegistrationError(
+                f"{where}: structure[{name!r}] needs an output of the op and a "
+                f"numcheck.Structure, got {type(declared).__name__}. Fix: key each Structure "
+                f"by one of {list(op.outputs)}"
+            )
     for name, precision in op.output_precision.items():
         if name not in op.outputs or precision not in PRECISIONS:
             raise RegistrationError(

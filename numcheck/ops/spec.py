@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from numcheck.structure import Structure
+
 #: Inputs of one case instance, by name, on one device.
 Inputs = dict[str, torch.Tensor]
 #: Outputs of one op call, by name.
@@ -122,6 +124,9 @@ class OpSpec:
     #: ``"nan"``, ``"+inf"``, ``"-inf"`` (the indexer's mask: ``{"logits": ("-inf",)}``).
     #: Regeneration refuses to store any other NaN or Inf in a golden.
     nonfinite: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Per output, the axes and groupings a failure is localized along (numcheck.structure);
+    #: an output left out still gets its plain axes.
+    structure: Mapping[str, Structure] = field(default_factory=dict)
 
     def resolve_params(self, preset: str | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults, then the preset, then explicit values, then :attr:`follows` for the

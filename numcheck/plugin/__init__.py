@@ -21,13 +21,16 @@ import pytest
 from numcheck.plugin.options import (  # re-exported: numcheck.plugin.OPTION etc.
     BASELINE_OPTION,
     CASES_INI,
+    DEVICE_INI,
     DEVICE_OPTION,
     DEVICES,
     DRIFT_INI,
     EXPLAIN_OPTION,
     GOLDENS_INI,
     GROUP,
+    HTML_OPTION,
     MARKDOWN_OPTION,
+    OBTAINED_OPTION,
     OPTION,
     PERF_OPTION,
     PRUNE_OPTION,
@@ -68,9 +71,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         DEVICE_OPTION,
         choices=DEVICES,
-        default="auto",
-        help="device the variants run on: auto (cuda when available, else cpu), cpu or cuda.",
+        default=None,
+        help="device the variants run on: auto (cuda when available, else cpu), cpu or cuda. "
+        f"Default: the {DEVICE_INI} ini key, else auto.",
     )
+    parser.addini(DEVICE_INI, "device the variants run on when --numcheck-device is not "
+                  "given: auto, cpu or cuda", default="auto")
     group.addoption(
         PERF_OPTION,
         action="store_true",
@@ -99,6 +105,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="write the human summary (headline, failing checks, a table per op) as "
         "markdown to PATH, and append it to $GITHUB_STEP_SUMMARY when that is set.",
+    )
+    group.addoption(
+        HTML_OPTION,
+        metavar="PATH",
+        default=None,
+        help="write a self-contained HTML report (no network): run header, every check with "
+        "value/budget bars, error histograms, top-k flips, speedup intervals and drift. "
+        "Plots need the html extra (matplotlib); without it the tables are written.",
+    )
+    group.addoption(
+        OBTAINED_OPTION,
+        metavar="DIR",
+        default=None,
+        help="folder for the outputs of failed checks, written as "
+        "<op>/<case>.<variant>.obtained.safetensors for diffing against the golden "
+        "(default: .numcheck/obtained under the rootdir, git-ignored).",
     )
     group.addoption(
         BASELINE_OPTION,
@@ -150,7 +172,8 @@ def pytest_configure(config: pytest.Config) -> None:
         from numcheck.plugin.calibration_options import CALIBRATION_FLAGS
 
         needs_numcheck = (PERF_OPTION, EXPLAIN_OPTION, REPORT_OPTION, MARKDOWN_OPTION,
-                          BASELINE_OPTION, PRUNE_OPTION, *CALIBRATION_FLAGS)
+                          BASELINE_OPTION, PRUNE_OPTION, HTML_OPTION, OBTAINED_OPTION,
+                          *CALIBRATION_FLAGS)
         for needs in needs_numcheck:
             if config.getoption(needs) not in (None, False, []):
                 raise pytest.UsageError(f"{needs} only works together with {OPTION}")

@@ -19,8 +19,10 @@ import torch
 
 from numcheck.cases import Case, CaseFileError, load_case_file
 from numcheck.check import Settled, run_check
+from numcheck.check_extras import annotate, keep_failed
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
 from numcheck.numerics import CaseInputs, CheckResult, VariantError, display_id, regenerate
+from numcheck.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.overhead.gate import (
     OVERHEAD_GATES,
@@ -54,6 +56,8 @@ from numcheck.report.records import (
     write_json,
 )
 from numcheck.report.render import Commands, failure_message, footer, summary_table, table
+from numcheck.report.skips import collapse as collapse_skips
+from numcheck.report.skips import perf_only_reason
 
 #: ``report.user_properties`` names on which a worker ships its record and its golden
 #: rewrites to the controller (pytest-xdist serialises user_properties with every report).
@@ -83,6 +87,20 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
+def requested_device(config: pytest.Config) -> str:
+    """The device asked for: ``--numcheck-device``, else the ``numcheck_device`` ini key."""
+    given = config.getoption(options.DEVICE_OPTION)
+    if given is not None:
+        return str(given)
+    value = str(config.getini(options.DEVICE_INI)).strip() or "auto"
+    if value not in options.DEVICES:
+        raise pytest.UsageError(
+            f"ini key {options.DEVICE_INI} = {value!r} in {config.inipath or 'the ini file'}: "
+            f"not a device. Fix: set it to one of {', '.join(options.DEVICES)}"
+        )
+    return value
+
+
 def run_gates(device: str, *, perf: bool, explain: bool) -> set[str]:
     """The gates beyond the numerics that a run measures.
 
@@ -106,7 +124,7 @@ class NumcheckSession:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.device = resolve_device(config.getoption(options.DEVICE_OPTION))
+        self.device = resolve_device(requested_device(config))
         self.regen = bool(config.getoption(options.REGEN_OPTION))
         root = config.rootpath
         self.cases_dir = (root / config.getini(options.CASES_INI)).resolve()
@@ -132,6 +150,9 @@ class NumcheckSession:
         self.report_path = self._path_option(options.REPORT_OPTION)
         self.markdown_path = self._path_option(options.MARKDOWN_OPTION)
         self.baseline_path = self._path_option(options.BASELINE_OPTION)
+        self.html_path = self._path_option(options.HTML_OPTION)
+        self.obtained_dir = (self._path_option(options.OBTAINED_OPTION)
+                             or config.rootpath / DEFAULT_OBTAINED)
         self.baseline: Report | None = None
         try:
             self.rules = Rules.from_pairs(config.getini(options.DRIFT_INI))
@@ -386,10 +407,14 @@ class NumcheckSession:
                               + ("no numcheck check ran" if not report.records
                                  else "a check did not pass") + "; exit status 1")
             report = self.report(int(session.exitstatus))
-        if self.report_path is None and self.markdown_path is None:
+        if self.report_path is None and self.markdown_path is None and self.html_path is None:
             return
         if self.report_path is not None:
             write_json(self.report_path, report)
+        if self.html_path is not None:
+            from numcheck.report.htmlpage import write_html
+
+            write_html(self.html_path, report)
         if self.markdown_path is not None:
             text = to_markdown(report)
             self.markdown_path.parent.mkdir(parents=True, exist_ok=True)
@@ -411,8 +436,11 @@ class NumcheckSession:
 
     def _summary(self, tr: Any) -> None:
         tr.write_sep("=", f"numcheck summary ({self.device}, torch {torch.__version__})")
-        header, rows = summary_table(order_records(self.records.values(), self.order))
-        for line in table(header, rows):
+        shown, collapsed = collapse_skips(order_records(self.records.values(), self.order))
+        header, rows = summary_table(shown)
+        for line in table(header, rows) if rows else []:
+            tr.write_line(line)
+        for line in collapsed:
             tr.write_line(line)
         records = order_records(self.records.values(), self.order)
         rows = perf_rows(records)
@@ -426,7 +454,8 @@ class NumcheckSession:
         for line in lock_wait_lines(records, worker_count(self.config)):
             tr.write_line(line)
         if self.overhead_rows:
-            tr.write_line("")
+            tr.write_sep("-", "numcheck casts and copies (cast ledger per check; README "
+                         "'Casts and kernels' explains the columns)")
             for line in table(OVERHEAD_HEADER, self.overhead_rows):
                 tr.write_line(line)
         if self.explain:
@@ -444,7 +473,8 @@ class NumcheckSession:
 
             for line in table(DRIFT_HEADER, drift_rows(self.drift)):
                 tr.write_line(line)
-        for what, out in (("report", self.report_path), ("markdown", self.markdown_path)):
+        for what, out in (("report", self.report_path), ("markdown", self.markdown_path),
+                          ("html", self.html_path)):
             if out is not None:
                 tr.write_line(f"numcheck {what} written: {out}")
 
@@ -570,16 +600,16 @@ class CheckItem(pytest.Item):
         op = get_op(self.case.op)
         variant = op.variants[self.variant]
         reason = None
-        if self.device not in self.case.devices:
+        perf_active = "perf" in self.config.stash[NumcheckSession.KEY].active_gates
+        if self.case.perf_only and (self.device not in self.case.devices or not perf_active):
+            reason = perf_only_reason(self.case.id, self.case.devices, self.device,
+                                      options.PERF_OPTION)
+        elif self.device not in self.case.devices:
             reason = (f"case {self.case.id!r} does not run on {self.device} "
                       f"(its devices: {', '.join(self.case.devices)})")
         elif self.device not in variant.devices:
             reason = (f"variant {self.variant!r}: {variant.unavailable}" if variant.unavailable
                       else f"variant {self.variant!r} runs on {', '.join(variant.devices)} only")
-        elif self.case.perf_only and "perf" not in self.config.stash[
-                NumcheckSession.KEY].active_gates:
-            reason = (f"perf-only case {self.case.id!r} (no golden): runs with "
-                      f"{options.PERF_OPTION}")
         if reason is not None:
             self._set_record(status="skip", reason=reason)
             pytest.skip(reason)
@@ -596,8 +626,10 @@ class CheckItem(pytest.Item):
             result = run_check(
                 op, self.case, self.variant, self.device, state.inputs_for(op, self.case),
                 golden, gates=state.active_gates, explain=state.explain,
-                regen_hint=commands.regenerate, sections=state.sections,
+                regen_hint=commands.regenerate, sections=state.sections, keep_outputs=True,
             )
+            if golden is not None:
+                annotate(result, op, golden, state.inputs_for(op, self.case))
         except (GoldenError, VariantError, TimingError) as exc:
             self._set_record(status="error", reason=str(exc), error_kind=type(exc).__name__)
             raise
@@ -616,6 +648,10 @@ class CheckItem(pytest.Item):
             raise NumcheckFailure(message)
         if not result.passed:
             message = failure_message(result, commands, self._source())
+            kept = keep_failed(state.obtained_dir, result, state.inputs_for(op, self.case),
+                               golden=self._rel_golden(state, op))
+            if kept is not None:
+                message += f"\n  obtained:    {state._rel(kept)}"
             overhead = result.overhead
             if overhead is not None and any(v.output in OVERHEAD_GATES for v in result.violations):
                 message += "\n\n" + "\n".join(overhead.lines())
@@ -647,6 +683,9 @@ class CheckItem(pytest.Item):
                 worker=state.worker, **without_verdict,
             )
         self.user_properties.extend(junit_properties(self.record))
+
+    def _rel_golden(self, state: NumcheckSession, op: OpSpec) -> str:
+        return state._rel(golden_path(state.goldens_dir, op.name, self.case.id))
 
     def _source(self) -> str:
         try:

@@ -12,6 +12,7 @@ from typing import Any
 
 from numcheck.report.records import Record, Report
 from numcheck.report.render import summary_table
+from numcheck.report.skips import collapse as collapse_skips
 
 #: Failing checks listed with their reasons before the tables.
 MAX_FAILURES = 30
@@ -22,7 +23,7 @@ def headline(report: Report) -> str:
     c = report.counts()
     parts = [f"{c[s]} {w}" for s, w in
              (("fail", "failed"), ("error", "error" if c["error"] == 1 else "errors"),
-              ("pass", "passed"), ("skip", "skipped"))
+              ("pass", "passed"), ("xfail", "xfailed"), ("skip", "skipped"))
              if c[s]]
     if report.drift is not None and report.drift.get("regressions"):
         parts.insert(0, f"{len(report.drift['regressions'])} drift regression(s) vs baseline")
@@ -69,9 +70,11 @@ def to_markdown(report: Report) -> str:
         if len(failing) > MAX_FAILURES:
             lines.append(f"- ... and {len(failing) - MAX_FAILURES} more")
         lines.append("")
-    for op, records in _by_op(report.records):
+    shown, collapsed = collapse_skips(report.records)
+    for op, records in _by_op(shown):
         header, rows = summary_table(records)
         lines += [f"### {op or 'unknown op'}", "", *md_table(header, rows), ""]
+    lines += [*(f"- {line}" for line in collapsed), ""] if collapsed else []
     if report.drift is not None:
         lines += drift_markdown(report.drift)
     return "\n".join(lines).rstrip() + "\n"

@@ -88,6 +88,12 @@ class Record:
     device_name: str | None = None
     device_index: int | None = None
     worker: str | None = None
+    #: Compact plot data for the HTML report (numcheck.plotdata; docs/report.md), or None.
+    plots: dict[str, Any] | None = None
+    #: What a reader of the row must know beyond the verdict (e.g. tf32 = fp32 on the CPU).
+    note: str | None = None
+    #: For a failure: where the error of each failing output sits (numcheck/localize.py).
+    localization: list[dict[str, Any]] | None = None
 
     @property
     def passed(self) -> bool:
@@ -171,9 +177,12 @@ def record_from_result(
         closest=closest,
         timing=_section(getattr(result, "timing", None)),
         casts=_section(getattr(result, "casts", None)),
+        plots=_section(getattr(result, "plots", None)),
+        note=getattr(result, "note", None),
         device_name=device_name,
         device_index=device_index,
         worker=worker,
+        localization=[loc.as_dict() for loc in getattr(result, "localization", [])] or None,
     )
 
 
@@ -370,7 +379,7 @@ def _decode_floats(value: Any) -> Any:
 #: Record fields holding numbers, where "nan"/"inf"/"-inf" stand for floats; inside them,
 #: the keys in _TEXT_KEYS hold text. Top-level fields (ids, names, reason) are never decoded.
 _NUMERIC_FIELDS = ("budget", "metrics", "topk", "per_seed", "violations", "closest", "timing",
-                   "casts")
+                   "casts", "plots")
 _TEXT_KEYS = frozenset({"band_kind", "tie_band_kind", "direction", "output", "metric", "detail",
                         "text"})
 

@@ -36,10 +36,15 @@ class Commands:
 MAX_OTHER_VIOLATIONS = 8
 
 
+#: Localization lines shown right after "worst:" (where the error sits).
+MAX_WHERE_LINES = 2
+
+
 def failure_message(result: CheckResult, commands: Commands, source: str) -> str:
     """The message of a failed case check."""
     top = result.worst()
     detail = [] if top is None else _mismatch_lines(result, top.output, top.seed)
+    detail = [*where_lines(result), *detail]
     return verdict_message(
         f"numcheck FAIL {result.id}", result.violations, worst_detail=detail,
         topk=result.worst_topk(), where=("case:", f"{source} [{result.case.id}]"),
@@ -127,6 +132,13 @@ def footer(where: tuple[str, str], commands: Commands, *, regenerate_note: bool 
     ]
 
 
+def where_lines(result: CheckResult) -> list[str]:
+    """``where:`` lines: where the error of the failing outputs sits, most telling first."""
+    found = [line for loc in getattr(result, "localization", []) for line in loc.lines]
+    return [f"  {'where:' if i == 0 else '':<6} {line}"
+            for i, line in enumerate(found[:MAX_WHERE_LINES])]
+
+
 def _mismatch_lines(result: CheckResult, output: str, seed: int | None) -> list[str]:
     """``Mismatched elements: k / n (p%)`` and the largest error, for the worst output."""
     for s in result.seeds:
@@ -171,7 +183,13 @@ def closest_cell(record: Record) -> str:
     """``output.metric value/budget`` of the record's worst violation or closest pass."""
     c = record.closest
     if c is None:
-        return record.reason.splitlines()[0][:60] if record.reason else "-"
+        if not record.reason:
+            return "-"
+        # Never cut: "triton not installed (No module named 'trit" hides the fix. A skip's
+        # reason is short and shown whole; an error's first line names it (the message
+        # above the summary has the rest).
+        lines = record.reason.splitlines()
+        return " ".join(record.reason.split()) if record.status == "skip" else lines[0]
     return f"{c['output']}.{c['metric']} {c['value']:.3g}/{c['limit']:.3g}"
 
 
@@ -214,7 +232,7 @@ def summary_table(records: Sequence[Record]) -> tuple[list[str], list[list[str]]
             _cell(r.key_metric("rel_fro")),
             _cell(r.key_metric("recall_min"), ".4f"),
             _cell(r.key_metric("tie_recall_min"), ".4f"),
-            r.verdict,
+            f"{r.verdict} ({r.note})" if r.note else r.verdict,
         ]
         if timed:
             row.insert(-1, speedup_cell(r))

@@ -25,6 +25,28 @@ def paged_bf16(inputs: numcheck.Inputs, params: numcheck.Params) -> numcheck.Out
     return {"logits": logits, "topk": numcheck.select_topk(logits, params["index_topk"])}
 
 
+#: Our RMSNorm kernel works on 128-channel tiles: a failure should name the tile it sits in.
+TILE = 128
+
+
+def channel_tile(
+    inputs: numcheck.Inputs, params: numcheck.Params, shape: tuple[int, ...]
+) -> torch.Tensor:
+    """The kernel tile of each element of y ``[tokens, hidden]`` (broadcast over tokens)."""
+    return (torch.arange(shape[1]) // TILE).view(1, -1)
+
+
+Y_STRUCTURE = numcheck.Structure(
+    axes=("token", "channel"),
+    groupings=(
+        numcheck.Grouping(
+            "channel tile", channel_tile,
+            describe=lambda inputs, params, t: f"channel tile {t} ({t * TILE}..{t * TILE + 127})",
+        ),
+    ),
+)
+
+
 def rms_norm_inputs(params: numcheck.Params, seed: int) -> numcheck.Inputs:
     """Seeded on the CPU with numcheck's streams: the same bytes on every machine."""
     tokens, hidden = params["tokens"], params["hidden"]
@@ -60,6 +82,7 @@ RMS_NORM = numcheck.OpSpec(
         "eps": numcheck.ParamSpec(float, 1e-6, "RMS epsilon"),
     },
     doc="RMSNorm with a gain (my_kernels)",
+    structure={"y": Y_STRUCTURE},
 )
 
 
