@@ -34,7 +34,7 @@ class Gate:
 PERF_GATE = Gate("perf", ("speedup_min", "speedup_undecided"),
                  doc="variant vs FP32 reference speedup, gated on the lower confidence bound")
 CASTS_GATE = Gate(
-    "casts", ("round_trips", "no_op_casts", "cast_bytes_ratio"),
+    "casts", ("round_trips", "no_op_casts", "cast_bytes_ratio", "input_copies"),
     doc="dtype conversions and copies recorded at the aten level while the variant runs",
 )
 KERNELS_GATE = Gate(

@@ -31,14 +31,27 @@ def normal(gen: np.random.Generator, shape: tuple[int, ...], std: float = 1.0) -
     return torch.from_numpy(gen.standard_normal(shape) * std).to(torch.float32)
 
 
-def quantize_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row (last dim) e4m3 quantization with scale = max(amax, 1e-4) / 448.
+#: Per-token scale formats of an e4m3 KV cache: ``amax448`` (scale = amax / 448) and
+#: ``ue8m0`` (a power of two, 2^ceil(log2(amax / 448)), as DeepSeek V3.2's inference config
+#: quantizes the indexer's KV cache: the scale fits in an 8-bit exponent).
+SCALE_FORMATS = ("amax448", "ue8m0")
+
+
+def quantize_e4m3(
+    x: torch.Tensor, scale_fmt: str = "amax448"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row (last dim) e4m3 quantization with scale = max(amax, 1e-4) / 448, or that
+    rounded up to a power of two (``scale_fmt = "ue8m0"``; |x| / scale still <= 448).
 
     Returns ``(q, scale)`` with ``q`` float8_e4m3fn of x's shape and ``scale`` fp32 of
     shape ``x.shape[:-1]``; ``q.float() * scale`` approximates ``x``.
     """
+    if scale_fmt not in SCALE_FORMATS:
+        raise ValueError(f"scale_fmt must be one of {', '.join(SCALE_FORMATS)}, got {scale_fmt!r}")
     amax = x.abs().amax(dim=-1).clamp_min(AMAX_FLOOR)
     scale = (amax / E4M3_MAX).to(torch.float32)
+    if scale_fmt == "ue8m0":
+        scale = torch.exp2(torch.ceil(torch.log2(scale)))
     scaled = (x / scale.unsqueeze(-1)).clamp(-E4M3_MAX, E4M3_MAX)
     return scaled.to(torch.float8_e4m3fn), scale
 

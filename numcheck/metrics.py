@@ -12,7 +12,7 @@ a budget can demand that the masks match exactly.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -60,7 +60,9 @@ class ErrorMetrics:
     """Every error metric of one actual-vs-expected comparison.
 
     Error metrics are computed over *compared* positions only: those where both tensors are
-    finite. With nothing to compare every metric is 0 and every index is ``()``.
+    finite. With nothing to compare every metric is 0 and every index is ``()``. Where the
+    NaN patterns differ (a NaN on one side only) the error is undefined, and every error
+    metric is NaN, so no summary column shows a NaN output as 0 (:func:`undefined_where_nan`).
     """
 
     numel: int
@@ -245,6 +247,41 @@ def _count(mask: torch.Tensor) -> int:
 
 
 def compare(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    *,
+    ulp_dtype: torch.dtype,
+    atol: float,
+    rtol: float,
+    unit_roundoff: float | None = None,
+    rounding_ref: torch.Tensor | None = None,
+) -> ErrorMetrics:
+    """Measure ``actual`` against ``expected`` (the golden) with every metric at once.
+
+    See :func:`_compare` for the details; a NaN on one side only makes every error metric
+    NaN (:func:`undefined_where_nan`).
+    """
+    return undefined_where_nan(
+        _compare(actual, expected, ulp_dtype=ulp_dtype, atol=atol, rtol=rtol,
+                 unit_roundoff=unit_roundoff, rounding_ref=rounding_ref)
+    )
+
+
+#: Error metrics set to NaN when the NaN patterns differ.
+_NAN_FIELDS = ("max_abs", "max_rel", "rel_fro", "calc_diff", "ulp_p50", "ulp_p99", "ulp_max",
+               "frac_outside", "max_err_ratio", "max_band_ratio")
+
+
+def undefined_where_nan(m: ErrorMetrics) -> ErrorMetrics:
+    """``m`` with every error metric NaN when one side has a NaN the other has not: the
+    error at such a position is undefined, and averaging the other positions (or, for an
+    all-NaN output, comparing nothing) would show it as small, even as 0."""
+    if not m.nonfinite.nan_mismatch:
+        return m
+    return replace(m, **{name: math.nan for name in _NAN_FIELDS})
+
+
+def _compare(
     actual: torch.Tensor,
     expected: torch.Tensor,
     *,

@@ -11,6 +11,7 @@ so it can be tested and scripted directly.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -38,6 +39,7 @@ from numcheck.inputs import to_device
 from numcheck.localize import Localization
 from numcheck.metric_names import MAX_FLIPS
 from numcheck.metrics import ErrorMetrics, compare
+from numcheck.nonfinite import explain as explain_nonfinite
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
 from numcheck.precision import rounding_unit, ulp_dtype
 from numcheck.regen import RegenOutcome, store
@@ -236,6 +238,8 @@ class CheckResult:
         ``max_err_ratio`` without a rounding reference)."""
         values = [s.metrics[output].value(name) for s in self.seeds
                   if output in s.metrics and s.metrics[output].measured(name)]
+        if any(math.isnan(v) for v in values):  # undefined on some seed: say so
+            return math.nan
         return max(values) if values else None
 
     def topk_value(self, name: str) -> float | None:
@@ -383,6 +387,7 @@ def _check_output(
     found = check_output(name, m, ob, seed=seed)
     if m.nonfinite.mask_mismatch:
         found = [_locate_mask(v, pair.actual, pair.expected) for v in found]
+    found = [explain_nonfinite(v, pair.actual, pair.expected, precision=precision) for v in found]
     result.violations += found
     if pair.sampled:
         result.violations += _check_stats(name, pair, seed)

@@ -41,9 +41,14 @@ class Outcome:
 
 
 def held_to(case: Case, variant: str, budget_of: str) -> Case:
-    """``case`` running ``variant`` (only) under the budget the case gives ``budget_of``."""
+    """``case`` running ``variant`` (only) under the budgets (numerics and overhead) the case
+    gives ``budget_of``."""
+    overhead = dict(case.overhead)
+    if budget_of in case.overhead:  # the cast/copy limits too: an extra copy must show
+        overhead[variant] = case.overhead[budget_of]
     return replace(
-        case, variants=(variant,), budgets={**case.budgets, variant: case.budgets[budget_of]}
+        case, variants=(variant,), budgets={**case.budgets, variant: case.budgets[budget_of]},
+        overhead=overhead,
     )
 
 

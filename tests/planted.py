@@ -64,9 +64,11 @@ def mhc_y_scaled(inputs: Inputs, p: Params) -> Outputs:
 def mhc_slowed(inputs: Inputs, p: Params) -> Outputs:
     """Right numbers, deliberately slow: the reference four times over, then a stall
     (on the device timeline on CUDA, where a host sleep would not show in event times)."""
+    # x upcast once and reused: slow in time, not in casts (the casts gate allows one pass).
+    upcast = dict(inputs, x=inputs["x"].float())
     for _ in range(3):
-        mhc.fp32(inputs, p)
-    out = mhc.fp32(inputs, p)
+        mhc.fp32(upcast, p)
+    out = mhc.fp32(upcast, p)
     if inputs["x"].is_cuda:
         torch.cuda._sleep(20_000_000)
     else:
@@ -123,7 +125,7 @@ def mhc_bf16_accumulation(inputs: Inputs, p: Params) -> Outputs:
     for k in range(0, x.shape[1], ACC_TILE):
         acc = acc + x[:, k : k + ACC_TILE] @ w[:, k : k + ACC_TILE].T
     xf = x.float()
-    m = acc.float() * mhc._rms_inv(xf, p["eps"])
+    m = acc.float() * mhc._rms_inv(xf, mhc.norm_eps(p))
     return mhc._epilogue(m, xf, inputs, p)
 
 
@@ -131,7 +133,7 @@ def mhc_rms_eps_x1000(inputs: Inputs, p: Params) -> Outputs:
     """TF32 path with the RMSNorm epsilon 1000 times too large (1e-3 instead of 1e-6)."""
     with matmul_precision(tf32=True):
         xf = inputs["x"].flatten(1).float()
-        m = (xf @ inputs["hc_fn"].T) * mhc._rms_inv(xf, p["eps"] * 1000)
+        m = (xf @ inputs["hc_fn"].T) * mhc._rms_inv(xf, mhc.norm_eps(p) * 1000)
         return mhc._epilogue(m, xf, inputs, p)
 
 
@@ -147,6 +149,32 @@ def mhc_sinkhorn_cut(inputs: Inputs, p: Params) -> Outputs:
 def mhc_roundtrip_cast(inputs: Inputs, p: Params) -> Outputs:
     """bf16 path with a redundant bf16 -> fp32 -> bf16 round trip of x: numerically exact."""
     return mhc.bf16_roundtrip(inputs, p)
+
+
+def mhc_roundtrip_by_value(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path whose GEMM operand is x upcast, multiplied by 1.0, and cast back: a round
+    trip through an exact op, invisible to storage tracking, caught by value."""
+    x = inputs["x"].flatten(1)
+    xf = x.float()
+    x_again = (xf * 1.0).to(torch.bfloat16)
+    mm = x_again @ inputs["hc_fn"].to(torch.bfloat16).T
+    return mhc._epilogue(mm.float() * mhc._rms_inv(xf, mhc.norm_eps(p)), xf, inputs, p)
+
+
+def mhc_x_copy(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path with one extra full copy of x (the largest input): ``.clone()``."""
+    return mhc.bf16(dict(inputs, x=inputs["x"].clone()), p)
+
+
+def indexer_kv_cache_copy(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path with one extra full copy of the KV cache (the largest input): ``.clone()``."""
+    return indexer.bf16(dict(inputs, kv_cache=inputs["kv_cache"].clone()), p)
+
+
+def indexer_kt_contiguous(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that makes K^T contiguous before the GEMM: one extra copy of the operand."""
+    q, kt, k_scale = indexer._operands(inputs, p, torch.bfloat16)
+    return indexer._outputs(torch.bmm(q, kt.contiguous()), inputs, k_scale, p)
 
 
 def mhc_nan_one_row(inputs: Inputs, p: Params) -> Outputs:
@@ -290,6 +318,14 @@ def indexer_inf_one_row(inputs: Inputs, p: Params) -> Outputs:
     return {"logits": logits, "topk": out["topk"]}
 
 
+def indexer_zero_masked(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that returns 0.0 (not -inf) at invalid positions, as some serving fallbacks
+    do before masking again inside their top-k: breaks the op's masking contract."""
+    out = indexer.bf16(inputs, p)
+    logits = out["logits"]
+    return {"logits": torch.where(torch.isneginf(logits), 0.0, logits), "topk": out["topk"]}
+
+
 def indexer_raises(inputs: Inputs, p: Params) -> Outputs:
     raise RuntimeError("planted failure inside the variant")
 
@@ -312,6 +348,9 @@ PLANTED = {
         "one_element_8x": (indexer_one_element_8x, "bf16"),
         "page_scale_slip": (indexer_page_scale_slip, "bf16"),
         "extra_bf16_rounding": (indexer_extra_bf16_rounding, "bf16"),
+        "kv_cache_copy": (indexer_kv_cache_copy, "bf16"),
+        "zero_masked": (indexer_zero_masked, "bf16"),
+        "kt_contiguous": (indexer_kt_contiguous, "bf16"),
     },
     "mhc_pre": {
         "y_scaled": (mhc_y_scaled, "fp32"),
@@ -326,6 +365,8 @@ PLANTED = {
         "token_rms_swapped": (mhc_token_rms_swapped, "bf16"),
         "one_element_8x": (mhc_one_element_8x, "bf16"),
         "extra_bf16_rounding": (mhc_extra_bf16_rounding, "bf16"),
+        "roundtrip_by_value": (mhc_roundtrip_by_value, "bf16"),
+        "x_copy": (mhc_x_copy, "bf16"),
     },
 }
 
@@ -366,6 +407,13 @@ SELF_TEST = [
     ("indexer", "extra_bf16_rounding", "bf16"),
     # The Sinkhorn order swapped: visible only on tokens that have not converged in 20 steps.
     ("mhc_pre", "sinkhorn_row_last", "bf16"),
+    # Exact, so only the cast ledger sees them: an extra full copy of the largest input, and
+    # a round trip through an exact op (docs/overhead.md).
+    ("indexer", "zero_masked", "bf16"),
+    ("indexer", "kv_cache_copy", "bf16"),
+    ("indexer", "kt_contiguous", "bf16"),
+    ("mhc_pre", "x_copy", "bf16"),
+    ("mhc_pre", "roundtrip_by_value", "bf16"),
 ]
 
 #: The kind of each planted bug: docs/reliability.md gives the catch rate per kind.
@@ -411,7 +459,13 @@ SEED_DEPENDENT = {
 }
 
 #: Planted bugs no numerics budget can see, with the gate that catches them instead.
-NOT_NUMERIC = {("mhc_pre", "roundtrip_cast"): "caught by the cast ledger"}
+NOT_NUMERIC = {
+    ("mhc_pre", "roundtrip_cast"): "caught by the cast ledger",
+    ("mhc_pre", "roundtrip_by_value"): "caught by the cast ledger, by value",
+    ("mhc_pre", "x_copy"): "caught by the cast ledger: a second pass over x (input_copies)",
+    ("indexer", "kv_cache_copy"): "caught by the cast ledger: a second pass over the cache",
+    ("indexer", "kt_contiguous"): "caught by the cast ledger's bytes (max_cast_bytes_ratio)",
+}
 
 
 def register_all() -> None:

@@ -102,7 +102,7 @@ def test_unknown_variant(pytester: pytest.Pytester) -> None:
     make_project(pytester, variants='"bf17"')
     _collection_stops(pytester).stdout.fnmatch_lines(
         [("*indexer.toml: case 'tiny': key 'variants': unknown variant 'bf17' for op 'indexer'."
-         " Fix: use one of: bf16, bf16_fp32out, tf32, fused")]
+         " Fix: use one of: bf16, bf16_fp32out, tf32, bf16_folded, fused")]
     )
 
 

@@ -159,3 +159,111 @@ def test_dynamo_is_not_imported_by_the_ledger() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+# -- round trips found by value ---------------------------------------------------------
+
+
+def test_round_trip_behind_an_exact_op_is_found_by_value() -> None:
+    x = torch.randn(64, 256).to(torch.bfloat16)
+    with CastLedger() as ledger:
+        xf = x.float()  # x leaves bf16 here
+        back = (xf * 1.0).to(torch.bfloat16)  # x * 1.0: a new storage, the same value
+    assert torch.equal(back, x)
+    (rt,) = ledger.round_trips
+    assert rt.round_trip_of is None and rt.same_value_as is not None
+    assert rt.same_value_as.where.line == line_of("# x leaves bf16 here")
+    assert ledger.describe_round_trip(rt) == (
+        f"fp32 -> bf16 of [64, 256] at {HERE}:{line_of('# x * 1.0: a new')} gives back, bit for "
+        f"bit, the bf16 [64, 256] tensor converted at {HERE}:{line_of('# x leaves bf16 here')}"
+        ": a round trip by value, 98.3 kB moved while that tensor was still alive: use it "
+        "(or a view of it)"
+    )
+    assert "ROUND TRIP (same value as" in "\n".join(ledger_table(ledger))
+
+
+def test_round_trip_by_value_of_an_earlier_result_in_another_shape() -> None:
+    x = torch.randn(8, 4, 128)
+    with CastLedger() as ledger:
+        h = (x * 3).to(torch.bfloat16)  # a result made inside the variant
+        h2 = h.flatten(1).float().clone()  # upcast, then copied
+        (h2 + 0.0).to(torch.bfloat16)  # back: same bits as h, flattened
+    (rt,) = ledger.round_trips
+    seen = rt.same_value_as
+    assert seen is not None and seen.input is None and seen.shape == (8, 4, 128)
+    assert seen.where is not None and seen.where.line == line_of("# a result made inside")
+    assert seen.role == "made"
+
+
+def test_round_trip_by_value_of_an_input_names_it() -> None:
+    x = torch.randn(16, 512).to(torch.bfloat16)
+    with CastLedger(inputs={"x": x}) as ledger:
+        y = x.to(torch.float32, copy=True).double()  # two hops away, never from x itself
+        (y * 1.0).to(torch.bfloat16)
+    (rt,) = ledger.round_trips
+    assert rt.same_value_as is not None and rt.same_value_as.input == "x"
+    assert "the bf16 [16, 512] tensor (input 'x') converted at" in ledger.describe_round_trip(rt)
+
+
+@pytest.mark.parametrize("case", ["different values", "constant", "freed", "tiny", "integer"])
+def test_honest_casts_are_not_round_trips_by_value(case: str) -> None:
+    x = torch.randn(64, 256).to(torch.bfloat16)
+    with CastLedger() as ledger:
+        if case == "different values":
+            (x.float() * 1.5).to(torch.bfloat16)  # a real computation, cast down once
+            torch.randn(64, 256).to(torch.bfloat16)  # another tensor of x's shape
+        elif case == "constant":
+            torch.zeros(64, 256, dtype=torch.bfloat16).float()  # bf16 zeros leave bf16
+            torch.zeros(64, 256).to(torch.bfloat16)  # zeros again: equal by construction
+        elif case == "freed":
+            y = x.float() * 1.0
+            del x  # the bf16 original is gone: casting back is the only way
+            y.to(torch.bfloat16)
+        elif case == "tiny":
+            s = torch.randn(8).to(torch.bfloat16)
+            (s.float() * 1.0).to(torch.bfloat16)  # 16 bytes: below VALUE_MIN_BYTES
+        else:
+            i = torch.arange(4096, dtype=torch.int32)
+            (i.long() + 0).to(torch.int32)  # integer casts are not compared
+    assert ledger.round_trips == []
+
+
+def test_value_tracking_can_be_switched_off() -> None:
+    x = torch.randn(64, 256).to(torch.bfloat16)
+    with CastLedger(by_value=False) as ledger:
+        (x.float() * 1.0).to(torch.bfloat16)
+    assert ledger.round_trips == [] and len(ledger.entries) == 2
+
+
+def test_shipped_variants_have_no_round_trip_by_value() -> None:
+    # Every shipped variant (the known-bad bf16_roundtrip aside) on a small shape of each op.
+    from numcheck.ops import indexer
+
+    for op, shape in ((get_op("mhc_pre"), {"tokens": 8, "hidden": 256}),
+                      (get_op("indexer"), {"batch": 2, "max_context": 256, "heads": 8})):
+        p = op.resolve_params(None, shape)
+        inputs = op.make_inputs(p, 0)
+        for name, variant in op.variants.items():
+            if "cpu" not in variant.devices or name in ("bf16_roundtrip", "fused"):
+                continue
+            with CastLedger() as ledger:
+                variant.fn(inputs, p)
+            assert ledger.round_trips == [], (op.name, name)
+    assert indexer.OP.name == "indexer"
+
+
+def test_interpreter_argument_copies_are_not_recorded() -> None:
+    # Under TRITON_INTERPRET the interpreter copies each kernel argument to the host and
+    # back; a compiled kernel does not, so the ledger leaves those copies out.
+    pytest.importorskip("triton")
+    import numcheck.ops.fused  # noqa: F401  (registers the fused variants)
+
+    op = get_op("indexer")
+    variant = op.variants["fused"]
+    if "cpu" not in variant.devices:
+        pytest.skip(variant.unavailable or "the fused variant does not run on the CPU here")
+    p = op.resolve_params(None, {"batch": 2, "max_context": 128, "heads": 8, "index_topk": 16})
+    inputs = op.make_inputs(p, 0)
+    with CastLedger() as ledger:
+        variant.fn(inputs, p)
+    assert [e.conversion for e in ledger.entries] == ["int64 -> int32"]  # the top-k indices

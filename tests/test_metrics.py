@@ -139,7 +139,7 @@ def test_zero_dim_tensor() -> None:
     [
         (torch.empty(0), torch.empty(0)),
         (torch.empty(3, 0), torch.empty(3, 0)),
-        (t([NAN, INF]), t([1, 1])),
+        (t([INF, -INF]), t([1, 1])),
     ],
 )
 def test_nothing_compared_gives_zeros(a: torch.Tensor, e: torch.Tensor) -> None:
@@ -150,6 +150,17 @@ def test_nothing_compared_gives_zeros(a: torch.Tensor, e: torch.Tensor) -> None:
         assert m.value(name) == 0.0 or not m.measured(name)
     assert m.max_abs_index == () and m.max_rel_index == ()
     assert m.n_outside == 0
+
+
+@pytest.mark.parametrize("a, e", [(t([NAN, NAN]), t([1, 2])), (t([NAN, 3]), t([1, 2])),
+                                  (t([1, 2]), t([NAN, 2]))])
+def test_a_nan_on_one_side_makes_every_error_metric_nan(a: torch.Tensor, e: torch.Tensor) -> None:
+    # An all-NaN output compares nothing; averaging would show it as 0 error.
+    m = cmp(a, e)
+    for name in METRIC_NAMES:
+        assert math.isnan(m.value(name)), name
+    same = cmp(t([NAN, 3]), t([NAN, 3]))  # matching NaN patterns: the error is defined
+    assert same.value("rel_fro") == 0.0
 
 
 # --- calc_diff ----------------------------------------------------------------------------
@@ -207,7 +218,7 @@ def test_calc_diff_accumulates_in_float64() -> None:
 
 def test_rel_fro_by_hand_excludes_non_finite() -> None:
     # Compared positions 0 and 2: a - e = [3, 0], e = [4, 3].
-    a = t([7, NAN, 3])
+    a = t([7, INF, 3])
     e = t([4, 1, 3])
     # ||a - e|| = 3, ||e|| over compared = sqrt(16 + 9) = 5 (position 1 would add 1)
     assert cmp(a, e).rel_fro == pytest.approx(3 / 5, rel=1e-15)
@@ -279,7 +290,7 @@ def test_ulp_percentiles_linear() -> None:
 
 def test_ulp_percentiles_skip_non_finite() -> None:
     # Without the NaN/inf positions the distances are [1, 1]; with them garbage would show.
-    a = t([1.0078125, NAN, INF, 1.0])
+    a = t([1.0078125, -INF, INF, 1.0])
     e = t([1.0, 1.0, 1.0, 1.0078125])
     m = cmp(a, e, ulp_dtype=torch.bfloat16)
     assert (m.ulp_p50, m.ulp_p99, m.ulp_max) == (1.0, 1.0, 1.0)
@@ -291,7 +302,7 @@ def test_ulp_percentiles_skip_non_finite() -> None:
 def test_frac_outside_band_edges() -> None:
     # atol 0.25, rtol 0.5: bound 1.25 where |e| = 2, 2.25 where |e| = 4 (all binary-exact).
     e = t([2, 2, -2, 4, 1])
-    a = t([3.25, 3.5, -0.75, 6.5, NAN])
+    a = t([3.25, 3.5, -0.75, 6.5, INF])
     # |a - e| = [1.25 (on the edge: inside), 1.5 (out), 1.25 (inside), 2.5 (out), excluded]
     m = cmp(a, e, atol=0.25, rtol=0.5)
     assert m.n_compared == 4
@@ -324,9 +335,9 @@ def test_nonfinite_accounting() -> None:
     # 6 (2 vs -inf) differ; 7 is finite in both.
     assert nf.mask_mismatch == 3
     assert not nf.clean
-    # Only position 7 is compared.
+    # Only position 7 is compared, but a NaN on one side makes the error undefined.
     assert (m.numel, m.n_compared) == (8, 1)
-    assert (m.max_abs, m.max_abs_index) == (0.5, (7,))
+    assert math.isnan(m.max_abs) and m.max_abs_index == (7,)
 
 
 def test_matching_masks_are_clean_and_excluded() -> None:

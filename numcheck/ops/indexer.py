@@ -18,7 +18,7 @@ import math
 import numpy as np
 import torch
 
-from numcheck.inputs import normal, quantize_e4m3, rng
+from numcheck.inputs import SCALE_FORMATS, normal, quantize_e4m3, rng
 from numcheck.ops.spec import (
     Inputs,
     OpSpec,
@@ -46,6 +46,11 @@ PARAMS = {
     "near_ties": ParamSpec(
         float, 0.0, "fraction of tokens made exact or near copies of another token (adversarial ties)",
         min=0.0, max=0.5,
+    ),
+    "scale_fmt": ParamSpec(
+        str, "amax448",
+        "KV scale format: amax448 (amax / 448) or ue8m0 (power of two, V3.2's inference config)",
+        choices=SCALE_FORMATS,
     ),
 }
 
@@ -79,6 +84,11 @@ def make_inputs(p: Params, seed: int) -> Inputs:
     )
     small = p["min_context"] or max(big // 4, 1)
     small = max(small, n)
+    scale_fmt = p.get("scale_fmt", "amax448")  # parameters built by hand may omit it
+    if scale_fmt not in SCALE_FORMATS:
+        raise ValueError(
+            f"indexer: scale_fmt must be one of {', '.join(SCALE_FORMATS)}, got {scale_fmt!r}"
+        )
     if not 1 <= small <= big:
         raise ValueError(f"indexer: need next_n <= min_context <= max_context, got {small}, {big}")
 
@@ -107,8 +117,13 @@ def make_inputs(p: Params, seed: int) -> Inputs:
         keys = normal(k_rng, (length, d))
         # Token magnitudes vary like real keys, so per-token scales matter.
         keys *= torch.from_numpy(np.exp(0.5 * k_rng.standard_normal((length, 1)))).float()
-        _plant_near_ties(keys, p["near_ties"], tie_rng)
-        q8, scale = quantize_e4m3(keys)
+        ties = _plan_near_ties(length, p["near_ties"], tie_rng)
+        if scale_fmt == "amax448":
+            _scale_copies(keys, ties)
+            q8, scale = quantize_e4m3(keys)
+        else:
+            q8, scale = quantize_e4m3(keys, scale_fmt)
+            _nudge_copies(q8, scale, ties)
         pages = torch.from_numpy(order[next_page : next_page + blocks[i]].astype(np.int64))
         next_page += blocks[i]
         block_table[i, : blocks[i]] = pages.to(torch.int32)
@@ -134,23 +149,63 @@ def make_inputs(p: Params, seed: int) -> Inputs:
     }
 
 
-def _plant_near_ties(keys: torch.Tensor, fraction: float, gen: np.random.Generator) -> None:
-    """Turn ``fraction`` of the tokens into scaled copies of other tokens.
+#: Near-ties planted in one request: (source tokens, target tokens, relative offsets).
+TiePlan = tuple[np.ndarray, np.ndarray, np.ndarray]
 
-    A copy scaled by ``1 + delta`` quantizes to the same fp8 bytes with a scale
-    ``1 + delta`` larger, so its logit is exactly ``(1 + delta)`` times the source's:
-    delta = 0 gives exact ties, |delta| <= 2^-9 gives ties below bf16 resolution.
+
+def _plan_near_ties(length: int, fraction: float, gen: np.random.Generator) -> TiePlan:
+    """Which tokens become copies of which, and how far off: ``fraction`` of the tokens.
+
+    Half the offsets are 0 (exact ties), the others uniform in |delta| <= 2^-9: below bf16's
+    resolution, so bf16 rounding can reorder the pair.
     """
-    length = keys.shape[0]
     count = min(round(fraction * length), length // 2)
     if count == 0:
-        return
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, np.zeros(0)
     picked = gen.permutation(length)[: 2 * count]
     sources, targets = picked[:count], picked[count:]
     delta = gen.uniform(-(2.0**-9), 2.0**-9, size=count)
     delta[gen.random(count) < 0.5] = 0.0
+    return sources, targets, delta
+
+
+def _scale_copies(keys: torch.Tensor, ties: TiePlan) -> None:
+    """amax/448 scales: a copy scaled by ``1 + delta`` quantizes to the same fp8 bytes with a
+    scale ``1 + delta`` larger, so its logit is exactly ``(1 + delta)`` times the source's."""
+    sources, targets, delta = ties
+    if len(sources) == 0:
+        return
     factor = torch.from_numpy(1.0 + delta).float().unsqueeze(1)
     keys[torch.from_numpy(targets)] = keys[torch.from_numpy(sources)] * factor
+
+
+def _nudge_copies(q8: torch.Tensor, scale: torch.Tensor, ties: TiePlan) -> None:
+    """Power-of-two scales cannot absorb ``1 + delta`` (a scaled copy would re-round every
+    fp8 byte: no longer a near-tie), so the copy is made after quantization: the same bytes
+    and scale (delta = 0: an exact tie), or, for delta != 0, the same bytes but for the
+    smallest non-zero element, moved one e4m3 step away from (delta > 0) or towards
+    (delta < 0) zero. That moves each head's dot product by less than one e4m3 step of one
+    small element: a tie below bf16's resolution, as in the amax/448 case."""
+    sources, targets, delta = ties
+    if len(sources) == 0:
+        return
+    src, dst = torch.from_numpy(sources), torch.from_numpy(targets)
+    codes = q8.view(torch.uint8)
+    codes[dst] = codes[src]
+    scale[dst] = scale[src]
+    for row, d in zip(targets.tolist(), delta.tolist(), strict=True):
+        if d == 0.0:
+            continue
+        magnitude = (codes[row] & 0x7F).to(torch.int16)
+        nonzero = magnitude > 0
+        if not bool(nonzero.any()):
+            continue
+        col = int(torch.where(nonzero, magnitude, 0x7F).argmin())
+        m = int(magnitude[col])
+        # 0x7E is e4m3fn's largest finite magnitude (448); 0x7F is NaN.
+        step = 1 if (d > 0 and m < 0x7E) or m == 1 else -1
+        codes[row, col] = (int(codes[row, col]) & 0x80) | (m + step)
 
 
 def paged_keys(inputs: Inputs, max_context: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,21 +232,27 @@ def valid_mask(context_lens: torch.Tensor, next_n: int, length: int) -> torch.Te
     return t.view(1, 1, -1) < limit
 
 
-def logits_from_scores(scores: torch.Tensor, inputs: Inputs, k_scale: torch.Tensor, p: Params) -> torch.Tensor:
+def logits_from_scores(
+    scores: torch.Tensor, inputs: Inputs, k_scale: torch.Tensor | None, p: Params
+) -> torch.Tensor:
     """fp32 epilogue: relu, head weights, head sum, kv scale and the -inf mask.
 
     ``scores`` is ``[B, next_n * H, L]`` (any float dtype); returns ``[B * next_n, L]`` fp32.
+    ``k_scale`` None: the scale was folded into K before the GEMM.
     """
     b, n, h = inputs["q"].shape[:3]
     length = scores.shape[-1]
     s = scores.float().relu().view(b, n, h, length)
     logits = (s * inputs["weights"].view(b, n, h, 1)).sum(dim=2)
-    logits = logits * k_scale.view(b, 1, length)
+    if k_scale is not None:
+        logits = logits * k_scale.view(b, 1, length)
     logits = logits.masked_fill(~valid_mask(inputs["context_lens"], n, length), float("-inf"))
     return logits.view(b * n, length)
 
 
-def _outputs(scores: torch.Tensor, inputs: Inputs, k_scale: torch.Tensor, p: Params) -> Outputs:
+def _outputs(
+    scores: torch.Tensor, inputs: Inputs, k_scale: torch.Tensor | None, p: Params
+) -> Outputs:
     logits = logits_from_scores(scores, inputs, k_scale, p)
     return {"logits": logits, "topk": select_topk(logits, p["index_topk"])}
 
@@ -220,6 +281,20 @@ def bf16_fp32out(inputs: Inputs, p: Params) -> Outputs:
     """bf16 operands (exact for e4m3), fp32 accumulation kept in the output; CUDA only."""
     q, kt, k_scale = _operands(inputs, p, torch.bfloat16)
     return _outputs(torch.bmm(q, kt, out_dtype=torch.float32), inputs, k_scale, p)
+
+
+def bf16_folded(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 GEMM on K dequantized with its per-token scale folded in (K * s rounded to bf16),
+    as DeepGEMM's simulated reference does; bf16 scores, no scale after the GEMM.
+
+    Rounding K * s to bf16 adds an error the ``bf16`` variant (exact e4m3 operands, scale
+    applied in fp32 after) does not have: this scheme has its own budgets (docs/budgets.md).
+    """
+    b, n, h, d = inputs["q"].shape
+    k, k_scale = paged_keys(inputs, p["max_context"])
+    folded = (k.float() * k_scale.unsqueeze(-1)).to(torch.bfloat16)
+    q = inputs["q"].to(torch.bfloat16).view(b, n * h, d)
+    return _outputs(torch.bmm(q, folded.transpose(1, 2)), inputs, None, p)
 
 
 def tf32(inputs: Inputs, p: Params) -> Outputs:
@@ -343,6 +418,7 @@ OP = OpSpec(
             "bf16_fp32out", bf16_fp32out, "bf16", devices=("cuda",), doc=bf16_fp32out.__doc__ or ""
         ),
         "tf32": Variant("tf32", tf32, "tf32", doc=tf32.__doc__ or ""),
+        "bf16_folded": Variant("bf16_folded", bf16_folded, "bf16", doc=bf16_folded.__doc__ or ""),
     },
     make_inputs=make_inputs,
     outputs=("logits", "topk"),

@@ -1,12 +1,16 @@
 """mHC pre (manifold-constrained hyper-connections), hc_mult n = 4 (DeepSeek V4).
 
     xf   = flatten(x) as fp32                          # [T, n*C]
-    r    = rsqrt(mean(xf^2) + eps)                     # RMSNorm without gain, fp32
+    r    = rsqrt(mean(xf^2) + norm_eps)                # RMSNorm without gain, fp32
     m    = (xf @ hc_fn^T) * r                          # [T, (2+n)*n]: the GEMM that was flipped
-    pre  = sigmoid(m[:, :n] * s0 + base[:n]) + eps
+    pre  = sigmoid(m[:, :n] * s0 + base[:n]) + hc_eps
     post = 2 * sigmoid(m[:, n:2n] * s1 + base[n:2n])
-    comb = Sinkhorn(softmax_rows(m[:, 2n:] * s2 + base[2n:]) as [T, n, n] + eps)
+    comb = Sinkhorn(softmax_rows(m[:, 2n:] * s2 + base[2n:]) as [T, n, n] + hc_eps)
     y    = sum_i pre[:, i] * xf.view(T, n, C)[:, i]      # [T, C], back to bf16
+
+Two epsilons, as DeepSeek V4 keeps them: ``norm_eps`` (the RMS norm) and ``hc_eps`` (the
+sigmoid offset and every Sinkhorn division). Both are 1e-6 in the public config. The older
+``eps`` sets both at once; ``norm_eps`` or ``hc_eps`` given in the same case wins over it.
 """
 
 from __future__ import annotations
@@ -25,8 +29,25 @@ PARAMS = {
     "hidden": ParamSpec(int, 4096, "hidden size C", min=1),
     "sinkhorn_iters": ParamSpec(int, 20, "Sinkhorn iterations", min=1),
     # > 0: it keeps rsqrt and the Sinkhorn divisions finite; 1 is already far beyond any model.
-    "eps": ParamSpec(float, 1e-6, "RMS and Sinkhorn epsilon", gt=0.0, max=1.0),
+    "eps": ParamSpec(float, 1e-6, "sets norm_eps and hc_eps together (either given itself wins)",
+                     gt=0.0, max=1.0),
+    "norm_eps": ParamSpec(float, 1e-6, "RMS norm epsilon (default: eps)", gt=0.0, max=1.0),
+    "hc_eps": ParamSpec(float, 1e-6, "sigmoid and Sinkhorn epsilon (default: eps)",
+                        gt=0.0, max=1.0),
 }
+
+#: ``norm_eps`` and ``hc_eps`` take ``eps``'s value unless a case (or preset) gives them.
+FOLLOWS = {"norm_eps": "eps", "hc_eps": "eps"}
+
+
+def norm_eps(p: Params) -> float:
+    """The RMS epsilon (``eps`` for parameters built by hand without ``norm_eps``)."""
+    return float(p.get("norm_eps", p["eps"]))
+
+
+def hc_eps(p: Params) -> float:
+    """The sigmoid/Sinkhorn epsilon (``eps`` for parameters built by hand without ``hc_eps``)."""
+    return float(p.get("hc_eps", p["eps"]))
 
 PRESETS = {
     "v4flash": {"hidden": 4096, "hc_mult": 4},
@@ -55,7 +76,7 @@ def make_inputs(p: Params, seed: int) -> Inputs:
 
 def _epilogue(m: torch.Tensor, xf: torch.Tensor, inputs: Inputs, p: Params) -> Outputs:
     """Sigmoids, Sinkhorn and y from the fp32 mixes ``m`` [T, (2+n)*n]."""
-    n, eps = p["hc_mult"], p["eps"]
+    n, eps = p["hc_mult"], hc_eps(p)
     t = m.shape[0]
     scale, base = inputs["hc_scale"], inputs["hc_base"]
     pre = torch.sigmoid(m[:, :n] * scale[0] + base[:n]) + eps
@@ -78,7 +99,7 @@ def fp32(inputs: Inputs, p: Params) -> Outputs:
     """Reference: fp32 copy of x, fp32 GEMM with TF32 forced off."""
     with matmul_precision(tf32=False):
         xf = inputs["x"].flatten(1).float()
-        m = (xf @ inputs["hc_fn"].T) * _rms_inv(xf, p["eps"])
+        m = (xf @ inputs["hc_fn"].T) * _rms_inv(xf, norm_eps(p))
         return _epilogue(m, xf, inputs, p)
 
 
@@ -87,7 +108,7 @@ def bf16(inputs: Inputs, p: Params) -> Outputs:
     x = inputs["x"].flatten(1)
     xf = x.float()
     mm = x @ inputs["hc_fn"].to(torch.bfloat16).T
-    m = mm.float() * _rms_inv(xf, p["eps"])
+    m = mm.float() * _rms_inv(xf, norm_eps(p))
     return _epilogue(m, xf, inputs, p)
 
 
@@ -100,7 +121,7 @@ def bf16_roundtrip(inputs: Inputs, p: Params) -> Outputs:
     xf = inputs["x"].flatten(1).float()
     x_flat = xf.to(torch.bfloat16)
     mm = x_flat @ inputs["hc_fn"].to(torch.bfloat16).T
-    m = mm.float() * _rms_inv(xf, p["eps"])
+    m = mm.float() * _rms_inv(xf, norm_eps(p))
     return _epilogue(m, xf, inputs, p)
 
 
@@ -108,7 +129,7 @@ def tf32(inputs: Inputs, p: Params) -> Outputs:
     """The fp32 path with TF32 matmul allowed (what DeepSeek's prenorm GEMM uses)."""
     with matmul_precision(tf32=True):
         xf = inputs["x"].flatten(1).float()
-        m = (xf @ inputs["hc_fn"].T) * _rms_inv(xf, p["eps"])
+        m = (xf @ inputs["hc_fn"].T) * _rms_inv(xf, norm_eps(p))
         return _epilogue(m, xf, inputs, p)
 
 
@@ -168,6 +189,7 @@ OP = OpSpec(
     params=PARAMS,
     presets=PRESETS,
     output_precision={"y": "bf16"},
+    follows=FOLLOWS,
     doc=__doc__ or "",
     flops=flops,
     min_bytes=min_bytes,

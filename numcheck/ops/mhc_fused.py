@@ -30,6 +30,7 @@ from numcheck.ops.triton_support import INTERPRETED
 import triton
 import triton.language as tl
 
+from numcheck.ops.mhc import hc_eps, norm_eps
 from numcheck.ops.spec import Inputs, Outputs, Params
 
 MODES = ("bf16x2", "tf32", "bf16", "ieee")
@@ -125,7 +126,7 @@ def _epilogue_kernel(
     mix_ptr,  # [T, NMIX] fp32 out
     pre_ptr, post_ptr,  # [T, N] fp32 out
     comb_ptr,  # [T, N, N] fp32 out
-    T, inv_k, eps,
+    T, inv_k, norm_eps, eps,
     # Loop bounds are constexpr: Triton 3.6's interpreter cannot loop over a runtime int
     # under numpy >= 2.3 (int() of a 1-element array), and these are fixed per shape.
     SPLIT: tl.constexpr,
@@ -152,7 +153,7 @@ def _epilogue_kernel(
         m_comb += tl.load(part_ptr + row[:, None, None] + 2 * N + ij[None, :, :], mask=ok3,
                           other=0.0)
         sq += tl.load(sq_ptr + s * T + t, mask=t_ok, other=0.0)
-    r = 1.0 / tl.sqrt_rn(sq * inv_k + eps)  # RMS factor, fp32
+    r = 1.0 / tl.sqrt_rn(sq * inv_k + norm_eps)  # RMS factor, fp32
     m_pre = m_pre * r[:, None]
     m_post = m_post * r[:, None]
     m_comb = m_comb * r[:, None, None]
@@ -249,7 +250,7 @@ def mhc_pre(
     block_e = 32 if device == "cuda" else min(256, max(16, triton.next_power_of_2(t)))
     _epilogue_kernel[(math.ceil(t / block_e),)](
         part, sq, inputs["hc_scale"].contiguous(), inputs["hc_base"].contiguous(),
-        mixes, pre, post, comb, t, 1.0 / k, float(p["eps"]),
+        mixes, pre, post, comb, t, 1.0 / k, norm_eps(p), hc_eps(p),
         SPLIT=split, N=n, NMIX_PAD=nmix_pad, ITERS=int(p["sinkhorn_iters"]), BLOCK_T=block_e, **gpu,
     )
     y = torch.empty(t, c, dtype=torch.bfloat16, device=dev)

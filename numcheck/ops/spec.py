@@ -117,6 +117,9 @@ class OpSpec:
     #: element, to a multiple of this variant's worst error on the same inputs
     #: (``max_err_ratio``); classes without an entry are not measured that way.
     rounding_reference: Mapping[str, str] = field(default_factory=dict)
+    #: Parameters that take another's value unless given themselves (name -> the one it
+    #: follows): an umbrella parameter split in two keeps its meaning (mHC's ``eps``).
+    follows: Mapping[str, str] = field(default_factory=dict)
     #: Constraints between parameters (``min_context <= max_context``): called with the
     #: resolved params, returns a :class:`ParamProblem` per broken rule (empty when the
     #: params are valid). Single-parameter ranges go in ParamSpec.
@@ -130,12 +133,19 @@ class OpSpec:
     structure: Mapping[str, Structure] = field(default_factory=dict)
 
     def resolve_params(self, preset: str | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
-        """Defaults, then the preset, then explicit values. Unknown names raise KeyError."""
+        """Defaults, then the preset, then explicit values, then :attr:`follows` for the
+        parameters neither gave. Unknown names raise KeyError."""
         params = {name: spec.default for name, spec in self.params.items()}
+        given: set[str] = set()
         if preset is not None:
             params.update(self.presets[preset])
+            given.update(self.presets[preset])
         for key, value in overrides.items():
             if key not in self.params:
                 raise KeyError(key)
             params[key] = value
+            given.add(key)
+        for name, source in self.follows.items():
+            if name not in given:
+                params[name] = params[source]
         return params

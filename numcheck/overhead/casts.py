@@ -20,10 +20,26 @@ What counts (every entry is a separate pass over memory):
 - **no-op conversion**: a ``_to_copy`` that changed nothing (same dtype, device and strides):
   bytes moved for nothing. (``.to(dtype)`` to the dtype a tensor already has returns the
   tensor itself and costs nothing, so it never reaches aten and is not one.)
-- **round trip**: a cast to dtype A of a value that an earlier cast made from an A tensor,
-  while that A tensor is still alive (so a view of it could have been used), and neither
-  was written in between. Identity is tracked through storages, so views and copies of the
-  intermediate still count.
+- **round trip**, found two ways:
+
+  - *by path*: a cast to dtype A of a value that an earlier cast made from an A tensor,
+    while that A tensor is still alive (so a view of it could have been used), and neither
+    was written in between. Identity is tracked through storages, so views and copies of
+    the intermediate still count.
+  - *by value*: a cast to a floating dtype A whose result is bit-identical to a live A
+    tensor the variant already had, whatever exact ops sat in between (``x.float() * 1.0``
+    then ``.to(bf16)``). A round trip by value leaves dtype A through a cast, so the
+    candidates are the variant's inputs (when the ledger is given them) and the source of
+    every cast, of at least :data:`VALUE_MIN_BYTES`, remembered weakly and keyed by
+    (dtype, numel); a cast's result is compared with those of its key only: a few sampled
+    elements first, then exact equality. Constant results (all sampled elements equal:
+    zeros, ones) are not compared: equal by construction, not a trip. Not seen: a value
+    that left dtype A only through type promotion inside an op (``x * fp32_tensor``) and
+    was no input.
+
+Not recorded either: conversions made by Triton's interpreter (``TRITON_INTERPRET=1``) to
+move a kernel's arguments between host and "device" memory: a compiled kernel does not
+make them, so counting them on the CPU would budget an artefact.
 
 Not recorded: views (``view``, ``view(dtype)`` bit reinterpretation, ``view_as_real``,
 ``transpose``, ``flatten`` of a contiguous tensor) move no bytes; type promotion inside an
@@ -35,6 +51,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +82,14 @@ SHORT_DTYPES = {
 # them is the line that asked for the conversion.
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _THIS_FILE = __file__
+#: Files whose conversions emulate a device and are not recorded (see the module docstring).
+EMULATION_FILES = (os.path.join("triton", "runtime", "interpreter.py"),)
+
+#: Smallest cast result (bytes) compared by value: a round trip of less moves nothing
+#: worth a message, and tiny tensors (scalars, [3] scales) are equal by coincidence.
+VALUE_MIN_BYTES = 4096
+#: Elements sampled before an exact comparison (evenly spaced in row-major order).
+VALUE_SAMPLES = 64
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -123,11 +148,31 @@ def _relative(path: str) -> str:
 
 
 @dataclass(frozen=True)
+class Seen:
+    """A tensor the variant had: an input (``input`` names it), or the source of a cast
+    (``where`` is the line of that cast: where the variant left that dtype)."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    where: Where | None
+    input: str | None = None
+    #: "converted" (the source of a cast at ``where``) or "made" (a cast's result there).
+    role: str = "converted"
+
+    def describe(self) -> str:
+        """``the bf16 [32, 16384] tensor (input 'x') converted at numcheck/ops/mhc.py:97``."""
+        what = f" (input '{self.input}')" if self.input else ""
+        text = f"the {dtype_name(self.dtype)} {list(self.shape)} tensor{what}"
+        return text + (f" {self.role} at {self.where}" if self.where else "")
+
+
+@dataclass(frozen=True)
 class LedgerEntry:
     """One conversion or copy: what, how big, and who asked for it.
 
-    ``round_trip_of`` is the index of the earlier cast this one undoes; ``no_op`` marks a
-    conversion that changed nothing.
+    ``round_trip_of`` is the index of the earlier cast this one undoes; ``same_value_as``
+    the live tensor whose exact value it reproduced (a round trip found by value);
+    ``no_op`` marks a conversion that changed nothing.
     """
 
     index: int
@@ -141,6 +186,13 @@ class LedgerEntry:
     where: Where
     no_op: bool = False
     round_trip_of: int | None = None
+    same_value_as: Seen | None = None
+    #: The variant's input this entry read from (by storage: views count), if any.
+    input: str | None = None
+
+    @property
+    def is_round_trip(self) -> bool:
+        return self.round_trip_of is not None or self.same_value_as is not None
 
     @property
     def bytes_moved(self) -> int:
@@ -176,16 +228,42 @@ class CastLedger:
     Args:
         skip: extra file names whose frames are machinery (e.g. a harness calling the
             variant), so the recorded line is the variant's own.
+        by_value: also find round trips by value (the module docstring); off only to
+            measure what that costs (docs/overhead.md).
+        inputs: the variant's inputs by name: an entry reading one of their storages (or a
+            view of it) names it, and :meth:`input_passes` counts how often each was read.
     """
 
     skip: tuple[str, ...] = ()
+    by_value: bool = True
+    inputs: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    _input_storages: dict[int, str] = field(default_factory=dict, repr=False)
+    # Storages that are copies (same dtype) of an input: reading them reads that input again.
+    _input_copies: dict[StorageWeakRef, tuple[StorageWeakRef, str]] = field(
+        default_factory=dict, repr=False
+    )
     entries: list[LedgerEntry] = field(default_factory=list)
     _origins: dict[StorageWeakRef, tuple[StorageWeakRef, _Origin]] = field(
         default_factory=dict, repr=False
     )
     _mode: TorchDispatchMode | None = field(default=None, repr=False)
+    #: Exact comparisons run by the value check (only after a sampled match): a measure of
+    #: its cost that does not depend on the machine's speed.
+    value_comparisons: int = 0
+    # (dtype, numel) -> {id(tensor): (weak reference, what it was)}: the tensors seen.
+    _seen: dict[tuple[torch.dtype, int], dict[int, tuple[Any, Seen]]] = field(
+        default_factory=dict, repr=False
+    )
 
     def __enter__(self) -> Self:
+        self._input_storages = {
+            t.untyped_storage().data_ptr(): name for name, t in self.inputs.items()
+            if isinstance(t, torch.Tensor) and t.numel() and t.device.type != "meta"
+        }
+        if self.by_value:
+            for name, t in self.inputs.items():
+                if isinstance(t, torch.Tensor):
+                    self._see(t, None, name)
         self._mode = _LedgerMode(self)
         self._mode.__enter__()
         return self
@@ -195,6 +273,8 @@ class CastLedger:
         self._mode.__exit__(*exc)
         self._mode = None
         self._origins.clear()  # drop the weak references; the entries stay
+        self._seen.clear()
+        self._input_copies.clear()
 
     # -- what the ledger says -----------------------------------------------------------
 
@@ -208,7 +288,7 @@ class CastLedger:
 
     @property
     def round_trips(self) -> list[LedgerEntry]:
-        return [e for e in self.entries if e.round_trip_of is not None]
+        return [e for e in self.entries if e.is_round_trip]
 
     @property
     def no_ops(self) -> list[LedgerEntry]:
@@ -219,12 +299,34 @@ class CastLedger:
         """Bytes read plus written by every entry: casts and copies are both pure traffic."""
         return sum(e.bytes_moved for e in self.entries)
 
+    def input_passes(self) -> dict[str, float]:
+        """How many times casts and copies read each input, in whole-input passes: bytes read
+        from its storage, or from a copy of it, over its bytes (1.0: one full copy or cast of
+        it; ``x.clone()`` then ``.float()`` of the clone is 2.0)."""
+        read: dict[str, int] = {}
+        for e in self.entries:
+            if e.input is not None:
+                read[e.input] = read.get(e.input, 0) + e.bytes_read
+        return {
+            name: n / max(1, self.inputs[name].numel() * self.inputs[name].element_size())
+            for name, n in read.items()
+        }
+
     def largest(self) -> LedgerEntry | None:
         return max(self.entries, key=lambda e: e.bytes_moved, default=None)
 
     def describe_round_trip(self, entry: LedgerEntry) -> str:
         """``bf16 -> fp32 -> bf16 of [64, 16384]: there at mhc.py:97, back at mhc.py:98 ...``."""
-        assert entry.round_trip_of is not None
+        assert entry.is_round_trip
+        if entry.round_trip_of is None:
+            seen = entry.same_value_as
+            assert seen is not None
+            return (
+                f"{entry.conversion} of {list(entry.shape)} at {entry.where} gives back, bit "
+                f"for bit, {seen.describe()}: a round trip by value, "
+                f"{megabytes(entry.bytes_moved)} moved while that tensor was still alive: "
+                "use it (or a view of it)"
+            )
         first = self.entries[entry.round_trip_of]
         chain = (f"{dtype_name(first.src_dtype)} -> {dtype_name(first.dst_dtype)} -> "
                  f"{dtype_name(entry.dst_dtype)}")
@@ -237,6 +339,9 @@ class CastLedger:
     # -- recording ----------------------------------------------------------------------
 
     def _record(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> None:
+        where = user_frame(self.skip)
+        if where.file.endswith(EMULATION_FILES):
+            return
         packet = func.overloadpacket
         if packet is _aten.copy_:
             dst, src = args[0], args[1]
@@ -251,6 +356,15 @@ class CastLedger:
             and src.device == dst.device
             and src.stride() == dst.stride()
         )
+        round_trip_of = self._undoes(src, dst) if cast else None
+        same_value = None
+        if cast and self.by_value:
+            if round_trip_of is None:
+                same_value = self._same_value(dst)
+            # A round trip by value leaves dtype A through a cast: its source is the A value
+            # a later cast may give back. Remembering cast sources (and the inputs) only
+            # keeps the check off every other aten call.
+            self._see(src, where, self._input_of(src))
         # copy_ broadcasts: it reads src once and writes every element of dst.
         entry = LedgerEntry(
             index=len(self.entries),
@@ -261,12 +375,78 @@ class CastLedger:
             shape=tuple(dst.shape),
             bytes_read=src.numel() * src.element_size(),
             bytes_written=dst.numel() * dst.element_size(),
-            where=user_frame(self.skip),
+            where=where,
             no_op=no_op,
-            round_trip_of=self._undoes(src, dst) if cast else None,
+            round_trip_of=round_trip_of,
+            same_value_as=same_value,
+            input=self._input_of(src),
         )
         self.entries.append(entry)
+        if cast and self.by_value:
+            self._see(dst, where, None, "made")
+        if entry.kind == "copy" and entry.input is not None:
+            ref = StorageWeakRef(dst.untyped_storage())
+            self._input_copies[ref] = (ref, entry.input)
         self._remember(entry, src, dst)
+
+    def _input_of(self, t: torch.Tensor) -> str | None:
+        """The input ``t`` holds (a view of it, or of a copy of it), if any."""
+        name = self._input_storages.get(t.untyped_storage().data_ptr())
+        if name is not None:
+            return name
+        key = StorageWeakRef(t.untyped_storage())
+        found = self._input_copies.get(key)
+        if found is None:
+            return None
+        if found[0].expired():
+            del self._input_copies[key]
+            return None
+        return found[1]
+
+    def _see(
+        self, t: torch.Tensor, where: Where | None, name: str | None, role: str = "converted"
+    ) -> None:
+        """Remember ``t`` (weakly) as a value the variant had, for later casts to compare; a
+        view's base too when it holds the same elements (``x.flatten(1)`` of a live ``x``)."""
+        base = t._base
+        if base is not None and base.numel() == t.numel() and base.dtype == t.dtype:
+            self._see(base, where, name, role)
+        if not t.is_floating_point() or t.device.type == "meta":
+            return
+        n = t.numel()
+        if n * t.element_size() < VALUE_MIN_BYTES:
+            return
+        bucket = self._seen.setdefault((t.dtype, n), {})
+        known = bucket.get(id(t))
+        if known is not None and known[0]() is t and known[1].where is not None:
+            return
+        bucket[id(t)] = (weakref.ref(t), Seen(t.dtype, tuple(t.shape), where, name, role))
+
+    def _same_value(self, dst: torch.Tensor) -> Seen | None:
+        """A live tensor seen earlier, of dst's dtype, holding exactly dst's values."""
+        if not dst.is_floating_point() or dst.numel() * dst.element_size() < VALUE_MIN_BYTES:
+            return None
+        bucket = self._seen.get((dst.dtype, dst.numel()))
+        if not bucket:
+            return None
+        positions = torch.linspace(0, dst.numel() - 1, VALUE_SAMPLES, device=dst.device).long()
+        mine = _sample(dst, positions)
+        if bool((mine == mine[0]).all()):  # constant: equal by construction, not a trip
+            return None
+        storage = dst.untyped_storage().data_ptr()
+        for key, (ref, seen) in list(bucket.items()):
+            t = ref()
+            if t is None:
+                del bucket[key]
+                continue
+            if t.device != dst.device or t.untyped_storage().data_ptr() == storage:
+                continue
+            if not torch.equal(_sample(t, positions), mine):
+                continue
+            self.value_comparisons += 1
+            if torch.equal(t.reshape(-1), dst.reshape(-1)):
+                return seen
+        return None
 
     def _lookup(self, t: torch.Tensor) -> _Origin | None:
         key = StorageWeakRef(t.untyped_storage())
@@ -327,6 +507,13 @@ class _LedgerMode(TorchDispatchMode):
         return out
 
 
+def _sample(t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The elements of ``t`` at row-major ``positions``, without copying ``t``."""
+    if t.is_contiguous():
+        return t.view(-1)[positions]
+    return t[torch.unravel_index(positions, t.shape)]
+
+
 def ledger_table(ledger: CastLedger, limit: int = 12) -> Iterator[str]:
     """The entries as an aligned table, largest first, capped at ``limit`` rows."""
     rows = sorted(ledger.entries, key=lambda e: -e.bytes_moved)[:limit]
@@ -336,6 +523,8 @@ def ledger_table(ledger: CastLedger, limit: int = 12) -> Iterator[str]:
         flag = ""
         if e.round_trip_of is not None:
             flag = f"  ROUND TRIP of #{e.round_trip_of}"
+        elif e.same_value_as is not None:
+            flag = f"  ROUND TRIP (same value as {e.same_value_as.where})"
         elif e.no_op:
             flag = "  NO-OP"
         code = f"  {e.where.code}" if e.where.code else ""

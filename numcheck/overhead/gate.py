@@ -14,14 +14,15 @@ Two gates, listed in :mod:`numcheck.gates` so case files can cite them in
 Limits live in case files, per variant::
 
     [v4flash-t64.overhead.bf16]
-    max_cast_bytes_ratio = 3.0   # default: no limit
+    max_cast_bytes_ratio = 3.0   # default: DEFAULT_CAST_BYTES_RATIO of the precision class
     round_trips = false          # allowed? default false for every variant
     no_op_casts = false          # allowed? default false
     cuda_core_gemm = false       # allowed? default false for bf16/tf32, true for fp32
-    max_copy_share = 0.2         # default: no limit
+    max_copy_share = 0.2         # default: DEFAULT_COPY_SHARE (CUDA only)
 
 The op's **minimum bytes** are every input read once plus every output written once: the
-traffic no implementation of the op can avoid (the op's HBM floor).
+traffic no implementation of the op can avoid (the roofline's HBM floor), as the op declares
+it for the case's shape (``OpSpec.min_bytes``), else the bytes of that call's tensors.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class OverheadBudget:
     max_cast_bytes_ratio: float | None = None
     cuda_core_gemm: bool = True
     max_copy_share: float | None = None
+    max_input_copies: float | None = None
 
 
 #: Case-file keys of ``[<case>.overhead.<variant>]``: (type, meaning) for messages.
@@ -60,6 +62,7 @@ OVERHEAD_KEYS: dict[str, tuple[type, str]] = {
     "max_cast_bytes_ratio": (float, "bytes moved by casts and copies / the op's minimum bytes"),
     "cuda_core_gemm": (bool, "allow CUDA-core GEMM kernels (default: only for fp32 variants)"),
     "max_copy_share": (float, "cast/copy kernels' share of the GPU time, 0..1"),
+    "max_input_copies": (float, "full passes casts/copies make over any one input (default 1)"),
 }
 
 
@@ -71,9 +74,42 @@ class OverheadError(ValueError):
         self.key, self.problem, self.fix = key, problem, fix
 
 
+#: Default ``max_cast_bytes_ratio`` per precision class: a ceiling for a variant whose case
+#: gives no limit (a user's variant, a planted one): the worst shipped variant of the class
+#: on any shipped case (fp32/tf32: the fp32 indexer, 6.63; bf16: bf16_folded, 16.85; the
+#: indexer with every request at max_context, the most bytes any seed moves:
+#: ``benchmarks/cast_ratios.py --full-context``, docs/overhead.md), times 1.25. The shipped
+#: cases set tight limits of their own (2% over their measurement); an extra full copy of an
+#: input fails everywhere through ``max_input_copies``.
+#: fp16 shares bf16's row (the same casts at the same widths); a class not listed gets no
+#: limit rather than an unmeasured one.
+DEFAULT_CAST_BYTES_RATIO: dict[str, float] = {
+    "fp32": 8.3, "tf32": 8.3, "bf16": 21.1, "fp16": 21.1,
+}
+#: Default ``max_copy_share`` per precision class. Only the kernels gate reads it, and that
+#: gate runs on CUDA only. Conservative: at production shapes on an H200 the shipped naive
+#: variants spent 22-54% of their GPU time in cast/copy kernels (docs/perf/h200-2026-11-29.md,
+#: section 4); 0.75 fails a variant dominated by copies without failing those. Tighten from
+#: ``benchmarks/cast_ratios.py --device cuda``.
+DEFAULT_COPY_SHARE: dict[str, float] = {"fp32": 0.75, "tf32": 0.75, "bf16": 0.75, "fp16": 0.75}
+
+
+#: Default ``max_input_copies``: each input may be cast or copied once in full (the shipped
+#: variants all read each input at most once: benchmarks/cast_ratios.py). A second pass over
+#: an input is the extra ``.contiguous()``/``.clone()`` this limit exists for; its bytes
+#: depend on the input's size, not on the case's shape, so the limit holds on every seed.
+DEFAULT_INPUT_COPIES = 1.0
+
+
 def default_overhead(precision: str) -> OverheadBudget:
-    """Round trips and no-op conversions forbidden everywhere; CUDA-core GEMM only in fp32."""
-    return OverheadBudget(cuda_core_gemm=precision not in TENSOR_CORE_PRECISIONS)
+    """Round trips and no-op conversions forbidden everywhere; CUDA-core GEMM only in fp32;
+    the precision class's cast-bytes ceiling and (CUDA) copy share."""
+    return OverheadBudget(
+        cuda_core_gemm=precision not in TENSOR_CORE_PRECISIONS,
+        max_cast_bytes_ratio=DEFAULT_CAST_BYTES_RATIO.get(precision),
+        max_copy_share=DEFAULT_COPY_SHARE.get(precision),
+        max_input_copies=DEFAULT_INPUT_COPIES,
+    )
 
 
 def complete_overhead(precision: str, given: Mapping[str, Any]) -> OverheadBudget:
@@ -119,6 +155,15 @@ class OverheadReport:
     def cast_bytes_ratio(self) -> float:
         return self.ledger.bytes_moved / self.min_bytes if self.min_bytes else math.inf
 
+    @property
+    def input_copies(self) -> tuple[str, float]:
+        """The input read most by casts and copies, and how many full passes that was."""
+        passes = self.ledger.input_passes()
+        if not passes:
+            return "", 0.0
+        name = max(passes, key=lambda k: passes[k])
+        return name, passes[name]
+
     def summary(self) -> str:
         """``5 entries (5 casts, 0 copies), 14.1 MB moved = 3.02x the op's minimum ...``."""
         led = self.ledger
@@ -148,11 +193,14 @@ class OverheadReport:
             "copies": len(led.copies),
             "round_trips": [led.describe_round_trip(e) for e in led.round_trips],
             "no_op_casts": [e.describe() for e in led.no_ops],
+            "input_passes": led.input_passes(),
             "entries": [
                 {"kind": e.kind, "conversion": e.conversion, "shape": list(e.shape),
                  "bytes_read": e.bytes_read, "bytes_written": e.bytes_written,
                  "where": str(e.where), "code": e.where.code,
-                 "round_trip_of": e.round_trip_of, "no_op": e.no_op}
+                 "round_trip_of": e.round_trip_of, "no_op": e.no_op, "input": e.input,
+                 "same_value_as": (None if e.same_value_as is None
+                                   else e.same_value_as.describe())}
                 for e in led.entries
             ],
             "kernels": self.kernels.as_dict() if self.kernels is not None else None,
@@ -189,16 +237,23 @@ _HARNESS = (__file__,)
 
 def audit_variant(
     fn: Any, inputs: Mapping[str, torch.Tensor], params: Mapping[str, Any], *,
-    kernels: bool = False, iterations: int = 5,
+    kernels: bool = False, iterations: int = 5, min_bytes: float | None = None,
+    by_value: bool = True,
 ) -> OverheadReport:
     """Run ``fn(inputs, params)`` once under the cast ledger, and profile it on CUDA.
 
-    ``inputs`` are already on the device. The minimum bytes are the inputs' bytes plus
-    the outputs' bytes of that run.
+    ``inputs`` are already on the device. ``min_bytes`` is the op's declared minimum
+    (:attr:`~numcheck.ops.registry.OpSpec.min_bytes`); without one, the inputs' bytes plus
+    the outputs' bytes of that run. The declared one is a function of the shape alone, so
+    the ratio does not move with a seed's data-dependent sizes (the indexer's context
+    lengths decide how many KV pages exist, but its dense passes scale with max_context).
     """
-    with torch.no_grad(), CastLedger(skip=_HARNESS) as ledger:
+    with torch.no_grad(), CastLedger(skip=_HARNESS, by_value=by_value,
+                                     inputs=dict(inputs)) as ledger:
         out = fn(dict(inputs), params)
-    min_bytes = tensor_bytes(inputs) + tensor_bytes(out)
+    if min_bytes is None:
+        min_bytes = tensor_bytes(inputs) + tensor_bytes(out)
+    min_bytes = int(min_bytes)
     audit = None
     if kernels:
         audit = profile_kernels(lambda: fn(dict(inputs), params), iterations=iterations,
@@ -224,6 +279,15 @@ def overhead_violations(
                 "casts", "no_op_casts", len(led.no_ops), 0,
                 detail=f"{first.describe()} changed nothing: drop it (or say copy=True is "
                 "meant with no_op_casts = true)",
+            ))
+        name, passes = report.input_copies
+        if budget.max_input_copies is not None and passes > budget.max_input_copies:
+            reads = [e for e in led.entries if e.input == name]
+            where = "; ".join(e.describe() for e in reads[:3])
+            found.append(Violation(
+                "casts", "input_copies", passes, budget.max_input_copies,
+                detail=f"input '{name}' was read {passes:.2f} times over by casts/copies "
+                f"({where}): convert or copy it once and reuse that (or a view of it)",
             ))
         limit = budget.max_cast_bytes_ratio
         if limit is not None and report.cast_bytes_ratio > limit:
@@ -268,7 +332,8 @@ def check_overhead(
     """
     from numcheck.inputs import to_device
 
+    declared = op.min_bytes(case.params) if op.min_bytes is not None else None
     report = audit_variant(op.variants[variant].fn, to_device(dict(cpu_inputs), device),
-                           case.params, kernels=kernels)
+                           case.params, kernels=kernels, min_bytes=declared)
     budget = case.overhead.get(variant) or default_overhead(op.variants[variant].precision)
     return report, overhead_violations(report, budget, gates)

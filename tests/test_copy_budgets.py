@@ -1,0 +1,85 @@
+"""Copy and cast budgets: every shipped variant has a measured limit, one extra full copy of
+the largest input fails it, and a user's variant gets its precision's default."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import planted
+import pytest
+
+from numcheck.cases import load_cases
+from numcheck.ops.registry import get_op
+from numcheck.overhead.gate import (
+    DEFAULT_CAST_BYTES_RATIO,
+    DEFAULT_COPY_SHARE,
+    audit_variant,
+    default_overhead,
+    overhead_violations,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = [c for c in load_cases(ROOT / "cases") if not c.perf_only]
+#: One extra full copy of each op's largest input, or of its largest operand, as planted,
+#: and the limit that catches it: a second pass over an input (whatever the case's shape or
+#: seed), or the bytes of a copy of a derived operand (K^T) against the case's ceiling.
+COPY_BUGS = {
+    "indexer": (("kv_cache_copy", "casts.input_copies"), ("kt_contiguous", "casts.cast_bytes_ratio")),
+    "mhc_pre": (("x_copy", "casts.input_copies"),),
+}
+
+
+def _raw_overhead(case_op: str, case_id: str) -> dict[str, dict[str, float]]:
+    name = {"indexer": "indexer.toml", "mhc_pre": "mhc.toml"}[case_op]
+    with (ROOT / "cases" / name).open("rb") as handle:
+        return tomllib.load(handle)[case_id].get("overhead", {})
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.op}::{c.id}")
+def test_every_shipped_variant_has_a_measured_cast_limit(case: object) -> None:
+    op = get_op(case.op)  # type: ignore[attr-defined]
+    raw = _raw_overhead(case.op, case.id)  # type: ignore[attr-defined]
+    for variant in (op.reference, *case.variants):  # type: ignore[attr-defined]
+        assert "max_cast_bytes_ratio" in raw.get(variant, {}), (case.id, variant)  # type: ignore[attr-defined]
+
+
+def test_input_copies_counts_copies_of_an_input_as_reads_of_it() -> None:
+    planted.register_all()
+    op = get_op("mhc_pre")
+    p = op.resolve_params(None, {"tokens": 8, "hidden": 256})
+    inputs = op.make_inputs(p, 0)
+    good = audit_variant(op.variants["bf16"].fn, inputs, p)
+    bad = audit_variant(op.variants["x_copy"].fn, inputs, p)
+    assert good.ledger.input_passes() == {"x": 1.0, "hc_fn": 1.0}
+    assert bad.input_copies == ("x", 2.0)  # x.clone(), then .float() of the clone
+    (v,) = overhead_violations(bad, default_overhead("bf16"), {"casts"})
+    assert v.key == "casts.input_copies" and v.limit == 1.0
+    assert v.detail.startswith("input 'x' was read 2.00 times over by casts/copies (bf16 copy of "
+                               "[8, 4, 256] at tests/planted.py:")
+    assert v.detail.endswith(": convert or copy it once and reuse that (or a view of it)")
+
+
+def test_defaults_per_precision_class() -> None:
+    for precision in ("fp32", "tf32", "bf16"):
+        budget = default_overhead(precision)
+        assert budget.max_cast_bytes_ratio == DEFAULT_CAST_BYTES_RATIO[precision]
+        assert budget.max_copy_share == DEFAULT_COPY_SHARE[precision]  # CUDA only: kernels gate
+    # A class without measurements keeps no limit rather than a made-up one.
+    assert default_overhead("int4").max_cast_bytes_ratio is None
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.op}::{c.id}")
+def test_one_extra_full_copy_of_the_largest_input_fails(case: object) -> None:
+    planted.register_all()
+    op = get_op(case.op)  # type: ignore[attr-defined]
+    p = case.params  # type: ignore[attr-defined]
+    inputs = op.make_inputs(p, case.seeds[0])  # type: ignore[attr-defined]
+    declared = op.min_bytes(p) if op.min_bytes is not None else None
+    budget = case.overhead["bf16"]  # type: ignore[attr-defined]
+    good = audit_variant(op.variants["bf16"].fn, inputs, p, min_bytes=declared)
+    assert overhead_violations(good, budget, {"casts"}) == []
+    for bug, key in COPY_BUGS[case.op]:  # type: ignore[attr-defined]
+        bad = audit_variant(op.variants[bug].fn, inputs, p, min_bytes=declared)
+        found = [v.key for v in overhead_violations(bad, budget, {"casts"})]
+        assert key in found, (bug, bad.cast_bytes_ratio, bad.input_copies)
