@@ -36,7 +36,7 @@ def _indexer_logits(
     s = scores.float().relu().view(b, n, h, length)
     weighted = s * inputs["weights"].view(b, n, h, 1)
     if head_order == "reversed":
-        acc = torch.zeros(b, n, length)
+        acc = weighted.new_zeros(b, n, length)
         for i in reversed(range(h)):
             acc = acc + weighted[:, :, i]
     elif head_order == "tree":

@@ -121,7 +121,7 @@ def mhc_bf16_accumulation(inputs: Inputs, p: Params) -> Outputs:
     """bf16 GEMM whose running sum over K tiles is kept in bf16 instead of fp32."""
     x = inputs["x"].flatten(1)
     w = inputs["hc_fn"].to(torch.bfloat16)
-    acc = torch.zeros(x.shape[0], w.shape[0], dtype=torch.bfloat16)
+    acc = x.new_zeros(x.shape[0], w.shape[0], dtype=torch.bfloat16)
     for k in range(0, x.shape[1], ACC_TILE):
         acc = acc + x[:, k : k + ACC_TILE] @ w[:, k : k + ACC_TILE].T
     xf = x.float()

@@ -1,0 +1,37 @@
+"""Every variant keeps to its inputs' device: a tensor made on the CPU inside a variant breaks
+it on CUDA only. The meta device shows it on a CPU-only machine: meta inputs mixed with a CPU
+tensor raise, as CUDA inputs would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import honest
+import planted
+import pytest
+
+from numcheck.cases import load_cases
+from numcheck.inputs import to_device
+from numcheck.ops.registry import get_op
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Variants the meta device cannot run at all (they read values: data-dependent shapes,
+#: .item(), a compiled kernel); the CUDA runs cover them (benchmarks/h200_run_d.sh).
+NEEDS_DATA = {"fused", "far_flips", "near_flips", "nan_one_row", "inf_one_row",
+              "one_element_8x", "raises"}
+
+
+def _variants() -> list[tuple[str, str]]:
+    planted.register_all()
+    honest.register_all()
+    return [(op, name) for op in ("indexer", "mhc_pre")
+            for name in get_op(op).variants if name not in NEEDS_DATA]
+
+
+@pytest.mark.parametrize(("op_name", "variant"), _variants())
+def test_variant_keeps_to_its_inputs_device(op_name: str, variant: str) -> None:
+    op = get_op(op_name)
+    case = next(c for c in load_cases(ROOT / "cases") if c.op == op_name and not c.perf_only)
+    inputs = to_device(dict(op.make_inputs(case.params, 0)), "meta")
+    outputs = op.variants[variant].fn(inputs, case.params)
+    assert {str(t.device) for t in outputs.values()} == {"meta"}, variant
