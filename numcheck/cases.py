@@ -27,7 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from numcheck.budgets import BudgetError, VariantBudget, complete_budget, describe
+from numcheck.budgets import (
+    BudgetError,
+    VariantBudget,
+    coarse_output_tables,
+    complete_budget,
+    describe,
+)
 from numcheck.gates import GATES, OUTPUT_METRICS, TOPK_METRICS
 from numcheck.ops import registry
 from numcheck.ops.param_checks import check_params
@@ -571,9 +577,11 @@ def _parse_budgets(
         if name not in running:
             continue
         try:
+            precision = op.variants[name].precision
             budgets[name] = complete_budget(
-                op.variants[name].precision,
-                given.get(name, {}),
+                precision,
+                coarse_output_tables(precision, given.get(name, {}), given,
+                                     op.output_precision, op.rounding_reference),
                 outputs=op.outputs,
                 topk_output=topk_output,
                 output_precision=op.output_precision,

@@ -303,3 +303,38 @@ def test_budget_error_pickles() -> None:
         error.fix,
         str(error),
     )
+
+
+# -- outputs stored in a coarser dtype: the coarse class's budget -----------------------------
+
+_COARSE = {"y": "bf16"}
+_REFS = {"bf16": "bf16", "tf32": "tf32"}
+_GIVEN = {"bf16": {"y": {"rel_fro": 4.5e-3, "frac_outside": 1.3e-3, "max_err_ratio": 5.0,
+                         "atol": 1e-2}},
+          "fp32": {"mixes": {"rel_fro": 1e-6}}}
+
+
+def test_finer_variant_takes_the_coarse_class_budget_on_a_coarse_output() -> None:
+    tables = budgets.coarse_output_tables("fp32", _GIVEN["fp32"], _GIVEN, _COARSE, _REFS)
+    # max_err_ratio is relative to each variant's own rounding reference: not inherited.
+    assert tables == {"mixes": {"rel_fro": 1e-6},
+                      "y": {"rel_fro": 4.5e-3, "frac_outside": 1.3e-3, "atol": 1e-2}}
+    assert _GIVEN["fp32"] == {"mixes": {"rel_fro": 1e-6}}  # the input is left alone
+
+
+def test_a_key_the_variant_gives_itself_wins_over_the_inherited_one() -> None:
+    own = {"y": {"rel_fro": 1e-4}}
+    tables = budgets.coarse_output_tables("tf32", own, {**_GIVEN, "tf32": own}, _COARSE, _REFS)
+    assert tables["y"] == {"rel_fro": 1e-4, "frac_outside": 1.3e-3, "atol": 1e-2}
+
+
+def test_a_variant_as_coarse_as_the_storage_keeps_its_own_budget() -> None:
+    assert budgets.coarse_output_tables("bf16", {}, _GIVEN, _COARSE, _REFS) == {}
+    assert budgets.coarse_output_tables("e4m3", {}, _GIVEN, _COARSE, _REFS) == {}
+    # fp16 keeps more bits than bf16: finer, so it takes the bf16 budget on y
+    assert "y" in budgets.coarse_output_tables("fp16", {}, _GIVEN, _COARSE, _REFS)
+
+
+def test_nothing_to_inherit_without_the_coarse_class_budget() -> None:
+    assert budgets.coarse_output_tables("fp32", {}, {}, _COARSE, _REFS) == {}
+    assert budgets.coarse_output_tables("fp32", {}, _GIVEN, _COARSE, {}) == {}

@@ -432,3 +432,21 @@ def test_case_file_error_is_a_value_error_and_pickles(tmp_path: Path) -> None:
     assert isinstance(err, ValueError)
     copy: Any = pickle.loads(pickle.dumps(err))
     assert (str(copy), copy.path, copy.case, copy.key) == (str(err), err.path, "c1", "seeds")
+
+
+def test_mhc_y_of_fp32_and_fused_is_held_to_the_case_bf16_budget_on_y(tmp_path: Path) -> None:
+    """y is bf16 for every variant: finer variants take the case's bf16 budget on it, key by
+    key, unless they give the key themselves (docs/budgets.md)."""
+    (tmp_path / "c.toml").write_text(
+        '[t]\nop = "mhc_pre"\npreset = "v4pro"\nshape = { tokens = 4 }\n'
+        'variants = ["bf16", "tf32"]\n'
+        '[t.budget.bf16.y]\nrel_fro = 0.004\nfrac_outside = 0.001\nmax_err_ratio = 5\n'
+        '[t.budget.tf32.y]\ncalc_diff = 1e-7\n'
+    )
+    (case,) = load_cases(tmp_path)
+    fp32, tf32, bf16 = (case.budgets[v].outputs["y"] for v in ("fp32", "tf32", "bf16"))
+    assert fp32.limits["rel_fro"] == tf32.limits["rel_fro"] == bf16.limits["rel_fro"] == 0.004
+    assert fp32.limits["frac_outside"] == 0.001
+    assert tf32.limits["calc_diff"] == 1e-7
+    assert tf32.limits["max_err_ratio"] != 5  # relative to its own rounding reference
+    assert case.budgets["fp32"].outputs["mixes"].limits["rel_fro"] < 1e-3  # not a coarse output
