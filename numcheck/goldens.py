@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import safetensors.torch
@@ -329,17 +330,7 @@ def unpack_pair(
     ``regen_hint`` only serve the error message.
     """
     act = actual.detach().to("cpu")
-
-    def misfit(stored_shape: Sequence[int] | str, stored_dtype: torch.dtype, why: str) -> None:
-        raise GoldenFormatError(
-            f"{_where(path, case)}: output {key!r} does not fit the variant's output ({why}): "
-            f"stored shape {_shape_str(stored_shape)} {dtype_name(stored_dtype)} vs actual "
-            f"shape {_shape_str(act.shape)} {dtype_name(act.dtype)}\n"
-            f"Fix: if the op's outputs changed on purpose, {_regen(regen_hint)}",
-            path=path,
-            case=case,
-        )
-
+    misfit = partial(_misfit, key, act, path, case, regen_hint)
     if key in stored:
         exp = stored[key]
         if tuple(exp.shape) != tuple(act.shape):
@@ -347,9 +338,7 @@ def unpack_pair(
         if _family(exp.dtype) != _family(act.dtype):
             misfit(exp.shape, exp.dtype, "dtype family differs")
         return StoredPair(act, exp, False, None, None)
-
-    idx_name, val_name = key + IDX_SUFFIX, key + VAL_SUFFIX
-    if idx_name not in stored or val_name not in stored:
+    if key + IDX_SUFFIX not in stored or key + VAL_SUFFIX not in stored:
         raise GoldenFormatError(
             f"{_where(path, case)} has no output {key!r} (it has: "
             f"{', '.join(output_keys(stored)) or 'nothing'})\n"
@@ -357,7 +346,25 @@ def unpack_pair(
             path=path,
             case=case,
         )
-    idx, val = stored[idx_name], stored[val_name]
+    return _sampled_pair(key, act, stored, misfit)
+
+
+def _misfit(key: str, act: torch.Tensor, path: Path | None, case: str, regen_hint: str,
+            stored_shape: Sequence[int] | str, stored_dtype: torch.dtype, why: str) -> NoReturn:
+    raise GoldenFormatError(
+        f"{_where(path, case)}: output {key!r} does not fit the variant's output ({why}): "
+        f"stored shape {_shape_str(stored_shape)} {dtype_name(stored_dtype)} vs actual "
+        f"shape {_shape_str(act.shape)} {dtype_name(act.dtype)}\n"
+        f"Fix: if the op's outputs changed on purpose, {_regen(regen_hint)}",
+        path=path,
+        case=case,
+    )
+
+
+def _sampled_pair(key: str, act: torch.Tensor, stored: Mapping[str, torch.Tensor],
+                  misfit: Callable[[Sequence[int] | str, torch.dtype, str], NoReturn]) -> StoredPair:
+    """A sampled output: ``act`` at the stored positions, with both sides' summary stats."""
+    idx, val = stored[key + IDX_SUFFIX], stored[key + VAL_SUFFIX]
     stats = stored.get(key + STATS_SUFFIX)
     shape_t = stored.get(key + SHAPE_SUFFIX)
     numel = act.numel()
@@ -545,7 +552,6 @@ def load_golden(path: Path, *, case: str, regen_hint: str) -> Golden:
     """
     path = Path(path)
     where = _where(path, case)
-    fix_regen = f"Fix: {_regen(regen_hint)}"
 
     def corrupt(why: str) -> GoldenCorrupt:
         return GoldenCorrupt(
@@ -574,6 +580,22 @@ def load_golden(path: Path, *, case: str, regen_hint: str) -> Golden:
     except Exception as e:  # safetensors raises its own error type, json/unicode raise others
         raise corrupt(f"not a readable safetensors file ({e})") from e
 
+    meta = _checked_meta(raw_meta, path, case, regen_hint)
+    expected = raw_meta["content_hash"]
+    actual = content_hash(tensors, raw_meta)
+    if actual != expected:
+        raise corrupt(
+            f"content hash {actual[:_SHORT]} does not match the stored {expected[:_SHORT]} "
+            "(the file was changed after it was written)"
+        )
+    return Golden(path=path, tensors=MappingProxyType(tensors), meta=MappingProxyType(meta))
+
+
+def _checked_meta(raw_meta: Mapping[str, str], path: Path, case: str,
+                  regen_hint: str) -> dict[str, Any]:
+    """The decoded metadata of a golden, after its required keys and format version."""
+    where = _where(path, case)
+    fix_regen = f"Fix: {_regen(regen_hint)}"
     missing = [k for k in REQUIRED_META if k not in raw_meta]
     if missing:
         raise GoldenFormatError(
@@ -596,14 +618,7 @@ def load_golden(path: Path, *, case: str, regen_hint: str) -> Golden:
             path=path,
             case=case,
         )
-    expected = raw_meta["content_hash"]
-    actual = content_hash(tensors, raw_meta)
-    if actual != expected:
-        raise corrupt(
-            f"content hash {actual[:_SHORT]} does not match the stored {expected[:_SHORT]} "
-            "(the file was changed after it was written)"
-        )
-    return Golden(path=path, tensors=MappingProxyType(tensors), meta=MappingProxyType(meta))
+    return meta
 
 
 def _fmt_seeds(seeds: Sequence[int]) -> str:

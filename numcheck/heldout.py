@@ -24,7 +24,7 @@ from typing import Any
 from numcheck.budgets import VariantBudget
 from numcheck.cases import Case
 
-__all__ = ["Excess", "excesses", "rows_of", "main"]
+__all__ = ["Excess", "excesses", "main", "rows_of"]
 
 #: Top-k limits are floors (the value must not fall below them); every other limit a ceiling.
 FLOORS = ("recall_min", "tie_recall_min")

@@ -334,26 +334,8 @@ def _compare(
         )
 
     if n_compared == 0:
-        return ErrorMetrics(
-            numel=a.numel(),
-            n_compared=0,
-            max_abs=0.0,
-            max_abs_index=(),
-            max_rel=0.0,
-            max_rel_index=(),
-            rel_fro=0.0,
-            calc_diff=calc,
-            ulp_p50=0.0,
-            ulp_p99=0.0,
-            ulp_max=0.0,
-            frac_outside=0.0,
-            n_outside=0,
-            atol=float(atol),
-            rtol=float(rtol),
-            nonfinite=nonfinite,
-            max_err_ratio=math.nan if rounding_ref is None else 0.0,
-            unit_roundoff=u,
-        )
+        return _nothing_compared(a.numel(), calc, nonfinite, atol, rtol, u,
+                                 has_rounding_ref=rounding_ref is not None)
 
     if n_compared == a.numel():
         positions = None
@@ -367,50 +349,21 @@ def _compare(
     i_abs = int(torch.argmax(abs_err))
     max_abs = float(abs_err[i_abs])
     max_abs_index = _unravel(_flat(positions, i_abs), shape)
-
-    nonzero_e = ec != 0
-    if bool(nonzero_e.any()):
-        # -1 marks "no relative error here" (e == 0); real relative errors are >= 0.
-        rel_err = torch.where(nonzero_e, abs_err / ec.abs().where(nonzero_e, 1.0), -1.0)
-        i_rel = int(torch.argmax(rel_err))
-        max_rel = float(rel_err[i_rel])
-        max_rel_index = _unravel(_flat(positions, i_rel), shape)
-    else:
-        max_rel, max_rel_index = 0.0, ()
-
-    err_norm = float(torch.linalg.vector_norm(ac - ec))
-    ref_norm = float(torch.linalg.vector_norm(ec))
-    if ref_norm == 0.0:
-        rel_fro = 0.0 if err_norm == 0.0 else math.inf
-    else:
-        rel_fro = err_norm / ref_norm
+    max_rel, i_rel = _max_rel(abs_err, ec)
+    max_rel_index = () if i_rel is None else _unravel(_flat(positions, i_rel), shape)
 
     # float64 holds every bf16/fp16/fp32 value exactly, so rounding from the float64 copies
     # gives the same bits as rounding from the originals.
-    ulps = ulp_distance(ac, ec, ulp_dtype)
-    ulps_np = ulps.numpy().astype(np.float64)
+    ulps_np = ulp_distance(ac, ec, ulp_dtype).numpy().astype(np.float64)
     p50, p99 = np.percentile(ulps_np, [50.0, 99.0], method="linear")
 
-    band = atol + rtol * ec.abs()
-    n_outside = _count(abs_err > band)
-    # Where the band is 0 wide, an error is infinitely outside it and no error is inside.
-    ratio = torch.where(band > 0, abs_err / band.where(band > 0, 1.0),
-                        torch.where(abs_err > 0, math.inf, 0.0))
+    n_outside, ratio = _band_ratios(abs_err, ec, atol, rtol)
     i_band = int(torch.argmax(ratio))
     honest, err_ratio = math.nan, math.nan
     if rounding_ref is not None:
         _check_shapes(rounding_ref, expected)
         h = _to_f64(rounding_ref).reshape(-1)
-        hc = h if positions is None else h[positions]
-        h_err = (hc - ec).abs()
-        h_err = torch.where(torch.isfinite(h_err), h_err, 0.0)
-        honest = float(h_err.max())
-        floor = u * float(ec.abs().max()) / 8
-        denominator = max(honest, floor)
-        if max_abs == 0.0:
-            err_ratio = 0.0
-        else:
-            err_ratio = math.inf if denominator == 0.0 else max_abs / denominator
+        honest, err_ratio = _err_ratio(h if positions is None else h[positions], ec, u, max_abs)
     return ErrorMetrics(
         numel=a.numel(),
         n_compared=n_compared,
@@ -418,7 +371,7 @@ def _compare(
         max_abs_index=max_abs_index,
         max_rel=max_rel,
         max_rel_index=max_rel_index,
-        rel_fro=rel_fro,
+        rel_fro=_rel_fro(ac, ec),
         calc_diff=calc,
         ulp_p50=float(p50),
         ulp_p99=float(p99),
@@ -434,3 +387,57 @@ def _compare(
         max_band_ratio_index=_unravel(_flat(positions, i_band), shape),
         unit_roundoff=u,
     )
+
+
+def _nothing_compared(numel: int, calc: float, nonfinite: NonFinite, atol: float, rtol: float,
+                      u: float, *, has_rounding_ref: bool) -> ErrorMetrics:
+    """The metrics of an output with no position finite on both sides: no error measured."""
+    return ErrorMetrics(
+        numel=numel, n_compared=0, max_abs=0.0, max_abs_index=(), max_rel=0.0,
+        max_rel_index=(), rel_fro=0.0, calc_diff=calc, ulp_p50=0.0, ulp_p99=0.0, ulp_max=0.0,
+        frac_outside=0.0, n_outside=0, atol=float(atol), rtol=float(rtol), nonfinite=nonfinite,
+        max_err_ratio=0.0 if has_rounding_ref else math.nan, unit_roundoff=u,
+    )
+
+
+def _max_rel(abs_err: torch.Tensor, ec: torch.Tensor) -> tuple[float, int | None]:
+    """The largest relative error and its flat position (None where every golden value is 0)."""
+    nonzero_e = ec != 0
+    if not bool(nonzero_e.any()):
+        return 0.0, None
+    # -1 marks "no relative error here" (e == 0); real relative errors are >= 0.
+    rel_err = torch.where(nonzero_e, abs_err / ec.abs().where(nonzero_e, 1.0), -1.0)
+    i_rel = int(torch.argmax(rel_err))
+    return float(rel_err[i_rel]), i_rel
+
+
+def _rel_fro(ac: torch.Tensor, ec: torch.Tensor) -> float:
+    """``||a - e|| / ||e||`` (0 for two zero tensors, inf for an error against zeros)."""
+    err_norm = float(torch.linalg.vector_norm(ac - ec))
+    ref_norm = float(torch.linalg.vector_norm(ec))
+    if ref_norm == 0.0:
+        return 0.0 if err_norm == 0.0 else math.inf
+    return err_norm / ref_norm
+
+
+def _band_ratios(abs_err: torch.Tensor, ec: torch.Tensor, atol: float,
+                 rtol: float) -> tuple[int, torch.Tensor]:
+    """How many errors lie outside ``atol + rtol |e|``, and every error in band units."""
+    band = atol + rtol * ec.abs()
+    n_outside = _count(abs_err > band)
+    # Where the band is 0 wide, an error is infinitely outside it and no error is inside.
+    ratio = torch.where(band > 0, abs_err / band.where(band > 0, 1.0),
+                        torch.where(abs_err > 0, math.inf, 0.0))
+    return n_outside, ratio
+
+
+def _err_ratio(hc: torch.Tensor, ec: torch.Tensor, u: float,
+               max_abs: float) -> tuple[float, float]:
+    """The rounding reference's worst error (non-finite ones left out) and ``max_abs`` over
+    it, floored at ``u max|e| / 8``: ``(honest_max_abs, max_err_ratio)``."""
+    h_err = (hc - ec).abs()
+    honest = float(torch.where(torch.isfinite(h_err), h_err, 0.0).max())
+    denominator = max(honest, u * float(ec.abs().max()) / 8)
+    if max_abs == 0.0:
+        return honest, 0.0
+    return honest, math.inf if denominator == 0.0 else max_abs / denominator

@@ -133,7 +133,7 @@ EXPECTED: dict[tuple[str, str, str], str] = {
     ("mhc_pre", "y_scaled", "bf16"): r"^y: a global scale",
     ("mhc_pre", "nan_one_row", "bf16"): r"^y: 1 NaN/inf mismatch, at index \(\d+, \d+\)$",
     ("mhc_pre", "bf16_accumulation", "bf16"): r"no concentration",
-    # The "errors of about 0.03 on a few tokens": localized along tokens.
+    # Errors of about 0.03 on a few tokens: localized along tokens.
     ("mhc_pre", "sinkhorn_cut", "bf16"): r"^comb: .*\b\d+ of \d+ tokens\b",
     # eps matters where a token's RMS is small: a few tokens.
     ("mhc_pre", "rms_eps_x1000", "tf32"): r"^mixes: .*\b\d+ of \d+ tokens\b",

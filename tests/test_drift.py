@@ -55,7 +55,7 @@ def test_calc_diff_growth_over_the_factor_fails() -> None:
 
 
 def test_same_device_growth_uses_the_tight_factor() -> None:
-    # The example: the bf16 indexer with its weights scaled by 1.0015 on the same
+    # The bf16 indexer with its weights scaled by 1.0015 on the same
     # device made calc_diff 1.7x larger; the old 2x rule called it "same".
     d = drift([rec(calc_diff=1.73e-6)], [rec(calc_diff=2.94e-6)])
     assert d.regressions == [

@@ -57,9 +57,9 @@ def locate_key(path: Path, key: Sequence[str]) -> int | None:
         if full == target:
             return number
         rest = target[len(full):]
-        if full == target[: len(full)] and found.group(2).lstrip().startswith("{") and rest:
-            if re.search(rf"(^|[{{,\s.]){re.escape(rest[-1])}\s*=", found.group(2)):
-                return number
+        if (full == target[: len(full)] and found.group(2).lstrip().startswith("{") and rest
+                and re.search(rf"(^|[{{,\s.]){re.escape(rest[-1])}\s*=", found.group(2))):
+            return number
     return None
 
 
@@ -114,8 +114,8 @@ def next_steps(calibrate: str, regenerate: str) -> list[str]:
     return [
         "  next step:   my change is wrong -> fix the variant, then run 'reproduce'",
         f"               my budget is too tight (a correct variant) -> measure it: {calibrate}",
-        "               (add --numcheck-calibrate-write to set the suggested budgets in the "
-        "case file)",
+        ("               (add --numcheck-calibrate-write to set the suggested budgets in the "
+         "case file)"),
         f"               the reference changed -> {regenerate}",
     ]
 

@@ -278,7 +278,7 @@ def _headroom(budget: Any, metrics: Mapping[str, Mapping[str, float]]) -> dict[s
     for name, ob in budget.outputs.items():
         for metric, limit in ob.limits.items():
             value = metrics.get(name, {}).get(metric)
-            if value is None or limit <= 0 or value != value:  # NaN: not measured
+            if value is None or limit <= 0 or math.isnan(value):  # NaN: not measured
                 continue
             ratio = value / limit
             if best is None or ratio > best[0]:
