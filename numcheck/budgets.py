@@ -21,8 +21,10 @@ from numcheck.precision import UNIT_ROUNDOFF, coarser
 
 #: The band ``|x - y| <= atol + rtol * |y|``; ``frac_outside`` counts elements outside it.
 BAND_KEYS = ("atol", "rtol")
+#: How many elements may lie outside the band whatever ``frac_outside`` says (a count).
+OUTSIDE_KEY = "max_outside"
 #: Keys an ordinary (non-top-k) output budget accepts.
-OUTPUT_KEYS = (*ERROR_METRICS, *BAND_KEYS, "allow_nan")
+OUTPUT_KEYS = (*ERROR_METRICS, *BAND_KEYS, OUTSIDE_KEY, "allow_nan")
 #: How close to the k-th score a flip counts as a near-tie: relative to it, or in score units.
 TIE_BAND_KEYS = ("tie_band_rel", "tie_band_abs")
 #: Keys the top-k output budget accepts.
@@ -43,6 +45,7 @@ _MEASURED_ROWS: Mapping[str, Mapping[str, float]] = {
         "tie_recall_min": 1.0,
         "tie_band_rel": 1e-5,
         "max_band_ratio": 8.0,
+        "max_outside": 0,
     },
     "tf32": {
         "rel_fro": 2e-3,
@@ -55,6 +58,7 @@ _MEASURED_ROWS: Mapping[str, Mapping[str, float]] = {
         "tie_band_rel": 5e-3,
         "max_err_ratio": 2.9,
         "max_band_ratio": 8.0,
+        "max_outside": 2,
     },
     "bf16": {
         "rel_fro": 1e-2,
@@ -67,6 +71,7 @@ _MEASURED_ROWS: Mapping[str, Mapping[str, float]] = {
         "tie_band_rel": 2e-2,
         "max_err_ratio": 2.9,
         "max_band_ratio": 8.0,
+        "max_outside": 2,
     },
 }
 
@@ -127,6 +132,18 @@ class OutputBudget:
     atol: float
     rtol: float
     allow_nan: bool = False
+    #: Elements allowed outside the band even where ``frac_outside`` allows fewer: a rare
+    #: honest element one step past the band, on a seed the calibration did not see, must not
+    #: fail a check; how far past it may go is ``max_band_ratio``'s to bound.
+    max_outside: int = 0
+
+    def frac_outside_limit(self, n_compared: int) -> float:
+        """The ``frac_outside`` limit in force for an output of ``n_compared`` elements: the
+        budget's fraction, or ``max_outside`` elements, whichever allows more."""
+        limit = self.limits.get("frac_outside", math.inf)
+        if self.max_outside and n_compared:
+            return max(limit, self.max_outside / n_compared)
+        return limit
 
 
 @dataclass(frozen=True)
@@ -231,7 +248,8 @@ def complete_budget(
 #: Keys a finer variant's coarse output takes from the coarse class's budget (see
 #: :func:`coarse_output_tables`). Not ``max_err_ratio``: it is relative to each variant's
 #: own rounding reference.
-INHERITED_KEYS = ("rel_fro", "calc_diff", "frac_outside", "max_band_ratio", *BAND_KEYS)
+INHERITED_KEYS = ("rel_fro", "calc_diff", "frac_outside", "max_band_ratio", OUTSIDE_KEY,
+                  *BAND_KEYS)
 
 
 def coarse_output_tables(
@@ -318,7 +336,17 @@ def _output_budget(
             f"expected true or false, got {describe(allow_nan)}",
             "write allow_nan = true or allow_nan = false",
         )
-    return OutputBudget(limits=limits, atol=atol, rtol=rtol, allow_nan=allow_nan)
+    max_outside = given.get(OUTSIDE_KEY, defaults.get(OUTSIDE_KEY, 0))
+    if isinstance(max_outside, float) and max_outside.is_integer():
+        max_outside = int(max_outside)
+    if isinstance(max_outside, bool) or not isinstance(max_outside, int) or max_outside < 0:
+        raise BudgetError(
+            f"{name}.{OUTSIDE_KEY}",
+            f"expected a count of elements (an integer >= 0), got {describe(max_outside)}",
+            f"write e.g. {OUTSIDE_KEY} = 2",
+        )
+    return OutputBudget(limits=limits, atol=atol, rtol=rtol, allow_nan=allow_nan,
+                        max_outside=max_outside)
 
 
 def _topk_budget(
@@ -394,7 +422,7 @@ def _number(key: str, value: Any) -> float:
 def _check_defaults(table: Mapping[str, Mapping[str, float]]) -> None:
     # Checked at import so an edit to the table fails loudly, not at the first case.
     for precision, row in table.items():
-        allowed = (*ERROR_METRICS, *BAND_KEYS, *TOPK_KEYS)
+        allowed = (*ERROR_METRICS, *BAND_KEYS, OUTSIDE_KEY, *TOPK_KEYS)
         for key, value in row.items():
             if key not in allowed:
                 raise ValueError(f"numcheck: DEFAULT_BUDGETS[{precision!r}]: unknown key {key!r}")

@@ -4,7 +4,9 @@ Budgets are set from calibration seeds (``python -m numcheck.calibrate``, and th
 families of ``benchmarks/honest_calibration.py``); whether they hold is a question for seeds
 they were not set from. This module reads the JSON files either tool writes and lists every
 worst value that exceeds (or, for the top-k floors, falls below) the budget the case gives
-that variant; an empty list is the pass. Pure of pytest::
+that variant; an empty list is the pass. A ``frac_outside`` over its fraction counts only when
+the worst count of elements outside (``n_outside``, recorded since max_outside exists) is over
+the budget's ``max_outside``; a file without counts is judged on the fraction alone. Pure of pytest::
 
     python -m numcheck.heldout docs/numerics/h200-2026-12-01/*heldout*.json [--cases cases]
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,8 +82,10 @@ def excesses(cases: Mapping[str, Case], reports: Sequence[Mapping[str, Any]]) ->
 
 def _outside(key: str, budget_of: str, variant: str, output: str,
              metrics: Mapping[str, float], budget: VariantBudget) -> list[Excess]:
+    budget_max_outside = 0
     if output in budget.outputs:
         limits = budget.outputs[output].limits
+        budget_max_outside = budget.outputs[output].max_outside
     elif budget.topk is not None:
         limits = budget.topk.limits
     else:
@@ -90,6 +95,8 @@ def _outside(key: str, budget_of: str, variant: str, output: str,
         value = metrics.get(metric)
         if value is None:
             continue
+        if metric == "frac_outside" and metrics.get("n_outside", math.inf) <= budget_max_outside:
+            continue  # never more elements outside than max_outside allows
         if (value < limit) if metric in FLOORS else (value > limit):
             out.append(Excess(key, budget_of, variant, output, metric, value, limit))
     return out

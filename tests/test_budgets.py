@@ -133,6 +133,7 @@ def test_nothing_given_means_the_defaults_row(precision: str) -> None:
         atol=row["atol"],
         rtol=row["rtol"],
         allow_nan=False,
+        max_outside=row["max_outside"],
     )
     assert budget.topk == TopkBudget(
         limits={"recall_min": row["recall_min"], "tie_recall_min": row["tie_recall_min"]},
@@ -338,3 +339,23 @@ def test_a_variant_as_coarse_as_the_storage_keeps_its_own_budget() -> None:
 def test_nothing_to_inherit_without_the_coarse_class_budget() -> None:
     assert budgets.coarse_output_tables("fp32", {}, {}, _COARSE, _REFS) == {}
     assert budgets.coarse_output_tables("fp32", {}, _GIVEN, _COARSE, {}) == {}
+
+
+def test_max_outside_is_a_count_of_elements() -> None:
+    assert complete(given={"scores": {"max_outside": 3}}).outputs["scores"].max_outside == 3
+    assert complete(given={"scores": {"max_outside": 3.0}}).outputs["scores"].max_outside == 3
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(BudgetError, match="max_outside"):
+            complete(given={"scores": {"max_outside": bad}})
+
+
+def test_max_outside_defaults_to_zero_for_fp32_only() -> None:
+    assert complete(precision="fp32").outputs["scores"].max_outside == 0
+    for precision in ("tf32", "bf16", "fp16", "e4m3"):
+        assert complete(precision=precision).outputs["scores"].max_outside == 2
+
+
+def test_a_finer_variant_takes_max_outside_on_a_coarse_output_too() -> None:
+    given = {"bf16": {"y": {"max_outside": 4}}}
+    tables = budgets.coarse_output_tables("fp32", {}, given, {"y": "bf16"}, {"bf16": "bf16"})
+    assert tables == {"y": {"max_outside": 4}}

@@ -64,3 +64,15 @@ def test_cli_exits_1_on_an_excess_and_0_without(tmp_path: Path, cases: dict,
     assert main([str(good), "--cases", str(tmp_path)]) == 0
     assert main([str(bad), "--cases", str(tmp_path)]) == 1
     assert "logits.rel_fro = 0.005 > budget 0.004" in capsys.readouterr().out
+
+
+def test_frac_outside_within_max_outside_elements_is_no_excess(tmp_path: Path) -> None:
+    (tmp_path / "c.toml").write_text(CASE.replace("rel_fro = 0.004\n",
+                                                  "frac_outside = 0\nmax_outside = 2\n"))
+    cases = {f"{c.op}::{c.id}": c for c in load_cases(tmp_path)}
+    row = {"cases": {"indexer::t": {"bf16/logits": {"frac_outside": 0.001, "n_outside": 2.0}}}}
+    assert excesses(cases, [row]) == []
+    row["cases"]["indexer::t"]["bf16/logits"]["n_outside"] = 3.0
+    assert [e.metric for e in excesses(cases, [row])] == ["frac_outside"]
+    del row["cases"]["indexer::t"]["bf16/logits"]["n_outside"]  # no count: the fraction decides
+    assert [e.metric for e in excesses(cases, [row])] == ["frac_outside"]

@@ -75,3 +75,39 @@ def test_one_layout_caps_the_other_violations() -> None:
     assert "  ... and 3 more violations" in lines
     assert lines[-3:] == ["  golden:      g.safetensors", "  reproduce:   pytest a",
                           "  regenerate:  pytest b  (only if the reference itself changed)"]
+
+
+def _two_outside() -> object:
+    # Two of four elements outside a zero-width band.
+    return compare(torch.tensor([1.0, 2.5, 3.5, 4.0]), torch.tensor([1.0, 2.0, 3.0, 4.0]),
+                   ulp_dtype=torch.float32, atol=0, rtol=0)
+
+
+def test_max_outside_lets_a_few_elements_past_a_zero_fraction() -> None:
+    m = _two_outside()
+    strict = OutputBudget(limits={"frac_outside": 0.0}, atol=0.0, rtol=0.0)
+    assert [v.key for v in check_output("y", m, strict)] == ["y.frac_outside"]
+    allowing = OutputBudget(limits={"frac_outside": 0.0}, atol=0.0, rtol=0.0, max_outside=2)
+    assert check_output("y", m, allowing) == []
+    assert allowing.frac_outside_limit(4) == 0.5
+    assert allowing.frac_outside_limit(0) == 0.0
+
+
+def test_one_element_more_than_max_outside_fails_and_says_so() -> None:
+    m = _two_outside()
+    one = OutputBudget(limits={"frac_outside": 0.0}, atol=0.0, rtol=0.0, max_outside=1)
+    (v,) = check_output("y", m, one)
+    assert (v.value, v.limit) == (0.5, 0.25)
+    assert "2 of 4 elements outside the band, more than the 1 max_outside allows" in v.describe()
+
+
+def test_max_outside_does_not_lift_the_hard_band() -> None:
+    """How far past the band the allowed elements may go is max_band_ratio's to bound."""
+    b = OutputBudget(limits={"frac_outside": 0.0, "max_band_ratio": 8.0}, atol=0.1, rtol=0.0,
+                     max_outside=2)
+    m = compare(torch.tensor([1.0, 2.5, 3.0, 4.0]), torch.tensor([1.0, 2.0, 3.0, 4.0]),
+                ulp_dtype=torch.float32, atol=0.1, rtol=0)
+    assert [v.key for v in check_output("y", m, b)] == []  # 5 bands out: within 8
+    m = compare(torch.tensor([1.0, 3.0, 3.0, 4.0]), torch.tensor([1.0, 2.0, 3.0, 4.0]),
+                ulp_dtype=torch.float32, atol=0.1, rtol=0)
+    assert [v.key for v in check_output("y", m, b)] == ["y.max_band_ratio"]  # 10 bands out

@@ -278,6 +278,8 @@ def _headroom(budget: Any, metrics: Mapping[str, Mapping[str, float]]) -> dict[s
     for name, ob in budget.outputs.items():
         for metric, limit in ob.limits.items():
             value = metrics.get(name, {}).get(metric)
+            if metric == "frac_outside":
+                limit = ob.frac_outside_limit(int(metrics.get(name, {}).get("n_compared", 0)))
             if value is None or limit <= 0 or math.isnan(value):  # NaN: not measured
                 continue
             ratio = value / limit
