@@ -669,6 +669,11 @@ def _few_events(
     """Too few mismatches or flips to measure a spread: where they are, and the declared
     groups they all share."""
     at = np.nonzero(grid.weight > 0)[0]
+    if at.size == 0:
+        # A recall floor can fail on near-ties alone: no flip is left to place.
+        what = {"mismatches": "no NaN/inf mismatch to place",
+                "flips": "no unexplained flip: every flip lies within the tie band"}[grid.measure]
+        return f"{grid.name}: {what}"
     index = _unravel(torch.from_numpy(grid.positions[at[:1]]), grid.shape)[0].tolist()
     common = _common_groups(at, labelled, inputs, params, plain_axes=len(at) > 1)
     n = grid.events
@@ -717,6 +722,14 @@ def localize_output(
     axes = axis_names(structure, actual.dim())
     transform = find_transform(name, actual, expected, positions, axes)
     return localize_grid(grid, structure, inputs, params, seed=seed, transform=transform)
+
+
+def failed(output: str, seed: int | None, exc: BaseException) -> Localization:
+    """The localization of a check whose localization raised: one line that says so (the
+    check's verdict and violations stand; a bug here must not hide them)."""
+    text = f"{output}: localization failed ({type(exc).__name__}: {exc}); the verdict stands"
+    return Localization(output=output, seed=seed, measure="error", events=0, lines=(text,),
+                        concentrated=False)
 
 
 def localize_failure(

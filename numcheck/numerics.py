@@ -345,10 +345,13 @@ def _check_seed(
         result.topk = report
         result.violations += check_topk(spec.indices, report, tb, seed=seed)
     if localize_failure and result.violations and localize.enabled():
-        result.localization = localize.localize_failure(
-            op, case.params, cpu_inputs, out, golden.tensors, partial(seed_key, seed),
-            result.violations, budget, seed=seed,
-        )
+        try:
+            result.localization = localize.localize_failure(
+                op, case.params, cpu_inputs, out, golden.tensors, partial(seed_key, seed),
+                result.violations, budget, seed=seed,
+            )
+        except Exception as exc:  # noqa: BLE001 - a diagnostic never replaces the verdict
+            result.localization = [localize.failed(result.violations[0].output, seed, exc)]
     return result
 
 

@@ -394,3 +394,30 @@ def test_heatmaps_are_self_contained_html() -> None:
     assert 'title="MTP row 1: ' in page and "of the error" in page
     assert "<script" not in page and "http" not in page and "url(" not in page
     assert localization_html(None) == ""
+
+
+def test_a_recall_failure_with_only_near_tie_flips_has_nothing_to_place() -> None:
+    """recall_min can fail while every flip is inside the tie band: the flip grid is empty,
+    and the localization says so instead of failing itself (a fresh-seed run of the
+    self-test once crashed here)."""
+    scores = torch.randn(4, 64, generator=torch.Generator().manual_seed(0))
+    grid = localize.flip_grid("topk", scores, [], 0)
+    found = localize.localize_grid(grid, None, {}, {})
+    assert list(found.lines) == ["topk: no unexplained flip: every flip lies within the tie band"]
+
+
+def test_a_localization_that_raises_leaves_the_verdict_standing(
+        tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from numcheck.numerics import check
+
+    op, case, golden, inputs = tiny
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise IndexError("planted")
+
+    monkeypatch.setattr(localize, "localize_failure", broken)
+    bad = check(op, case, "mtp_row1_weights", "cpu", golden, inputs, regen_hint="")
+    assert not bad.passed and bad.violations
+    (found,) = bad.localization
+    assert found.lines == (
+        "logits: localization failed (IndexError: planted); the verdict stands",)
