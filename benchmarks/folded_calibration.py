@@ -1,0 +1,44 @@
+"""bf16_folded (the folded-scale indexer scheme) measured on its own: its worst error per
+indexer case over fresh seeds, against a fresh CPU reference, held to its own budget (the way
+numcheck.honest measures a family, with the scheme as a family of one).
+
+    python benchmarks/folded_calibration.py FIRST_SEED N OUT.json
+    python benchmarks/folded_calibration.py 4000 100 docs/bf16-folded-calibration-cpu.json   # calibration
+    python benchmarks/folded_calibration.py 8000 50 docs/bf16-folded-heldout-cpu.json        # held out
+    python -m numcheck.heldout docs/bf16-folded-heldout-cpu.json
+
+docs/budgets.md ("Not in the bf16 family: the folded-scale indexer") has the policy.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from numcheck.cases import load_cases
+from numcheck.honest import measure_family
+
+
+def main(argv: list[str]) -> int:
+    first, n, out = int(argv[0]), int(argv[1]), Path(argv[2])
+    cases = [c for c in load_cases(ROOT / "cases")
+             if c.op == "indexer" and not c.perf_only and "bf16_folded" in c.variants]
+    results = {}
+    for case in cases:
+        r = measure_family(case, "bf16_folded", ["bf16_folded"], range(first, first + n))
+        results[f"indexer::{case.id}"] = {"bf16_folded": r}
+        w = r["worst"]["logits"]
+        print(case.id, " ".join(f"{k}={w[k]:.4g}" for k in
+                                ("max_err_ratio", "frac_outside", "rel_fro", "calc_diff")),
+              flush=True)
+    meta = {"device": "cpu", "seeds": [first, first + n - 1], "members": ["bf16_folded"]}
+    out.write_text(json.dumps({"meta": meta, "cases": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
