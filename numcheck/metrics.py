@@ -246,27 +246,6 @@ def _count(mask: torch.Tensor) -> int:
     return int(torch.count_nonzero(mask))
 
 
-def compare(
-    actual: torch.Tensor,
-    expected: torch.Tensor,
-    *,
-    ulp_dtype: torch.dtype,
-    atol: float,
-    rtol: float,
-    unit_roundoff: float | None = None,
-    rounding_ref: torch.Tensor | None = None,
-) -> ErrorMetrics:
-    """Measure ``actual`` against ``expected`` (the golden) with every metric at once.
-
-    See :func:`_compare` for the details; a NaN on one side only makes every error metric
-    NaN (:func:`undefined_where_nan`).
-    """
-    return undefined_where_nan(
-        _compare(actual, expected, ulp_dtype=ulp_dtype, atol=atol, rtol=rtol,
-                 unit_roundoff=unit_roundoff, rounding_ref=rounding_ref)
-    )
-
-
 #: Error metrics set to NaN when the NaN patterns differ.
 _NAN_FIELDS = ("max_abs", "max_rel", "rel_fro", "calc_diff", "ulp_p50", "ulp_p99", "ulp_max",
                "frac_outside", "max_err_ratio", "max_band_ratio")
@@ -281,7 +260,7 @@ def undefined_where_nan(m: ErrorMetrics) -> ErrorMetrics:
     return replace(m, **{name: math.nan for name in _NAN_FIELDS})
 
 
-def _compare(
+def compare(
     actual: torch.Tensor,
     expected: torch.Tensor,
     *,
@@ -295,7 +274,8 @@ def _compare(
 
     Both tensors are moved to the CPU as float64 first; they may be bf16, fp16, fp32 or fp64
     on any device. Positions where either side is non-finite are excluded from all error
-    metrics and counted in ``nonfinite``. ULP percentiles use ``numpy.percentile`` with
+    metrics and counted in ``nonfinite``; a NaN on one side only makes every error metric NaN
+    (:func:`undefined_where_nan`). ULP percentiles use ``numpy.percentile`` with
     ``method="linear"`` over the compared positions.
 
     Args:
@@ -334,8 +314,8 @@ def _compare(
         )
 
     if n_compared == 0:
-        return _nothing_compared(a.numel(), calc, nonfinite, atol, rtol, u,
-                                 has_rounding_ref=rounding_ref is not None)
+        return undefined_where_nan(_nothing_compared(
+            a.numel(), calc, nonfinite, atol, rtol, u, has_rounding_ref=rounding_ref is not None))
 
     if n_compared == a.numel():
         positions = None
@@ -364,7 +344,7 @@ def _compare(
         _check_shapes(rounding_ref, expected)
         h = _to_f64(rounding_ref).reshape(-1)
         honest, err_ratio = _err_ratio(h if positions is None else h[positions], ec, u, max_abs)
-    return ErrorMetrics(
+    return undefined_where_nan(ErrorMetrics(
         numel=a.numel(),
         n_compared=n_compared,
         max_abs=max_abs,
@@ -386,7 +366,7 @@ def _compare(
         max_band_ratio=float(ratio[i_band]),
         max_band_ratio_index=_unravel(_flat(positions, i_band), shape),
         unit_roundoff=u,
-    )
+    ))
 
 
 def _nothing_compared(numel: int, calc: float, nonfinite: NonFinite, atol: float, rtol: float,

@@ -100,10 +100,12 @@ def check_output(
             continue
         value = metrics.value(metric)
         detail = ""
-        if metric == "frac_outside" and budget.frac_outside_limit(metrics.n_compared) > limit:
-            limit = budget.frac_outside_limit(metrics.n_compared)
-            detail = (f"{metrics.n_outside} of {metrics.n_compared} elements outside the band, "
-                      f"more than the {budget.max_outside} max_outside allows")
+        if metric == "frac_outside":
+            in_force = budget.frac_outside_limit(metrics.n_compared)
+            if in_force > limit:  # max_outside allows more than the fraction
+                limit = in_force
+                detail = (f"{metrics.n_outside} of {metrics.n_compared} elements outside the "
+                          f"band, more than the {budget.max_outside} max_outside allows")
         if math.isnan(value) or value > limit:
             found.append(
                 Violation(name, metric, value, limit, seed=seed, index=metrics.index_of(metric),

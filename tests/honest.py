@@ -18,9 +18,10 @@ Registered by tests and benchmarks only, never shipped.
 from __future__ import annotations
 
 import torch
+from variant_tables import register_table
 
 from numcheck.ops import indexer, mhc
-from numcheck.ops.registry import Inputs, Outputs, Params, Variant, add_variant, get_op
+from numcheck.ops.registry import Inputs, Outputs, Params
 from numcheck.precision import matmul_precision
 from numcheck.topk import select_topk
 
@@ -247,8 +248,4 @@ FAMILIES = [(op, prec) for op in HONEST for prec in ("bf16", "tf32")]
 
 def register_all() -> None:
     """Add every honest variant to its op (inside ``registry.isolated()`` in tests)."""
-    for op, variants in HONEST.items():
-        for name, (fn, precision) in variants.items():
-            if name in get_op(op).variants:
-                continue
-            add_variant(op, Variant(name, fn, precision, doc=fn.__doc__ or ""))
+    register_table(HONEST)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import time
 
 import torch
+from variant_tables import register_table
 
 from numcheck.ops import indexer, mhc
-from numcheck.ops.registry import Inputs, Outputs, Params, Variant, add_variant, get_op
+from numcheck.ops.registry import Inputs, Outputs, Params
 from numcheck.precision import matmul_precision
 from numcheck.topk import select_topk
 
@@ -475,8 +476,4 @@ NOT_NUMERIC = {
 
 def register_all() -> None:
     """Add every planted variant to its op (inside ``registry.isolated()`` in tests)."""
-    for op, variants in PLANTED.items():
-        for name, (fn, precision) in variants.items():
-            if name in get_op(op).variants:  # a conftest imported twice in one process
-                continue
-            add_variant(op, Variant(name, fn, precision, doc=fn.__doc__ or ""))
+    register_table(PLANTED)

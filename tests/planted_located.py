@@ -12,9 +12,10 @@ Registered by tests and the benchmark only, never shipped.
 from __future__ import annotations
 
 import torch
+from variant_tables import register_table
 
 from numcheck.ops import indexer, mhc
-from numcheck.ops.registry import Inputs, Outputs, Params, Variant, add_variant, get_op
+from numcheck.ops.registry import Inputs, Outputs, Params
 from numcheck.topk import select_topk
 
 
@@ -142,8 +143,5 @@ EXPECTED: dict[tuple[str, str, str], str] = {
 
 def register_all() -> None:
     """Add every located bug to its op (inside ``registry.isolated()`` in tests)."""
-    for op, variants in LOCATED.items():
-        for name, fn in variants.items():
-            if name in get_op(op).variants:
-                continue
-            add_variant(op, Variant(name, fn, "bf16", doc=fn.__doc__ or ""))
+    register_table({op: {name: (fn, "bf16") for name, fn in variants.items()}
+                    for op, variants in LOCATED.items()})

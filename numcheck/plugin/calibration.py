@@ -196,17 +196,16 @@ class CalibrationMode:
         earlier = [p for p in self.settings.earlier if p["kind"] == "numerics"]
         speed = combine_speed([p for p in payloads if p["kind"] == "speed"],
                               [p for p in self.settings.earlier if p["kind"] == "speed"])
+        sections = []
         if self.settings.fresh is not None:
-            lines, found = numerics_section(numerics, self.settings, earlier)
-            tr.write_sep("=", f"numcheck calibrate: suggested budgets ({_device(numerics)}, "
-                         f"torch {_torch()})")
-            for line in lines:
-                tr.write_line(line)
-            _merge(edits, found)
+            sections.append((f"suggested budgets ({_device(numerics)}, torch {_torch()})",
+                             numerics_section(numerics, self.settings, earlier)))
         if self.settings.speed_runs is not None:
-            lines, found = speed_section(speed, self.settings)
-            tr.write_sep("=", f"numcheck calibrate: suggested speedup_min ({_device(speed)}, "
-                         f"{self.settings.speed_runs} runs each)")
+            runs = self.settings.speed_runs
+            sections.append((f"suggested speedup_min ({_device(speed)}, {runs} runs each)",
+                             speed_section(speed, self.settings)))
+        for title, (lines, found) in sections:
+            tr.write_sep("=", f"numcheck calibrate: {title}")
             for line in lines:
                 tr.write_line(line)
             _merge(edits, found)
