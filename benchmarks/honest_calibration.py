@@ -3,12 +3,17 @@
     python benchmarks/honest_calibration.py [--seeds 40] [--first-seed 4000] [--device cpu]
         [-k CASE_SUBSTRING] [--json docs/honest-calibration-cpu.json]
     python benchmarks/honest_calibration.py --suggest docs/honest-calibration-cpu.json
+    python benchmarks/honest_calibration.py --apply docs/honest-calibration-cpu-100.json \
+        --note "100 CPU seeds"
 
 Measures every honest family of tests/honest.py (each shipped op at bf16 and tf32: the
 shipped variant of that class plus the test-only alternatives) on every shipped case, over the
 case's own seeds plus ``--seeds`` fresh ones, each against a fresh CPU reference, the way the
 gate measures (numcheck.honest). ``--suggest`` prints the budget tables (docs/budgets.md has
-the policy). Seeds 4000+ are the calibration seeds; the held-out check
+the policy); ``--apply`` writes them into cases/*.toml: bf16 ``max_err_ratio`` set to 1.25x
+the worst pooled over the op's cases (raised or lowered: it is relative to the rounding
+envelope, the same on every case), every other family value only raised, each changed line
+commented with its old value (tomlkit, the calibrate extra). Seeds 4000+ are the calibration seeds; the held-out check
 (benchmarks/reliability_report.py) uses 5000+.
 """
 
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -28,7 +34,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 import torch
 
 from numcheck.cases import load_cases
-from numcheck.honest import measure_family, suggest
+from numcheck.casewriter import format_number
+from numcheck.honest import GATED, budget_from, measure_family, suggest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-k", dest="select", default="", help="only cases whose id contains this")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--suggest", type=Path, nargs="+", metavar="JSON")
+    ap.add_argument("--apply", type=Path, nargs="+", metavar="JSON",
+                    help="write the budgets into cases/*.toml (bf16 max_err_ratio pooled per op)")
+    ap.add_argument("--note", default="the calibration seeds",
+                    help="with --apply: what the seeds were, for the comments")
     ap.add_argument("--table", type=Path, nargs="+", metavar="JSON",
                     help="measure nothing: print the markdown table of docs/budgets.md")
     args = ap.parse_args(argv)
@@ -47,17 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         print_table(args.table, cases)
         return 0
     if args.suggest:
-        merged: dict[str, Any] = {}
-        for path in args.suggest:
-            for key, fams in json.loads(path.read_text())["cases"].items():
-                for prec, res in fams.items():
-                    into = merged.setdefault(key, {}).setdefault(prec, {"worst": {}})
-                    for output, row in res["worst"].items():
-                        tgt = into["worst"].setdefault(output, {})
-                        for m, v in row.items():
-                            low = m in ("recall_min", "tie_recall_min")
-                            tgt[m] = (min if low else max)(tgt.get(m, v), v)
-        print(suggest(merged, cases))
+        print(suggest(merge(args.suggest), cases))
+        return 0
+    if args.apply:
+        for change in apply(merge(args.apply), cases, args.note):
+            print(change)
         return 0
 
     import honest
@@ -91,6 +96,86 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:  # write as we go: a long run keeps what it measured
                 args.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0
+
+
+def merge(paths: list[Path]) -> dict[str, Any]:
+    """The worst of every metric over several calibration files (lowest for recalls)."""
+    merged: dict[str, Any] = {}
+    for path in paths:
+        for key, fams in json.loads(path.read_text())["cases"].items():
+            for prec, res in fams.items():
+                into = merged.setdefault(key, {}).setdefault(prec, {"worst": {}})
+                for output, row in res["worst"].items():
+                    tgt = into["worst"].setdefault(output, {})
+                    for m, v in row.items():
+                        low = m in ("recall_min", "tie_recall_min")
+                        tgt[m] = (min if low else max)(tgt.get(m, v), v)
+    return merged
+
+
+#: Shipped variants held to the bf16 family's budget (a known-bad variant whose numerics
+#: equal bf16's: its budget must be bf16's so that only the cast ledger's verdict differs).
+HELD_AS_BF16 = {"mhc_pre": ("bf16_roundtrip",)}
+
+
+def apply(merged: dict[str, Any], cases: list[Any], note: str) -> list[str]:
+    """Write the family budgets into the case files (the policy in the module docstring)."""
+    import tomlkit
+
+    pooled: dict[tuple[str, str], float] = {}  # (op, output) -> worst bf16 max_err_ratio
+    for case in cases:
+        bf16 = merged.get(f"{case.op}::{case.id}", {}).get("bf16", {"worst": {}})
+        for output, row in bf16["worst"].items():
+            if "max_err_ratio" in row:
+                key = (case.op, output)
+                pooled[key] = max(pooled.get(key, 0.0), row["max_err_ratio"])
+    changes: list[str] = []
+    by_file: dict[Path, list[Any]] = {}
+    for case in cases:
+        by_file.setdefault(case.source, []).append(case)
+    for path, file_cases in by_file.items():
+        doc = tomlkit.parse(path.read_text())
+        for case in file_cases:
+            for prec, res in merged.get(f"{case.op}::{case.id}", {}).items():
+                for output, worst in res["worst"].items():
+                    if "recall_min" in worst:
+                        continue
+                    budget = case.budgets[prec].outputs[output]
+                    current = budget.limits
+                    for metric in GATED:
+                        if metric not in worst:
+                            continue
+                        if metric == "max_err_ratio":
+                            if prec != "bf16":
+                                continue
+                            value = budget_from({metric: pooled[(case.op, output)]}, metric)
+                            why = (f"1.25x the family's worst against the rounding envelope, "
+                                   f"pooled over {case.op} cases, {note} (docs/budgets.md)")
+                        else:
+                            if metric == "frac_outside" and \
+                                    worst.get("n_outside", math.inf) <= budget.max_outside:
+                                continue  # max_outside already allows that many elements
+                            value = budget_from(worst, metric)
+                            if value <= current.get(metric, math.inf) and metric in current:
+                                continue
+                            why = f"family worst x headroom over {note} (docs/budgets.md)"
+                        old = current.get(metric)
+                        if old is not None and math.isclose(old, value):
+                            continue
+                        variants = (prec, *HELD_AS_BF16.get(case.op, ())) if prec == "bf16" \
+                            else (prec,)
+                        for variant in variants:
+                            table = doc[case.id]["budget"][variant][output]
+                            item = tomlkit.parse(f"x = {format_number(value)}")["x"]
+                            was = "none" if old is None else f"{old:g}"
+                            held = "" if variant == prec else "as bf16's; "
+                            item.comment(f"{held}{why}; was {was}")
+                            item.trivia.comment_ws = "  "
+                            table[metric] = item
+                            changes.append(f"{path.name} {case.id}.{variant}.{output}.{metric}: "
+                                           f"{was} -> {value:g}")
+        path.write_text(tomlkit.dumps(doc))
+    return changes
 
 
 def print_table(paths: list[Path], cases: list[Any]) -> None:

@@ -12,6 +12,7 @@ a budget can demand that the masks match exactly.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -268,7 +269,7 @@ def compare(
     atol: float,
     rtol: float,
     unit_roundoff: float | None = None,
-    rounding_ref: torch.Tensor | None = None,
+    rounding_ref: torch.Tensor | Sequence[torch.Tensor] | None = None,
 ) -> ErrorMetrics:
     """Measure ``actual`` against ``expected`` (the golden) with every metric at once.
 
@@ -285,9 +286,10 @@ def compare(
         atol, rtol: the band ``|a - e| <= atol + rtol |e|`` behind ``frac_outside``.
         unit_roundoff: the rounding unit ``u`` of ``max_err_ratio``'s floor; by default that
             of ``ulp_dtype`` (half its machine epsilon). TF32 variants pass 2^-11.
-        rounding_ref: the same output from an honest implementation at the variant's
-            precision (the op's rounding reference) on the same inputs; enables
-            ``max_err_ratio``.
+        rounding_ref: the same output from honest implementations at the variant's
+            precision on the same inputs (the op's rounding reference, or every member of
+            its rounding envelope: a tensor or a sequence of them); enables
+            ``max_err_ratio``, taken against the worst of them.
 
     Raises:
         ValueError: the shapes differ, or ``ulp_dtype`` is not supported.
@@ -341,9 +343,13 @@ def compare(
     i_band = int(torch.argmax(ratio))
     honest, err_ratio = math.nan, math.nan
     if rounding_ref is not None:
-        _check_shapes(rounding_ref, expected)
-        h = _to_f64(rounding_ref).reshape(-1)
-        honest, err_ratio = _err_ratio(h if positions is None else h[positions], ec, u, max_abs)
+        refs = [rounding_ref] if isinstance(rounding_ref, torch.Tensor) else list(rounding_ref)
+        flat = []
+        for r in refs:
+            _check_shapes(r, expected)
+            h = _to_f64(r).reshape(-1)
+            flat.append(h if positions is None else h[positions])
+        honest, err_ratio = _err_ratio(flat, ec, u, max_abs)
     return undefined_where_nan(ErrorMetrics(
         numel=a.numel(),
         n_compared=n_compared,
@@ -411,12 +417,15 @@ def _band_ratios(abs_err: torch.Tensor, ec: torch.Tensor, atol: float,
     return n_outside, ratio
 
 
-def _err_ratio(hc: torch.Tensor, ec: torch.Tensor, u: float,
+def _err_ratio(honest_refs: Sequence[torch.Tensor], ec: torch.Tensor, u: float,
                max_abs: float) -> tuple[float, float]:
-    """The rounding reference's worst error (non-finite ones left out) and ``max_abs`` over
-    it, floored at ``u max|e| / 8``: ``(honest_max_abs, max_err_ratio)``."""
-    h_err = (hc - ec).abs()
-    honest = float(torch.where(torch.isfinite(h_err), h_err, 0.0).max())
+    """The honest implementations' worst error (the largest over them, non-finite ones left
+    out) and ``max_abs`` over it, floored at ``u max|e| / 8``:
+    ``(honest_max_abs, max_err_ratio)``."""
+    honest = 0.0
+    for hc in honest_refs:
+        h_err = (hc - ec).abs()
+        honest = max(honest, float(torch.where(torch.isfinite(h_err), h_err, 0.0).max()))
     denominator = max(honest, u * float(ec.abs().max()) / 8)
     if max_abs == 0.0:
         return honest, 0.0

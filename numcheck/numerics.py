@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
@@ -74,12 +74,20 @@ class CaseInputs:
         self.op = op
         self.case = case
         self._made: dict[int, tuple[Inputs, str]] = {}
+        self._envelopes: dict[tuple[Any, ...], list[Outputs]] = {}
 
     def get(self, seed: int) -> tuple[Inputs, str]:
         if seed not in self._made:
             inputs = self.op.make_inputs(self.case.params, seed)
             self._made[seed] = (inputs, input_fingerprint(inputs))
         return self._made[seed]
+
+    def envelope(self, key: tuple[Any, ...], make: Callable[[], list[Outputs]]) -> list[Outputs]:
+        """The rounding envelope's outputs for ``key`` (seed, device, the envelope's members),
+        made once: every variant of a precision class is measured against the same ones."""
+        if key not in self._envelopes:
+            self._envelopes[key] = make()
+        return self._envelopes[key]
 
     def fingerprint(self) -> str:
         """One hash over every seed's input fingerprint, in seed order."""
@@ -114,21 +122,31 @@ def run_variant(variant: Variant, op: OpSpec, inputs: Inputs, case: Case, device
     return dict(out)
 
 
-def rounding_reference_outputs(
+def rounding_envelope_outputs(
     op: OpSpec, variant_name: str, inputs: Inputs, case: Case, device: str, out: Outputs
-) -> Outputs | None:
-    """The op's rounding reference at the precision of ``variant_name``, on the same
-    inputs (``out`` itself when the variant is that reference); None when the op names
-    none for that precision or it cannot run on ``device``."""
-    name = op.rounding_reference.get(op.variants[variant_name].precision)
+) -> list[Outputs]:
+    """The op's honest implementations at the precision of ``variant_name``, on the same
+    inputs: its rounding reference (``out`` itself when the variant is that reference) and
+    its rounding alternatives. Empty when the op names no rounding reference for that
+    precision or the reference cannot run on ``device``."""
+    precision = op.variants[variant_name].precision
+    name = op.rounding_reference.get(precision)
     if name is None or name not in op.variants:
-        return None
-    if name == variant_name:
-        return out
-    honest = op.variants[name]
-    if device not in honest.devices or honest.unavailable:
-        return None
-    return run_variant(honest, op, inputs, case, device)
+        return []
+    reference = op.variants[name]
+    if device not in reference.devices or reference.unavailable:
+        return []
+    envelope = [out if name == variant_name else run_variant(reference, op, inputs, case, device)]
+    for label, fn in op.rounding_alternatives.get(precision, {}).items():
+        alternative = Variant(f"{label} (rounding alternative of {name!r})", fn, precision)
+        envelope.append(run_variant(alternative, op, inputs, case, device))
+    return envelope
+
+
+def _envelope_key(op: OpSpec, precision: str, seed: int, device: str) -> tuple[Any, ...]:
+    alternatives = op.rounding_alternatives.get(precision, {})
+    return (seed, device, precision, op.rounding_reference.get(precision),
+            tuple(alternatives.items()))
 
 
 def make_golden(
@@ -320,7 +338,10 @@ def _check_seed(
     cpu_inputs, _ = inputs.get(seed)
     dev_inputs = to_device(cpu_inputs, device)
     out = run_variant(variant, op, dev_inputs, case, device)
-    honest = rounding_reference_outputs(op, variant_name, dev_inputs, case, device, out)
+    envelope = inputs.envelope(
+        _envelope_key(op, variant.precision, seed, device),
+        partial(rounding_envelope_outputs, op, variant_name, dev_inputs, case, device, out),
+    )
     result = SeedResult(seed)
     if keep_outputs:
         result.outputs = {name: t.detach().cpu() for name, t in out.items()}
@@ -333,7 +354,7 @@ def _check_seed(
             continue
         _check_output(result, name, out[name], golden, case, variant.precision,
                       budget.outputs[name], regen_hint=regen_hint,
-                      honest=None if honest is None else honest[name])
+                      honest=[h[name] for h in envelope])
     if op.topk is not None and budget.topk is not None:
         spec, tb = op.topk, budget.topk
         report = topk_agreement(
@@ -365,26 +386,28 @@ def _check_output(
     ob: OutputBudget,
     *,
     regen_hint: str,
-    honest: torch.Tensor | None = None,
+    honest: Sequence[torch.Tensor] = (),
 ) -> None:
     """One ordinary output of one seed: its metrics and violations, added to ``result``.
-    ``honest`` is the op's rounding reference's output at this precision on the same inputs
-    (the yardstick of ``max_err_ratio``), None when the op names none."""
+    ``honest`` holds this output from each member of the op's rounding envelope at this
+    precision on the same inputs (the yardstick of ``max_err_ratio``); empty when the op
+    names none."""
     seed = result.seed
     pair = unpack_pair(
         seed_key(seed, name), actual, golden.tensors,
         path=golden.path, case=case.id, regen_hint=regen_hint,
     )
-    honest_pair = None if honest is None else unpack_pair(
-        seed_key(seed, name), honest, golden.tensors,
-        path=golden.path, case=case.id, regen_hint=regen_hint,
-    )
+    honest_actual = [
+        unpack_pair(seed_key(seed, name), h, golden.tensors, path=golden.path, case=case.id,
+                    regen_hint=regen_hint).actual
+        for h in honest
+    ]
     m = compare(
         pair.actual, pair.expected,
         ulp_dtype=ulp_dtype(precision, actual.dtype),
         atol=ob.atol, rtol=ob.rtol,
         unit_roundoff=rounding_unit(precision, actual.dtype),
-        rounding_ref=None if honest_pair is None else honest_pair.actual,
+        rounding_ref=honest_actual or None,
     )
     result.metrics[name] = m
     found = check_output(name, m, ob, seed=seed)

@@ -22,6 +22,7 @@ from variant_tables import register_table
 
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import Inputs, Outputs, Params
+from numcheck.ops.splitk import split_k_matmul
 from numcheck.precision import matmul_precision
 from numcheck.topk import select_topk
 
@@ -73,11 +74,15 @@ def indexer_split_d(inputs: Inputs, p: Params) -> Outputs:
     """Split-K over the head dim: two bf16 GEMMs over D/2 each, their bf16 results summed in
     fp32 (what a split-K kernel writing bf16 partials does)."""
     q, kt, k_scale = indexer._operands(inputs, p, torch.bfloat16)
-    half = q.shape[-1] // 2
-    scores = torch.bmm(q[..., :half], kt[:, :half]).float() + torch.bmm(
-        q[..., half:], kt[:, half:]
-    ).float()
-    return indexer._outputs(scores, inputs, k_scale, p)
+    return indexer._outputs(split_k_matmul(q, kt, 2, tree=False), inputs, k_scale, p)
+
+
+def indexer_split_d3(inputs: Inputs, p: Params) -> Outputs:
+    """Split-K over three uneven slices of the head dim (bf16 partials), left to right:
+    outside the op's rounding envelope (halves and quarters). Not eight slices: a 16-wide
+    slice per bf16 partial is close to keeping the GEMM's running sum in bf16, a bug."""
+    q, kt, k_scale = indexer._operands(inputs, p, torch.bfloat16)
+    return indexer._outputs(split_k_matmul(q, kt, 3, tree=False), inputs, k_scale, p)
 
 
 def indexer_fp32_accumulate(inputs: Inputs, p: Params) -> Outputs:
@@ -148,36 +153,37 @@ def indexer_tf32_page_at_a_time(inputs: Inputs, p: Params) -> Outputs:
 def _mhc_from_mm(mm: torch.Tensor, inputs: Inputs, p: Params) -> Outputs:
     x = inputs["x"].flatten(1)
     xf = x.float()
-    return mhc._epilogue(mm.float() * mhc._rms_inv(xf, p["eps"]), xf, inputs, p)
+    return mhc._epilogue(mm.float() * mhc._rms_inv(xf, mhc.norm_eps(p)), xf, inputs, p)
 
 
-def _split_k(x: torch.Tensor, w: torch.Tensor, parts: int, tree: bool) -> torch.Tensor:
-    """``x @ w.T`` as ``parts`` GEMMs over K slices, each result in x's dtype (bf16 partials
-    for bf16 operands), summed in fp32 sequentially or as a pairwise tree."""
-    k = x.shape[1]
-    bounds = [round(i * k / parts) for i in range(parts + 1)]
-    partials = [(x[:, lo:hi] @ w[:, lo:hi].T).float() for lo, hi in zip(bounds, bounds[1:])]
-    if not tree:
-        acc = partials[0]
-        for part in partials[1:]:
-            acc = acc + part
-        return acc
-    while len(partials) > 1:
-        paired = [a + b for a, b in zip(partials[0::2], partials[1::2])]
-        partials = paired + ([partials[-1]] if len(partials) % 2 else [])
-    return partials[0]
+def _hc_fn_t(inputs: Inputs) -> torch.Tensor:
+    return inputs["hc_fn"].to(torch.bfloat16).T
 
 
 def mhc_split_k2(inputs: Inputs, p: Params) -> Outputs:
     """Split-K bf16 projection: two GEMMs over K halves, each bf16 result summed in fp32."""
     x = inputs["x"].flatten(1)
-    return _mhc_from_mm(_split_k(x, inputs["hc_fn"].to(torch.bfloat16), 2, tree=False), inputs, p)
+    return _mhc_from_mm(split_k_matmul(x, _hc_fn_t(inputs), 2, tree=False), inputs, p)
 
 
 def mhc_split_k4_tree(inputs: Inputs, p: Params) -> Outputs:
     """Split-K over four K slices (bf16 partials), summed as a pairwise tree in fp32."""
     x = inputs["x"].flatten(1)
-    return _mhc_from_mm(_split_k(x, inputs["hc_fn"].to(torch.bfloat16), 4, tree=True), inputs, p)
+    return _mhc_from_mm(split_k_matmul(x, _hc_fn_t(inputs), 4, tree=True), inputs, p)
+
+
+def mhc_split_k3(inputs: Inputs, p: Params) -> Outputs:
+    """Split-K over three uneven K slices (bf16 partials), added left to right: outside the
+    op's rounding envelope (halves and quarters), so it tests the budget's headroom."""
+    x = inputs["x"].flatten(1)
+    return _mhc_from_mm(split_k_matmul(x, _hc_fn_t(inputs), 3, tree=False), inputs, p)
+
+
+def mhc_split_k8_tree(inputs: Inputs, p: Params) -> Outputs:
+    """Split-K over eight K slices (bf16 partials), a pairwise tree: more roundings than any
+    member of the op's rounding envelope."""
+    x = inputs["x"].flatten(1)
+    return _mhc_from_mm(split_k_matmul(x, _hc_fn_t(inputs), 8, tree=True), inputs, p)
 
 
 def mhc_fp32_accumulate(inputs: Inputs, p: Params) -> Outputs:
@@ -203,8 +209,8 @@ def mhc_tf32_split_k2(inputs: Inputs, p: Params) -> Outputs:
     """The TF32 path with the projection split in two K halves summed in fp32."""
     with matmul_precision(tf32=True):
         xf = inputs["x"].flatten(1).float()
-        mm = _split_k(xf, inputs["hc_fn"], 2, tree=False)
-        return mhc._epilogue(mm * mhc._rms_inv(xf, p["eps"]), xf, inputs, p)
+        mm = split_k_matmul(xf, inputs["hc_fn"].T, 2, tree=False)
+        return mhc._epilogue(mm * mhc._rms_inv(xf, mhc.norm_eps(p)), xf, inputs, p)
 
 
 #: op -> variant -> (function, precision class). The shipped variant of that precision is
@@ -214,6 +220,7 @@ HONEST = {
         "honest_heads_reversed": (indexer_heads_reversed, "bf16"),
         "honest_heads_tree": (indexer_heads_tree, "bf16"),
         "honest_split_d": (indexer_split_d, "bf16"),
+        "honest_split_d3": (indexer_split_d3, "bf16"),
         "honest_fp32_accumulate": (indexer_fp32_accumulate, "bf16"),
         "honest_weighted_bf16": (indexer_weighted_bf16, "bf16"),
         "honest_page_at_a_time": (indexer_page_at_a_time, "bf16"),
@@ -223,6 +230,8 @@ HONEST = {
     "mhc_pre": {
         "honest_split_k2": (mhc_split_k2, "bf16"),
         "honest_split_k4_tree": (mhc_split_k4_tree, "bf16"),
+        "honest_split_k3": (mhc_split_k3, "bf16"),
+        "honest_split_k8_tree": (mhc_split_k8_tree, "bf16"),
         "honest_fp32_accumulate": (mhc_fp32_accumulate, "bf16"),
         "honest_streams_reversed": (mhc_streams_reversed, "bf16"),
         "honest_tf32_split_k2": (mhc_tf32_split_k2, "tf32"),

@@ -431,6 +431,18 @@ def test_max_err_ratio_against_the_rounding_reference() -> None:
     assert m.measured("max_err_ratio")
 
 
+def test_max_err_ratio_against_the_worst_of_a_rounding_envelope() -> None:
+    e = t([1.0, 2.0, 4.0])
+    single = t([1.0, 2.0 + 2**-6, 4.0])  # worst error 2^-6
+    split_k = t([1.0 - 2**-5, 2.0, 4.0])  # worst error 2^-5: two roundings
+    a = t([1.0, 2.0, 4.0 + 2**-3])
+    m = compare(a, e, ulp_dtype=torch.bfloat16, atol=0, rtol=0, rounding_ref=[single, split_k])
+    assert m.honest_max_abs == 2**-5
+    assert m.max_err_ratio == 4.0
+    alone = compare(a, e, ulp_dtype=torch.bfloat16, atol=0, rtol=0, rounding_ref=[single])
+    assert alone.max_err_ratio == 8.0
+
+
 def test_max_err_ratio_floor_when_the_rounding_reference_is_exact() -> None:
     # An exact reference (TF32 on a CPU): the floor is u * max|e| / 8 = 2^-8 * 4 / 8 = 2^-9.
     e = t([1.0, 2.0, 4.0])

@@ -51,3 +51,22 @@ def test_variant_keeps_to_its_inputs_device(op_name: str, variant: str) -> None:
     inputs = to_device(dict(cpu_inputs), "meta")
     outputs = op.variants[variant].fn(inputs, params)
     assert {str(t.device) for t in outputs.values()} == {"meta"}, variant
+
+
+def _alternatives() -> list[tuple[str, str, str]]:
+    return [(op.name, precision, label) for op in (get_op("indexer"), get_op("mhc_pre"))
+            for precision, alternatives in op.rounding_alternatives.items()
+            for label in alternatives]
+
+
+@pytest.mark.parametrize(("op_name", "precision", "label"), _alternatives())
+def test_rounding_alternative_keeps_to_its_inputs_device(
+    op_name: str, precision: str, label: str
+) -> None:
+    """The rounding envelope runs in every bf16 check, on the check's device."""
+    op = get_op(op_name)
+    params, cpu_inputs = _inputs(op_name)
+    outputs = op.rounding_alternatives[precision][label](to_device(dict(cpu_inputs), "meta"),
+                                                        params)
+    assert set(outputs) == set(op.outputs)
+    assert {str(t.device) for t in outputs.values()} == {"meta"}, label

@@ -182,6 +182,16 @@ def _check_outputs(op: OpSpec, origin: str) -> None:
                 f"class ({', '.join(PRECISIONS)}) and one of its variants "
                 f"{sorted(op.variants)}. Fix: correct the entry or drop it"
             )
+    for precision, alternatives in op.rounding_alternatives.items():
+        if precision not in op.rounding_reference or not all(
+            isinstance(label, str) and callable(fn) for label, fn in dict(alternatives).items()
+        ):
+            raise RegistrationError(
+                f"{where}: rounding_alternatives[{precision!r}] needs a precision class the op "
+                f"names a rounding_reference for ({sorted(op.rounding_reference)}) and a "
+                "mapping of labels to functions like a variant's. Fix: name the reference "
+                "first, or correct the entry"
+            )
     for name, declared in op.structure.items():
         if name not in op.outputs or not isinstance(declared, Structure):
             raise RegistrationError(

@@ -117,6 +117,13 @@ class OpSpec:
     #: element, to a multiple of this variant's worst error on the same inputs
     #: (``max_err_ratio``); classes without an entry are not measured that way.
     rounding_reference: Mapping[str, str] = field(default_factory=dict)
+    #: Precision class -> other honest implementations at that precision (label -> function,
+    #: plain functions, not variants: they are not checks of their own). ``max_err_ratio``
+    #: is taken against the worst element error of the rounding reference and all of these
+    #: on the same inputs: the op's honest rounding envelope. Name the choices a kernel may
+    #: legitimately make that round more than the reference does (split-K with partials in
+    #: the low precision); a budget then needs no headroom for them.
+    rounding_alternatives: Mapping[str, Mapping[str, VariantFn]] = field(default_factory=dict)
     #: Parameters that take another's value unless given themselves (name -> the one it
     #: follows): an umbrella parameter split in two keeps its meaning (mHC's ``eps``).
     follows: Mapping[str, str] = field(default_factory=dict)
