@@ -1,21 +1,12 @@
 #!/usr/bin/env bash
-# H200 run G: the rounding-envelope budgets on CUDA. The honest families (now measured
-# against the op's rounding envelope) on calibration seeds 4000-4039, for the record and
-# to pool with the CPU's 100 seeds; then the numerics gate, every shipped variant and honest
-# member on held-out seeds 9000-9009 (seeds that set no budget), and the planted-bug catch.
-# Usage (repo root, GPU machine): OUT=/dir bash benchmarks/h200_run_g.sh   (about 6 minutes)
+# H200 run G: the honest families measured against the rounding envelope on CUDA, on the
+# calibration seeds 4000-4039, to pool with the CPU's 100 seeds when the budgets are re-set
+# (benchmarks/honest_calibration.py --apply). Run H (h200_run_h.sh) then checks the budgets.
+# Usage (repo root, GPU machine): OUT=/dir bash benchmarks/h200_run_g.sh   (about 3 minutes)
 # Everything comes back as $OUT/run-g.tgz (benchmarks/h200_common.sh); prints the step table last.
 RUN=g
 source "$(dirname "$0")/h200_common.sh"
-step gate 80 python3 -m pytest --numcheck --numcheck-device cuda -q -p no:cacheprovider \
-  --numcheck-markdown "$R/gate.md"
-step false-fail 120 python3 benchmarks/reliability_report.py --device cuda --seeds 10 \
-  --first-seed 9000 --skip shipped fresh --json "$R/false-failures-cuda.json"
-step catch 80 python3 benchmarks/reliability_report.py --device cuda --seeds 3 \
-  --first-seed 9000 --skip false --json "$R/catch-cuda.json"
-step honest-cal 200 python3 benchmarks/honest_calibration.py --device cuda --seeds 40 \
+step honest-cal 400 python3 benchmarks/honest_calibration.py --device cuda --seeds 40 \
   --first-seed 4000 --json "$R/honest-calibration-h200.json"
-cat "$R/env.txt"; tail -n 3 "$R/gate.txt"
-grep -E "\| (shipped|yes) \| 10 \| [1-9]" "$R/false-fail.txt" | head
-tail -n 8 "$R/catch.txt" | grep -v "false failures"; tail -n 2 "$R/false-fail.txt"
+cat "$R/env.txt"; tail -n 30 "$R/honest-cal.txt"
 cat "$R/steps.txt"
