@@ -246,10 +246,10 @@ def complete_budget(
 
 
 #: Keys a finer variant's coarse output takes from the coarse class's budget (see
-#: :func:`coarse_output_tables`). Not ``max_err_ratio``: it is relative to each variant's
-#: own rounding reference.
-INHERITED_KEYS = ("rel_fro", "calc_diff", "frac_outside", "max_band_ratio", OUTSIDE_KEY,
-                  *BAND_KEYS)
+#: :func:`coarse_output_tables`). ``max_err_ratio`` too: on such an output it is measured
+#: against the coarse class's rounding envelope (numcheck.numerics), as the coarse class's is.
+INHERITED_KEYS = ("rel_fro", "calc_diff", "frac_outside", "max_band_ratio", "max_err_ratio",
+                  OUTSIDE_KEY, *BAND_KEYS)
 
 
 def coarse_output_tables(

@@ -41,7 +41,7 @@ from numcheck.metric_names import MAX_FLIPS
 from numcheck.metrics import ErrorMetrics, compare
 from numcheck.nonfinite import explain as explain_nonfinite
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
-from numcheck.precision import rounding_unit, ulp_dtype
+from numcheck.precision import coarser, rounding_unit, ulp_dtype
 from numcheck.regen import RegenOutcome, store
 from numcheck.topk import TopkReport, topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk, worst
@@ -123,24 +123,32 @@ def run_variant(variant: Variant, op: OpSpec, inputs: Inputs, case: Case, device
 
 
 def rounding_envelope_outputs(
-    op: OpSpec, variant_name: str, inputs: Inputs, case: Case, device: str, out: Outputs
+    op: OpSpec, precision: str, inputs: Inputs, case: Case, device: str,
+    own: tuple[str, Outputs],
 ) -> list[Outputs]:
-    """The op's honest implementations at the precision of ``variant_name``, on the same
-    inputs: its rounding reference (``out`` itself when the variant is that reference) and
-    its rounding alternatives. Empty when the op names no rounding reference for that
-    precision or the reference cannot run on ``device``."""
-    precision = op.variants[variant_name].precision
+    """The op's honest implementations at ``precision``, on the same inputs: its rounding
+    reference and its rounding alternatives. ``own`` is the checked variant's name and
+    outputs, used as they are when that variant is the reference. Empty when the op names no
+    rounding reference for ``precision`` or the reference cannot run on ``device``."""
     name = op.rounding_reference.get(precision)
     if name is None or name not in op.variants:
         return []
     reference = op.variants[name]
     if device not in reference.devices or reference.unavailable:
         return []
-    envelope = [out if name == variant_name else run_variant(reference, op, inputs, case, device)]
+    envelope = [own[1] if name == own[0] else run_variant(reference, op, inputs, case, device)]
     for label, fn in op.rounding_alternatives.get(precision, {}).items():
         alternative = Variant(f"{label} (rounding alternative of {name!r})", fn, precision)
         envelope.append(run_variant(alternative, op, inputs, case, device))
     return envelope
+
+
+def _yardstick(op: OpSpec, precision: str, output: str) -> str:
+    """The precision class whose rounding envelope ``output`` of a ``precision`` variant is
+    measured against: the coarser of the variant's class and the output's storage class (a
+    TF32 variant's bf16-stored mHC ``y`` differs from the golden by whole bf16 steps, which
+    only bf16 rounding explains)."""
+    return coarser(precision, op.output_precision.get(output, precision))
 
 
 def _envelope_key(op: OpSpec, precision: str, seed: int, device: str) -> tuple[Any, ...]:
@@ -338,10 +346,14 @@ def _check_seed(
     cpu_inputs, _ = inputs.get(seed)
     dev_inputs = to_device(cpu_inputs, device)
     out = run_variant(variant, op, dev_inputs, case, device)
-    envelope = inputs.envelope(
-        _envelope_key(op, variant.precision, seed, device),
-        partial(rounding_envelope_outputs, op, variant_name, dev_inputs, case, device, out),
-    )
+
+    def envelope(precision: str) -> list[Outputs]:
+        return inputs.envelope(
+            _envelope_key(op, precision, seed, device),
+            partial(rounding_envelope_outputs, op, precision, dev_inputs, case, device,
+                    (variant_name, out)),
+        )
+
     result = SeedResult(seed)
     if keep_outputs:
         result.outputs = {name: t.detach().cpu() for name, t in out.items()}
@@ -354,7 +366,7 @@ def _check_seed(
             continue
         _check_output(result, name, out[name], golden, case, variant.precision,
                       budget.outputs[name], regen_hint=regen_hint,
-                      honest=[h[name] for h in envelope])
+                      honest=[h[name] for h in envelope(_yardstick(op, variant.precision, name))])
     if op.topk is not None and budget.topk is not None:
         spec, tb = op.topk, budget.topk
         report = topk_agreement(

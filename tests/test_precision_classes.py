@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,35 @@ def test_fp16_defaults_are_tighter_than_what_bf16_rounding_does(tmp_path: Path) 
     numcheck.add_variant("mhc_pre", Variant("bf16_as_fp16", mhc.bf16, "fp16"))
     result = _run(tmp_path, "bf16_as_fp16")
     assert not result.passed
+
+
+def mhc_tf32_y_one_step_off(inputs: Inputs, p: Params) -> Outputs:
+    """The TF32 path with the largest |y| one bf16 step off: what a kernel that rounds y on
+    the other side of a rounding boundary gives (on the CPU, TF32 is IEEE fp32)."""
+    out = mhc.tf32(inputs, p)
+    y = out["y"].clone()
+    i = int(y.float().abs().argmax())
+    flat = y.view(-1)
+    flat[i] = torch.nextafter(flat[i].float(), torch.tensor(float("inf"))).to(y.dtype)
+    if flat[i] == out["y"].view(-1)[i]:  # nextafter in fp32 rounds back: step in bf16 bits
+        flat[i] = (flat[i].view(torch.int16) + 1).view(torch.bfloat16)
+    return {**out, "y": y}
+
+
+def test_a_coarse_output_is_measured_against_the_coarse_class_envelope(tmp_path: Path) -> None:
+    """y is bf16 for every variant. A TF32 variant's y one bf16 step off the golden is
+    ordinary storage rounding; against its own class's reference (exact on the CPU) its
+    ratio would be tens, against the bf16 envelope it is about 1."""
+    numcheck.add_variant("mhc_pre", Variant("mine_tf32", mhc_tf32_y_one_step_off, "tf32"))
+    result = _run(tmp_path, "mine_tf32")
+    assert result.passed, [v.describe() for v in result.violations]
+    y, mixes = result.seeds[0].metrics["y"], result.seeds[0].metrics["mixes"]
+    assert y.honest_max_abs > 0  # the bf16 envelope's worst y error, not the exact tf32 ref's
+    assert 0 < y.max_err_ratio <= 2.0
+    assert mixes.honest_max_abs == 0.0  # mixes: against the TF32 reference, exact on the CPU
+    # Measured against its own class's reference, the same one step fails.
+    op = replace(get_op("mhc_pre"), output_precision={})
+    golden, inputs = fresh_golden(op, result.case)
+    alone = check(op, result.case, "mine_tf32", "cpu", golden, inputs, regen_hint="")
+    assert alone.seeds[0].metrics["y"].max_err_ratio > 5
+    assert "y.max_err_ratio" in {v.key for v in alone.violations}
