@@ -13,7 +13,8 @@ gate measures (numcheck.honest). ``--suggest`` prints the budget tables (docs/bu
 the policy); ``--apply`` writes them into cases/*.toml: bf16 ``max_err_ratio`` set to 1.25x
 the worst pooled over the op's cases (raised or lowered: it is relative to the rounding
 envelope, the same on every case; not on bf16-stored outputs, whose whole-ulp ratios are set
-by hand), every other family value only raised, each changed line
+by hand), top-k ``recall_min`` lowered to numcheck.calibrate's floor for the family's worst
+miss, every other family value only raised, each changed line
 commented with its old value (tomlkit, the calibrate extra). Seeds 4000+ are the calibration seeds; the held-out check
 (benchmarks/reliability_report.py) uses 5000+.
 """
@@ -153,6 +154,8 @@ def apply(merged: dict[str, Any], cases: list[Any], note: str) -> list[str]:
             for prec, res in merged.get(f"{case.op}::{case.id}", {}).items():
                 for output, worst in res["worst"].items():
                     if "recall_min" in worst:
+                        change = _recall_floor(doc, case, prec, output, worst, note)
+                        changes += [f"{path.name} {change}"] if change else []
                         continue
                     budget = case.budgets[prec].outputs[output]
                     current = budget.limits
@@ -193,6 +196,27 @@ def apply(merged: dict[str, Any], cases: list[Any], note: str) -> list[str]:
                                            f"{was} -> {value:g}")
         path.write_text(tomlkit.dumps(doc))
     return changes
+
+
+def _recall_floor(doc: Any, case: Any, prec: str, output: str, worst: dict[str, float],
+                  note: str) -> str:
+    """Lower ``recall_min`` to numcheck.calibrate's floor for the family's worst miss (twice
+    the miss, at least two swaps per row of k), where the case holds it higher; the tie
+    recalls stay 1. Returns the change, or "" for none."""
+    import tomlkit
+
+    k = int(case.params.get("index_topk", 0))
+    miss = 1.0 - worst["recall_min"]
+    floor = math.floor(min(1.0 - 2.0 * miss, 1.0 - 2.0 / k if k else 1.0) * 1e4) / 1e4
+    old = case.budgets[prec].topk.limits.get("recall_min") if case.budgets[prec].topk else None
+    if old is None or floor >= old:
+        return ""
+    item = tomlkit.parse(f"x = {format_number(floor)}")["x"]
+    item.comment(f"the family's worst miss x 2 over {note}, at least 2 swaps per row of "
+                 f"{k} (docs/budgets.md); was {old:g}")
+    item.trivia.comment_ws = "  "
+    doc[case.id]["budget"][prec][output]["recall_min"] = item
+    return f"{case.id}.{prec}.{output}.recall_min: {old:g} -> {floor:g}"
 
 
 def print_table(paths: list[Path], cases: list[Any]) -> None:
