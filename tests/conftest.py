@@ -1,13 +1,29 @@
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from collections.abc import Iterator
 
+# One torch (OpenMP) thread per test process, and for the processes the tests start (xdist
+# workers, subprocesses), unless the environment says otherwise. The tests' tensors are
+# small, and their processes share the cores (`pytest -n 2` on 2 cores, a test's own xdist
+# workers, other jobs): there OpenMP's threads spin waiting for each other, measured at 30x
+# the CPU time of one thread on the same op (torch.isfinite on 229k doubles: 32 ms vs 1 ms).
+# Set before torch is first imported (numcheck's modules below import it); tests of thread
+# counts set their own (test_determinism.py).
+_ONE_THREAD = "OMP_NUM_THREADS" not in os.environ
+if _ONE_THREAD:
+    os.environ["OMP_NUM_THREADS"] = "1"
+
 import pytest
+import torch
 
 import numcheck
 from numcheck.ops import registry
+
+if _ONE_THREAD:
+    torch.set_num_threads(1)  # also where torch was imported before this file (a plugin)
 
 # Import every numcheck module once, up front, in the test process. pytester's in-process
 # runs (runpytest) drop from sys.modules whatever was first imported during the run, so a
