@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -288,25 +289,47 @@ def test_xdist_merges_the_same_records_as_a_serial_run(pytester: pytest.Pytester
 
 
 def test_xdist_concurrent_regen_is_safe(pytester: pytest.Pytester) -> None:
-    """Two workers regenerate the same golden at once: one valid file, and it checks out."""
+    """Two workers regenerate the same golden at once: one whole file, and it checks out.
+
+    Also the regeneration test of tests/test_golden_writes.py (once a run of its own): no
+    temporary or lock file left, every golden equal to what one more regeneration would
+    write, and a golden no case uses reported by the controller, which collects nothing."""
+    from numcheck.cases import load_case_file
+    from numcheck.goldens import load_golden
+    from numcheck.numerics import CaseInputs, write_golden
+    from numcheck.ops.registry import get_op
+
     make_project(pytester, variants='"bf16", "tf32", "bf16_fp32out"', mhc=True)
     (pytester.path / "cases" / "mhc.toml").write_text(
         TINY_MHC.replace('"tf32"', '"bf16", "tf32"')
     )
+    orphan = golden(pytester, "gone")
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"not even a golden")
     result = pytester.runpytest("-p", "xdist", "-n", "2", "--numcheck", "--numcheck-regen",
                                 "--numcheck-report", "regen.json")
     result.assert_outcomes(passed=6, skipped=1)
     result.stdout.fnmatch_lines(["golden created: goldens/indexer/tiny.safetensors",
                                  "golden created: goldens/mhc_pre/tiny-mhc.safetensors"])
+    result.stdout.fnmatch_lines(["*1 stale golden(s)*", "  goldens/indexer/gone.safetensors"])
     assert load_report(pytester.path / "regen.json").goldens_regenerated == {
         "goldens/indexer/tiny.safetensors": True,
         "goldens/mhc_pre/tiny-mhc.safetensors": True,
     }
     tiny = [r for r in records(pytester.path / "regen.json") if r["case"] == "tiny"]
     assert {r["worker"] for r in tiny} == {"gw0", "gw1"}  # both workers regenerated it
+    orphan.unlink()
     leftovers = [p.name for p in (pytester.path / "goldens").rglob("*") if p.is_file()
                  and not p.name.endswith(".safetensors")]
     assert leftovers == []
+    for file in sorted((pytester.path / "cases").glob("*.toml")):
+        for case in load_case_file(file):
+            path = golden(pytester, case.id, case.op)
+            load_golden(path, case=case.id, regen_hint="")  # whole: the content hash holds
+            assert os.listdir(path.parent) == [path.name]  # no temporary or lock file left
+            # Equal to what one more regeneration would write: nothing to rewrite.
+            op = get_op(case.op)
+            assert not write_golden(path, op, case, "cpu", CaseInputs(op, case))
     first = golden(pytester).read_bytes()
     # A plain run checks against what the workers wrote; regenerating changes nothing.
     pytester.runpytest("--numcheck").assert_outcomes(passed=6, skipped=1)
@@ -331,8 +354,10 @@ def test_xdist_worker_crash_is_an_error_record(pytester: pytest.Pytester) -> Non
     make_project(pytester, variants='"dies"')
     pytester.makeconftest(CRASH_CONFTEST)
     pytester.runpytest("--numcheck", "--numcheck-regen", "-k", "fp32")
-    result = pytester.runpytest("-p", "xdist", "-n", "2", "--numcheck",
-                                "--numcheck-report", "r.json")
+    # One worker, not replaced when it dies: it runs fp32, then dies (each started worker
+    # costs seconds of importing torch).
+    result = pytester.runpytest("-p", "xdist", "-n", "1", "--max-worker-restart", "0",
+                                "--numcheck", "--numcheck-report", "r.json")
     result.assert_outcomes(passed=1, failed=1)
     report = load_report(pytester.path / "r.json")
     crashed = next(r for r in report.records if r.variant == "dies")
