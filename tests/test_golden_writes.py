@@ -188,9 +188,9 @@ def test_writers_queue_behind_the_lock(tmp_path: Path) -> None:
     assert _check_whole(path, range(3, 4)) == 3
 
 
-# Regeneration by xdist workers at once (all goldens whole, no temporary or lock file left,
-# each equal to a fresh regeneration, the controller's stale report): one end-to-end xdist
-# run in tests/test_plugin_report.py::test_xdist_concurrent_regen_is_safe.
+# Regeneration by two xdist workers at once (all goldens whole, no temporary or lock file
+# left, each equal to a fresh regeneration, the controller's stale report): one end-to-end
+# xdist run, tests/test_plugin_report.py::test_xdist_regenerates_safely_and_merges_...
 
 
 def test_write_if_changed_writes_only_what_changed(tmp_path: Path) -> None:

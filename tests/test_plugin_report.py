@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_plugin import TESTS, TINY_INDEXER, TINY_MHC, golden, make_project
+from test_plugin import TESTS, TINY_INDEXER, golden, make_project
 
 from numcheck.report.records import SCHEMA_VERSION, load_report
 
@@ -266,16 +265,59 @@ def xdist_project(pytester: pytest.Pytester) -> None:
     )
 
 
-def test_xdist_merges_the_same_records_as_a_serial_run(pytester: pytest.Pytester) -> None:
+def test_xdist_regenerates_safely_and_merges_the_records_of_a_serial_run(
+    pytester: pytest.Pytester,
+) -> None:
+    """One xdist run (each worker spends seconds importing torch), two questions.
+
+    Concurrent regeneration: two workers regenerate the same golden at once (tiny's checks
+    go to both): one whole file each, no temporary or lock file left, equal to what one more
+    regeneration writes; a golden no case uses is reported by the controller, which
+    collects nothing. Merging: the controller's records, summary and markdown are those of
+    the same run made serially."""
+    from numcheck.cases import load_case_file
+    from numcheck.goldens import load_golden
+    from numcheck.numerics import CaseInputs, write_golden
+    from numcheck.ops.registry import get_op
+
     xdist_project(pytester)
-    pytester.runpytest("--numcheck", "--numcheck-regen")
-    serial = pytester.runpytest("--numcheck", "--numcheck-report", "serial.json")
-    parallel = pytester.runpytest("-p", "xdist", "-n", "2", "--numcheck",
+    orphan = golden(pytester, "gone")
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"not even a golden")
+    parallel = pytester.runpytest("-p", "xdist", "-n", "2", "--numcheck", "--numcheck-regen",
                                   "--numcheck-report", "parallel.json",
                                   "--numcheck-markdown", "parallel.md")
-    serial.assert_outcomes(passed=7, failed=1, skipped=1)
     parallel.assert_outcomes(passed=7, failed=1, skipped=1)
-    a, b = records(pytester.path / "serial.json"), records(pytester.path / "parallel.json")
+    created = [f"golden created: goldens/{g}.safetensors"
+               for g in ("indexer/tiny", "indexer/tiny2", "mhc_pre/tiny-mhc")]
+    parallel.stdout.fnmatch_lines(created)
+    parallel.stdout.fnmatch_lines(["*1 stale golden(s)*", "  goldens/indexer/gone.safetensors"])
+    assert load_report(pytester.path / "parallel.json").goldens_regenerated == {
+        g.removeprefix("golden created: "): True for g in created
+    }
+    b = records(pytester.path / "parallel.json")
+    tiny = [r for r in b if r["case"] == "tiny"]
+    assert {r["worker"] for r in tiny} == {"gw0", "gw1"}  # both workers regenerated it
+    orphan.unlink()
+    goldens = pytester.path / "goldens"
+    files = sorted(str(p.relative_to(goldens)) for p in goldens.rglob("*") if p.is_file())
+    assert files == sorted(g.split("goldens/")[1] for g in created)  # no temporary or lock file
+    for file in sorted((pytester.path / "cases").glob("*.toml")):
+        for case in load_case_file(file):
+            path = golden(pytester, case.id, case.op)
+            load_golden(path, case=case.id, regen_hint="")  # whole: the content hash holds
+            # Equal to what one more regeneration would write: nothing to rewrite.
+            op = get_op(case.op)
+            assert not write_golden(path, op, case, "cpu", CaseInputs(op, case))
+    first = golden(pytester).read_bytes()
+
+    # The same run, serially: the same records, only where they ran differs.
+    serial = pytester.runpytest("--numcheck", "--numcheck-regen", "--numcheck-report",
+                                "serial.json")
+    serial.assert_outcomes(passed=7, failed=1, skipped=1)
+    serial.stdout.fnmatch_lines(["golden unchanged: goldens/indexer/tiny.safetensors"])
+    assert golden(pytester).read_bytes() == first
+    a = records(pytester.path / "serial.json")
     assert len(a) == 9
     assert [verdict_fields(r) for r in a] == [verdict_fields(r) for r in b]
     assert {r["worker"] for r in a} == {None}
@@ -286,56 +328,8 @@ def test_xdist_merges_the_same_records_as_a_serial_run(pytester: pytest.Pytester
                                    "numcheck report written: *parallel.json"])
     assert "## numcheck: FAIL (1 failed, 7 passed, 1 skipped)" in (
         pytester.path / "parallel.md").read_text()
-
-
-def test_xdist_concurrent_regen_is_safe(pytester: pytest.Pytester) -> None:
-    """Two workers regenerate the same golden at once: one whole file, and it checks out.
-
-    Also the regeneration test of tests/test_golden_writes.py (once a run of its own): no
-    temporary or lock file left, every golden equal to what one more regeneration would
-    write, and a golden no case uses reported by the controller, which collects nothing."""
-    from numcheck.cases import load_case_file
-    from numcheck.goldens import load_golden
-    from numcheck.numerics import CaseInputs, write_golden
-    from numcheck.ops.registry import get_op
-
-    make_project(pytester, variants='"bf16", "tf32", "bf16_fp32out"', mhc=True)
-    (pytester.path / "cases" / "mhc.toml").write_text(
-        TINY_MHC.replace('"tf32"', '"bf16", "tf32"')
-    )
-    orphan = golden(pytester, "gone")
-    orphan.parent.mkdir(parents=True)
-    orphan.write_bytes(b"not even a golden")
-    result = pytester.runpytest("-p", "xdist", "-n", "2", "--numcheck", "--numcheck-regen",
-                                "--numcheck-report", "regen.json")
-    result.assert_outcomes(passed=6, skipped=1)
-    result.stdout.fnmatch_lines(["golden created: goldens/indexer/tiny.safetensors",
-                                 "golden created: goldens/mhc_pre/tiny-mhc.safetensors"])
-    result.stdout.fnmatch_lines(["*1 stale golden(s)*", "  goldens/indexer/gone.safetensors"])
-    assert load_report(pytester.path / "regen.json").goldens_regenerated == {
-        "goldens/indexer/tiny.safetensors": True,
-        "goldens/mhc_pre/tiny-mhc.safetensors": True,
-    }
-    tiny = [r for r in records(pytester.path / "regen.json") if r["case"] == "tiny"]
-    assert {r["worker"] for r in tiny} == {"gw0", "gw1"}  # both workers regenerated it
-    orphan.unlink()
-    leftovers = [p.name for p in (pytester.path / "goldens").rglob("*") if p.is_file()
-                 and not p.name.endswith(".safetensors")]
-    assert leftovers == []
-    for file in sorted((pytester.path / "cases").glob("*.toml")):
-        for case in load_case_file(file):
-            path = golden(pytester, case.id, case.op)
-            load_golden(path, case=case.id, regen_hint="")  # whole: the content hash holds
-            assert os.listdir(path.parent) == [path.name]  # no temporary or lock file left
-            # Equal to what one more regeneration would write: nothing to rewrite.
-            op = get_op(case.op)
-            assert not write_golden(path, op, case, "cpu", CaseInputs(op, case))
-    first = golden(pytester).read_bytes()
-    # A plain run checks against what the workers wrote; regenerating changes nothing.
-    pytester.runpytest("--numcheck").assert_outcomes(passed=6, skipped=1)
-    result = pytester.runpytest("--numcheck", "--numcheck-regen")
-    result.stdout.fnmatch_lines(["golden unchanged: goldens/indexer/tiny.safetensors"])
-    assert golden(pytester).read_bytes() == first
+    # A plain run checks against what the workers wrote.
+    pytester.runpytest("--numcheck").assert_outcomes(passed=7, failed=1, skipped=1)
 
 
 CRASH_CONFTEST = """
