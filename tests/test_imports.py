@@ -100,7 +100,19 @@ TRITON_KERNELS = ("numcheck.ops.indexer_fused", "numcheck.ops.mhc_fused")
 # seconds each). The others are imported with triton blocked, as on an install without it;
 # then the kernels, with triton as installed (where it is not, their ImportError is fine).
 FRESH_IMPORTS = """
-import importlib, json, sys
+import importlib, importlib.machinery, json, sys
+
+# Each module's code compiled once and kept (as a .pyc would be, where bytecode is written):
+# every import still executes the module afresh.
+_compiled = {}
+_compile = importlib.machinery.SourceFileLoader.source_to_code
+
+def _source_to_code(self, data, path, *, _optimize=-1):
+    if (path, data) not in _compiled:
+        _compiled[path, data] = _compile(self, data, path, _optimize=_optimize)
+    return _compiled[path, data]
+
+importlib.machinery.SourceFileLoader.source_to_code = _source_to_code
 others, kernels = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 failures = {}
 
