@@ -6,6 +6,7 @@ import pkgutil
 from collections.abc import Iterator
 
 import pytest
+from fresh import FreshPython
 
 # One torch (OpenMP) thread per test process, and for the processes the tests start (xdist
 # workers, subprocesses), unless the environment says otherwise. The tests' tensors are
@@ -42,6 +43,14 @@ def pytest_configure(config: pytest.Config) -> None:
     for module in pkgutil.walk_packages(numcheck.__path__, "numcheck."):
         if module.name not in _LAZY:
             importlib.import_module(module.name)
+
+
+@pytest.fixture(scope="session")
+def fresh_python() -> Iterator[FreshPython]:
+    """Fresh interpreters, forked from one that imported torch (tests/fresh.py)."""
+    fresh = FreshPython()
+    yield fresh
+    fresh.close()
 
 
 @pytest.fixture(autouse=True)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+from fresh import FreshPython
 
 PACKAGE = Path(__file__).resolve().parent.parent / "numcheck"
 
@@ -137,11 +137,11 @@ print(json.dumps(failures))
 """
 
 
-def test_every_module_imports_first_on_its_own_and_only_the_kernels_need_triton() -> None:
+def test_every_module_imports_first_on_its_own_and_only_the_kernels_need_triton(
+    fresh_python: FreshPython,
+) -> None:
     others = [n for n in module_names() if n not in (*TRITON_KERNELS, "numcheck.__main__")]
-    done = subprocess.run(
-        [sys.executable, "-c", FRESH_IMPORTS, json.dumps(others), json.dumps(TRITON_KERNELS)],
-        check=False, capture_output=True, text=True, timeout=300, cwd=PACKAGE.parent,
-    )
+    done = fresh_python.run(FRESH_IMPORTS, [json.dumps(others), json.dumps(TRITON_KERNELS)],
+                            timeout=300, cwd=PACKAGE.parent)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {}
