@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_plugin import make_project
+from test_plugin import make_project, write_goldens
 
 from numcheck import __main__ as cli
 from numcheck import plotdata
@@ -190,7 +190,7 @@ def test_cli_writes_the_page_from_a_saved_report(tmp_path: Path) -> None:
 def test_html_option_writes_the_page_with_plot_data(pytester: pytest.Pytester) -> None:
     band = "[tiny.budget.far_flips.topk]\ntie_band_rel = 0.05\nrecall_min = 0.9\n"
     make_project(pytester, variants='"far_flips", "no_kv_scale"', extra=band, planted=True)
-    pytester.runpytest("--numcheck", "--numcheck-regen")
+    write_goldens(pytester)
     result = pytester.runpytest("--numcheck", "--numcheck-html", "out/run.html",
                                 "--numcheck-report", "out/run.json")
     result.assert_outcomes(passed=1, failed=2)

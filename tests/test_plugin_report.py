@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_plugin import TESTS, TINY_INDEXER, golden, make_project
+from test_plugin import TESTS, TINY_INDEXER, golden, make_project, write_goldens
 
 from numcheck.report.records import SCHEMA_VERSION, load_report
 
@@ -63,7 +63,7 @@ def verdict_fields(record: dict[str, Any]) -> dict[str, Any]:
 def test_json_report_schema(pytester: pytest.Pytester) -> None:
     make_project(pytester, variants='"bf16", "bf16_fp32out", "far_flips"', planted=True,
                  extra="[tiny.budget.far_flips.topk]\ntie_band_rel = 0.05\n")
-    pytester.runpytest("--numcheck", "--numcheck-regen")
+    write_goldens(pytester)
     result = pytester.runpytest("--numcheck", "--numcheck-report", "out/report.json")
     result.assert_outcomes(passed=2, failed=1, skipped=1)
     result.stdout.fnmatch_lines(["numcheck report written: *out/report.json"])
@@ -128,7 +128,7 @@ def test_markdown_failing_first_and_step_summary(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make_project(pytester, variants='"tf32", "mask_off_by_one"', planted=True, mhc=True)
-    pytester.runpytest("--numcheck", "--numcheck-regen")
+    write_goldens(pytester)
     step = pytester.path / "step-summary.md"
     step.write_text("earlier step\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
@@ -151,7 +151,7 @@ def test_markdown_failing_first_and_step_summary(
 def test_terminal_summary_agrees_with_markdown(pytester: pytest.Pytester) -> None:
     make_project(pytester, variants='"bf16", "far_flips"', planted=True,
                  extra="[tiny.budget.far_flips.topk]\ntie_band_rel = 0.05\n")
-    pytester.runpytest("--numcheck", "--numcheck-regen")
+    write_goldens(pytester)
     result = pytester.runpytest("--numcheck", "--numcheck-markdown", "s.md")
     md_rows = [
         [c.strip() for c in line.strip("|").split(" | ")]
@@ -174,7 +174,7 @@ def test_terminal_summary_agrees_with_markdown(pytester: pytest.Pytester) -> Non
 
 def test_junitxml_carries_key_metrics(pytester: pytest.Pytester) -> None:
     make_project(pytester, variants='"bf16"')
-    pytester.runpytest("--numcheck", "--numcheck-regen")
+    write_goldens(pytester)
     pytester.runpytest("--numcheck", "--junitxml", "junit.xml")
     root = ET.parse(pytester.path / "junit.xml").getroot()
     cases = {tc.get("name"): tc for tc in root.iter("testcase")}
