@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
+from fresh import FreshPython
 
 from numcheck.ops import mhc
 from numcheck.ops.registry import get_op
@@ -149,15 +148,13 @@ def test_small_helpers() -> None:
     assert [megabytes(n) for n in (512, 51_200, 6_291_456)] == ["512 B", "51.2 kB", "6.29 MB"]
 
 
-def test_dynamo_is_not_imported_by_the_ledger() -> None:
+def test_dynamo_is_not_imported_by_the_ledger(fresh_python: FreshPython) -> None:
     # torch._dynamo costs seconds to import; the ledger must not pull it in.
-    import subprocess
-
     code = ("import sys, torch; from numcheck.overhead.casts import CastLedger\n"
             "with CastLedger(): torch.ones(2).double()\n"
             "print('torch._dynamo' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
+    out = fresh_python.run(code)
+    assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 
 

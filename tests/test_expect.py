@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_plugin import CONFTEST
+from test_plugin import CONFTEST, write_goldens
 
 from numcheck.cases import CaseFileError, load_case_file
 from numcheck.gates import GATES, Gate, gate_registered, register_gate
@@ -76,7 +76,7 @@ def project(pytester: pytest.Pytester, variants: str, expect: str) -> None:
         CASE.format(variants=variants, expect=expect)
     )
     pytester.makeconftest(CONFTEST)
-    pytester.runpytest("--numcheck", "--numcheck-regen")
+    write_goldens(pytester)
 
 
 def test_caught_known_bad_variant_is_xfailed(pytester: pytest.Pytester) -> None:

@@ -7,9 +7,6 @@ run covers), on a GPU machine compiled on CUDA. Shapes are tiny so the interpret
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from fresh import FreshPython
 
 from numcheck.cases import load_cases
 from numcheck.goldens import golden_path, load_golden
@@ -234,17 +232,19 @@ def test_mhc_fused_budget_is_tighter_than_tf32() -> None:
 # -- without triton ------------------------------------------------------------------------
 
 
-def test_without_triton_the_fused_items_skip_with_the_reason(tmp_path: Path) -> None:
+def test_without_triton_the_fused_items_skip_with_the_reason(
+    tmp_path: Path, fresh_python: FreshPython,
+) -> None:
     # A `triton` package that fails to import stands in for an install without it.
     fake = tmp_path / "triton"
     fake.mkdir()
     (fake / "__init__.py").write_text("raise ImportError('No module named triton (test)')\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
-    env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--numcheck", "-q", "-rs", "-p", "no:cacheprovider",
-         "-k", "fused and contiguous", "cases/indexer.toml"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    # `python -m pytest ...` in a fresh interpreter (triton not imported, nor numcheck).
+    proc = fresh_python.run(
+        "import sys, pytest; sys.exit(pytest.console_main())",
+        ["--numcheck", "-q", "-rs", "-p", "no:cacheprovider", "-k", "fused and contiguous",
+         "cases/indexer.toml"],
+        cwd=ROOT, path=[tmp_path, ROOT], env={"TRITON_INTERPRET": None}, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 skipped" in proc.stdout, proc.stdout

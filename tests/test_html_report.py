@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_plugin import make_project
+from test_plugin import make_project, write_goldens
 
 from numcheck import __main__ as cli
 from numcheck import plotdata
@@ -190,7 +190,7 @@ def test_cli_writes_the_page_from_a_saved_report(tmp_path: Path) -> None:
 def test_html_option_writes_the_page_with_plot_data(pytester: pytest.Pytester) -> None:
     band = "[tiny.budget.far_flips.topk]\ntie_band_rel = 0.05\nrecall_min = 0.9\n"
     make_project(pytester, variants='"far_flips", "no_kv_scale"', extra=band, planted=True)
-    pytester.runpytest("--numcheck", "--numcheck-regen")
+    write_goldens(pytester)
     result = pytester.runpytest("--numcheck", "--numcheck-html", "out/run.html",
                                 "--numcheck-report", "out/run.json")
     result.assert_outcomes(passed=1, failed=2)
@@ -244,9 +244,29 @@ def render(page: Path, tmp: Path) -> tuple[Path, str, list[str]]:
 
 
 def png_colours(path: Path, limit: int = 64) -> int:
-    """Distinct pixel values in an 8-bit RGB/RGBA PNG (up to ``limit``)."""
+    """Distinct pixel values in an 8-bit RGB/RGBA PNG (up to ``limit``), sampled on every
+    8th row and every 4th pixel. Decoded by Pillow where it is installed (it comes with
+    matplotlib, the test extra), else in pure Python (about a second per screenshot)."""
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    try:
+        from PIL import Image
+    except ImportError:
+        return _png_colours_python(data, limit)
+    with Image.open(path) as img:
+        assert img.mode in ("RGB", "RGBA"), img.mode
+        width, height, bpp, raw = img.width, img.height, len(img.mode), img.tobytes()
+    stride, seen = width * bpp, set()
+    for y in range(0, height, 8):
+        line = raw[y * stride:(y + 1) * stride]
+        seen.update(bytes(line[x:x + bpp]) for x in range(0, stride, bpp * 4))
+        if len(seen) >= limit:
+            return len(seen)
+    return len(seen)
+
+
+def _png_colours_python(data: bytes, limit: int) -> int:
+    """:func:`png_colours` without Pillow: the PNG's rows unfiltered here."""
     pos, idat, ihdr = 8, b"", b""
     while pos < len(data):
         (length,) = struct.unpack(">I", data[pos:pos + 4])
@@ -280,6 +300,17 @@ def png_colours(path: Path, limit: int = 64) -> int:
                 return len(seen)
         prev = line
     return len(seen)
+
+
+def test_png_colours_reads_the_same_with_and_without_pillow(tmp_path: Path) -> None:
+    image = pytest.importorskip("PIL.Image")
+    g = torch.Generator().manual_seed(0)
+    for mode, bpp in (("RGB", 3), ("RGBA", 4)):
+        pixels = torch.randint(0, 4, (40, 33, bpp), generator=g, dtype=torch.uint8) * 60
+        path = tmp_path / f"{mode}.png"
+        image.frombytes(mode, (33, 40), bytes(pixels.flatten().tolist())).save(path)
+        for limit in (3, 64):
+            assert png_colours(path, limit) == _png_colours_python(path.read_bytes(), limit)
 
 
 @needs_chromium

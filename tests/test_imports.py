@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+from fresh import FreshPython
 
 PACKAGE = Path(__file__).resolve().parent.parent / "numcheck"
 
@@ -100,7 +100,19 @@ TRITON_KERNELS = ("numcheck.ops.indexer_fused", "numcheck.ops.mhc_fused")
 # seconds each). The others are imported with triton blocked, as on an install without it;
 # then the kernels, with triton as installed (where it is not, their ImportError is fine).
 FRESH_IMPORTS = """
-import importlib, json, sys
+import importlib, importlib.machinery, json, sys
+
+# Each module's code compiled once and kept (as a .pyc would be, where bytecode is written):
+# every import still executes the module afresh.
+_compiled = {}
+_compile = importlib.machinery.SourceFileLoader.source_to_code
+
+def _source_to_code(self, data, path, *, _optimize=-1):
+    if (path, data) not in _compiled:
+        _compiled[path, data] = _compile(self, data, path, _optimize=_optimize)
+    return _compiled[path, data]
+
+importlib.machinery.SourceFileLoader.source_to_code = _source_to_code
 others, kernels = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 failures = {}
 
@@ -125,11 +137,11 @@ print(json.dumps(failures))
 """
 
 
-def test_every_module_imports_first_on_its_own_and_only_the_kernels_need_triton() -> None:
+def test_every_module_imports_first_on_its_own_and_only_the_kernels_need_triton(
+    fresh_python: FreshPython,
+) -> None:
     others = [n for n in module_names() if n not in (*TRITON_KERNELS, "numcheck.__main__")]
-    done = subprocess.run(
-        [sys.executable, "-c", FRESH_IMPORTS, json.dumps(others), json.dumps(TRITON_KERNELS)],
-        check=False, capture_output=True, text=True, timeout=300, cwd=PACKAGE.parent,
-    )
+    done = fresh_python.run(FRESH_IMPORTS, [json.dumps(others), json.dumps(TRITON_KERNELS)],
+                            timeout=300, cwd=PACKAGE.parent)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {}

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from test_plugin import write_goldens
 
 from numcheck import localize
 from numcheck.budgets import DEFAULT_BUDGETS
@@ -368,7 +369,7 @@ def test_the_failure_message_and_report_say_where(pytester: pytest.Pytester) -> 
     (pytester.path / "cases").mkdir()
     (pytester.path / "cases" / "indexer.toml").write_text(PROJECT_CASE)
     pytester.makeconftest(PROJECT_CONFTEST)
-    pytester.runpytest("--numcheck", "--numcheck-regen")
+    write_goldens(pytester)
     result = pytester.runpytest("--numcheck", "--numcheck-report", "r.json")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
-from test_plugin import TESTS, golden, make_project
+from test_plugin import TESTS, golden, make_project, write_goldens
 
 from numcheck.obtained import write_obtained
 from numcheck.report.records import load_report
@@ -34,7 +34,7 @@ def test_failed_check_keeps_its_outputs_and_the_readme_lines_show_the_worst(
     pytester: pytest.Pytester,
 ) -> None:
     make_project(pytester, variants='"no_kv_scale", "tf32"', planted=True)
-    pytester.runpytest("--numcheck", "--numcheck-regen")
+    write_goldens(pytester)
     result = pytester.runpytest("--numcheck", "--numcheck-report", "r.json")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines([f"  obtained:    {OBTAINED}"])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_plugin import CONFTEST
+from test_plugin import CONFTEST, write_goldens
 
 from numcheck.cases import CaseFileError, load_case_file
 from numcheck.gates import GATES
@@ -197,7 +197,7 @@ def project(pytester: pytest.Pytester, extra: str = "", variants: str = '"bf16_r
     (pytester.path / "cases").mkdir(exist_ok=True)
     (pytester.path / "cases" / "mhc.toml").write_text(CASE.format(variants=variants, extra=extra))
     pytester.makeconftest(CONFTEST)
-    pytester.runpytest("--numcheck", "--numcheck-regen")
+    write_goldens(pytester)
 
 
 def test_round_trip_variant_fails_with_its_source_line(pytester: pytest.Pytester) -> None:

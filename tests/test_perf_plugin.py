@@ -12,7 +12,7 @@ import pytest
 # cannot be loaded twice, so scipy is imported once, here, up front.
 import scipy.stats  # noqa: F401
 from faketimer import factory
-from test_plugin import CONFTEST
+from test_plugin import CONFTEST, write_goldens
 
 from numcheck.perf import timing
 
@@ -41,7 +41,7 @@ def project(pytester: pytest.Pytester, variants: str = '"slowed"', perf: str = "
     )
     pytester.makeconftest(CONFTEST)
     if regen:
-        pytester.runpytest("--numcheck", "--numcheck-regen")
+        write_goldens(pytester)
 
 
 @pytest.fixture(autouse=True)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
+from fresh import FreshPython
 
 import numcheck
 from numcheck.ops import registry
@@ -391,10 +390,9 @@ def test_set_variant_replaces_inside_isolated_and_isolated_restores() -> None:
     assert "extra" not in numcheck.get_op("indexer").variants
 
 
-def test_builtin_op_modules_register_nothing_on_import() -> None:
+def test_builtin_op_modules_register_nothing_on_import(fresh_python: FreshPython) -> None:
     code = ("import sys; from numcheck.ops import indexer, mhc, fused; "
             "print('numcheck.ops.registry' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
-                          text=True, timeout=120)
+    done = fresh_python.run(code, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_plugin import make_project
+from test_plugin import make_project, write_goldens
 
 from numcheck.plugin.rootdir_repair import space_separated_values
 
 
 def _golden_made(pytester: pytest.Pytester) -> None:
-    assert pytester.runpytest("--numcheck", "--numcheck-regen").ret == 0
+    write_goldens(pytester)
 
 
 @pytest.mark.parametrize("where", ["outside", "inside"])

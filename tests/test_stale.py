@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_plugin import TINY_INDEXER, golden, make_project
+from test_plugin import TINY_INDEXER, golden, make_project, write_goldens
 
 from numcheck.cases import CaseFileError
 from numcheck.stale import find_stale, golden_files, prune
@@ -65,7 +65,7 @@ def test_stale_goldens_are_reported_and_pruned_only_on_request(
     pytester: pytest.Pytester,
 ) -> None:
     make_project(pytester)
-    pytester.runpytest("--numcheck", "--numcheck-regen")
+    write_goldens(pytester)
     used = golden(pytester)
     kept = used.read_bytes()
     old = _write(golden(pytester, "tiny-old"), kept)

@@ -4,7 +4,7 @@ the overhead table's title, xfailed in the markdown headline, and the numcheck_d
 from __future__ import annotations
 
 import pytest
-from test_plugin import TINY_INDEXER, TINY_MHC, make_project
+from test_plugin import TINY_INDEXER, TINY_MHC, make_project, write_goldens
 
 from numcheck.report.markdown import headline, to_markdown
 from numcheck.report.records import Record, Report
@@ -58,7 +58,7 @@ def test_cpu_summary_layout(pytester: pytest.Pytester) -> None:
     (pytester.path / "cases" / "perf.toml").write_text(
         '[perf-x]\nop = "mhc_pre"\nshape = { tokens = 8, hidden = 64 }\n'
         'devices = ["cuda"]\nperf_only = true\nvariants = ["bf16", "tf32"]\n')
-    pytester.runpytest("--numcheck", "--numcheck-regen")
+    write_goldens(pytester)
     result = pytester.runpytest("--numcheck")
     result.assert_outcomes(passed=5, skipped=3)
     result.stdout.fnmatch_lines([
