@@ -8,35 +8,44 @@ from collections.abc import Iterator
 import pytest
 from fresh import FreshPython
 
-# One torch (OpenMP) thread per test process, and for the processes the tests start (xdist
-# workers, subprocesses), unless the environment says otherwise. The tests' tensors are
-# small, and their processes share the cores (`pytest -n 2` on 2 cores, a test's own xdist
-# workers, other jobs): there OpenMP's threads spin waiting for each other, measured at 30x
-# the CPU time of one thread on the same op (torch.isfinite on 229k doubles: 32 ms vs 1 ms).
-# Set before torch is first imported; tests of thread counts set their own
-# (test_determinism.py).
-_ONE_THREAD = "OMP_NUM_THREADS" not in os.environ
-if _ONE_THREAD:
-    os.environ["OMP_NUM_THREADS"] = "1"
+#: Set by pytest_configure when this run gave the test processes one thread (see there).
+_ONE_THREAD = False
 
 #: Left to their first call, as in a real run: the Triton kernels (they import triton).
 _LAZY = {"numcheck.__main__", "numcheck.ops.indexer_fused", "numcheck.ops.mhc_fused"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # The xdist controller runs no test: it need not import torch or numcheck.
-    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+    global _ONE_THREAD
+    # `pytest --numcheck` (the gate) loads this file too (testpaths): it keeps the machine's
+    # thread count. Everything else here is for numcheck's own tests.
+    if config.getoption("--numcheck", False):
         return
+    # One torch (OpenMP) thread per test process, and for the processes they start (xdist
+    # workers, subprocesses), unless the environment says otherwise. The tests' tensors are
+    # small, and their processes share the cores (`pytest -n 2` on 2 cores, a test's own
+    # xdist workers, other jobs): there OpenMP's threads spin waiting for each other,
+    # measured at 30x the CPU time of one thread on the same op (torch.isfinite on 229k
+    # doubles: 32 ms vs 1 ms). Set here, before xdist starts its workers and before this
+    # process imports torch; tests of thread counts set their own (test_determinism.py).
+    if "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        _ONE_THREAD = True
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _test_process() -> None:
+    """What a process that runs numcheck's tests sets up once, before its first test."""
     import torch
 
     import numcheck
 
     if _ONE_THREAD:
-        torch.set_num_threads(1)  # also where torch was imported before this file (a plugin)
+        torch.set_num_threads(1)  # also where torch was imported before pytest_configure
     # Import every numcheck module once, up front. pytester's in-process runs (runpytest)
     # drop from sys.modules whatever was first imported during the run, so a module that
     # only a --numcheck run imports (numcheck.plugin.session and most of the package) would
-    # otherwise be imported, and its assertions rewritten, again on each of some 250 runs.
+    # otherwise be imported, and its assertions rewritten, again on each of some 200 runs.
     # The package keeps no per-run state in its modules (what it does keep, a new session
     # resets: reset_machine_noise), and tests that inject through a module
     # (timing.override) already share the test process's.
