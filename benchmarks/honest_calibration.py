@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import torch
 
+from numcheck.calibrate import suggest_values
 from numcheck.cases import load_cases
 from numcheck.casewriter import format_number
 from numcheck.honest import GATED, budget_from, measure_family, suggest
@@ -206,8 +207,7 @@ def _recall_floor(doc: Any, case: Any, prec: str, output: str, worst: dict[str, 
     import tomlkit
 
     k = int(case.params.get("index_topk", 0))
-    miss = 1.0 - worst["recall_min"]
-    floor = math.floor(min(1.0 - 2.0 * miss, 1.0 - 2.0 / k if k else 1.0) * 1e4) / 1e4
+    floor = suggest_values(worst, topk=True, k=k)["recall_min"]
     old = case.budgets[prec].topk.limits.get("recall_min") if case.budgets[prec].topk else None
     if old is None or floor >= old:
         return ""
