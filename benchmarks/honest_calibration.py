@@ -154,69 +154,76 @@ def apply(merged: dict[str, Any], cases: list[Any], note: str) -> list[str]:
         for case in file_cases:
             for prec, res in merged.get(f"{case.op}::{case.id}", {}).items():
                 for output, worst in res["worst"].items():
-                    if "recall_min" in worst:
-                        change = _recall_floor(doc, case, prec, output, worst, note)
-                        changes += [f"{path.name} {change}"] if change else []
-                        continue
-                    budget = case.budgets[prec].outputs[output]
-                    current = budget.limits
-                    for metric in GATED:
-                        if metric not in worst:
-                            continue
-                        if metric == "max_err_ratio":
-                            if prec != "bf16" or output in get_op(case.op).output_precision:
-                                # tf32: no envelope; a bf16-stored output (mHC y): its
-                                # ratios are whole ulps (1, 2, 4), its budget is set by hand
-                                continue
-                            key = pool_key(case, output)
-                            value = budget_from({metric: pooled[key]}, metric)
-                            why = (f"1.25x the family's worst against the rounding envelope, "
-                                   f"pooled over {describe_pool(key)}, {note} (docs/budgets.md)")
-                        else:
-                            if metric == "frac_outside" and \
-                                    worst.get("n_outside", math.inf) <= budget.max_outside:
-                                continue  # max_outside already allows that many elements
-                            value = budget_from(worst, metric)
-                            if value <= current.get(metric, math.inf) and metric in current:
-                                continue
-                            why = f"family worst x headroom over {note} (docs/budgets.md)"
-                        old = current.get(metric)
-                        if old is not None and math.isclose(old, value):
-                            continue
-                        variants = (prec, *HELD_AS_BF16.get(case.op, ())) if prec == "bf16" \
-                            else (prec,)
+                    found = (_recall_floor(case, prec, worst, note) if "recall_min" in worst
+                             else _family_values(case, prec, output, worst, pooled, note))
+                    for metric, value, old, why in found:
+                        variants = (prec, *HELD_AS_BF16.get(case.op, ())) \
+                            if prec == "bf16" else (prec,)
+                        was = "none" if old is None else f"{old:g}"
                         for variant in variants:
-                            table = doc[case.id]["budget"][variant][output]
-                            item = tomlkit.parse(f"x = {format_number(value)}")["x"]
-                            was = "none" if old is None else f"{old:g}"
                             held = "" if variant == prec else "as bf16's; "
-                            item.comment(f"{held}{why}; was {was}")
-                            item.trivia.comment_ws = "  "
-                            table[metric] = item
-                            changes.append(f"{path.name} {case.id}.{variant}.{output}.{metric}: "
-                                           f"{was} -> {value:g}")
+                            _set_commented(doc[case.id]["budget"][variant][output], metric,
+                                           value, f"{held}{why}; was {was}")
+                            changes.append(f"{path.name} {case.id}.{variant}.{output}."
+                                           f"{metric}: {was} -> {value:g}")
         path.write_text(tomlkit.dumps(doc))
     return changes
 
 
-def _recall_floor(doc: Any, case: Any, prec: str, output: str, worst: dict[str, float],
-                  note: str) -> str:
-    """Lower ``recall_min`` to numcheck.calibrate's floor for the family's worst miss (twice
-    the miss, at least two swaps per row of k), where the case holds it higher; the tie
-    recalls stay 1. Returns the change, or "" for none."""
-    import tomlkit
+#: (metric, new value, old value, why) of one budget value --apply changes.
+Found = list[tuple[str, float, float | None, str]]
 
+
+def _family_values(case: Any, prec: str, output: str, worst: dict[str, float],
+                   pooled: dict[tuple[Any, ...], float], note: str) -> Found:
+    """The element budgets of one output that move: bf16 ``max_err_ratio`` to the pooled
+    value (not for tf32, which has no envelope, nor a bf16-stored output such as mHC y,
+    whose whole-ulp ratios are set by hand), every other metric only upward."""
+    budget = case.budgets[prec].outputs[output]
+    current = budget.limits
+    found: Found = []
+    for metric in (m for m in GATED if m in worst):
+        if metric == "max_err_ratio":
+            if prec != "bf16" or output in get_op(case.op).output_precision:
+                continue
+            key = pool_key(case, output)
+            value = budget_from({metric: pooled[key]}, metric)
+            why = (f"1.25x the family's worst against the rounding envelope, "
+                   f"pooled over {describe_pool(key)}, {note} (docs/budgets.md)")
+        else:
+            if metric == "frac_outside" and worst.get("n_outside", math.inf) <= budget.max_outside:
+                continue  # max_outside already allows that many elements
+            value = budget_from(worst, metric)
+            if metric in current and value <= current[metric]:
+                continue
+            why = f"family worst x headroom over {note} (docs/budgets.md)"
+        old = current.get(metric)
+        if old is None or not math.isclose(old, value):
+            found.append((metric, value, old, why))
+    return found
+
+
+def _recall_floor(case: Any, prec: str, worst: dict[str, float], note: str) -> Found:
+    """``recall_min`` lowered to numcheck.calibrate's floor for the family's worst miss
+    (twice the miss, at least two swaps per row of k) where the case holds it higher; the
+    tie recalls stay 1."""
     k = int(case.params.get("index_topk", 0))
     floor = suggest_values(worst, topk=True, k=k)["recall_min"]
     old = case.budgets[prec].topk.limits.get("recall_min") if case.budgets[prec].topk else None
     if old is None or floor >= old:
-        return ""
-    item = tomlkit.parse(f"x = {format_number(floor)}")["x"]
-    item.comment(f"the family's worst miss x 2 over {note}, at least 2 swaps per row of "
-                 f"{k} (docs/budgets.md); was {old:g}")
+        return []
+    why = (f"the family's worst miss x 2 over {note}, at least 2 swaps per row of {k} "
+           "(docs/budgets.md)")
+    return [("recall_min", floor, old, why)]
+
+
+def _set_commented(table: Any, key: str, value: float, comment: str) -> None:
+    import tomlkit
+
+    item = tomlkit.parse(f"x = {format_number(value)}")["x"]
+    item.comment(comment)
     item.trivia.comment_ws = "  "
-    doc[case.id]["budget"][prec][output]["recall_min"] = item
-    return f"{case.id}.{prec}.{output}.recall_min: {old:g} -> {floor:g}"
+    table[key] = item
 
 
 def print_table(paths: list[Path], cases: list[Any]) -> None:
