@@ -38,6 +38,7 @@ import torch
 from numcheck.calibrate import suggest_values
 from numcheck.cases import load_cases
 from numcheck.casewriter import format_number
+from numcheck.heldout import outside_as_judged
 from numcheck.honest import GATED, budget_from, measure_family, suggest
 from numcheck.ops.registry import get_op
 
@@ -191,9 +192,13 @@ def _family_values(case: Any, prec: str, output: str, worst: dict[str, float],
             why = (f"1.25x the family's worst against the rounding envelope, "
                    f"pooled over {describe_pool(key)}, {note} (docs/budgets.md)")
         else:
-            if metric == "frac_outside" and worst.get("n_outside", math.inf) <= budget.max_outside:
-                continue  # max_outside already allows that many elements
-            value = budget_from(worst, metric)
+            judged = dict(worst)
+            if metric == "frac_outside":
+                frac = outside_as_judged(worst, budget)
+                if frac is None:
+                    continue  # max_outside already allows that many elements
+                judged[metric] = frac  # beyond the rows max_outside_rows sets aside
+            value = budget_from(judged, metric)
             if metric in current and value <= current[metric]:
                 continue
             why = f"family worst x headroom over {note} (docs/budgets.md)"

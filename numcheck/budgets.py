@@ -23,8 +23,13 @@ from numcheck.precision import UNIT_ROUNDOFF, coarser
 BAND_KEYS = ("atol", "rtol")
 #: How many elements may lie outside the band whatever ``frac_outside`` says (a count).
 OUTSIDE_KEY = "max_outside"
+#: How many rows (the output's first axis) may be set aside before the count: an honest error
+#: that clusters in one token (an upstream scale a step off) must not fail a check.
+OUTSIDE_ROWS_KEY = "max_outside_rows"
+#: The most rows ``max_outside_rows`` may set aside (the metrics keep that many row counts).
+MAX_OUTSIDE_ROWS = 8
 #: Keys an ordinary (non-top-k) output budget accepts.
-OUTPUT_KEYS = (*ERROR_METRICS, *BAND_KEYS, OUTSIDE_KEY, "allow_nan")
+OUTPUT_KEYS = (*ERROR_METRICS, *BAND_KEYS, OUTSIDE_KEY, OUTSIDE_ROWS_KEY, "allow_nan")
 #: How close to the k-th score a flip counts as a near-tie: relative to it, or in score units.
 TIE_BAND_KEYS = ("tie_band_rel", "tie_band_abs")
 #: Keys the top-k output budget accepts.
@@ -136,6 +141,11 @@ class OutputBudget:
     #: honest element one step past the band, on a seed the calibration did not see, must not
     #: fail a check; how far past it may go is ``max_band_ratio``'s to bound.
     max_outside: int = 0
+    #: Rows (the output's first axis: tokens) whose elements outside the band are set aside
+    #: before ``frac_outside`` and ``max_outside`` are judged: the worst ones. Honest errors
+    #: can cluster in a row, where an upstream per-row value (mHC's ``pre`` weights) is a
+    #: rounding step off and a cancelling sum amplifies it; a bug spread over rows still counts.
+    max_outside_rows: int = 0
 
     def frac_outside_limit(self, n_compared: int) -> float:
         """The ``frac_outside`` limit in force for an output of ``n_compared`` elements: the
@@ -249,7 +259,7 @@ def complete_budget(
 #: :func:`coarse_output_tables`). ``max_err_ratio`` too: on such an output it is measured
 #: against the coarse class's rounding envelope (numcheck.numerics), as the coarse class's is.
 INHERITED_KEYS = ("rel_fro", "calc_diff", "frac_outside", "max_band_ratio", "max_err_ratio",
-                  OUTSIDE_KEY, *BAND_KEYS)
+                  OUTSIDE_KEY, OUTSIDE_ROWS_KEY, *BAND_KEYS)
 
 
 def coarse_output_tables(
@@ -336,17 +346,31 @@ def _output_budget(
             f"expected true or false, got {describe(allow_nan)}",
             "write allow_nan = true or allow_nan = false",
         )
-    max_outside = given.get(OUTSIDE_KEY, defaults.get(OUTSIDE_KEY, 0))
-    if isinstance(max_outside, float) and max_outside.is_integer():
-        max_outside = int(max_outside)
-    if isinstance(max_outside, bool) or not isinstance(max_outside, int) or max_outside < 0:
+    max_outside = _count_key(name, OUTSIDE_KEY, given, defaults, "elements", 2)
+    max_outside_rows = _count_key(name, OUTSIDE_ROWS_KEY, given, defaults, "rows", 1)
+    if max_outside_rows > MAX_OUTSIDE_ROWS:
         raise BudgetError(
-            f"{name}.{OUTSIDE_KEY}",
-            f"expected a count of elements (an integer >= 0), got {describe(max_outside)}",
-            f"write e.g. {OUTSIDE_KEY} = 2",
+            f"{name}.{OUTSIDE_ROWS_KEY}",
+            f"at most {MAX_OUTSIDE_ROWS} rows can be set aside, got {max_outside_rows}",
+            "raise frac_outside instead: errors in that many rows are not a cluster",
         )
     return OutputBudget(limits=limits, atol=atol, rtol=rtol, allow_nan=allow_nan,
-                        max_outside=max_outside)
+                        max_outside=max_outside, max_outside_rows=max_outside_rows)
+
+
+def _count_key(name: str, key: str, given: Mapping[str, Any], defaults: Mapping[str, Any],
+               unit: str, example: int) -> int:
+    """A budget key that counts (elements, rows): an integer >= 0 (a whole float is taken)."""
+    value = given.get(key, defaults.get(key, 0))
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BudgetError(
+            f"{name}.{key}",
+            f"expected a count of {unit} (an integer >= 0), got {describe(value)}",
+            f"write e.g. {key} = {example}",
+        )
+    return value
 
 
 def _topk_budget(
@@ -422,7 +446,7 @@ def _number(key: str, value: Any) -> float:
 def _check_defaults(table: Mapping[str, Mapping[str, float]]) -> None:
     # Checked at import so an edit to the table fails loudly, not at the first case.
     for precision, row in table.items():
-        allowed = (*ERROR_METRICS, *BAND_KEYS, OUTSIDE_KEY, *TOPK_KEYS)
+        allowed = (*ERROR_METRICS, *BAND_KEYS, OUTSIDE_KEY, OUTSIDE_ROWS_KEY, *TOPK_KEYS)
         for key, value in row.items():
             if key not in allowed:
                 raise ValueError(f"numcheck: DEFAULT_BUDGETS[{precision!r}]: unknown key {key!r}")

@@ -159,7 +159,7 @@ def seed_rows(op: OpSpec, golden: Golden, measured: SeedResult) -> dict[str, Row
     for output, m in measured.metrics.items():
         row = {metric: m.value(metric) for metric in ERROR_METRICS if m.measured(metric)}
         row["nonfinite_mismatch"] = float(m.nonfinite.mask_mismatch + m.nonfinite.nan_mismatch)
-        row["n_outside"] = float(m.n_outside)  # elements, for max_outside (numcheck.heldout)
+        row.update(m.outside_counts())
         rows[output] = row
     if op.topk is not None and measured.topk is not None:
         rows[op.topk.indices] = topk_row(golden, measured, op.topk.indices, op.topk.scores)

@@ -6,7 +6,8 @@ they were not set from. This module reads the JSON files either tool writes and 
 worst value that exceeds (or, for the top-k floors, falls below) the budget the case gives
 that variant; an empty list is the pass. A ``frac_outside`` over its fraction counts only when
 the worst count of elements outside (``n_outside``, recorded since max_outside exists) is over
-the budget's ``max_outside``; a file without counts is judged on the fraction alone. Pure of pytest::
+the budget's ``max_outside`` (with ``max_outside_rows``, the count beyond the worst row); a
+file without counts is judged on the fraction alone. Pure of pytest::
 
     python -m numcheck.heldout docs/numerics/h200-2026-12-01/*heldout*.json [--cases cases]
 
@@ -24,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from numcheck.budgets import VariantBudget
+from numcheck.budgets import OutputBudget, VariantBudget
 from numcheck.cases import Case
 
-__all__ = ["Excess", "excesses", "main", "rows_of"]
+__all__ = ["Excess", "excesses", "main", "outside_as_judged", "rows_of"]
 
 #: Top-k limits are floors (the value must not fall below them); every other limit a ceiling.
 FLOORS = ("recall_min", "tie_recall_min")
@@ -82,10 +83,8 @@ def excesses(cases: Mapping[str, Case], reports: Sequence[Mapping[str, Any]]) ->
 
 def _outside(key: str, budget_of: str, variant: str, output: str,
              metrics: Mapping[str, float], budget: VariantBudget) -> list[Excess]:
-    budget_max_outside = 0
     if output in budget.outputs:
         limits = budget.outputs[output].limits
-        budget_max_outside = budget.outputs[output].max_outside
     elif budget.topk is not None:
         limits = budget.topk.limits
     else:
@@ -95,11 +94,26 @@ def _outside(key: str, budget_of: str, variant: str, output: str,
         value = metrics.get(metric)
         if value is None:
             continue
-        if metric == "frac_outside" and metrics.get("n_outside", math.inf) <= budget_max_outside:
-            continue  # never more elements outside than max_outside allows
+        if metric == "frac_outside":
+            value = outside_as_judged(metrics, budget.outputs[output])
+            if value is None:
+                continue  # never more elements outside than max_outside allows
         if (value < limit) if metric in FLOORS else (value > limit):
             out.append(Excess(key, budget_of, variant, output, metric, value, limit))
     return out
+
+
+def outside_as_judged(metrics: Mapping[str, float], budget: OutputBudget) -> float | None:
+    """The recorded worst ``frac_outside`` as the budget judges it: None where the count is
+    within ``max_outside``; with ``max_outside_rows`` the count beyond the worst row (a file
+    records that one row; more rows set aside are judged as one, which is stricter)."""
+    n = metrics.get("n_outside", math.inf)
+    value = metrics["frac_outside"]
+    if budget.max_outside_rows and "n_outside_beyond_row" in metrics:
+        n = metrics["n_outside_beyond_row"]
+        if metrics.get("n_compared"):
+            value = n / metrics["n_compared"]
+    return None if n <= budget.max_outside else value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -77,7 +77,7 @@ def _rows(result: CheckResult) -> dict[str, dict[str, float]]:
     for output, m in sr.metrics.items():
         rows[output] = {k: m.value(k) for k in ERROR_METRICS if m.measured(k)}
         rows[output]["max_abs_honest"] = m.honest_max_abs if m.measured("max_err_ratio") else 0.0
-        rows[output]["n_outside"] = float(m.n_outside)
+        rows[output].update(m.outside_counts())
     if sr.topk is not None:
         op = get_op(result.case.op)
         assert op.topk is not None

@@ -18,7 +18,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from numcheck.budgets import ERROR_METRICS
+from numcheck.budgets import ERROR_METRICS, MAX_OUTSIDE_ROWS
+
+#: Rows whose counts outside the band the metrics keep (the most a budget may set aside).
+ROWS_KEPT = MAX_OUTSIDE_ROWS
 
 #: Budget names of the metrics :meth:`ErrorMetrics.value` understands, in report order
 #: (one list, kept with the budget model that gates them).
@@ -102,6 +105,22 @@ class ErrorMetrics:
     max_band_ratio: float = 0.0
     max_band_ratio_index: tuple[int, ...] = ()
     unit_roundoff: float = 0.0
+    #: Elements outside the band in each row (the first axis) that has any, largest first,
+    #: the first :data:`ROWS_KEPT` of them: how clustered the count is.
+    row_outside: tuple[int, ...] = ()
+
+    def n_outside_beyond(self, rows: int) -> int:
+        """Elements outside the band once the ``rows`` worst rows are set aside."""
+        if rows > ROWS_KEPT:
+            raise ValueError(f"only the worst {ROWS_KEPT} rows are kept, not {rows}")
+        return self.n_outside - sum(self.row_outside[:rows])
+
+    def outside_counts(self) -> dict[str, float]:
+        """The counts a calibration file records beside ``frac_outside``, for judging it
+        later under ``max_outside`` and ``max_outside_rows = 1`` (numcheck.heldout)."""
+        return {"n_outside": float(self.n_outside),
+                "n_outside_beyond_row": float(self.n_outside_beyond(1)),
+                "n_compared": float(self.n_compared)}
 
     def value(self, name: str) -> float:
         """The metric called ``name`` in a budget (one of :data:`METRIC_NAMES`).
@@ -339,7 +358,9 @@ def compare(
     ulps_np = ulp_distance(ac, ec, ulp_dtype).numpy().astype(np.float64)
     p50, p99 = np.percentile(ulps_np, [50.0, 99.0], method="linear")
 
-    n_outside, ratio = _band_ratios(abs_err, ec, atol, rtol)
+    outside, ratio = _band_ratios(abs_err, ec, atol, rtol)
+    n_outside = _count(outside)
+    row_outside = _row_outside(outside, positions, shape) if n_outside else ()
     i_band = int(torch.argmax(ratio))
     honest, err_ratio = math.nan, math.nan
     if rounding_ref is not None:
@@ -372,6 +393,7 @@ def compare(
         max_band_ratio=float(ratio[i_band]),
         max_band_ratio_index=_unravel(_flat(positions, i_band), shape),
         unit_roundoff=u,
+        row_outside=row_outside,
     ))
 
 
@@ -407,14 +429,27 @@ def _rel_fro(ac: torch.Tensor, ec: torch.Tensor) -> float:
 
 
 def _band_ratios(abs_err: torch.Tensor, ec: torch.Tensor, atol: float,
-                 rtol: float) -> tuple[int, torch.Tensor]:
-    """How many errors lie outside ``atol + rtol |e|``, and every error in band units."""
+                 rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which errors lie outside ``atol + rtol |e|``, and every error in band units."""
     band = atol + rtol * ec.abs()
-    n_outside = _count(abs_err > band)
+    outside = abs_err > band
     # Where the band is 0 wide, an error is infinitely outside it and no error is inside.
     ratio = torch.where(band > 0, abs_err / band.where(band > 0, 1.0),
                         torch.where(abs_err > 0, math.inf, 0.0))
-    return n_outside, ratio
+    return outside, ratio
+
+
+def _row_outside(outside: torch.Tensor, positions: torch.Tensor | None,
+                 shape: torch.Size) -> tuple[int, ...]:
+    """The count outside the band of each row with any (largest first, :data:`ROWS_KEPT` of
+    them); a row is one index of the first axis (a 0-d or 1-d output's rows are elements)."""
+    per_row = max(1, math.prod(shape[1:])) if len(shape) > 1 else 1
+    flat = torch.nonzero(outside).reshape(-1)
+    if positions is not None:
+        flat = positions[flat]
+    counts = torch.bincount(flat // per_row)
+    top = torch.topk(counts, min(ROWS_KEPT, counts.numel())).values
+    return tuple(int(c) for c in top if c > 0)
 
 
 def _err_ratio(honest_refs: Sequence[torch.Tensor], ec: torch.Tensor, u: float,

@@ -101,17 +101,36 @@ def check_output(
         value = metrics.value(metric)
         detail = ""
         if metric == "frac_outside":
-            in_force = budget.frac_outside_limit(metrics.n_compared)
-            if in_force > limit:  # max_outside allows more than the fraction
-                limit = in_force
-                detail = (f"{metrics.n_outside} of {metrics.n_compared} elements outside the "
-                          f"band, more than the {budget.max_outside} max_outside allows")
+            value, limit, detail = _outside_in_force(metrics, budget, limit)
         if math.isnan(value) or value > limit:
             found.append(
                 Violation(name, metric, value, limit, seed=seed, index=metrics.index_of(metric),
                           detail=detail)
             )
     return found
+
+
+def _outside_in_force(metrics: ErrorMetrics, budget: OutputBudget,
+                      limit: float) -> tuple[float, float, str]:
+    """``frac_outside`` as the budget judges it: the fraction once ``max_outside_rows`` worst
+    rows are set aside, against the fraction or ``max_outside`` elements, whichever allows
+    more; with the detail a failure shows."""
+    n = metrics.n_outside_beyond(budget.max_outside_rows)
+    value = metrics.frac_outside  # NaN where the NaN patterns differ: stays NaN
+    if metrics.n_compared and not math.isnan(value):
+        value = n / metrics.n_compared
+    notes = []
+    in_force = budget.frac_outside_limit(metrics.n_compared)
+    if in_force > limit:  # max_outside allows more than the fraction
+        limit = in_force
+        notes.append(f"{n} of {metrics.n_compared} elements outside the band, more than the "
+                     f"{budget.max_outside} max_outside allows")
+    excused = metrics.n_outside - n
+    if budget.max_outside_rows:
+        rows = min(budget.max_outside_rows, len(metrics.row_outside))
+        notes.append(f"{excused} more in the worst {rows} row(s) set aside by max_outside_rows"
+                     if excused else "no row to set aside")
+    return value, limit, "; ".join(notes)
 
 
 def check_topk(
