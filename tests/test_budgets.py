@@ -361,3 +361,21 @@ def test_a_finer_variant_takes_max_outside_on_a_coarse_output_too() -> None:
     given = {"bf16": {"y": {"max_outside": 4}}}
     tables = budgets.coarse_output_tables("fp32", {}, given, {"y": "bf16"}, {"bf16": "bf16"})
     assert tables == {"y": {"max_outside": 4}}
+
+
+def test_max_outside_rows_is_a_small_count_of_rows() -> None:
+    assert complete(given={"scores": {"max_outside_rows": 1}}).outputs["scores"]\
+        .max_outside_rows == 1
+    assert complete().outputs["scores"].max_outside_rows == 0
+    for bad in (-1, 0.5, True, "1"):
+        with pytest.raises(BudgetError, match="max_outside_rows.*count of rows"):
+            complete(given={"scores": {"max_outside_rows": bad}})
+    with pytest.raises(BudgetError, match="at most 8 rows") as info:
+        complete(given={"scores": {"max_outside_rows": 9}})
+    assert "raise frac_outside instead" in str(info.value)
+
+
+def test_a_finer_variant_takes_max_outside_rows_on_a_coarse_output_too() -> None:
+    given = {"bf16": {"y": {"max_outside_rows": 1, "frac_outside": 0.001}}}
+    tables = budgets.coarse_output_tables("tf32", {}, given, {"y": "bf16"}, {"bf16": "bf16"})
+    assert tables == {"y": {"max_outside_rows": 1, "frac_outside": 0.001}}

@@ -76,3 +76,19 @@ def test_frac_outside_within_max_outside_elements_is_no_excess(tmp_path: Path) -
     assert [e.metric for e in excesses(cases, [row])] == ["frac_outside"]
     del row["cases"]["indexer::t"]["bf16/logits"]["n_outside"]  # no count: the fraction decides
     assert [e.metric for e in excesses(cases, [row])] == ["frac_outside"]
+
+
+def test_frac_outside_with_max_outside_rows_is_judged_beyond_the_worst_row(
+        tmp_path: Path) -> None:
+    (tmp_path / "c.toml").write_text(CASE.replace(
+        "rel_fro = 0.004\n", "frac_outside = 0.001\nmax_outside = 2\nmax_outside_rows = 1\n"))
+    cases = {f"{c.op}::{c.id}": c for c in load_cases(tmp_path)}
+    clustered = {"frac_outside": 0.01, "n_outside": 100.0, "n_outside_beyond_row": 5.0,
+                 "n_compared": 10000.0}
+    row = {"cases": {"indexer::t": {"bf16/logits": clustered}}}
+    assert excesses(cases, [row]) == []  # 5 of 10000 beyond the row: 0.0005 <= 0.001
+    clustered["n_outside_beyond_row"] = 20.0
+    (e,) = excesses(cases, [row])
+    assert (e.metric, e.value, e.limit) == ("frac_outside", 0.002, 0.001)
+    del clustered["n_outside_beyond_row"]  # an older file: the whole count decides
+    assert [e.metric for e in excesses(cases, [row])] == ["frac_outside"]

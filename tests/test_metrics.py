@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 import torch
 
-from numcheck.metrics import METRIC_NAMES, ErrorMetrics, NonFinite, calc_diff, compare, ulp_distance
+from numcheck.metrics import (
+    METRIC_NAMES,
+    ROWS_KEPT,
+    ErrorMetrics,
+    NonFinite,
+    calc_diff,
+    compare,
+    ulp_distance,
+)
 
 INF = math.inf
 NAN = math.nan
@@ -473,3 +481,39 @@ def test_fp8_ulps() -> None:
     # e4m3 keeps 3 mantissa bits: 1.0 and 1.125 are adjacent; e5m2 steps by 0.25 at 1.
     assert ulp_distance(t([1.125]), t([1.0]), torch.float8_e4m3fn).tolist() == [1]
     assert ulp_distance(t([1.5]), t([1.0]), torch.float8_e5m2).tolist() == [2]
+
+
+def test_row_outside_counts_each_rows_elements_outside_largest_first() -> None:
+    expected = torch.zeros(5, 3)
+    actual = expected.clone()
+    actual[1, :2] = 1.0
+    actual[4, :] = 1.0
+    actual[0, 0] = 1.0
+    m = compare(actual, expected, ulp_dtype=torch.float32, atol=0.5, rtol=0)
+    assert m.row_outside == (3, 2, 1)
+    assert (m.n_outside_beyond(0), m.n_outside_beyond(1), m.n_outside_beyond(2)) == (6, 3, 1)
+    assert m.outside_counts() == {"n_outside": 6.0, "n_outside_beyond_row": 3.0,
+                                  "n_compared": 15.0}
+
+
+def test_row_outside_maps_positions_past_non_finite_elements_to_their_rows() -> None:
+    expected = torch.zeros(3, 4)
+    expected[0, :] = float("inf")  # row 0 compares nothing: the rest shift in the flat order
+    actual = expected.clone()
+    actual[2, 1:] = 1.0
+    m = compare(actual, expected, ulp_dtype=torch.float32, atol=0.5, rtol=0)
+    assert (m.n_compared, m.row_outside) == (8, (3,))
+
+
+def test_row_outside_of_a_vector_counts_elements_and_is_empty_when_all_inside() -> None:
+    m = compare(torch.tensor([0.0, 1.0, 1.0]), torch.zeros(3), ulp_dtype=torch.float32,
+                atol=0.5, rtol=0)
+    assert m.row_outside == (1, 1)
+    assert compare(torch.zeros(2, 2), torch.zeros(2, 2), ulp_dtype=torch.float32, atol=0,
+                   rtol=0).row_outside == ()
+
+
+def test_only_the_kept_rows_can_be_set_aside() -> None:
+    m = compare(torch.zeros(2, 2), torch.zeros(2, 2), ulp_dtype=torch.float32, atol=0, rtol=0)
+    with pytest.raises(ValueError, match="only the worst"):
+        m.n_outside_beyond(ROWS_KEPT + 1)

@@ -111,3 +111,54 @@ def test_max_outside_does_not_lift_the_hard_band() -> None:
     m = compare(torch.tensor([1.0, 3.0, 3.0, 4.0]), torch.tensor([1.0, 2.0, 3.0, 4.0]),
                 ulp_dtype=torch.float32, atol=0.1, rtol=0)
     assert [v.key for v in check_output("y", m, b)] == ["y.max_band_ratio"]  # 10 bands out
+
+
+def _rows_outside(rows: list[int]) -> object:
+    """A 4 x 8 output with one element outside a zero-width band at (row, column) for each
+    listed row, repeated rows meaning more elements in that row."""
+    expected = torch.ones(4, 8)
+    actual = expected.clone()
+    seen: dict[int, int] = {}
+    for r in rows:
+        actual[r, seen.get(r, 0)] = 2.0
+        seen[r] = seen.get(r, 0) + 1
+    return compare(actual, expected, ulp_dtype=torch.float32, atol=0, rtol=0)
+
+
+def test_max_outside_rows_sets_aside_a_cluster_in_one_row() -> None:
+    m = _rows_outside([2, 2, 2, 2, 2])
+    assert m.row_outside == (5,)
+    one_row = OutputBudget(limits={"frac_outside": 0.0}, atol=0.0, rtol=0.0,
+                           max_outside_rows=1)
+    assert check_output("y", m, one_row) == []
+    assert [v.key for v in check_output("y", m, budget(frac_outside=0.0))] == ["y.frac_outside"]
+
+
+def test_max_outside_rows_does_not_hide_the_same_count_spread_over_rows() -> None:
+    """Five elements in one row pass; five over four rows leave four outside: a failure."""
+    m = _rows_outside([0, 1, 2, 3, 3])
+    one_row = OutputBudget(limits={"frac_outside": 0.0}, atol=0.0, rtol=0.0,
+                           max_outside_rows=1)
+    (v,) = check_output("y", m, one_row)
+    assert (v.key, v.value, v.limit) == ("y.frac_outside", 3 / 32, 0.0)
+    assert "2 more in the worst 1 row(s) set aside by max_outside_rows" in v.describe()
+
+
+def test_max_outside_rows_and_max_outside_add_up() -> None:
+    m = _rows_outside([1, 1, 1, 0, 3])  # 3 in row 1, then one each in rows 0 and 3
+    both = OutputBudget(limits={"frac_outside": 0.0}, atol=0.0, rtol=0.0, max_outside=2,
+                        max_outside_rows=1)
+    assert check_output("y", m, both) == []
+    fewer = OutputBudget(limits={"frac_outside": 0.0}, atol=0.0, rtol=0.0, max_outside=1,
+                         max_outside_rows=1)
+    (v,) = check_output("y", m, fewer)
+    assert "2 of 32 elements outside the band, more than the 1 max_outside allows" in v.describe()
+
+
+def test_max_outside_rows_keeps_an_undefined_fraction_undefined() -> None:
+    m = compare(torch.tensor([[1.0, float("nan")]]), torch.tensor([[1.0, 2.0]]),
+                ulp_dtype=torch.float32, atol=0, rtol=0)
+    one_row = OutputBudget(limits={"frac_outside": 0.0}, atol=0.0, rtol=0.0,
+                           max_outside_rows=1, allow_nan=True)
+    found = {v.key: v for v in check_output("y", m, one_row)}
+    assert math.isnan(found["y.frac_outside"].value)
