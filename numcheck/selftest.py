@@ -13,7 +13,7 @@ the code:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -52,14 +52,20 @@ def held_to(case: Case, variant: str, budget_of: str) -> Case:
     )
 
 
+#: The gates ``pytest --numcheck`` runs on every device besides the numerics.
+EVERY_DEVICE_GATES = ("casts",)
+
+
 def verdict(
-    op: OpSpec, case: Case, variant: str, device: str, golden: Golden, inputs: CaseInputs
+    op: OpSpec, case: Case, variant: str, device: str, golden: Golden, inputs: CaseInputs,
+    *, gates: Collection[str] = EVERY_DEVICE_GATES,
 ) -> Outcome:
     """Run one check with the gates ``pytest --numcheck`` runs on every device (numerics and
-    the cast ledger), and fold every way of failing into an :class:`Outcome`."""
+    the cast ledger; ``gates=()``: the numerics alone), and fold every way of failing into an
+    :class:`Outcome`."""
     seed = case.seeds[0] if len(case.seeds) == 1 else None
     try:
-        result = run_check(op, case, variant, device, inputs, golden, gates={"casts"})
+        result = run_check(op, case, variant, device, inputs, golden, gates=set(gates))
     except (VariantError, GoldenError) as exc:
         return Outcome(variant, seed, False, f"{type(exc).__name__}: {exc}".splitlines()[0])
     worst = result.worst()
@@ -85,6 +91,7 @@ _FRESH_KEPT = 4
 def fresh_seed_outcomes(
     case: Case, variants: Sequence[str], seeds: Sequence[int], *,
     device: str = "cpu", reference_device: str = "cpu",
+    gates: Collection[str] = EVERY_DEVICE_GATES,
 ) -> list[Outcome]:
     """Every variant on every seed, each against that seed's fresh reference."""
     op = get_op(case.op)
@@ -92,7 +99,7 @@ def fresh_seed_outcomes(
     for seed in seeds:
         one = replace(case, seeds=(seed,))
         golden, inputs = fresh_golden(op, one, reference_device)
-        outcomes += [verdict(op, one, v, device, golden, inputs) for v in variants]
+        outcomes += [verdict(op, one, v, device, golden, inputs, gates=gates) for v in variants]
     return outcomes
 
 
@@ -101,13 +108,7 @@ def numeric_verdict(
 ) -> Outcome:
     """The numerics check alone (no cast gate): how the honest family is judged, since
     its members are about where rounding happens, not about copies."""
-    seed = case.seeds[0] if len(case.seeds) == 1 else None
-    try:
-        result = run_check(op, case, variant, device, inputs, golden)
-    except (VariantError, GoldenError) as exc:
-        return Outcome(variant, seed, False, f"{type(exc).__name__}: {exc}".splitlines()[0])
-    worst = result.worst()
-    return Outcome(variant, seed, worst is None, "" if worst is None else worst.describe())
+    return verdict(op, case, variant, device, golden, inputs, gates=())
 
 
 def family_outcomes(
@@ -202,7 +203,8 @@ def shipped_golden(case: Case, goldens_dir: Path) -> Golden:
 
 
 def catch_table(
-    cases: Sequence[Case], bugs: Sequence[Planted], goldens_dir: Path, *, device: str = "cpu"
+    cases: Sequence[Case], bugs: Sequence[Planted], goldens_dir: Path, *, device: str = "cpu",
+    gates: Collection[str] = EVERY_DEVICE_GATES,
 ) -> list[tuple[Planted, Case, Outcome]]:
     """Each planted bug against every shipped case of its op, on the shipped golden and seeds."""
     rows = []
@@ -214,5 +216,6 @@ def catch_table(
         golden, inputs = shipped_golden(case, goldens_dir), CaseInputs(op, case)
         for bug in mine:
             held = held_to(case, bug.variant, bug.held_to)
-            rows.append((bug, case, verdict(op, held, bug.variant, device, golden, inputs)))
+            rows.append((bug, case, verdict(op, held, bug.variant, device, golden, inputs,
+                                            gates=gates)))
     return rows

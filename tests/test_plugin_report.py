@@ -346,6 +346,7 @@ if "dies" not in get_op("indexer").variants:
 """
 
 
+@pytest.mark.slow  # starts a pytest-xdist worker, which imports torch
 def test_xdist_worker_crash_is_an_error_record(pytester: pytest.Pytester) -> None:
     make_project(pytester, variants='"dies"')
     pytester.makeconftest(CRASH_CONFTEST)
