@@ -2,7 +2,7 @@
 indexer case over fresh seeds, against a fresh CPU reference, held to its own budget (the way
 numcheck.honest measures a family, with the scheme as a family of one).
 
-    python benchmarks/folded_calibration.py FIRST_SEED N OUT.json
+    python benchmarks/folded_calibration.py FIRST_SEED N OUT.json [cpu|cuda]
     python benchmarks/folded_calibration.py 4000 100 docs/bf16-folded-calibration-cpu.json   # calibration
     python benchmarks/folded_calibration.py 8000 50 docs/bf16-folded-heldout-cpu.json        # held out
     python -m numcheck.heldout docs/bf16-folded-heldout-cpu.json
@@ -25,17 +25,19 @@ from numcheck.honest import measure_family
 
 def main(argv: list[str]) -> int:
     first, n, out = int(argv[0]), int(argv[1]), Path(argv[2])
+    device = argv[3] if len(argv) > 3 else "cpu"  # where bf16_folded runs (reference: CPU)
     cases = [c for c in load_cases(ROOT / "cases")
              if c.op == "indexer" and not c.perf_only and "bf16_folded" in c.variants]
     results = {}
     for case in cases:
-        r = measure_family(case, "bf16_folded", ["bf16_folded"], range(first, first + n))
+        r = measure_family(case, "bf16_folded", ["bf16_folded"], range(first, first + n),
+                           device=device)
         results[f"indexer::{case.id}"] = {"bf16_folded": r}
         w = r["worst"]["logits"]
         print(case.id, " ".join(f"{k}={w[k]:.4g}" for k in
                                 ("max_err_ratio", "frac_outside", "rel_fro", "calc_diff")),
               flush=True)
-    meta = {"device": "cpu", "seeds": [first, first + n - 1], "members": ["bf16_folded"]}
+    meta = {"device": device, "seeds": [first, first + n - 1], "members": ["bf16_folded"]}
     out.write_text(json.dumps({"meta": meta, "cases": results}, indent=1))
     return 0
 
