@@ -135,13 +135,13 @@ class FreshPython:
 
     def close(self) -> None:
         if self._server is not None:
+            # Killed, not asked to exit: it holds nothing (each request's child is waited
+            # for), and an interpreter with torch loaded takes about a second to shut down,
+            # at the end of the test process that started it.
+            self._server.kill()
+            self._server.wait()
             if self._server.stdin is not None:
                 self._server.stdin.close()
-            try:
-                self._server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._server.kill()
-                self._server.wait()
             if self._server.stdout is not None:
                 self._server.stdout.close()
             self._server = None
