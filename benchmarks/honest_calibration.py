@@ -37,9 +37,9 @@ import torch
 
 from numcheck.calibrate import suggest_values
 from numcheck.cases import load_cases
-from numcheck.casewriter import format_number
+from numcheck.casewriter import Edit, write_edits
 from numcheck.heldout import outside_as_judged
-from numcheck.honest import GATED, budget_from, measure_family, suggest
+from numcheck.honest import GATED, budget_from, measure_family, merge_worst, suggest
 from numcheck.ops.registry import get_op
 
 
@@ -111,10 +111,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
             for prec, res in fams.items():
                 into = merged.setdefault(key, {}).setdefault(prec, {"worst": {}})
                 for output, row in res["worst"].items():
-                    tgt = into["worst"].setdefault(output, {})
-                    for m, v in row.items():
-                        low = m in ("recall_min", "tie_recall_min")
-                        tgt[m] = (min if low else max)(tgt.get(m, v), v)
+                    merge_worst(into["worst"].setdefault(output, {}), row)
     return merged
 
 
@@ -136,9 +133,8 @@ def describe_pool(key: tuple[Any, ...]) -> str:
 
 
 def apply(merged: dict[str, Any], cases: list[Any], note: str) -> list[str]:
-    """Write the family budgets into the case files (the policy in the module docstring)."""
-    import tomlkit
-
+    """Write the family budgets into the case files (the policy in the module docstring),
+    through numcheck.casewriter: each changed line commented with why, and its old value."""
     pooled: dict[tuple[Any, ...], float] = {}  # pool key -> worst bf16 max_err_ratio
     for case in cases:
         bf16 = merged.get(f"{case.op}::{case.id}", {}).get("bf16", {"worst": {}})
@@ -146,28 +142,24 @@ def apply(merged: dict[str, Any], cases: list[Any], note: str) -> list[str]:
             if "max_err_ratio" in row:
                 key = pool_key(case, output)
                 pooled[key] = max(pooled.get(key, 0.0), row["max_err_ratio"])
-    changes: list[str] = []
-    by_file: dict[Path, list[Any]] = {}
+    edits: dict[Path, list[Edit]] = {}
     for case in cases:
-        by_file.setdefault(case.source, []).append(case)
-    for path, file_cases in by_file.items():
-        doc = tomlkit.parse(path.read_text())
-        for case in file_cases:
-            for prec, res in merged.get(f"{case.op}::{case.id}", {}).items():
-                for output, worst in res["worst"].items():
-                    found = (_recall_floor(case, prec, worst, note) if "recall_min" in worst
-                             else _family_values(case, prec, output, worst, pooled, note))
-                    for metric, value, old, why in found:
-                        variants = (prec, *HELD_AS_BF16.get(case.op, ())) \
-                            if prec == "bf16" else (prec,)
-                        was = "none" if old is None else f"{old:g}"
-                        for variant in variants:
-                            held = "" if variant == prec else "as bf16's; "
-                            _set_commented(doc[case.id]["budget"][variant][output], metric,
-                                           value, f"{held}{why}; was {was}")
-                            changes.append(f"{path.name} {case.id}.{variant}.{output}."
-                                           f"{metric}: {was} -> {value:g}")
-        path.write_text(tomlkit.dumps(doc))
+        for prec, res in merged.get(f"{case.op}::{case.id}", {}).items():
+            variants = (prec, *HELD_AS_BF16.get(case.op, ())) if prec == "bf16" else (prec,)
+            for output, worst in res["worst"].items():
+                found = (_recall_floor(case, prec, worst, note) if "recall_min" in worst
+                         else _family_values(case, prec, output, worst, pooled, note))
+                for metric, value, old, why in found:
+                    was = "none" if old is None else f"{old:g}"
+                    for variant in variants:
+                        held = "" if variant == prec else "as bf16's; "
+                        edits.setdefault(case.source, []).append(
+                            Edit((case.id, "budget", variant, output), metric, value,
+                                 comment=f"{held}{why}; was {was}"))
+    changes: list[str] = []
+    for path, file_edits in edits.items():
+        written, _ = write_edits(path, file_edits)
+        changes += [f"{path.name} {change.describe()}" for change in written]
     return changes
 
 
@@ -220,15 +212,6 @@ def _recall_floor(case: Any, prec: str, worst: dict[str, float], note: str) -> F
     why = (f"the family's worst miss x 2 over {note}, at least 2 swaps per row of {k} "
            "(docs/budgets.md)")
     return [("recall_min", floor, old, why)]
-
-
-def _set_commented(table: Any, key: str, value: float, comment: str) -> None:
-    import tomlkit
-
-    item = tomlkit.parse(f"x = {format_number(value)}")["x"]
-    item.comment(comment)
-    item.trivia.comment_ws = "  "
-    table[key] = item
 
 
 def print_table(paths: list[Path], cases: list[Any]) -> None:

@@ -42,6 +42,9 @@ class Edit:
     key: str
     value: float | None
     sub: str | None = None
+    #: The comment the changed line gets instead of the one it had (a why, with the old
+    #: value); None keeps the line's own comment.
+    comment: str | None = None
 
     @property
     def where(self) -> str:
@@ -126,7 +129,7 @@ def apply_edits(text: str, edits: Sequence[Edit]) -> tuple[str, list[Change], li
             if edit.sub is not None:
                 _tidy_inline(table, edit.key)
         else:
-            _set(holder, key, edit.value)
+            _set(holder, key, edit.value, edit.comment)
         changes.append(Change(edit.where, old, edit.value))
     for table in created:
         # A blank line after a new table, before whatever follows, like the others.
@@ -188,15 +191,21 @@ def _number(item: Any) -> float | None:
     return float(item)
 
 
-def _set(holder: Any, key: str, value: float) -> None:
-    """Set a number, keeping the old line's comment at the same column."""
+def _set(holder: Any, key: str, value: float, comment: str | None = None) -> None:
+    """Set a number, keeping the old line's comment at the same column, or giving the line
+    ``comment`` (two spaces after the value)."""
     import tomlkit
 
     new = tomlkit.parse(f"x = {format_number(value)}")["x"]
     old = holder.get(key)
     trivia = getattr(old, "trivia", None)
     inline = isinstance(holder, tomlkit.items.InlineTable)
-    if trivia is not None and not inline:
+    if comment is not None and not inline:
+        new.comment(comment)
+        new.trivia.comment_ws = "  "
+        if trivia is not None:
+            new.trivia.indent, new.trivia.trail = trivia.indent, trivia.trail
+    elif trivia is not None and not inline:
         grow = len(format_number(value)) - len(old.as_string())
         new.trivia.indent = trivia.indent
         new.trivia.comment = trivia.comment

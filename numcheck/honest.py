@@ -67,7 +67,7 @@ def measure_family(
             for output, row in _rows(result).items():
                 for target in (worst.setdefault(output, {}),
                                by_variant.setdefault(name, {}).setdefault(output, {})):
-                    _merge(target, row)
+                    merge_worst(target, row)
     return {"worst": worst, "by_variant": by_variant, "errors": errors}
 
 
@@ -86,7 +86,9 @@ def _rows(result: CheckResult) -> dict[str, dict[str, float]]:
     return rows
 
 
-def _merge(target: dict[str, float], row: Mapping[str, float]) -> None:
+def merge_worst(target: dict[str, float], row: Mapping[str, float]) -> None:
+    """Fold ``row`` into ``target``, keeping the worst of each: the lowest recall, the
+    largest of every other measurement."""
     for key, value in row.items():
         if key in ("recall_min", "tie_recall_min"):
             target[key] = min(target.get(key, 1.0), value)
