@@ -47,6 +47,18 @@ def test_only_changed_values_are_touched() -> None:
     assert skipped == []
 
 
+def test_an_edit_with_a_comment_replaces_the_lines_comment() -> None:
+    out, changes, _ = apply_edits(CASE, [
+        Edit(LOGITS, "rel_fro", 0.0041, comment="2x the worst; was 0.004"),
+        Edit(LOGITS, "frac_outside", 0.001, comment="new"),
+        Edit(LOGITS, "calc_diff", 4e-6, comment="equal: untouched"),
+    ])
+    assert "rel_fro = 0.0041  # 2x the worst; was 0.004\n" in out
+    assert "frac_outside = 0.001  # new\n" in out
+    assert "calc_diff = 4e-6                    # measured 1.96e-6\n" in out
+    assert [c.where.rsplit(".", 1)[1] for c in changes] == ["rel_fro", "frac_outside"]
+
+
 def test_new_keys_and_tables_land_in_their_case() -> None:
     out, changes, _ = apply_edits(CASE, [
         Edit(LOGITS, "frac_outside", 0.0),
