@@ -70,19 +70,11 @@ def indexer_heads_tree(inputs: Inputs, p: Params) -> Outputs:
     return _indexer_outputs(_indexer_logits(torch.bmm(q, kt), inputs, k_scale, "tree"), p)
 
 
-def indexer_split_d(inputs: Inputs, p: Params) -> Outputs:
-    """Split-K over the head dim: two bf16 GEMMs over D/2 each, their bf16 results summed in
-    fp32 (what a split-K kernel writing bf16 partials does)."""
-    q, kt, k_scale = indexer._operands(inputs, p, torch.bfloat16)
-    return indexer._outputs(split_k_matmul(q, kt, 2, tree=False), inputs, k_scale, p)
-
-
 def indexer_split_d3(inputs: Inputs, p: Params) -> Outputs:
     """Split-K over three uneven slices of the head dim (bf16 partials), left to right:
     outside the op's rounding envelope (halves and quarters). Not eight slices: a 16-wide
     slice per bf16 partial is close to keeping the GEMM's running sum in bf16, a bug."""
-    q, kt, k_scale = indexer._operands(inputs, p, torch.bfloat16)
-    return indexer._outputs(split_k_matmul(q, kt, 3, tree=False), inputs, k_scale, p)
+    return indexer.bf16_split_d(inputs, p, 3, tree=False)
 
 
 def indexer_fp32_accumulate(inputs: Inputs, p: Params) -> Outputs:
@@ -150,48 +142,25 @@ def indexer_tf32_page_at_a_time(inputs: Inputs, p: Params) -> Outputs:
 # --- mHC pre ------------------------------------------------------------------------------
 
 
-def _mhc_from_mm(mm: torch.Tensor, inputs: Inputs, p: Params) -> Outputs:
-    x = inputs["x"].flatten(1)
-    xf = x.float()
-    return mhc._epilogue(mm.float() * mhc._rms_inv(xf, mhc.norm_eps(p)), xf, inputs, p)
-
-
-def _hc_fn_t(inputs: Inputs) -> torch.Tensor:
-    return inputs["hc_fn"].to(torch.bfloat16).T
-
-
-def mhc_split_k2(inputs: Inputs, p: Params) -> Outputs:
-    """Split-K bf16 projection: two GEMMs over K halves, each bf16 result summed in fp32."""
-    x = inputs["x"].flatten(1)
-    return _mhc_from_mm(split_k_matmul(x, _hc_fn_t(inputs), 2, tree=False), inputs, p)
-
-
-def mhc_split_k4_tree(inputs: Inputs, p: Params) -> Outputs:
-    """Split-K over four K slices (bf16 partials), summed as a pairwise tree in fp32."""
-    x = inputs["x"].flatten(1)
-    return _mhc_from_mm(split_k_matmul(x, _hc_fn_t(inputs), 4, tree=True), inputs, p)
-
-
 def mhc_split_k3(inputs: Inputs, p: Params) -> Outputs:
     """Split-K over three uneven K slices (bf16 partials), added left to right: outside the
     op's rounding envelope (halves and quarters), so it tests the budget's headroom."""
-    x = inputs["x"].flatten(1)
-    return _mhc_from_mm(split_k_matmul(x, _hc_fn_t(inputs), 3, tree=False), inputs, p)
+    return mhc.bf16_split_k(inputs, p, 3, tree=False)
 
 
 def mhc_split_k8_tree(inputs: Inputs, p: Params) -> Outputs:
     """Split-K over eight K slices (bf16 partials), a pairwise tree: more roundings than any
     member of the op's rounding envelope."""
-    x = inputs["x"].flatten(1)
-    return _mhc_from_mm(split_k_matmul(x, _hc_fn_t(inputs), 8, tree=True), inputs, p)
+    return mhc.bf16_split_k(inputs, p, 8, tree=True)
 
 
 def mhc_fp32_accumulate(inputs: Inputs, p: Params) -> Outputs:
     """bf16 operands, fp32 accumulation kept (no rounding of the GEMM output)."""
     x = inputs["x"].flatten(1)
+    xf = x.float()
     with matmul_precision(tf32=False):
-        mm = x.float() @ inputs["hc_fn"].to(torch.bfloat16).float().T
-    return _mhc_from_mm(mm, inputs, p)
+        mm = xf @ inputs["hc_fn"].to(torch.bfloat16).float().T
+    return mhc._epilogue(mm * mhc._rms_inv(xf, mhc.norm_eps(p)), xf, inputs, p)
 
 
 def mhc_streams_reversed(inputs: Inputs, p: Params) -> Outputs:
@@ -219,7 +188,9 @@ HONEST = {
     "indexer": {
         "honest_heads_reversed": (indexer_heads_reversed, "bf16"),
         "honest_heads_tree": (indexer_heads_tree, "bf16"),
-        "honest_split_d": (indexer_split_d, "bf16"),
+        # Members of the op's rounding envelope too: max_err_ratio 1 by construction; they
+        # test the other budgets.
+        "honest_split_d": (indexer.bf16_split_d2, "bf16"),
         "honest_split_d3": (indexer_split_d3, "bf16"),
         "honest_fp32_accumulate": (indexer_fp32_accumulate, "bf16"),
         "honest_weighted_bf16": (indexer_weighted_bf16, "bf16"),
@@ -228,8 +199,8 @@ HONEST = {
         "honest_tf32_page_at_a_time": (indexer_tf32_page_at_a_time, "tf32"),
     },
     "mhc_pre": {
-        "honest_split_k2": (mhc_split_k2, "bf16"),
-        "honest_split_k4_tree": (mhc_split_k4_tree, "bf16"),
+        "honest_split_k2": (mhc.bf16_split_k2, "bf16"),  # envelope members, as above
+        "honest_split_k4_tree": (mhc.bf16_split_k4_tree, "bf16"),
         "honest_split_k3": (mhc_split_k3, "bf16"),
         "honest_split_k8_tree": (mhc_split_k8_tree, "bf16"),
         "honest_fp32_accumulate": (mhc_fp32_accumulate, "bf16"),

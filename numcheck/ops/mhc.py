@@ -113,7 +113,9 @@ def bf16(inputs: Inputs, p: Params) -> Outputs:
     return _epilogue(m, xf, inputs, p)
 
 
-def _bf16_split_k(inputs: Inputs, p: Params, parts: int, tree: bool) -> Outputs:
+def bf16_split_k(inputs: Inputs, p: Params, parts: int, *, tree: bool) -> Outputs:
+    """The bf16 path with its projection split over ``parts`` slices of K, each slice's
+    result written in bf16 and added in fp32 (:func:`numcheck.ops.splitk.split_k_matmul`)."""
     x = inputs["x"].flatten(1)
     xf = x.float()
     mm = split_k_matmul(x, inputs["hc_fn"].to(torch.bfloat16).T, parts, tree=tree)
@@ -123,13 +125,13 @@ def _bf16_split_k(inputs: Inputs, p: Params, parts: int, tree: bool) -> Outputs:
 def bf16_split_k2(inputs: Inputs, p: Params) -> Outputs:
     """Split-K: two bf16 GEMMs over the halves of K, bf16 partials added in fp32 (a rounding
     alternative of ``bf16``, not a variant)."""
-    return _bf16_split_k(inputs, p, 2, tree=False)
+    return bf16_split_k(inputs, p, 2, tree=False)
 
 
 def bf16_split_k4_tree(inputs: Inputs, p: Params) -> Outputs:
     """Split-K over four K slices, bf16 partials added as a pairwise tree (a rounding
     alternative of ``bf16``, not a variant)."""
-    return _bf16_split_k(inputs, p, 4, tree=True)
+    return bf16_split_k(inputs, p, 4, tree=True)
 
 
 def bf16_roundtrip(inputs: Inputs, p: Params) -> Outputs:
