@@ -244,7 +244,7 @@ def test_without_triton_the_fused_items_skip_with_the_reason(
         "import sys, pytest; sys.exit(pytest.console_main())",
         ["--numcheck", "-q", "-rs", "-p", "no:cacheprovider", "-k", "fused and contiguous",
          "cases/indexer.toml"],
-        cwd=ROOT, path=[tmp_path, ROOT], env={"TRITON_INTERPRET": None}, timeout=300,
+        cwd=ROOT, path=[tmp_path, ROOT], env={"TRITON_INTERPRET": None},
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 skipped" in proc.stdout, proc.stdout

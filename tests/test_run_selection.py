@@ -10,16 +10,12 @@ from test_plugin import make_project, write_goldens
 from numcheck.plugin.rootdir_repair import space_separated_values
 
 
-def _golden_made(pytester: pytest.Pytester) -> None:
-    write_goldens(pytester)
-
-
 @pytest.mark.parametrize("where", ["outside", "inside"])
 def test_path_options_with_a_space_work_on_every_run(
     pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, where: str
 ) -> None:
     make_project(pytester)
-    _golden_made(pytester)
+    write_goldens(pytester)
     folder = (tmp_path_factory.mktemp("elsewhere") if where == "outside"
               else pytester.path / "reports")
     folder.mkdir(exist_ok=True)
@@ -74,7 +70,7 @@ def test_a_report_that_fails_never_comes_with_exit_0(pytester: pytest.Pytester) 
     # Every check skipped by a hook that turns failures into passes would be exit 0 with
     # gate fail; the plugin makes the exit status agree with the report.
     make_project(pytester, variants='"bf16"')
-    _golden_made(pytester)
+    write_goldens(pytester)
     pytester.makeconftest(
         "import pytest\n"
         "@pytest.hookimpl(wrapper=True)\n"
@@ -97,7 +93,7 @@ def test_narrowed_run_against_a_baseline_does_not_count_removals(
     pytester: pytest.Pytester,
 ) -> None:
     make_project(pytester, variants='"bf16", "tf32"')
-    _golden_made(pytester)
+    write_goldens(pytester)
     base = pytester.path / "base.json"
     assert pytester.runpytest("--numcheck", f"--numcheck-report={base}").ret == 0
     result = pytester.runpytest("--numcheck", f"--numcheck-baseline={base}", "-k", "tf32")

@@ -7,13 +7,16 @@ import math
 import torch
 
 from numcheck.budgets import OutputBudget, TopkBudget
-from numcheck.metrics import compare
+from numcheck.metrics import ErrorMetrics, compare
 from numcheck.topk import topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk, worst
 
 
-def budget(**limits: float) -> OutputBudget:
-    return OutputBudget(limits=limits, atol=0.0, rtol=0.0)
+def budget(*, max_outside: int = 0, max_outside_rows: int = 0, allow_nan: bool = False,
+           **limits: float) -> OutputBudget:
+    """A budget with a zero-width band (every error is outside it)."""
+    return OutputBudget(limits=limits, atol=0.0, rtol=0.0, max_outside=max_outside,
+                        max_outside_rows=max_outside_rows, allow_nan=allow_nan)
 
 
 def test_within_budget_has_no_violation() -> None:
@@ -85,9 +88,9 @@ def _two_outside() -> object:
 
 def test_max_outside_lets_a_few_elements_past_a_zero_fraction() -> None:
     m = _two_outside()
-    strict = OutputBudget(limits={"frac_outside": 0.0}, atol=0.0, rtol=0.0)
+    strict = budget(frac_outside=0.0)
     assert [v.key for v in check_output("y", m, strict)] == ["y.frac_outside"]
-    allowing = OutputBudget(limits={"frac_outside": 0.0}, atol=0.0, rtol=0.0, max_outside=2)
+    allowing = budget(frac_outside=0.0, max_outside=2)
     assert check_output("y", m, allowing) == []
     assert allowing.frac_outside_limit(4) == 0.5
     assert allowing.frac_outside_limit(0) == 0.0
@@ -95,7 +98,7 @@ def test_max_outside_lets_a_few_elements_past_a_zero_fraction() -> None:
 
 def test_one_element_more_than_max_outside_fails_and_says_so() -> None:
     m = _two_outside()
-    one = OutputBudget(limits={"frac_outside": 0.0}, atol=0.0, rtol=0.0, max_outside=1)
+    one = budget(frac_outside=0.0, max_outside=1)
     (v,) = check_output("y", m, one)
     assert (v.value, v.limit) == (0.5, 0.25)
     assert "2 of 4 elements outside the band, more than the 1 max_outside allows" in v.describe()
@@ -113,7 +116,7 @@ def test_max_outside_does_not_lift_the_hard_band() -> None:
     assert [v.key for v in check_output("y", m, b)] == ["y.max_band_ratio"]  # 10 bands out
 
 
-def _rows_outside(rows: list[int]) -> object:
+def _rows_outside(rows: list[int]) -> ErrorMetrics:
     """A 4 x 8 output with one element outside a zero-width band at (row, column) for each
     listed row, repeated rows meaning more elements in that row."""
     expected = torch.ones(4, 8)
@@ -128,8 +131,7 @@ def _rows_outside(rows: list[int]) -> object:
 def test_max_outside_rows_sets_aside_a_cluster_in_one_row() -> None:
     m = _rows_outside([2, 2, 2, 2, 2])
     assert m.row_outside == (5,)
-    one_row = OutputBudget(limits={"frac_outside": 0.0}, atol=0.0, rtol=0.0,
-                           max_outside_rows=1)
+    one_row = budget(frac_outside=0.0, max_outside_rows=1)
     assert check_output("y", m, one_row) == []
     assert [v.key for v in check_output("y", m, budget(frac_outside=0.0))] == ["y.frac_outside"]
 
@@ -137,8 +139,7 @@ def test_max_outside_rows_sets_aside_a_cluster_in_one_row() -> None:
 def test_max_outside_rows_does_not_hide_the_same_count_spread_over_rows() -> None:
     """Five elements in one row pass; five over four rows leave four outside: a failure."""
     m = _rows_outside([0, 1, 2, 3, 3])
-    one_row = OutputBudget(limits={"frac_outside": 0.0}, atol=0.0, rtol=0.0,
-                           max_outside_rows=1)
+    one_row = budget(frac_outside=0.0, max_outside_rows=1)
     (v,) = check_output("y", m, one_row)
     assert (v.key, v.value, v.limit) == ("y.frac_outside", 3 / 32, 0.0)
     assert "2 more in the worst 1 row(s) set aside by max_outside_rows" in v.describe()
@@ -146,11 +147,9 @@ def test_max_outside_rows_does_not_hide_the_same_count_spread_over_rows() -> Non
 
 def test_max_outside_rows_and_max_outside_add_up() -> None:
     m = _rows_outside([1, 1, 1, 0, 3])  # 3 in row 1, then one each in rows 0 and 3
-    both = OutputBudget(limits={"frac_outside": 0.0}, atol=0.0, rtol=0.0, max_outside=2,
-                        max_outside_rows=1)
+    both = budget(frac_outside=0.0, max_outside=2, max_outside_rows=1)
     assert check_output("y", m, both) == []
-    fewer = OutputBudget(limits={"frac_outside": 0.0}, atol=0.0, rtol=0.0, max_outside=1,
-                         max_outside_rows=1)
+    fewer = budget(frac_outside=0.0, max_outside=1, max_outside_rows=1)
     (v,) = check_output("y", m, fewer)
     assert "2 of 32 elements outside the band, more than the 1 max_outside allows" in v.describe()
 
@@ -158,7 +157,6 @@ def test_max_outside_rows_and_max_outside_add_up() -> None:
 def test_max_outside_rows_keeps_an_undefined_fraction_undefined() -> None:
     m = compare(torch.tensor([[1.0, float("nan")]]), torch.tensor([[1.0, 2.0]]),
                 ulp_dtype=torch.float32, atol=0, rtol=0)
-    one_row = OutputBudget(limits={"frac_outside": 0.0}, atol=0.0, rtol=0.0,
-                           max_outside_rows=1, allow_nan=True)
+    one_row = budget(frac_outside=0.0, max_outside_rows=1, allow_nan=True)
     found = {v.key: v for v in check_output("y", m, one_row)}
     assert math.isnan(found["y.frac_outside"].value)
