@@ -276,12 +276,10 @@ def test_xdist_regenerates_safely_and_merges_the_records_of_a_serial_run(
     regeneration writes; a golden no case uses is reported by the controller, which
     collects nothing. Merging: the controller's records, summary and markdown are those of
     the same run made serially. Marked slow (two workers that each import torch): the
-    README's test command leaves it out, .ci/run runs it (`pytest -m slow`); the default run
-    keeps one xdist end-to-end test, the worker crash below (one worker)."""
-    from numcheck.cases import load_case_file
+    README's test command leaves it out, .ci/run runs it (`pytest -m slow`), with the worker
+    crash below."""
+    from numcheck.cases import load_cases
     from numcheck.goldens import load_golden
-    from numcheck.numerics import CaseInputs, write_golden
-    from numcheck.ops.registry import get_op
 
     xdist_project(pytester)
     orphan = golden(pytester, "gone")
@@ -305,22 +303,20 @@ def test_xdist_regenerates_safely_and_merges_the_records_of_a_serial_run(
     goldens = pytester.path / "goldens"
     files = sorted(str(p.relative_to(goldens)) for p in goldens.rglob("*") if p.is_file())
     assert files == sorted(g.split("goldens/")[1] for g in created)  # no temporary or lock file
-    for file in sorted((pytester.path / "cases").glob("*.toml")):
-        for case in load_case_file(file):
-            path = golden(pytester, case.id, case.op)
-            load_golden(path, case=case.id, regen_hint="")  # whole: the content hash holds
-            # Equal to what one more regeneration would write: nothing to rewrite.
-            op = get_op(case.op)
-            assert not write_golden(path, op, case, "cpu", CaseInputs(op, case))
-    first = golden(pytester).read_bytes()
+    for case in load_cases(pytester.path / "cases"):
+        load_golden(golden(pytester, case.id, case.op), case=case.id,
+                    regen_hint="")  # whole: the content hash holds
+    first = {g: (pytester.path / g.split(": ")[1]).read_bytes() for g in created}
 
     # The same run, serially: the same records, only where they ran differs. Its checks
-    # ran against the goldens the workers wrote (regenerating left them byte for byte).
+    # ran against the goldens the workers wrote, each equal to what one more regeneration
+    # writes: nothing rewritten, byte for byte.
     serial = pytester.runpytest("--numcheck", "--numcheck-regen", "--numcheck-report",
                                 "serial.json")
     serial.assert_outcomes(passed=7, failed=1, skipped=1)
-    serial.stdout.fnmatch_lines(["golden unchanged: goldens/indexer/tiny.safetensors"])
-    assert golden(pytester).read_bytes() == first
+    serial.stdout.fnmatch_lines([g.replace("created", "unchanged") for g in created],
+                                consecutive=False)
+    assert {g: (pytester.path / g.split(": ")[1]).read_bytes() for g in created} == first
     a = records(pytester.path / "serial.json")
     assert len(a) == 9
     assert [verdict_fields(r) for r in a] == [verdict_fields(r) for r in b]
