@@ -170,11 +170,11 @@ def test_good_variants_pass_on_fresh_seeds(key: str) -> None:
     # The fused kernels run in Triton's interpreter on a CPU, about 1 s a seed: one seed
     # here (test_fused.py checks them further; the reliability report runs 50). The cast
     # ledger counts bytes, which the shapes decide, not the seed: on the first seed only.
-    compiled = [v for v in runnable if v != "fused"]
+    not_fused = [v for v in runnable if v != "fused"]
     outcomes = fresh_seed_outcomes(case, runnable, SEEDS[:1])
-    outcomes += fresh_seed_outcomes(case, compiled, SEEDS[1:], gates=())
+    outcomes += fresh_seed_outcomes(case, not_fused, SEEDS[1:], gates=())
     failed = [f"{o.variant} seed {o.seed}: {o.reason}" for o in outcomes if not o.passed]
-    assert len(outcomes) == len(runnable) + (len(SEEDS) - 1) * len(compiled)
+    assert len(outcomes) == len(runnable) + (len(SEEDS) - 1) * len(not_fused)
     assert not failed, "\n".join(failed)
 
 
@@ -258,8 +258,8 @@ def test_the_rounding_envelope_holds_split_k_that_one_reference_fails() -> None:
 
 def test_a_sinkhorn_cut_the_single_reference_let_through_is_caught() -> None:
     """`sinkhorn_cut` on v4pro-t32 seed 6004: its worst `comb` element is 2.5x the honest
-    family's worst, and it passed when `comb`'s budget had to leave room for split-K
-    against one rounding reference. Against the envelope the budget needs no such room."""
+    family's worst. Measured against one rounding reference, a budget that passes split-K
+    must leave room above 2.5x; against the envelope it need not, and the cut fails."""
     planted.register_all()
     honest.register_all()
     case = replace(CASES["mhc_pre::v4pro-t32"], seeds=(6004,))
