@@ -15,6 +15,7 @@ from pathlib import Path
 import honest
 import planted
 import pytest
+import torch
 
 from numcheck.cases import load_cases
 from numcheck.numerics import check
@@ -227,6 +228,7 @@ def test_a_token_whose_pre_weight_is_a_step_off_is_set_aside_on_y() -> None:
     result = check(op, case, "honest_split_k8_tree", "cpu", golden, inputs, regen_hint="")
     y = result.seeds[0].metrics["y"]
     assert (y.n_outside, y.row_outside[:2], y.n_outside_beyond(1)) == (274, (267, 2), 7)
+    assert 4.5 < y.max_band_ratio < 4.7  # the token's worst element: far inside 40x the band
     assert not result.violations, result.violations
     budget = case.budgets["honest_split_k8_tree"]
     strict = replace(budget, outputs={
@@ -319,3 +321,31 @@ def test_one_more_rounding_is_as_large_as_an_honest_variant(op: str) -> None:
     assert 0 < own < 2.0
     big = error_to_family(CASES[key], "one_element_8x", honest.family(op, "bf16"), SEEDS[0])
     assert big >= 4.0
+
+
+def _folded_one_element_8x(inputs: dict, p: dict) -> dict:
+    """The folded-scale scheme with its lowest logit of row 0 off by 8x the scheme's own
+    worst error on the same inputs."""
+    out = indexer.bf16_folded(inputs, p)
+    worst = planted._worst_bf16_error(indexer.fp32(inputs, p)["logits"], out["logits"])
+    logits = out["logits"].clone()
+    finite = torch.isfinite(logits[0]).nonzero().flatten()
+    logits[0, finite[logits[0, finite].argmin()]] -= planted.ONE_ELEMENT_FACTOR * worst
+    return {"logits": logits, "topk": out["topk"]}
+
+
+def test_the_folded_scheme_passes_its_budget_and_one_wrong_element_fails_it() -> None:
+    """bf16_folded's own budget (max_err_ratio 4.7 against the rounding envelope) passes
+    the scheme on a fresh seed and fails it with one logit 8x its own worst error off."""
+    from numcheck.ops.registry import Variant, add_variant
+
+    add_variant("indexer", Variant("folded_one_element_8x", _folded_one_element_8x, "bf16"))
+    case = replace(CASES["indexer::v4flash-b4-l2k"], seeds=(5000,))
+    op = get_op("indexer")
+    golden, inputs = fresh_golden(op, case)
+    good = check(op, held_to(case, "bf16_folded", "bf16_folded"), "bf16_folded", "cpu",
+                 golden, inputs, regen_hint="")
+    assert not good.violations, good.violations
+    bad = check(op, held_to(case, "folded_one_element_8x", "bf16_folded"),
+                "folded_one_element_8x", "cpu", golden, inputs, regen_hint="")
+    assert "logits.max_err_ratio" in {v.key for v in bad.violations}, bad.violations
