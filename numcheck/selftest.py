@@ -20,6 +20,7 @@ from typing import Any
 
 from numcheck.cases import Case
 from numcheck.check import run_check
+from numcheck.gates import CASTS_GATE
 from numcheck.goldens import Golden, GoldenError
 from numcheck.numerics import CaseInputs, VariantError
 from numcheck.numerics import fresh_golden as make_fresh_golden
@@ -52,8 +53,9 @@ def held_to(case: Case, variant: str, budget_of: str) -> Case:
     )
 
 
-#: The gates ``pytest --numcheck`` runs on every device besides the numerics.
-EVERY_DEVICE_GATES = ("casts",)
+#: The gates ``pytest --numcheck`` runs on every device besides the numerics (the device
+#: defaults of numcheck.overhead.gate.default_gates; CUDA adds the kernel audit).
+EVERY_DEVICE_GATES = (CASTS_GATE.name,)
 
 
 def verdict(
