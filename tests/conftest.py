@@ -12,10 +12,6 @@ from fresh import FreshPython
 #: Set by pytest_configure when this run gave the test processes one thread (see there).
 _ONE_THREAD = False
 
-#: Left to their first call, as in a real run: the Triton kernels (they import triton).
-_LAZY = {"numcheck.__main__", "numcheck.ops.indexer_fused", "numcheck.ops.mhc_fused"}
-
-
 def pytest_configure(config: pytest.Config) -> None:
     global _ONE_THREAD
     # `pytest --numcheck` (the gate) loads this file too (testpaths): it keeps the machine's
@@ -58,8 +54,12 @@ def _test_process() -> None:
     # The package keeps no per-run state in its modules (what it does keep, a new session
     # resets: reset_machine_noise), and tests that inject through a module
     # (timing.override) already share the test process's.
+    from numcheck.ops.fused import KERNEL_MODULES
+
+    # Left to their first call, as in a real run: the Triton kernels (they import triton).
+    lazy = {"numcheck.__main__", *KERNEL_MODULES.values()}
     for module in pkgutil.walk_packages(numcheck.__path__, "numcheck."):
-        if module.name not in _LAZY:
+        if module.name not in lazy:
             importlib.import_module(module.name)
     # What is loaded now lives as long as the process: out of the garbage collector's sight,
     # so that its full collections do not walk torch's and the package's objects each time

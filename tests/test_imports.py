@@ -10,6 +10,8 @@ from pathlib import Path
 
 from fresh import FreshPython
 
+from numcheck.ops.fused import KERNEL_MODULES
+
 PACKAGE = Path(__file__).resolve().parent.parent / "numcheck"
 
 
@@ -93,7 +95,7 @@ def test_no_import_cycles_among_numcheck_modules() -> None:
 
 
 #: The Triton kernels themselves; everything else must import without triton.
-TRITON_KERNELS = ("numcheck.ops.indexer_fused", "numcheck.ops.mhc_fused")
+TRITON_KERNELS = tuple(KERNEL_MODULES.values())
 
 # In one fresh interpreter, each module is imported first: every numcheck module is dropped
 # from sys.modules before it (torch stays loaded: importing it again per module would cost

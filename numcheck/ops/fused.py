@@ -19,6 +19,8 @@ INDEXER_DOC = (
     "One Triton kernel: paged e4m3 keys and scales read in place, fp32-accumulated MMA, "
     "relu, head weights, head sum, kv scale and -inf mask in registers; then torch.topk."
 )
+#: The Triton kernel modules, by op: the only numcheck modules that import triton.
+KERNEL_MODULES = {"indexer": "numcheck.ops.indexer_fused", "mhc_pre": "numcheck.ops.mhc_fused"}
 MHC_DOC = (
     "Triton: one pass over bf16 x for sum of squares and projection (split over n*C), "
     "then the sigmoid/Sinkhorn epilogue and y; no fp32 copy of x."
@@ -43,12 +45,12 @@ def variants() -> list[tuple[str, Variant]]:
     # Indexer: products of e4m3 values are exact and accumulate in fp32, so the logits are
     # fp32-accurate up to summation order: the fp32 budget row.
     indexer = Variant(
-        "fused", _lazy("numcheck.ops.indexer_fused"), "fp32", devices=devices,
+        "fused", _lazy(KERNEL_MODULES["indexer"]), "fp32", devices=devices,
         doc=INDEXER_DOC, unavailable=reason,
     )
     # mHC: hc_fn enters the MMA as two bf16 halves (~16 bits), finer than TF32: the tf32 row.
     mhc = Variant(
-        "fused", _lazy("numcheck.ops.mhc_fused"), "tf32", devices=devices,
+        "fused", _lazy(KERNEL_MODULES["mhc_pre"]), "tf32", devices=devices,
         doc=MHC_DOC, unavailable=reason,
     )
     return [("indexer", indexer), ("mhc_pre", mhc)]
