@@ -111,11 +111,11 @@ def test_a_server_that_died_is_started_again(home: Path) -> None:
 
 def test_the_server_ends_with_its_owner() -> None:
     # The owner makes the home and starts the server, then exits without stopping it.
-    owner = subprocess.run(
-        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(TESTS)!r})\n"
-         "from fresh import FreshPython, make_home\n"
-         "home = make_home(); FreshPython(home, preload='').run('pass'); print(home)"],
-        capture_output=True, text=True, check=True, timeout=60)
+    code = (f"import sys; sys.path.insert(0, {str(TESTS)!r})\n"
+            "from fresh import FreshPython, make_home\n"
+            "home = make_home(); FreshPython(home, preload='').run('pass'); print(home)")
+    owner = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, timeout=60)
     home = Path(owner.stdout.strip())
     try:
         server = FreshPython(home, preload="").server_pid()
