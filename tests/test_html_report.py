@@ -313,6 +313,7 @@ def test_png_colours_reads_the_same_with_and_without_pillow(tmp_path: Path) -> N
             assert png_colours(path, limit) == _png_colours_python(path.read_bytes(), limit)
 
 
+@pytest.mark.slow  # a browser's start: about 4 s of CPU over its processes
 @needs_chromium
 def test_browser_check_sees_console_errors_and_blocked_fetches(tmp_path: Path) -> None:
     page = tmp_path / "bad.html"
@@ -326,6 +327,7 @@ def test_browser_check_sees_console_errors_and_blocked_fetches(tmp_path: Path) -
     assert png_colours(shot) >= 1
 
 
+@pytest.mark.slow  # a browser's start: about 4 s of CPU over its processes
 @needs_chromium
 def test_page_renders_in_headless_chromium(tmp_path: Path) -> None:
     report = _report()
