@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import atexit
 import gc
 import importlib
 import os
 import pkgutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,6 +46,35 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):
         _FRESH_HOME = (make_home(), os.environ.get(HOME_ENV))
         os.environ[HOME_ENV] = str(_FRESH_HOME[0])
+    else:
+        atexit.register(_end_worker)
+
+
+def _end_worker() -> None:
+    """An xdist worker's last step, after every atexit handler registered after this one
+    (torch's, triton's: they register on import, after pytest_configure): end the process
+    without tearing its interpreter down. The controller has its results and waits for the
+    process to go; freeing a heap that holds torch, triton and sympy object by object takes
+    1-2 s (and triton's bindings report the objects still alive as leaks)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+#: The test modules with the longest tests (the meta-device sweep, 4-5 s; the self-test, 24
+#: tests of up to 4 s, about a quarter of the suite's CPU), run first: a pytest-xdist worker
+#: must not end the run alone on one of them while the other waits. Only these: the load
+#: scheduler hands each worker a first chunk of an eighth of the tests, in collection order,
+#: and balances the rest as workers free up, so the first chunk must stay well under half
+#: of the work.
+RUN_FIRST = ("test_variant_devices.py", "test_selftest.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--numcheck", False):
+        return
+    rank = {name: i for i, name in enumerate(RUN_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
