@@ -12,7 +12,8 @@ One server serves a whole test run: the processes of a run (pytest-xdist's worke
 connect to its socket. Requests run side by side (a forked handler per connection), so two
 workers never wait for each other. The server ends when its owner (the process that made the
 home: pytest-xdist's controller, or the one test process) stops it, or dies.
-Without ``os.fork`` (Windows) each request is a new interpreter.
+Without ``os.fork`` (Windows) each request is a new interpreter. The tests that use it start
+a torch interpreter all the same, so they are marked ``slow`` (pyproject.toml).
 """
 
 from __future__ import annotations

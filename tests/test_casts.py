@@ -148,6 +148,7 @@ def test_small_helpers() -> None:
     assert [megabytes(n) for n in (512, 51_200, 6_291_456)] == ["512 B", "51.2 kB", "6.29 MB"]
 
 
+@pytest.mark.slow  # a fresh interpreter (tests/fresh.py)
 def test_dynamo_is_not_imported_by_the_ledger(fresh_python: FreshPython) -> None:
     # torch._dynamo costs seconds to import; the ledger must not pull it in.
     code = ("import sys, torch; from numcheck.overhead.casts import CastLedger\n"

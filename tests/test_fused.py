@@ -232,6 +232,7 @@ def test_mhc_fused_budget_is_tighter_than_tf32() -> None:
 # -- without triton ------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a fresh interpreter (tests/fresh.py) running a pytest session
 def test_without_triton_the_fused_items_skip_with_the_reason(
     tmp_path: Path, fresh_python: FreshPython,
 ) -> None:

@@ -8,6 +8,7 @@ import ast
 import json
 from pathlib import Path
 
+import pytest
 from fresh import FreshPython
 
 from numcheck.ops.fused import KERNEL_MODULES
@@ -139,6 +140,7 @@ print(json.dumps(failures))
 """
 
 
+@pytest.mark.slow  # a fresh interpreter (tests/fresh.py)
 def test_every_module_imports_first_on_its_own_and_only_the_kernels_need_triton(
     fresh_python: FreshPython,
 ) -> None:

@@ -390,6 +390,7 @@ def test_set_variant_replaces_inside_isolated_and_isolated_restores() -> None:
     assert "extra" not in numcheck.get_op("indexer").variants
 
 
+@pytest.mark.slow  # a fresh interpreter (tests/fresh.py)
 def test_builtin_op_modules_register_nothing_on_import(fresh_python: FreshPython) -> None:
     code = ("import sys; from numcheck.ops import indexer, mhc, fused; "
             "print('numcheck.ops.registry' in sys.modules)")
