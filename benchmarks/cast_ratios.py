@@ -27,9 +27,9 @@ import torch
 
 from numcheck.cases import load_cases
 from numcheck.inputs import to_device
-from numcheck.overhead.kernels import COPY
 from numcheck.ops.registry import get_op
 from numcheck.overhead.gate import audit_variant
+from numcheck.overhead.kernels import COPY
 
 
 def main(argv: list[str] | None = None) -> int:

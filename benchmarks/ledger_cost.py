@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from numcheck.cases import load_cases
-from numcheck.overhead.casts import CastLedger
 from numcheck.ops.registry import get_op
+from numcheck.overhead.casts import CastLedger
 
 PAIRS = (
     ("mhc_pre", "v4flash-t64", "bf16"),

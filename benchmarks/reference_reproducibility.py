@@ -27,9 +27,9 @@ import torch
 from numcheck.cases import load_cases
 from numcheck.goldens import golden_path, load_golden, unpack_pair
 from numcheck.inputs import to_device
+from numcheck.numerics import seed_key
 from numcheck.ops.registry import get_op
 from numcheck.reproducibility import difference
-from numcheck.numerics import seed_key
 
 
 def main(argv: list[str] | None = None) -> int:

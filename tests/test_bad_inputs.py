@@ -125,18 +125,18 @@ def test_negative_budget(pytester: pytest.Pytester) -> None:
 @pytest.mark.parametrize(
     ("shape", "mhc", "line"),
     [
-        ("batch = -1", False, "key 'shape.batch': -1 is out of range (needs an integer >= 1). "
-         "Fix: write e.g. batch = 4"),
-        ("block_size = 0", False, "key 'shape.block_size': 0 is out of range (needs an integer "
-         ">= 1). Fix: write e.g. block_size = 64"),
-        ("min_context = 300", False, "key 'shape.min_context': min_context 300 > max_context "
-         "256. Fix: set min_context <= 256 (0 means max_context // 4), or raise max_context"),
-        ("next_n = 0", False, "key 'shape.next_n': 0 is out of range (needs an integer >= 1). "
-         "Fix: write e.g. next_n = 1"),
-        ("sinkhorn_iters = -1", True, "key 'shape.sinkhorn_iters': -1 is out of range (needs an "
-         "integer >= 1). Fix: write e.g. sinkhorn_iters = 20"),
-        ("eps = -1", True, "key 'shape.eps': -1.0 is out of range (needs a number > 0 and <= "
-         "1). Fix: write e.g. eps = 1e-06"),
+        ("batch = -1", False, ("key 'shape.batch': -1 is out of range (needs an integer >= 1). "
+         "Fix: write e.g. batch = 4")),
+        ("block_size = 0", False, ("key 'shape.block_size': 0 is out of range (needs an integer "
+         ">= 1). Fix: write e.g. block_size = 64")),
+        ("min_context = 300", False, ("key 'shape.min_context': min_context 300 > max_context "
+         "256. Fix: set min_context <= 256 (0 means max_context // 4), or raise max_context")),
+        ("next_n = 0", False, ("key 'shape.next_n': 0 is out of range (needs an integer >= 1). "
+         "Fix: write e.g. next_n = 1")),
+        ("sinkhorn_iters = -1", True, ("key 'shape.sinkhorn_iters': -1 is out of range (needs an "
+         "integer >= 1). Fix: write e.g. sinkhorn_iters = 20")),
+        ("eps = -1", True, ("key 'shape.eps': -1.0 is out of range (needs a number > 0 and <= "
+         "1). Fix: write e.g. eps = 1e-06")),
     ],
 )
 def test_parameter_out_of_range_stops_before_any_regen(
@@ -170,9 +170,9 @@ def test_golden_copied_from_another_case(pytester: pytest.Pytester, tiny_golden:
     path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(tiny_golden, path)
     _run_fails(pytester, path).stdout.fnmatch_lines(
-        ["*golden *tiny-copy.safetensors for case tiny-copy is stale: it was made for case "
+        [("*golden *tiny-copy.safetensors for case tiny-copy is stale: it was made for case "
          "'tiny' of op 'indexer', not for case 'tiny-copy' of op 'indexer' (copied or renamed "
-         "from indexer/tiny.safetensors)*"])
+         "from indexer/tiny.safetensors)*")])
 
 
 def test_changed_parameter_that_keeps_the_inputs(pytester: pytest.Pytester,

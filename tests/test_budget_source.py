@@ -79,17 +79,17 @@ def test_a_budget_miss_names_the_key_line_and_the_next_steps(pytester: pytest.Py
         "  worst: logits.rel_fro = * > budget 1e-09*",
         "  case:        cases/indexer.toml [[]tiny[]]",
         "  budget:      cases/indexer.toml:8 ([[]tiny.budget.bf16.logits[]] rel_fro = 1e-09)",
-        "  reproduce:   pytest --numcheck --numcheck-device cpu "
-        "'cases/indexer.toml::tiny::bf16[[]cpu[]]'",
-        "  regenerate:  pytest --numcheck --numcheck-regen cases/indexer.toml::tiny  (only if "
-        "the reference itself changed)",
+        ("  reproduce:   pytest --numcheck --numcheck-device cpu "
+        "'cases/indexer.toml::tiny::bf16[[]cpu[]]'"),
+        ("  regenerate:  pytest --numcheck --numcheck-regen cases/indexer.toml::tiny  (only if "
+        "the reference itself changed)"),
         "  next step:   my change is wrong -> fix the variant, then run 'reproduce'",
-        "               my budget is too tight (a correct variant) -> measure it: pytest "
-        "--numcheck --numcheck-calibrate --numcheck-device cpu cases/indexer.toml::tiny",
-        "               (add --numcheck-calibrate-write to set the suggested budgets in the "
-        "case file)",
-        "               the reference changed -> pytest --numcheck --numcheck-regen "
-        "cases/indexer.toml::tiny",
+        ("               my budget is too tight (a correct variant) -> measure it: pytest "
+        "--numcheck --numcheck-calibrate --numcheck-device cpu cases/indexer.toml::tiny"),
+        ("               (add --numcheck-calibrate-write to set the suggested budgets in the "
+        "case file)"),
+        ("               the reference changed -> pytest --numcheck --numcheck-regen "
+        "cases/indexer.toml::tiny"),
     ])
 
 
@@ -101,7 +101,7 @@ def test_a_default_budget_miss_names_the_defaults_row(pytester: pytest.Pytester)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
         "numcheck FAIL indexer::tiny::no_kv_scale[[]cpu[]]",
-        "  budget:      frac_outside = 0: default for fp32 from numcheck/budgets.py (no key in "
-        "cases/indexer.toml:2 [[]tiny[]]; set [[]tiny.budget.no_kv_scale.logits[]] frac_outside to override)",
+        ("  budget:      frac_outside = 0: default for fp32 from numcheck/budgets.py (no key in "
+        "cases/indexer.toml:2 [[]tiny[]]; set [[]tiny.budget.no_kv_scale.logits[]] frac_outside to override)"),
         "  next step:   my change is wrong -> fix the variant, then run 'reproduce'",
     ])

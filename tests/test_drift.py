@@ -46,8 +46,8 @@ def test_calc_diff_growth_over_the_factor_fails() -> None:
     ).regressions == []
     d = drift([rec(calc_diff=1e-6, **h100)], [rec(calc_diff=2.5e-6, **h200)])
     assert d.regressions == [
-        "indexer::tiny::bf16[cpu]: logits.calc_diff 1e-06 -> 2.5e-06 (grew 2.5x, rule: > 2x on "
-        "another device)"
+        ("indexer::tiny::bf16[cpu]: logits.calc_diff 1e-06 -> 2.5e-06 (grew 2.5x, rule: > 2x on "
+        "another device)")
     ]
     assert d.rows[0].status == "regression"
     assert drift([rec(calc_diff=1e-6, **h100)], [rec(calc_diff=2.5e-6, **h200)],
@@ -59,8 +59,8 @@ def test_same_device_growth_uses_the_tight_factor() -> None:
     # device made calc_diff 1.7x larger; the old 2x rule called it "same".
     d = drift([rec(calc_diff=1.73e-6)], [rec(calc_diff=2.94e-6)])
     assert d.regressions == [
-        "indexer::tiny::bf16[cpu]: logits.calc_diff 1.73e-06 -> 2.94e-06 (grew 1.7x, rule: "
-        "> 1.25x on same device)"
+        ("indexer::tiny::bf16[cpu]: logits.calc_diff 1.73e-06 -> 2.94e-06 (grew 1.7x, rule: "
+        "> 1.25x on same device)")
     ]
     assert drift([rec(calc_diff=1e-6)], [rec(calc_diff=1.2e-6)]).regressions == []
     assert drift([rec(calc_diff=1e-6)], [rec(calc_diff=1.7e-6)], same_device_factor=2
@@ -85,9 +85,9 @@ def test_same_device_changes_below_every_rule_are_listed_as_changed() -> None:
 def test_removed_check_fails_unless_removals_are_accepted() -> None:
     d = drift([rec("bf16"), rec("tf32")], [rec("bf16")])
     assert d.regressions == [
-        "indexer::tiny::tf32[cpu]: not in the new run (a check that disappears fails the "
+        ("indexer::tiny::tf32[cpu]: not in the new run (a check that disappears fails the "
         "comparison; if it was retired on purpose, accept removals: --allow-removed, or "
-        "allow_removed=true in numcheck_drift_rules)"
+        "allow_removed=true in numcheck_drift_rules)")
     ]
     assert drift_headline(d).startswith("drift vs base.json: FAIL (1 regression(s);")
     accepted = drift([rec("bf16"), rec("tf32")], [rec("bf16")], allow_removed=1)

@@ -89,8 +89,8 @@ def test_changing_sinkhorn_iters_makes_the_golden_stale(pytester: pytest.Pyteste
     result = pytester.runpytest("--numcheck")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert "passed" not in result.parseoutcomes()
-    result.stdout.fnmatch_lines(["*golden */mhc_pre/tiny-mhc.safetensors for case tiny-mhc is "
-                                 "stale: parameter sinkhorn_iters 20 -> 10"])
+    result.stdout.fnmatch_lines([("*golden */mhc_pre/tiny-mhc.safetensors for case tiny-mhc is "
+                                 "stale: parameter sinkhorn_iters 20 -> 10")])
     assert path.read_bytes() == before
 
 
@@ -102,6 +102,6 @@ def test_a_golden_copied_from_another_case_names_its_case(pytester: pytest.Pytes
     write_goldens(pytester)
     shutil.copyfile(golden(pytester), golden(pytester, "tiny2"))
     result = pytester.runpytest("--numcheck")
-    result.stdout.fnmatch_lines(["*tiny2.safetensors for case tiny2 is stale: it was made for "
+    result.stdout.fnmatch_lines([("*tiny2.safetensors for case tiny2 is stale: it was made for "
                                  "case 'tiny' of op 'indexer', not for case 'tiny2' of op "
-                                 "'indexer' (copied or renamed from indexer/tiny.safetensors)*"])
+                                 "'indexer' (copied or renamed from indexer/tiny.safetensors)*")])

@@ -77,8 +77,8 @@ def test_over_budget_fails_with_one_layout(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "E  *GoldenCheckFailure: numcheck FAIL test_k.py::test_gemm [[]y[]]",
-        "E  *worst: y.frac_outside = 0.9* > budget 0.01562: 121 of 128 elements outside the band, "
-            "more than the 2 max_outside allows",
+        ("E  *worst: y.frac_outside = 0.9* > budget 0.01562: 121 of 128 elements outside the band, "
+            "more than the 2 max_outside allows"),
         "E  *also:  y.rel_fro = 0.049* > budget 0.01",
         "E  *also:  y.calc_diff = 0.001* > budget 0.0001",
         "E  *golden:      *goldens/_tests/test_k.py..test_gemm/y.safetensors",

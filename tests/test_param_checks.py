@@ -31,14 +31,14 @@ def _read(tmp_path: Path, op: str, shape: str, extra: str = "") -> CaseFileError
         ("indexer", "next_n = 0", "shape.next_n",
          "0 is out of range (needs an integer >= 1). Fix: write e.g. next_n = 1"),
         ("indexer", "min_context = 900, max_context = 800", "shape.min_context",
-         "min_context 900 > max_context 800. Fix: set min_context <= 800 (0 means "
-         "max_context // 4), or raise max_context"),
+         ("min_context 900 > max_context 800. Fix: set min_context <= 800 (0 means "
+         "max_context // 4), or raise max_context")),
         ("indexer", "next_n = 300, max_context = 256", "shape.next_n",
-         "next_n 300 > max_context 256: a request's query rows need that many tokens. Fix: "
-         "set next_n <= 256, or raise max_context"),
+         ("next_n 300 > max_context 256: a request's query rows need that many tokens. Fix: "
+         "set next_n <= 256, or raise max_context")),
         ("indexer", "near_ties = 0.9", "shape.near_ties",
-         "0.9 is out of range (needs a number >= 0 and <= 0.5). Fix: write e.g. "
-         "near_ties = 0.0"),
+         ("0.9 is out of range (needs a number >= 0 and <= 0.5). Fix: write e.g. "
+         "near_ties = 0.0")),
         ("mhc_pre", "sinkhorn_iters = -1", "shape.sinkhorn_iters",
          "-1 is out of range (needs an integer >= 1). Fix: write e.g. sinkhorn_iters = 20"),
         ("mhc_pre", "eps = -1", "shape.eps",
@@ -102,27 +102,27 @@ def test_a_user_ops_cross_check_runs_at_read_time(tmp_path: Path) -> None:
     ("changes", "message"),
     [
         ({"params": {"n": ParamSpec(int, 0, "length", min=1)}},
-         "parameter 'n': its default 0 breaks its own range (an integer >= 1). Fix: correct "
-         "the default or the range"),
+         ("parameter 'n': its default 0 breaks its own range (an integer >= 1). Fix: correct "
+         "the default or the range")),
         ({"params": {"n": ParamSpec(int, 8, "length", min=10, max=2)}},
          "parameter 'n': the range is empty (an integer >= 10 and <= 2). Fix: correct min/max"),
         ({"params": {"n": ParamSpec(list, [], "length")}},
-         "parameter 'n' has type 'list'. Fix: use int, float, bool or str (what a case file "
-         "can hold)"),
+         ("parameter 'n' has type 'list'. Fix: use int, float, bool or str (what a case file "
+         "can hold)")),
         ({"params": {"n": ParamSpec(int, "8", "length")}},
-         "parameter 'n': default '8' is not of type int. Fix: give a default of the declared "
-         "type"),
+         ("parameter 'n': default '8' is not of type int. Fix: give a default of the declared "
+         "type")),
         ({"params": {"n": ParamSpec(str, "a", "length", min=1)}},
-         "parameter 'n': a range (min/max/gt) on a str parameter. Fix: use choices=(...) for "
-         "a fixed set of values"),
+         ("parameter 'n': a range (min/max/gt) on a str parameter. Fix: use choices=(...) for "
+         "a fixed set of values")),
         ({"params": {"n": ParamSpec(str, "c", "fmt", choices=("a", "b"))}},
-         'parameter \'n\': its default "c" breaks its own range (one of "a", "b"). Fix: '
-         "correct the default or the range"),
+         ('parameter \'n\': its default "c" breaks its own range (one of "a", "b"). Fix: '
+         "correct the default or the range")),
         ({"presets": {"big": {"n": -4}}, "params": {"n": ParamSpec(int, 8, "length", min=1)}},
          "preset 'big': n: -4 is out of range (needs an integer >= 1). Fix: write e.g. n = 8"),
         ({"presets": {"big": {"m": 4}}},
-         "preset 'big' sets unknown parameter 'm'. Fix: declare it in params or remove it "
-         "(params: n)"),
+         ("preset 'big' sets unknown parameter 'm'. Fix: declare it in params or remove it "
+         "(params: n)")),
         ({"check_params": lambda p: [("n", "always wrong", "none")]},
          "check_params rejects the defaults (n: always wrong). Fix: make the defaults valid"),
         ({"nonfinite": {"z": ("nan",)}},

@@ -162,8 +162,8 @@ def test_perf_only_case_skips_without_the_flag_and_needs_no_golden(
     result = pytester.runpytest("--numcheck", "-rs")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["2 perf-only checks run only with --numcheck-perf (1 case; skipped)",
-                                 "*perf-only case 'tiny-mhc' runs only with --numcheck-perf "
-                                 "(it only times the variants at a production shape; no golden)"])
+                                 ("*perf-only case 'tiny-mhc' runs only with --numcheck-perf "
+                                 "(it only times the variants at a production shape; no golden)")])
     result = pytester.runpytest("--numcheck", "--numcheck-perf")
     result.assert_outcomes(passed=2)
     assert not (pytester.path / "goldens").exists()

@@ -209,8 +209,8 @@ def test_baseline_gate_pass_regression_improvement(pytester: pytest.Pytester) ->
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
         "*drift vs base.json: FAIL (1 regression(s)*",
-        "*indexer::tiny::noisy[[]cpu[]]*regression*logits.calc_diff * -> * (grew *x, rule: > "
-        "1.25x on same device)",
+        ("*indexer::tiny::noisy[[]cpu[]]*regression*logits.calc_diff * -> * (grew *x, rule: > "
+        "1.25x on same device)"),
     ])
     new = load_report(pytester.path / "new.json")
     assert not new.passed and new.drift is not None

@@ -193,7 +193,7 @@ def test_plugin_regen_summary_says_unchanged_within_tolerance(pytester: pytest.P
     kept = path.read_bytes()
     result = pytester.runpytest("--numcheck", "--numcheck-regen")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["golden unchanged (within reproducibility tolerance, max diff: "
+    result.stdout.fnmatch_lines([("golden unchanged (within reproducibility tolerance, max diff: "
                                  "float32: *; stored bytes kept): goldens/mhc_pre/tiny-mhc"
-                                 ".safetensors"])
+                                 ".safetensors")])
     assert path.read_bytes() == kept

@@ -129,8 +129,8 @@ def test_make_inputs_with_the_wrong_signature() -> None:
          "precision 'fp8' is not one of fp32, tf32, fp16, bf16, e4m3, e5m2"),
         ({"rounding_reference": {"bf16": "nope"}}, r"rounding_reference \{'bf16': 'nope'\}"),
         ({"rounding_alternatives": {"bf16": {"split": double_fp32}}},
-         r"rounding_alternatives\['bf16'\] needs a precision class the op names a "
-         r"rounding_reference for \(\[\]\)"),
+         (r"rounding_alternatives\['bf16'\] needs a precision class the op names a "
+         r"rounding_reference for \(\[\]\)")),
         ({"rounding_reference": {"fp32": "fp32"},
           "rounding_alternatives": {"fp32": {"split": "not a function"}}},
          r"rounding_alternatives\['fp32'\] .* a mapping of labels to functions"),

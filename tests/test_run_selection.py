@@ -58,10 +58,10 @@ def test_a_run_that_selects_no_case_is_an_error(
     report = pytester.path / "r.json"
     result = pytester.runpytest("--numcheck", *args, f"--numcheck-report={report}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"ERROR: numcheck: --numcheck selected no case ({why}; "
+    result.stderr.fnmatch_lines([(f"ERROR: numcheck: --numcheck selected no case ({why}; "
                                  "command line: *--numcheck*). Fix: name case files or node "
                                  "ids under *cases (e.g. pytest --numcheck cases), loosen the "
-                                 "selection, or run the tests without --numcheck"])
+                                 "selection, or run the tests without --numcheck")])
     data = json.loads(report.read_text())  # the report agrees: fail, and the same exit status
     assert (data["gate"], data["exitstatus"], data["records"]) == ("fail", 4, [])
 
@@ -85,8 +85,8 @@ def test_a_report_that_fails_never_comes_with_exit_0(pytester: pytest.Pytester) 
     result = pytester.runpytest("--numcheck", f"--numcheck-report={report}")
     data = json.loads(report.read_text())
     assert (data["gate"], result.ret, data["exitstatus"]) == ("fail", 1, 1)
-    result.stdout.fnmatch_lines(["numcheck: the gate failed although no test failed: a check "
-                                 "did not pass; exit status 1"])
+    result.stdout.fnmatch_lines([("numcheck: the gate failed although no test failed: a check "
+                                 "did not pass; exit status 1")])
 
 
 def test_narrowed_run_against_a_baseline_does_not_count_removals(
