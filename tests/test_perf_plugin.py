@@ -7,10 +7,6 @@ import os
 from collections.abc import Iterator
 
 import pytest
-
-# In-process pytester runs drop the modules imported during a run; scipy's C extensions
-# cannot be loaded twice, so scipy is imported once, here, up front.
-import scipy.stats  # noqa: F401
 from faketimer import factory
 from test_plugin import CONFTEST, write_goldens
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -41,6 +44,31 @@ def test_order_statistic_interval_has_its_coverage() -> None:
     assert (small.low, small.high) == (0.0, float("inf"))  # too few for 99%: no interval yet
     with pytest.raises(ValueError, match="no samples"):
         median_interval([], 0.95)
+
+
+@pytest.mark.parametrize(("n", "confidence", "rank"), [
+    (6, 0.95, 1), (20, 0.95, 6), (30, 0.95, 10), (50, 0.95, 18), (20, 0.99, 4),
+])
+def test_the_interval_takes_the_textbook_ranks(n: int, confidence: float, rank: int) -> None:
+    # The distribution-free confidence interval of a median (sign-test tables): for n = 20 at
+    # 95%, [x_(6), x_(15)].
+    est = median_interval(np.arange(1.0, n + 1), confidence)
+    assert (est.low, est.high) == (rank, n + 1 - rank)
+
+
+@pytest.mark.parametrize("confidence", [0.8, 0.95, 1 - 0.05 / 8, 0.999])
+def test_the_rank_is_the_exact_binomial_one(confidence: float) -> None:
+    # l is the largest rank with P(B <= l - 1) <= alpha / 2, B ~ Binomial(n, 1/2), checked
+    # here in exact fractions: the coverage the gate claims, with nothing rounded.
+    alpha = Fraction(round(1 - confidence, 12))
+
+    def cdf(k: int, n: int) -> Fraction:
+        return Fraction(sum(math.comb(n, i) for i in range(k + 1)), 2**n)
+
+    for n in (*range(1, 120), 160, 320, 640, 1280, 2560):
+        low = median_interval(np.arange(1.0, n + 1), confidence).low
+        rank = 0 if low == 0.0 else int(low)
+        assert cdf(rank - 1, n) <= alpha / 2 < cdf(rank, n), (n, rank)
 
 
 def fake_draw(speedup: float, noise: float, seed: int = 0):  # type: ignore[no-untyped-def]

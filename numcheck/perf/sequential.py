@@ -33,7 +33,7 @@ needs) and needs only that pairs are independent draws; drift common to both mem
 pair cancels in the ratio. With too few samples for the asked confidence (fewer than 9 at
 99.4%) there is no interval yet, and the rule keeps sampling.
 
-Pure: numpy and scipy only; the clock and the sampler are passed in, so the rule is tested
+Pure: numpy and exact integer arithmetic only; the clock and the sampler are passed in, so the rule is tested
 on synthetic samples and a fake clock (``docs/perf/README.md`` has the simulation table).
 """
 
@@ -43,6 +43,7 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
@@ -104,15 +105,18 @@ def min_pairs(confidence: float) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _low_rank(n: int, alpha: float) -> int:
-    """The largest rank l with P(B <= l - 1) <= alpha / 2, B ~ Binomial(n, 1/2) (0: none)."""
-    from scipy.stats import binom
+    """The largest rank l with P(B <= l - 1) <= alpha / 2, B ~ Binomial(n, 1/2) (0: none).
 
-    low_rank = int(binom.ppf(alpha / 2, n, 0.5))
-    while low_rank > 0 and binom.cdf(low_rank - 1, n, 0.5) > alpha / 2:
-        low_rank -= 1
-    while binom.cdf(low_rank, n, 0.5) <= alpha / 2:
-        low_rank += 1
-    return low_rank
+    Exact: the binomial counts are integers and ``alpha`` is compared as the exact value of
+    its float, so no rounding can move a rank."""
+    limit = Fraction(alpha) / 2 * 2**n  # P(B <= k) <= alpha / 2  <=>  sum C(n, i) <= limit
+    count, below = 1, 0  # C(n, k), and sum of C(n, i) for i < k
+    for k in range(n + 1):
+        below += count
+        if below > limit:  # P(B <= k) > alpha / 2: l = k is the largest with P(B <= l - 1) within
+            return k
+        count = count * (n - k) // (k + 1)
+    return n + 1
 
 
 @dataclass
