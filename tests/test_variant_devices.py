@@ -44,12 +44,15 @@ def _variants() -> list[tuple[str, str]]:
 
 def _stray(fn: Callable[..., Mapping[str, torch.Tensor]], op_name: str) -> str | None:
     """How ``fn`` (a variant or a rounding alternative) leaves the meta device on the op's
-    small case, or None where every output stays on it."""
+    small case, or returns other outputs than the op's; None where it returns the op's
+    outputs, every one on the meta device."""
     params, cpu_inputs = _inputs(op_name)
     try:
         outputs = fn(to_device(dict(cpu_inputs), "meta"), params)
     except (RuntimeError, NotImplementedError) as exc:  # a CPU tensor met a meta one
         return str(exc).splitlines()[0]
+    if set(outputs) != set(get_op(op_name).outputs):
+        return f"outputs {sorted(outputs)}, not the op's {sorted(get_op(op_name).outputs)}"
     devices = {str(t.device) for t in outputs.values()}
     return None if devices == {"meta"} else f"outputs on {sorted(devices)}"
 
@@ -74,6 +77,8 @@ def test_every_variant_and_rounding_alternative_keeps_to_its_inputs_device() -> 
                 for label, fn in alternatives.items()]
     assert len(checked) > 40
     assert _stray(_makes_a_cpu_tensor, "indexer") is not None  # the check can fail
+    assert "not the op's" in (_stray(lambda i, p: {"logits": torch.zeros(1, device="meta")},
+                                    "indexer") or "")  # a missing output is one too
     strays = [f"{who}: {why}" for who, op_name, fn in checked
               if (why := _stray(fn, op_name)) is not None]
     assert not strays, "\n".join(strays)
