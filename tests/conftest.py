@@ -37,13 +37,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # would walk that growing heap again and again for nothing. Off until the first test,
     # where _test_process freezes what was loaded and turns it back on. Not in an xdist
     # controller, which collects nothing and runs no test.
-    controller = bool(getattr(config.option, "numprocesses", None)) and \
-        not hasattr(config, "workerinput")
-    if not controller:
+    worker = hasattr(config, "workerinput")
+    if worker or not getattr(config.option, "numprocesses", None):
         gc.disable()
     # One fresh-interpreter server for the run (tests/fresh.py): its home is made here, in
     # the xdist controller or the one test process, and handed to the workers.
-    if not hasattr(config, "workerinput"):
+    if not worker:
         _FRESH_HOME = (make_home(), os.environ.get(HOME_ENV))
         os.environ[HOME_ENV] = str(_FRESH_HOME[0])
     else:

@@ -38,7 +38,7 @@ HOME_ENV = "NUMCHECK_TESTS_FRESH_HOME"
 #: name, or "" for nothing), listens on SOCKET, and serves one JSON request per connection
 #: with one JSON answer, until OWNER_PID is gone.
 SERVER = r"""
-import json, os, socket, sys, time, traceback
+import contextlib, json, os, socket, sys, time, traceback
 sock_path, owner, preload = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 if preload:
     __import__(preload)  # the one expensive import, shared by every request
@@ -143,7 +143,7 @@ while True:
         finally:
             os._exit(0)
     conn.close()
-with __import__("contextlib").suppress(OSError):
+with contextlib.suppress(OSError):
     os.unlink(sock_path)
 """
 
@@ -156,10 +156,20 @@ def make_home() -> Path:
     return home
 
 
+def server_pid(home: Path) -> int | None:
+    """The pid of the server of ``home``, once one was started."""
+    try:
+        return int((home / "server.pid").read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def stop(home: Path) -> None:
     """Stop the server of ``home``, if one was started, and remove the folder."""
-    with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
-        os.kill(int((home / "server.pid").read_text()), signal.SIGKILL)
+    pid = server_pid(home)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     shutil.rmtree(home, ignore_errors=True)
 
 
@@ -216,10 +226,7 @@ class FreshPython:
 
     def server_pid(self) -> int | None:
         """The pid of the server of this home, once started."""
-        try:
-            return int((self.home / "server.pid").read_text())
-        except (FileNotFoundError, ValueError):
-            return None
+        return server_pid(self.home)
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[socket.socket]:
