@@ -33,8 +33,9 @@ needs) and needs only that pairs are independent draws; drift common to both mem
 pair cancels in the ratio. With too few samples for the asked confidence (fewer than 9 at
 99.4%) there is no interval yet, and the rule keeps sampling.
 
-Pure: numpy and exact integer arithmetic only; the clock and the sampler are passed in, so the rule is tested
-on synthetic samples and a fake clock (``docs/perf/README.md`` has the simulation table).
+Pure: numpy, and the binomial ranks in exact integer arithmetic (no scipy, nothing rounded);
+the clock and the sampler are passed in, so the rule is tested on synthetic samples and a
+fake clock (``docs/perf/README.md`` has the simulation table).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def _low_rank(n: int, alpha: float) -> int:
     count, below = 1, 0  # C(n, k), and sum of C(n, i) for i < k
     for k in range(n + 1):
         below += count
-        if below > limit:  # P(B <= k) > alpha / 2: l = k is the largest with P(B <= l - 1) within
+        if below > limit:  # P(B <= k) > alpha / 2: l = k is the last with P(B <= l - 1) within
             return k
         count = count * (n - k) // (k + 1)
     return n + 1

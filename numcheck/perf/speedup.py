@@ -54,7 +54,9 @@ def summarize(samples: Sequence[float]) -> Summary:
 
 @dataclass(frozen=True)
 class SpeedupEstimate:
-    """The speedup (median of paired ratios ref/var) and its bootstrap interval."""
+    """The speedup (median of paired ratios ref/var) and its confidence interval: the
+    order-statistic interval the gate uses (numcheck.perf.sequential.median_interval), or
+    the seeded bootstrap of :func:`speedup_interval`."""
 
     median: float
     low: float
