@@ -112,6 +112,51 @@ def test_graph_capture_failure_names_the_fix() -> None:
         capture_graph(lambda: a.sum().item())  # a host sync cannot be captured
 
 
+@needs_cuda
+def test_a_failed_capture_leaves_no_trace() -> None:
+    """A callable that cannot be captured leaves the CUDA random generator, the current
+    stream and the capture state as they were: CUDA random numbers still work (and are the
+    ones they would have been), and a good callable still captures."""
+    from numcheck.perf.timing import TimingError
+
+    torch.cuda.manual_seed(1234)
+    a = torch.randn(8, device="cuda")
+    stream, rng = torch.cuda.current_stream(), torch.cuda.get_rng_state()
+    with pytest.raises(TimingError, match="CUDA graph capture failed"):
+        capture_graph(lambda: a.sum().item())  # a host sync cannot be captured
+    assert torch.cuda.current_stream() == stream
+    assert not torch.cuda.is_current_stream_capturing()
+    assert torch.equal(torch.cuda.get_rng_state(), rng)
+    b = torch.randn(8, device="cuda")  # raised "Offset increment outside graph capture"
+    torch.cuda.manual_seed(1234)
+    torch.randn(8, device="cuda")
+    assert torch.equal(b, torch.randn(8, device="cuda"))  # the same stream of numbers
+    out = torch.zeros(8, device="cuda")
+    replay = capture_graph(lambda: out.add_(b))
+    replay()
+    replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, 2 * b)
+
+
+@needs_cuda
+def test_a_pair_timer_after_a_failed_capture_still_draws_random_numbers() -> None:
+    """The fallback to eager timing (a variant that cannot be captured) keeps the process's
+    CUDA generator usable for the next check, including a variant that draws random
+    numbers inside the captured graph."""
+    a = torch.randn(8, device="cuda")
+    timer = make_pair_timer(TimerRequest(lambda: a.sum().item(), lambda: a + a, "cuda",
+                                         TimingConfig(warmup=1)))
+    assert timer.timer == "cuda-events-eager"
+    noise = torch.empty(1024, device="cuda")
+    timer = make_pair_timer(TimerRequest(lambda: a * 2, lambda: noise.uniform_(), "cuda",
+                                         TimingConfig(warmup=1)))
+    assert timer.timer == GRAPH
+    ref, var = timer.draw(2)
+    assert min(ref + var) > 0
+    assert torch.randn(4, device="cuda").isfinite().all()
+
+
 def test_roofline_figures() -> None:
     peaks = Peaks("cuda", bandwidth=4e12, flops=800e12, matmul_dtype="bfloat16")
     r = Roofline(flops=2e12, min_bytes=4e9, seconds=0.01, peaks=peaks)

@@ -37,7 +37,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -281,24 +281,84 @@ class _CudaPairTimer:
 
 
 def _capture(fn: Fn) -> object:
-    """``fn`` captured into a CUDA graph (after a side-stream warm-up)."""
+    """``fn`` captured into a CUDA graph (after a side-stream warm-up).
+
+    A capture that fails leaves the process as it found it (:class:`_CudaState`): a user's
+    variant that cannot be captured must not break the CUDA random generator, the current
+    stream or the capture state for every later CUDA call of the pytest process.
+    """
     try:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             fn()  # capture needs its allocations warmed on a side stream first
         torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
+    except Exception as exc:
+        raise TimingError(f"the warm-up before CUDA graph capture failed "
+                          f"({type(exc).__name__}: {str(exc)[:200]})") from exc
+    state = _CudaState.save()
+    graph = torch.cuda.CUDAGraph()
+    try:
         with torch.cuda.graph(graph):
             fn()
     except Exception as exc:  # capture rejects host syncs and CPU-side control flow
-        with contextlib.suppress(Exception):
-            torch.cuda.synchronize()
+        state.restore(graph)
         raise TimingError(
             f"CUDA graph capture failed ({type(exc).__name__}: {str(exc)[:200]})"
         ) from exc
     torch.cuda.synchronize()
     return graph
+
+
+@dataclass
+class _CudaState:
+    """What a failed capture can leave behind, saved before it and put back after it.
+
+    ``torch.cuda.graph`` leaves three traces when the captured code fails (a host sync,
+    say): its ``__exit__`` raises from ``capture_end`` before it restores the current
+    stream, so the capture's side stream stays current; the default CUDA generator was
+    put in capture mode by ``capture_begin`` and is never taken out of it, so every later
+    ``torch.randn(..., device="cuda")`` raises "Offset increment outside graph capture
+    encountered unexpectedly"; and a capture that ``capture_end`` never reached is still
+    open on that stream. :meth:`restore` ends an open capture, makes the saved stream
+    current again, takes the generator out of capture mode by capturing one trivial
+    kernel (a capture that ends normally is what resets it; torch has no public call for
+    it), and puts the generator's seed and offset back.
+    """
+
+    device: int
+    stream: Any
+    rng: Any
+
+    @classmethod
+    def save(cls) -> _CudaState:
+        return cls(torch.cuda.current_device(), torch.cuda.current_stream(),
+                   torch.cuda.get_rng_state())
+
+    def restore(self, failed: Any) -> None:
+        if torch.cuda.is_current_stream_capturing():
+            with contextlib.suppress(Exception):
+                failed.capture_end()
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize()
+        torch.cuda.set_device(self.device)
+        torch.cuda.set_stream(self.stream)
+        try:
+            scratch = torch.zeros(1, device=f"cuda:{self.device}")
+            reset = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(reset):
+                scratch.add_(1)  # no allocation, no random numbers: the generator's reset only
+            torch.cuda.synchronize()
+            del reset
+            torch.cuda.set_rng_state(self.rng)
+        except Exception as exc:
+            raise RuntimeError(
+                "numcheck: could not restore the CUDA state after a failed graph capture "
+                f"({type(exc).__name__}: {str(exc)[:200]}); set cuda_graph = false in the "
+                "case's perf table") from exc
+        if torch.cuda.current_stream() != self.stream or torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("numcheck: could not restore the CUDA state after a failed "
+                               "graph capture; set cuda_graph = false in the case's perf table")
 
 
 def capture_graph(fn: Fn) -> Fn:
