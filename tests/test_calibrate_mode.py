@@ -383,3 +383,46 @@ def test_a_variant_exact_on_this_device_is_flagged(pytester: pytest.Pytester) ->
         "[[]exact.budget.tf32.y[]]",
         "rel_fro = 1e-07             # worst 0 on every seed",
     ])
+
+
+RAISING_CONFTEST = CONFTEST + """
+from numcheck.ops.registry import Variant
+
+def _boom(inputs, params):
+    raise RuntimeError("kernel launch failed")
+
+def pytest_numcheck_register(registry):
+    import calibration_op
+    calibration_op.register(registry)
+    registry.add_variant("dot", Variant("boom", _boom, "bf16"))
+"""
+
+
+def test_calibration_exit_status_is_0_when_it_measured_and_not_0_for_real_errors(
+        pytester: pytest.Pytester) -> None:
+    """A calibration step in a script: exit 0 when it measured what was selected (a variant
+    over its current budget included); non-zero for a real error, each with its message."""
+    project(pytester, CASE + '\n[gpu_only]\nop = "dot"\ndevices = ["cuda"]\nvariants = ["bf16"]\n'
+            '\n[broken]\nop = "dot"\nvariants = ["boom"]\n')
+    pytester.makeconftest(RAISING_CONFTEST)
+    measured = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", "small")
+    assert measured.ret == pytest.ExitCode.OK
+    assert "the gate failed" not in measured.stdout.str()
+    # A variant that raised: its item fails, and so does the run.
+    raised = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", "broken")
+    assert raised.ret == pytest.ExitCode.TESTS_FAILED
+    raised.stdout.fnmatch_lines(["*variant 'boom' raised RuntimeError: kernel launch failed*"])
+    # Selected checks that all skipped measured nothing.
+    skipped = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", "gpu_only")
+    assert skipped.ret == pytest.ExitCode.TESTS_FAILED
+    skipped.stdout.fnmatch_lines([
+        "numcheck calibrate: no check measured anything (all skipped, deselected or failed); "
+        "exit status 1"])
+    # No check selected: a usage error, as in a gating run.
+    none = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", "no_such_case")
+    assert none.ret == pytest.ExitCode.USAGE_ERROR
+    # A bad case file: a collection error naming the file.
+    (pytester.path / "cases" / "bad.toml").write_text('[x]\nop = "dot"\nshape = { n = "eight" }\n')
+    bad = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", "small")
+    assert bad.ret == pytest.ExitCode.INTERRUPTED
+    bad.stdout.fnmatch_lines(["*cases/bad.toml*"])

@@ -65,6 +65,8 @@ class CalibrationMode:
         #: Collection order: the tables are printed in it, whatever order checks end in.
         self.order: list[str] = []
         self._refs: References | None = None
+        #: Set at session finish when the selected checks all skipped (exit status 1).
+        self.nothing_measured = False
 
     # -- one check ----------------------------------------------------------------------
 
@@ -178,6 +180,20 @@ class CalibrationMode:
             if name == PROPERTY and isinstance(value, list):
                 self.payloads.extend(value)
 
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Exit 0 when the selected checks were measured: measuring is not gating, so a
+        value over its current budget fails nothing. A real error keeps its own non-zero
+        status (a variant that raised fails its item; a bad case file is a collection error;
+        no check selected is a usage error); selected checks that all skipped measured
+        nothing, which a calibration step in a script must not take for success."""
+        from numcheck.plugin.workers import is_worker
+
+        if is_worker(self.config) or self.config.option.collectonly:
+            return
+        if exitstatus == 0 and not self.payloads:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            self.nothing_measured = True
+
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from numcheck.plugin.workers import is_worker
@@ -186,8 +202,9 @@ class CalibrationMode:
             return
         tr = terminalreporter
         if not self.payloads:
+            status = "; exit status 1" if self.nothing_measured else ""
             tr.write_line("numcheck calibrate: no check measured anything (all skipped, "
-                          "deselected or failed)")
+                          f"deselected or failed){status}")
             return
         order = {nodeid: i for i, nodeid in enumerate(self._order())}
         payloads = sorted(self.payloads, key=lambda p: order.get(p["nodeid"], len(order)))

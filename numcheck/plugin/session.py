@@ -7,7 +7,9 @@ modules' exceptions into pytest outcomes with one message layout.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +22,7 @@ from numcheck.cases import Case, CaseFileError, CaseIds, load_case_file
 from numcheck.check import Settled, cannot_run, run_check
 from numcheck.check_extras import annotate, keep_failed
 from numcheck.devices import device_name
+from numcheck.firstcall import first_call_lines
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
 from numcheck.numerics import CaseInputs, CheckResult, VariantError, display_id, regenerate
 from numcheck.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
@@ -200,6 +203,17 @@ class NumcheckSession:
             self.device, enabled=self.device == "cuda" or "perf" in self.active_gates
         )
         self.overhead_rows: list[list[str]] = []
+        #: A first call longer than this many seconds prints a progress line while it runs
+        #: and is listed in the summary (numcheck.firstcall).
+        raw = config.getini(options.FIRST_CALL_INI)
+        try:
+            self.first_call_note_s = float(raw)
+            if not self.first_call_note_s >= 0:
+                raise ValueError
+        except ValueError:
+            raise pytest.UsageError(
+                f"{options.FIRST_CALL_INI} = {raw!r}: expected a number of seconds >= 0 "
+                f"(e.g. {options.FIRST_CALL_INI} = 5)") from None
 
     def _init_selection(self, config: pytest.Config) -> None:
         """What the run collects: the cases folder when no path is given; prune's guard."""
@@ -279,6 +293,22 @@ class NumcheckSession:
         if isinstance(loaded, GoldenError):
             raise loaded
         return loaded
+
+    def progress(self, line: str) -> None:
+        """Print a line while a check runs (a long first call): through the terminal with
+        output capturing suspended, so it shows at once; an xdist worker, which has no
+        terminal of its own, writes it to its stderr, which is the controller's."""
+        capman = self.config.pluginmanager.getplugin("capturemanager")
+        suspended = (capman.global_and_fixture_disabled() if capman is not None
+                     else contextlib.nullcontext())
+        with suspended:
+            reporter = self.config.pluginmanager.getplugin("terminalreporter")
+            if reporter is not None and not self.is_worker:
+                reporter.ensure_newline()
+                reporter.write_line(line)
+            else:
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
 
     def keep(self, item: CheckItem, result: CheckResult) -> None:
         """What the end-of-run summary needs from one check: its timing (also recorded for
@@ -404,6 +434,8 @@ class NumcheckSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker or self.config.option.collectonly:
             return
+        if CalibrationMode.KEY in self.config.stash:
+            return  # measuring, not gating: calibration decides its own exit status
         report = self.report(int(exitstatus))
         if exitstatus == 0 and not report.passed:
             # The gate and the exit status must agree: a report that says "fail" (no check
@@ -446,6 +478,8 @@ class NumcheckSession:
         for line in collapsed:
             tr.write_line(line)
         records = order_records(self.records.values(), self.order)
+        for line in first_call_lines(records, self.first_call_note_s):
+            tr.write_line(line)
         rows = perf_rows(records)
         if rows:
             tr.write_sep("-", "numcheck perf (median device time per call; speedup = "
@@ -624,6 +658,7 @@ class CheckItem(pytest.Item):
                 op, self.case, self.variant, self.device, state.inputs_for(op, self.case),
                 golden, gates=state.active_gates, explain=state.explain,
                 regen_hint=commands.regenerate, sections=state.sections, keep_outputs=True,
+                progress=state.progress, first_call_note_s=state.first_call_note_s,
             )
             if golden is not None:
                 annotate(result, op, golden, state.inputs_for(op, self.case))
