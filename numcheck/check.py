@@ -23,9 +23,11 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from numcheck.cases import Case, Expectation
+from numcheck.firstcall import DEFAULT_NOTE_S, FirstCallWatch, Progress, device_sync
 from numcheck.goldens import Golden
+from numcheck.inputs import to_device
 from numcheck.metric_names import MAX_FLIPS
-from numcheck.numerics import CaseInputs, CheckResult, check
+from numcheck.numerics import CaseInputs, CheckResult, check, display_id, run_variant
 from numcheck.ops.registry import OpSpec
 from numcheck.overhead.gate import OVERHEAD_GATES, check_overhead
 from numcheck.perf.measure import measure_perf
@@ -117,6 +119,8 @@ def run_check(
     max_flips: int = MAX_FLIPS,
     keep_outputs: bool = False,
     sections: DeviceSections | None = None,
+    progress: Progress | None = None,
+    first_call_note_s: float = DEFAULT_NOTE_S,
 ) -> CheckResult:
     """Run one check: numerics against ``golden``, then the active gates, then expectations.
 
@@ -130,20 +134,30 @@ def run_check(
         sections: the device lock of a run with several processes on one device
             (:mod:`numcheck.perf.gpulock`): numerics hold it shared, timing and the kernel
             audit exclusively. None: no lock (a single process).
+        progress: where a first call of more than ``first_call_note_s`` seconds is
+            announced (numcheck.firstcall); None: nowhere. The figure is kept either way.
     """
     gates = set(gates)
     hold = sections.hold if sections is not None else _unlocked
     numerics_wait = 0.0
+    first_seed, _ = inputs.get(case.seeds[0])
+    # The variant's first call (compiles, warm-up) is timed apart and never by the perf gate.
+    watch = FirstCallWatch(display_id(case, variant, device), progress,
+                           note_after_s=first_call_note_s, sync=device_sync(device))
     if golden is None:
         if not case.perf_only:
             raise ValueError(f"case {case.id!r} has numerics to check: it needs its golden")
         result = CheckResult(case, variant, device, [], [])
+        if "perf" in gates:  # no numerics call came first: make the first call here
+            with hold(exclusive=False), watch:
+                run_variant(op.variants[variant], op, to_device(first_seed, device), case,
+                            device)
+            result.first_call_s = watch.seconds
     else:
         # Shared: other workers' numerics run alongside, never a timed section.
         with hold(exclusive=False) as numerics_wait:
             result = check(op, case, variant, device, golden, inputs, regen_hint=regen_hint,
-                           max_flips=max_flips, keep_outputs=keep_outputs)
-    first_seed, _ = inputs.get(case.seeds[0])
+                           max_flips=max_flips, keep_outputs=keep_outputs, first_call=watch)
     if "perf" in gates:
         with hold(exclusive=True) as waited:  # timing holds the device alone
             result.perf = measure_perf(op, case, variant, device, first_seed)

@@ -10,6 +10,7 @@ so it can be tested and scripted directly.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -49,6 +50,7 @@ from numcheck.verdict import Violation, check_output, check_topk, worst
 if TYPE_CHECKING:
     from numcheck.budgets import OutputBudget
     from numcheck.check import Settled
+    from numcheck.firstcall import FirstCallWatch
     from numcheck.overhead.gate import OverheadReport
     from numcheck.perf.measure import PerfResult
 
@@ -247,6 +249,9 @@ class CheckResult:
     #: The record's compact plot data (numcheck.plotdata) and a note shown in its row.
     plots: dict[str, Any] | None = None
     note: str | None = None
+    #: Seconds of the check's first call of its variant (compile, warm-up), timed apart
+    #: (numcheck.firstcall); None when the check made no call of its own.
+    first_call_s: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -295,11 +300,13 @@ def check(
     regen_hint: str,
     max_flips: int = MAX_FLIPS,
     keep_outputs: bool = False,
+    first_call: FirstCallWatch | None = None,
 ) -> CheckResult:
     """Compare one variant with the golden for every seed of the case.
 
     Raises :class:`~numcheck.goldens.GoldenStale` before running anything when the golden
     was made from other inputs, and :class:`VariantError` when the variant misbehaves.
+    ``first_call`` times the variant's first call (the first seed's), apart from the rest.
     """
     check_fresh(
         golden,
@@ -319,9 +326,11 @@ def check(
             op, case, variant_name, device, golden, inputs, seed, regen_hint=regen_hint,
             max_flips=max_flips, keep_outputs=keep_outputs,
             localize_failure=not any(r.localization for r in results),
+            first_call=None if results else first_call,
         ))
     return CheckResult(
-        case, variant_name, device, results, [v for r in results for v in r.violations]
+        case, variant_name, device, results, [v for r in results for v in r.violations],
+        first_call_s=None if first_call is None else first_call.seconds,
     )
 
 
@@ -338,6 +347,7 @@ def _check_seed(
     max_flips: int,
     keep_outputs: bool,
     localize_failure: bool = False,
+    first_call: FirstCallWatch | None = None,
 ) -> SeedResult:
     """Run the variant on one seed's inputs; every output and the selection against the golden
     (and, with ``localize_failure``, where a failure's error sits)."""
@@ -345,7 +355,8 @@ def _check_seed(
     budget = case.budgets[variant_name]
     cpu_inputs, _ = inputs.get(seed)
     dev_inputs = to_device(cpu_inputs, device)
-    out = run_variant(variant, op, dev_inputs, case, device)
+    with first_call if first_call is not None else contextlib.nullcontext():
+        out = run_variant(variant, op, dev_inputs, case, device)
 
     def envelope(precision: str) -> list[Outputs]:
         return inputs.envelope(

@@ -26,6 +26,7 @@ from numcheck.plugin.options import (  # re-exported: numcheck.plugin.OPTION etc
     DEVICES,
     DRIFT_INI,
     EXPLAIN_OPTION,
+    FIRST_CALL_INI,
     GOLDENS_INI,
     GROUP,
     HTML_OPTION,
@@ -147,6 +148,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     from numcheck.plugin.calibration_options import add_options
 
     add_options(group)
+    parser.addini(FIRST_CALL_INI, "seconds after which a check's first call of its variant "
+                  "(kernel compiles, warm-up) prints a progress line, and is listed in the "
+                  "summary (default 5)", default="5")
     parser.addini(CASES_INI, "folder of numcheck case files (*.toml), relative to the rootdir",
                   default="cases")
     parser.addini(GOLDENS_INI, "folder of numcheck goldens, relative to the rootdir",

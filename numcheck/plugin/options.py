@@ -18,6 +18,7 @@ DEVICE_INI = "numcheck_device"
 CASES_INI = "numcheck_cases"
 GOLDENS_INI = "numcheck_goldens"
 DRIFT_INI = "numcheck_drift_rules"
+FIRST_CALL_INI = "numcheck_first_call_note_s"
 DEVICES = ("auto", "cpu", "cuda")
 #: The calibration mode (plugin/calibration.py): measure and suggest instead of gating.
 CALIBRATE_OPTION = "--numcheck-calibrate"

@@ -89,6 +89,9 @@ class Record:
     note: str | None = None
     #: For a failure: where the error of each failing output sits (numcheck/localize.py).
     localization: list[dict[str, Any]] | None = None
+    #: Seconds of the check's first call of its variant (compile and warm-up, timed apart
+    #: and never by the perf gate: numcheck/firstcall.py); None when it made none.
+    first_call_s: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -178,6 +181,7 @@ def record_from_result(
         device_index=device_index,
         worker=worker,
         localization=[loc.as_dict() for loc in getattr(result, "localization", [])] or None,
+        first_call_s=getattr(result, "first_call_s", None),
     )
 
 
