@@ -53,8 +53,10 @@ def records(path: Path) -> list[dict[str, Any]]:
 
 
 def verdict_fields(record: dict[str, Any]) -> dict[str, Any]:
-    """A record without where it ran (xdist worker, GPU index): what must not depend on -n."""
-    return {k: v for k, v in record.items() if k not in ("worker", "device_index")}
+    """A record without where it ran (xdist worker, GPU index) and how long its first call
+    took (a time, not a verdict): what must not depend on -n."""
+    return {k: v for k, v in record.items()
+            if k not in ("worker", "device_index", "first_call_s")}
 
 
 # -- JSON report -----------------------------------------------------------------------
