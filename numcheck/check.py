@@ -10,6 +10,10 @@ The pytest item (:mod:`numcheck.plugin.session`), the self-test (:mod:`numcheck.
 and calibration (:mod:`numcheck.calibrate`) all call :func:`run_check`; they differ only in
 which gates they switch on and what they do with the result. No pytest here.
 
+A variant's one-time preparation (``Variant.prepare``, :mod:`numcheck.prepare`) is made once
+per seed and shared by the numerics, the speed gate and the cast ledger; only the call is
+timed, and audited per call.
+
 A golden that is missing, stale or corrupt (:class:`~numcheck.goldens.GoldenError`), a
 variant that raises or returns the wrong outputs (:class:`~numcheck.numerics.VariantError`)
 and a timer that cannot time (:class:`~numcheck.perf.timing.TimingError`) are raised: they
@@ -30,6 +34,7 @@ from numcheck.ops.registry import OpSpec
 from numcheck.overhead.gate import OVERHEAD_GATES, check_overhead
 from numcheck.perf.measure import measure_perf
 from numcheck.perf.sections import DeviceSections
+from numcheck.prepare import Preparations
 from numcheck.verdict import Violation
 
 
@@ -134,6 +139,8 @@ def run_check(
     gates = set(gates)
     hold = sections.hold if sections is not None else _unlocked
     numerics_wait = 0.0
+    # One-time preparations (Variant.prepare), made once per seed and shared by the gates.
+    preparations = Preparations()
     if golden is None:
         if not case.perf_only:
             raise ValueError(f"case {case.id!r} has numerics to check: it needs its golden")
@@ -142,11 +149,14 @@ def run_check(
         # Shared: other workers' numerics run alongside, never a timed section.
         with hold(exclusive=False) as numerics_wait:
             result = check(op, case, variant, device, golden, inputs, regen_hint=regen_hint,
-                           max_flips=max_flips, keep_outputs=keep_outputs)
+                           max_flips=max_flips, keep_outputs=keep_outputs,
+                           preparations=preparations)
     first_seed, _ = inputs.get(case.seeds[0])
+    preparer = preparations.at(case.seeds[0])
     if "perf" in gates:
         with hold(exclusive=True) as waited:  # timing holds the device alone
-            result.perf = measure_perf(op, case, variant, device, first_seed)
+            result.perf = measure_perf(op, case, variant, device, first_seed,
+                                       preparer=preparer)
         result.perf.lock_wait_s = waited
         result.violations += result.perf.violations()
         result.timing = result.perf.record_section()
@@ -158,12 +168,14 @@ def run_check(
         with hold(exclusive=profile) as waited:
             overhead, found = check_overhead(op, case, variant, device, first_seed,
                                              gates=set() if explain else audited,
-                                             kernels=profile)
+                                             kernels=profile, preparer=preparer)
         result.overhead = overhead
         result.casts = overhead.as_dict()
         if profile:
             result.casts["lock_wait_s"] = waited
         result.violations += found
+    first = preparations.first(variant)
+    result.prepared = None if first is None else first.as_dict()
     expected = case.expect.get(variant)
     if expected is not None:
         result.settled = settle_expected(
