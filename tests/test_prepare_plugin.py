@@ -168,3 +168,14 @@ def test_timing_leaves_the_preparation_out(
     # op's own hc_fn) and prepared nothing; the one preparation came before.
     assert ("prepared_bf16", 0) in calls_the_timed_functions
     assert prepared_variants.PREPARE_CALLS == ["prepare"]
+
+
+def test_speed_calibration_prepares_once_for_its_runs(
+    pytester: pytest.Pytester, calls_the_timed_functions: list[tuple[str, int]]
+) -> None:
+    project(pytester, '"prepared_bf16"', extra="[tiny-mhc.perf]\nrounds = 6\nwarmup = 1\n")
+    result = pytester.runpytest("--numcheck", "--numcheck-perf", "--numcheck-calibrate-speed=3")
+    result.assert_outcomes(passed=2)
+    # Three timing runs of the variant; one preparation for all of them, none while timed.
+    assert calls_the_timed_functions.count(("prepared_bf16", 0)) == 3
+    assert prepared_variants.PREPARE_CALLS == ["prepare"]
