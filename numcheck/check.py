@@ -10,6 +10,10 @@ The pytest item (:mod:`numcheck.plugin.session`), the self-test (:mod:`numcheck.
 and calibration (:mod:`numcheck.calibrate`) all call :func:`run_check`; they differ only in
 which gates they switch on and what they do with the result. No pytest here.
 
+A variant's one-time preparation (``Variant.prepare``, :mod:`numcheck.prepare`) is made once
+per seed and shared by the numerics, the speed gate and the cast ledger; only the call is
+timed, and audited per call.
+
 A golden that is missing, stale or corrupt (:class:`~numcheck.goldens.GoldenError`), a
 variant that raises or returns the wrong outputs (:class:`~numcheck.numerics.VariantError`)
 and a timer that cannot time (:class:`~numcheck.perf.timing.TimingError`) are raised: they
@@ -32,6 +36,7 @@ from numcheck.ops.registry import OpSpec
 from numcheck.overhead.gate import OVERHEAD_GATES, check_overhead
 from numcheck.perf.measure import measure_perf
 from numcheck.perf.sections import DeviceSections
+from numcheck.prepare import Preparations
 from numcheck.verdict import Violation
 
 
@@ -144,23 +149,31 @@ def run_check(
     # The variant's first call (compiles, warm-up) is timed apart and never by the perf gate.
     watch = FirstCallWatch(display_id(case, variant, device), progress,
                            note_after_s=first_call_note_s, sync=device_sync(device))
+    # One-time preparations (Variant.prepare), made once per seed and shared by the gates.
+    preparations = Preparations()
+    preparer = preparations.at(case.seeds[0])
     if golden is None:
         if not case.perf_only:
             raise ValueError(f"case {case.id!r} has numerics to check: it needs its golden")
         result = CheckResult(case, variant, device, [], [])
         if "perf" in gates:  # no numerics call came first: make the first call here
-            with hold(exclusive=False), watch:
-                run_variant(op.variants[variant], op, to_device(first_seed, device), case,
-                            device)
+            spec = op.variants[variant]
+            dev_inputs = to_device(first_seed, device)
+            with hold(exclusive=False):
+                prepared = preparer(spec, dev_inputs, case.params, device)
+                with watch:
+                    run_variant(spec, op, dev_inputs, case, device, prepared=prepared)
             result.first_call_s = watch.seconds
     else:
         # Shared: other workers' numerics run alongside, never a timed section.
         with hold(exclusive=False) as numerics_wait:
             result = check(op, case, variant, device, golden, inputs, regen_hint=regen_hint,
-                           max_flips=max_flips, keep_outputs=keep_outputs, first_call=watch)
+                           max_flips=max_flips, keep_outputs=keep_outputs,
+                           preparations=preparations, first_call=watch)
     if "perf" in gates:
         with hold(exclusive=True) as waited:  # timing holds the device alone
-            result.perf = measure_perf(op, case, variant, device, first_seed)
+            result.perf = measure_perf(op, case, variant, device, first_seed,
+                                       preparer=preparer)
         result.perf.lock_wait_s = waited
         result.violations += result.perf.violations()
         result.timing = result.perf.record_section()
@@ -172,12 +185,14 @@ def run_check(
         with hold(exclusive=profile) as waited:
             overhead, found = check_overhead(op, case, variant, device, first_seed,
                                              gates=set() if explain else audited,
-                                             kernels=profile)
+                                             kernels=profile, preparer=preparer)
         result.overhead = overhead
         result.casts = overhead.as_dict()
         if profile:
             result.casts["lock_wait_s"] = waited
         result.violations += found
+    first = preparations.first(variant)
+    result.prepared = None if first is None else first.as_dict()
     expected = case.expect.get(variant)
     if expected is not None:
         result.settled = settle_expected(

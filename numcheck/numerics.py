@@ -42,7 +42,9 @@ from numcheck.metric_names import MAX_FLIPS
 from numcheck.metrics import ErrorMetrics, compare
 from numcheck.nonfinite import explain as explain_nonfinite
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
+from numcheck.ops.spec import VariantError  # defined beside Variant; raised here and by callers
 from numcheck.precision import coarser, rounding_unit, ulp_dtype
+from numcheck.prepare import Preparations, Prepared, Preparer, prepare
 from numcheck.regen import RegenOutcome, store
 from numcheck.topk import TopkReport, topk_agreement
 from numcheck.verdict import Violation, check_output, check_topk, worst
@@ -53,10 +55,6 @@ if TYPE_CHECKING:
     from numcheck.firstcall import FirstCallWatch
     from numcheck.overhead.gate import OverheadReport
     from numcheck.perf.measure import PerfResult
-
-
-class VariantError(Exception):
-    """A variant that raised, or returned outputs of the wrong names, shape, dtype or device."""
 
 
 def seed_key(seed: int, output: str) -> str:
@@ -97,8 +95,21 @@ class CaseInputs:
         return hashlib.sha256(joined.encode()).hexdigest()
 
 
-def run_variant(variant: Variant, op: OpSpec, inputs: Inputs, case: Case, device: str) -> Outputs:
-    """Call a variant and check what it returned has the op's output names on ``device``."""
+def run_variant(
+    variant: Variant, op: OpSpec, inputs: Inputs, case: Case, device: str,
+    *, prepared: Prepared | None = None,
+) -> Outputs:
+    """Call a variant and check what it returned has the op's output names on ``device``.
+
+    ``inputs`` are the op's inputs on ``device``. A variant with a one-time preparation is
+    called on them with ``prepared``'s tensors on top; without ``prepared`` its preparation
+    is made here first (:func:`numcheck.prepare.prepare`).
+    """
+    if variant.prepare is not None:
+        if prepared is None:
+            prepared = prepare(variant, inputs, case.params, device)
+        assert prepared is not None
+        inputs = prepared.call_inputs(inputs)
     try:
         out = variant.fn(inputs, case.params)
     except Exception as exc:  # the variant's own failure is a verdict, not a crash
@@ -252,6 +263,9 @@ class CheckResult:
     #: Seconds of the check's first call of its variant (compile, warm-up), timed apart
     #: (numcheck.firstcall); None when the check made no call of its own.
     first_call_s: float | None = None
+    #: The variant's one-time preparation on the case's first seed, as the record's
+    #: ``prepared`` section (:meth:`numcheck.prepare.Prepared.as_dict`); None without one.
+    prepared: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -300,14 +314,20 @@ def check(
     regen_hint: str,
     max_flips: int = MAX_FLIPS,
     keep_outputs: bool = False,
+    preparations: Preparations | None = None,
     first_call: FirstCallWatch | None = None,
 ) -> CheckResult:
     """Compare one variant with the golden for every seed of the case.
+
+    A variant with a one-time preparation is prepared once per seed (``preparations``
+    keeps them for the rest of the check: :func:`numcheck.check.run_check` times and
+    audits on the same ones) and its calls on the prepared inputs are what is compared.
 
     Raises :class:`~numcheck.goldens.GoldenStale` before running anything when the golden
     was made from other inputs, and :class:`VariantError` when the variant misbehaves.
     ``first_call`` times the variant's first call (the first seed's), apart from the rest.
     """
+    preparations = preparations if preparations is not None else Preparations()
     check_fresh(
         golden,
         op_version=op.version,
@@ -326,12 +346,16 @@ def check(
             op, case, variant_name, device, golden, inputs, seed, regen_hint=regen_hint,
             max_flips=max_flips, keep_outputs=keep_outputs,
             localize_failure=not any(r.localization for r in results),
+            preparer=preparations.at(seed),
             first_call=None if results else first_call,
         ))
-    return CheckResult(
+    result = CheckResult(
         case, variant_name, device, results, [v for r in results for v in r.violations],
         first_call_s=None if first_call is None else first_call.seconds,
     )
+    first = preparations.first(variant_name)
+    result.prepared = None if first is None else first.as_dict()
+    return result
 
 
 def _check_seed(
@@ -347,16 +371,19 @@ def _check_seed(
     max_flips: int,
     keep_outputs: bool,
     localize_failure: bool = False,
+    preparer: Preparer = prepare,
     first_call: FirstCallWatch | None = None,
 ) -> SeedResult:
-    """Run the variant on one seed's inputs; every output and the selection against the golden
-    (and, with ``localize_failure``, where a failure's error sits)."""
+    """Run the variant on one seed's inputs (prepared by ``preparer`` when it has a one-time
+    preparation); every output and the selection against the golden (and, with
+    ``localize_failure``, where a failure's error sits)."""
     variant = op.variants[variant_name]
     budget = case.budgets[variant_name]
     cpu_inputs, _ = inputs.get(seed)
     dev_inputs = to_device(cpu_inputs, device)
+    prepared = preparer(variant, dev_inputs, case.params, device)
     with first_call if first_call is not None else contextlib.nullcontext():
-        out = run_variant(variant, op, dev_inputs, case, device)
+        out = run_variant(variant, op, dev_inputs, case, device, prepared=prepared)
 
     def envelope(precision: str) -> list[Outputs]:
         return inputs.envelope(

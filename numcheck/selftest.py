@@ -140,24 +140,25 @@ def error_to_family(
     (members that cannot run on ``device`` are skipped; inf where the family is exact and
     the variant is not, or where the variant raises or gives a non-finite for a finite)."""
     from numcheck.inputs import to_device
+    from numcheck.prepare import with_preparation
 
     op = get_op(case.op)
     key = (case.op, case.id, seed, device, tuple(members))
     if key not in _FAMILY_WORST:
         inputs = op.make_inputs(case.params, seed)
-        ref = op.variants[op.reference].fn(inputs, case.params)
+        ref = with_preparation(op.variants[op.reference])(inputs, case.params)
         dev = to_device(inputs, device)
         honest: dict[str, float] = {}
         for name in members:
             if device in op.variants[name].devices:
-                for out, err in _worst_errors(op, op.variants[name].fn(dev, case.params),
-                                              ref).items():
-                    honest[out] = max(honest.get(out, 0.0), err)
+                out = with_preparation(op.variants[name])(dev, case.params)
+                for output, err in _worst_errors(op, out, ref).items():
+                    honest[output] = max(honest.get(output, 0.0), err)
         _FAMILY_WORST.clear()  # one seed at a time: callers loop bugs inside seeds or vice versa
         _FAMILY_WORST[key] = (ref, dev, honest)
     ref, dev, honest = _FAMILY_WORST[key]
     try:
-        mine = _worst_errors(op, op.variants[variant].fn(dev, case.params), ref)
+        mine = _worst_errors(op, with_preparation(op.variants[variant])(dev, case.params), ref)
     except Exception:
         return math.inf
     ratios = [

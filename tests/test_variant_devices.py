@@ -14,7 +14,8 @@ import torch
 
 from numcheck.cases import load_cases
 from numcheck.inputs import to_device
-from numcheck.ops.registry import get_op
+from numcheck.ops.registry import Variant, get_op
+from numcheck.prepare import with_preparation
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Variants the meta device cannot run at all (they read values: data-dependent shapes,
@@ -69,7 +70,8 @@ def _makes_a_cpu_tensor(inputs: Mapping[str, torch.Tensor], params: Mapping[str,
 def test_every_variant_and_rounding_alternative_keeps_to_its_inputs_device() -> None:
     planted.register_all()
     honest.register_all()
-    checked = [(f"{op_name}::{name}", op_name, get_op(op_name).variants[name].fn)
+    # A variant with a one-time preparation runs as the gate runs it: prepare, then call.
+    checked = [(f"{op_name}::{name}", op_name, with_preparation(get_op(op_name).variants[name]))
                for op_name, name in _variants()]
     checked += [(f"{op.name}::{precision} alternative {label}", op.name, fn)
                 for op in (get_op("indexer"), get_op("mhc_pre"))
@@ -79,6 +81,10 @@ def test_every_variant_and_rounding_alternative_keeps_to_its_inputs_device() -> 
     assert _stray(_makes_a_cpu_tensor, "indexer") is not None  # the check can fail
     assert "not the op's" in (_stray(lambda i, p: {"logits": torch.zeros(1, device="meta")},
                                     "indexer") or "")  # a missing output is one too
+    # A preparation that makes its tensor on the default device is caught like a call.
+    cpu_prepare = Variant("cpu_prepare", get_op("mhc_pre").variants["bf16"].fn, "bf16",
+                          prepare=lambda i, p: {"hc_base": torch.zeros(i["hc_base"].shape)})
+    assert _stray(with_preparation(cpu_prepare), "mhc_pre") is not None
     strays = [f"{who}: {why}" for who, op_name, fn in checked
               if (why := _stray(fn, op_name)) is not None]
     assert not strays, "\n".join(strays)

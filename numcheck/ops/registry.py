@@ -35,6 +35,7 @@ from numcheck.ops.spec import (
     Outputs,
     Params,
     ParamSpec,
+    PrepareFn,
     TopkSpec,
     Variant,
     VariantFn,
@@ -43,8 +44,8 @@ from numcheck.structure import Structure
 
 __all__ = [  # the op description types are re-exported: users import them from here
     "DEVICES", "ENTRY_POINT_GROUP", "PRECISIONS", "InputMaker", "Inputs", "OpSpec", "Outputs",
-    "ParamSpec", "Params", "Registrar", "RegistrationError", "TopkSpec", "Variant", "VariantFn",
-    "add_variant", "all_ops", "get_op", "isolated", "load_entry_points", "register",
+    "ParamSpec", "Params", "PrepareFn", "Registrar", "RegistrationError", "TopkSpec", "Variant",
+    "VariantFn", "add_variant", "all_ops", "get_op", "isolated", "load_entry_points", "register",
     "set_variant",
 ]
 
@@ -222,13 +223,19 @@ def _check_variant(op_name: str, variant: Variant, origin: str) -> None:
         )
     _check_callable(op_name, f"variant {variant.name!r}", variant.fn, ("inputs", "params"),
                     origin)
+    if variant.prepare is not None:
+        # The one-time preparation is called like the variant; a mistake in it must fail
+        # here, not once per seed in the middle of a run.
+        _check_callable(op_name, f"variant {variant.name!r}: prepare", variant.prepare,
+                        ("inputs", "params"), origin, default_name="prepare")
 
 
 def _check_callable(
-    op_name: str, what: str, fn: Any, args: tuple[str, ...], origin: str
+    op_name: str, what: str, fn: Any, args: tuple[str, ...], origin: str,
+    *, default_name: str = "fn",
 ) -> None:
     """``fn`` must accept these positional arguments (checked, never called)."""
-    fn_name = getattr(fn, "__name__", "fn")
+    fn_name = getattr(fn, "__name__", default_name)
     call = f"{fn_name}({', '.join(args)})"
     if not callable(fn):
         raise RegistrationError(

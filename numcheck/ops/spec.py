@@ -26,6 +26,8 @@ Params = Mapping[str, Any]
 DEVICES = ("cpu", "cuda")
 
 VariantFn = Callable[[Inputs, Params], Outputs]
+#: A variant's one-time preparation: ``prepare(inputs, params)`` -> tensors by name.
+PrepareFn = Callable[[Inputs, Params], Inputs]
 InputMaker = Callable[[Params, int], Inputs]
 
 
@@ -37,6 +39,14 @@ class Variant:
     default budget row; ``devices`` lists where the variant can run at all, and
     ``unavailable`` says why not on the others when that depends on the install (an
     optional dependency missing...): it becomes the skip reason.
+
+    ``prepare(inputs, params)``, when given, is the variant's one-time preparation: what a
+    serving engine does once when it loads the weights (a layout, a dtype, a
+    quantization). It returns tensors by name; ``fn`` then receives the op's inputs with
+    those on top (a new name is added, an input's own name replaces that input). numcheck
+    runs it once per (case, seed, device) before anything is timed, checks the outputs of
+    ``fn`` on the prepared inputs against the golden, and records its casts and copies
+    apart from the per-call ledger (:mod:`numcheck.prepare`, docs/extending.md).
     """
 
     name: str
@@ -45,6 +55,13 @@ class Variant:
     devices: tuple[str, ...] = DEVICES
     doc: str = ""
     unavailable: str = ""
+    prepare: PrepareFn | None = None
+
+
+class VariantError(Exception):
+    """A variant that raised, or returned outputs of the wrong names, shape, dtype or device,
+    or whose one-time preparation did (:mod:`numcheck.prepare`). Also importable from
+    :mod:`numcheck.numerics`, which runs variants."""
 
 
 @dataclass(frozen=True)

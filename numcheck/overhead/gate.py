@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -39,6 +39,9 @@ from numcheck.overhead.casts import CastLedger, ledger_table, megabytes
 from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, KernelAudit, profile_kernels
 from numcheck.precision import TENSOR_CORE_PRECISIONS
 from numcheck.verdict import Violation
+
+if TYPE_CHECKING:
+    from numcheck.prepare import Prepared, Preparer
 
 OVERHEAD_GATES = (CASTS_GATE.name, KERNELS_GATE.name)
 
@@ -150,6 +153,9 @@ class OverheadReport:
     ledger: CastLedger
     min_bytes: int
     kernels: KernelAudit | None = None
+    #: The variant's one-time preparation, with its own ledger: shown beside the per-call
+    #: ledger ("prepared once: ..."), never gated (numcheck.prepare).
+    prepared: Prepared | None = None
 
     @property
     def cast_bytes_ratio(self) -> float:
@@ -173,11 +179,14 @@ class OverheadReport:
                 f"no-op conversions {len(led.no_ops)}")
         return text
 
-    def lines(self, limit: int = 12) -> list[str]:
-        """The ledger and (on CUDA) the kernel table, for explain mode and failures."""
+    def lines(self, limit: int = 12, *, prepared: bool = True) -> list[str]:
+        """The ledger, the one-time preparation's own (``prepared``: when there is one) and,
+        on CUDA, the kernel table, for explain mode and failures."""
         out = [f"  cast ledger: {self.summary()}"]
         if self.ledger.entries:
             out += list(ledger_table(self.ledger, limit))
+        if prepared and self.prepared is not None:
+            out += self.prepared.lines(limit)
         if self.kernels is not None:
             out += [(f"  kernels ({self.kernels.iterations} calls profiled): "
                     f"{self.kernels.summary()}"), *self.kernels.table(limit)]
@@ -238,7 +247,7 @@ _HARNESS = (__file__,)
 def audit_variant(
     fn: Any, inputs: Mapping[str, torch.Tensor], params: Mapping[str, Any], *,
     kernels: bool = False, iterations: int = 5, min_bytes: float | None = None,
-    by_value: bool = True,
+    by_value: bool = True, prepared: Prepared | None = None,
 ) -> OverheadReport:
     """Run ``fn(inputs, params)`` once under the cast ledger, and profile it on CUDA.
 
@@ -247,18 +256,24 @@ def audit_variant(
     the outputs' bytes of that run. The declared one is a function of the shape alone, so
     the ratio does not move with a seed's data-dependent sizes (the indexer's context
     lengths decide how many KV pages exist, but its dense passes scale with max_context).
+
+    ``prepared`` (a variant's one-time preparation, made before): ``fn`` is called, and
+    profiled, on the inputs with the prepared tensors on top, which the ledger names as
+    inputs (a per-call copy of a prepared weight is a copy of that input); the
+    preparation's own ledger rides along in the report, apart.
     """
+    call_inputs = dict(inputs) if prepared is None else prepared.call_inputs(dict(inputs))
     with torch.no_grad(), CastLedger(skip=_HARNESS, by_value=by_value,
-                                     inputs=dict(inputs)) as ledger:
-        out = fn(dict(inputs), params)
+                                     inputs=dict(call_inputs)) as ledger:
+        out = fn(dict(call_inputs), params)
     if min_bytes is None:
         min_bytes = tensor_bytes(inputs) + tensor_bytes(out)
     min_bytes = int(min_bytes)
     audit = None
     if kernels:
-        audit = profile_kernels(lambda: fn(dict(inputs), params), iterations=iterations,
+        audit = profile_kernels(lambda: fn(dict(call_inputs), params), iterations=iterations,
                                 skip=("numcheck/overhead/gate.py", "numcheck/overhead/kernels.py"))
-    return OverheadReport(ledger, min_bytes, audit)
+    return OverheadReport(ledger, min_bytes, audit, prepared)
 
 
 def overhead_violations(
@@ -324,16 +339,23 @@ def overhead_violations(
 def check_overhead(
     op: Any, case: Any, variant: str, device: str, cpu_inputs: Mapping[str, torch.Tensor],
     *, gates: set[str] | frozenset[str], kernels: bool = False,
+    preparer: Preparer | None = None,
 ) -> tuple[OverheadReport, list[Violation]]:
     """The overhead half of a check: audit one variant and hold it to the case's budget.
 
     ``case.overhead`` gives the budget; a variant the case file does not name (a planted
     one, say) gets its precision's default. Used by the pytest session and the self-test.
+    A variant's one-time preparation comes from ``preparer`` (default: made now, under its
+    own ledger); only the call is audited and gated.
     """
     from numcheck.inputs import to_device
+    from numcheck.prepare import prepare
 
     declared = op.min_bytes(case.params) if op.min_bytes is not None else None
-    report = audit_variant(op.variants[variant].fn, to_device(dict(cpu_inputs), device),
-                           case.params, kernels=kernels, min_bytes=declared)
+    spec = op.variants[variant]
+    inputs = to_device(dict(cpu_inputs), device)
+    prepared = (preparer or prepare)(spec, inputs, case.params, device)
+    report = audit_variant(spec.fn, inputs, case.params, kernels=kernels, min_bytes=declared,
+                           prepared=prepared)
     budget = case.overhead.get(variant) or default_overhead(op.variants[variant].precision)
     return report, overhead_violations(report, budget, gates)

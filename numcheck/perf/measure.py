@@ -36,6 +36,7 @@ from numcheck.perf.roofline import Peaks, Roofline, peaks_for
 from numcheck.perf.sequential import Outcome, StoppingRule, run
 from numcheck.perf.speedup import Decision, SpeedupEstimate, Summary, summarize
 from numcheck.perf.timing import PairedTimes, TimerRequest, TimingConfig, make_pair_timer
+from numcheck.prepare import Preparer, prepare
 from numcheck.verdict import Violation
 
 #: A/A noise beyond which messages and the summary warn: the interval misses 1 by more
@@ -148,6 +149,7 @@ def measure_perf(
     *,
     peaks: Peaks | None = None,
     seed: int = 0,
+    preparer: Preparer = prepare,
 ) -> PerfResult:
     """Time ``variant`` against ``op.reference`` on ``device`` until the rule decides.
 
@@ -155,22 +157,30 @@ def measure_perf(
     that raises or returns the wrong outputs is a :class:`~numcheck.numerics.VariantError`
     here too (perf-only cases have no numerics check to catch it first). ``seed`` is
     accepted for compatibility; the order-statistic interval needs no resampling.
+
+    A side with a one-time preparation (``Variant.prepare``) gets it from ``preparer``
+    before anything is timed, as an engine prepares its weights at load time: only the
+    calls are timed.
     """
     spec = case.perf.get(variant, PerfSpec())
     inputs = to_device(cpu_inputs, device)
     ref_variant, var_variant = op.variants[op.reference], op.variants[variant]
-    run_variant(ref_variant, op, inputs, case, device)
-    run_variant(var_variant, op, inputs, case, device)
+    ref_prepared = preparer(ref_variant, inputs, case.params, device)
+    var_prepared = preparer(var_variant, inputs, case.params, device)
+    run_variant(ref_variant, op, inputs, case, device, prepared=ref_prepared)
+    run_variant(var_variant, op, inputs, case, device, prepared=var_prepared)
+    ref_inputs = inputs if ref_prepared is None else ref_prepared.call_inputs(inputs)
+    var_inputs = inputs if var_prepared is None else var_prepared.call_inputs(inputs)
     params = case.params
     config = TimingConfig(rounds=spec.rounds, warmup=spec.warmup, cold_l2=spec.cold_l2,
                           cuda_graph=spec.cuda_graph,
                           target_sample_s=spec.target_sample_ms / 1e3)
 
     def ref_fn() -> object:
-        return ref_variant.fn(inputs, params)
+        return ref_variant.fn(ref_inputs, params)
 
     def var_fn() -> object:
-        return var_variant.fn(inputs, params)
+        return var_variant.fn(var_inputs, params)
 
     noise = machine_noise(device, ref_fn, config, spec.rule(), f"{case.op}::{case.id}",
                           op.reference)

@@ -122,14 +122,17 @@ class CalibrationMode:
     def _speed(self, op: Any, case: Any, variant: str, device: str, state: Any,
                common: dict[str, Any]) -> dict[str, Any]:
         from numcheck.perf.measure import measure_perf
+        from numcheck.prepare import Preparations
 
         cpu_inputs, _ = state.inputs_for(op, case).get(case.seeds[0])
+        # One-time preparations are made once for the K runs, as for one check.
+        preparer = Preparations().at(case.seeds[0])
         points: list[list[float]] = []
         for _ in range(self.settings.speed_runs or 0):
             # The same call as a gated timing, K times; only the point speedups and their
             # intervals are kept (``estimate``; ``speedup`` in timing layers that name it so).
             with state.sections.hold(exclusive=True):  # timing holds the device alone
-                result = measure_perf(op, case, variant, device, cpu_inputs)
+                result = measure_perf(op, case, variant, device, cpu_inputs, preparer=preparer)
             est = getattr(result, "estimate", None) or result.speedup
             points.append([est.median, est.low, est.high])
         expect = case.expect.get(variant)

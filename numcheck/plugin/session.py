@@ -40,6 +40,7 @@ from numcheck.perf.timing import TimingError
 from numcheck.plugin import options
 from numcheck.plugin.calibration import CalibrationMode
 from numcheck.plugin.workers import is_worker, pin_worker_gpu, worker_count, worker_id
+from numcheck.prepare import PREPARED_COLUMN
 from numcheck.report.drift import Drift, Rules, compare, drift_headline, drift_rows
 from numcheck.report.environment import environment
 from numcheck.report.markdown import to_markdown
@@ -319,8 +320,12 @@ class NumcheckSession:
             self.perf_results.append(result.perf)
             benchrecord.record(self.config, item.name, item.nodeid, result.perf)
         if result.overhead is not None:
-            self.overhead_rows.append(overhead_row(f"{item.case.op}::{item.case.id}",
-                                                   item.variant, item.device, result.overhead))
+            prepared = result.overhead.prepared
+            self.overhead_rows.append([
+                *overhead_row(f"{item.case.op}::{item.case.id}", item.variant, item.device,
+                              result.overhead),
+                "-" if prepared is None else prepared.cell(),
+            ])
             if self.explain:
                 self.explained.append((item.display_id, result.overhead))
 
@@ -493,7 +498,12 @@ class NumcheckSession:
         if self.overhead_rows:
             tr.write_sep("-", "numcheck casts and copies (cast ledger per check; README "
                          "'Casts and kernels' explains the columns)")
-            for line in table(OVERHEAD_HEADER, self.overhead_rows):
+            # The last cell is a variant's one-time preparation: a column only when a
+            # checked variant has one.
+            header, rows = OVERHEAD_HEADER, [r[:-1] for r in self.overhead_rows]
+            if any(r[-1] != "-" for r in self.overhead_rows):
+                header, rows = [*OVERHEAD_HEADER, PREPARED_COLUMN], self.overhead_rows
+            for line in table(header, rows):
                 tr.write_line(line)
         if self.explain:
             tr.write_sep("=", "numcheck explain: cast ledger and kernels (not gated)")
@@ -686,7 +696,8 @@ class CheckItem(pytest.Item):
                 message += f"\n  obtained:    {state._rel(kept)}"
             overhead = result.overhead
             if overhead is not None and any(v.output in OVERHEAD_GATES for v in result.violations):
-                message += "\n\n" + "\n".join(overhead.lines())
+                # The preparation's summary is already among the message's lines.
+                message += "\n\n" + "\n".join(overhead.lines(prepared=False))
             raise NumcheckFailure(message)
 
     def _xpass_message(self, settled: Settled, commands: Commands) -> str:

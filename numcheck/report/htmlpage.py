@@ -8,7 +8,8 @@ and speedup intervals than read a wide text table. The page holds:
 - one table of every check, each with a value/budget bar for its closest metric;
 - per check: every budgeted metric with its bar, an ``|error|`` histogram per output with
   the budget band and the honest-rounding reference, the top-k flips against the tie band,
-  the speedup interval against its threshold with the timer used, and the baseline drift.
+  the speedup interval against its threshold with the timer used, the per-call casts and
+  a variant's one-time preparation apart from them, and the baseline drift.
 
 Everything is built from a :class:`~numcheck.report.Report` alone (records carry their plot
 data, :mod:`numcheck.plotdata`), so a saved JSON report gives the same page. The file
@@ -30,6 +31,7 @@ from typing import Any
 
 from numcheck.report.localize_html import localization_html
 from numcheck.report.markdown import headline
+from numcheck.report.prepared_html import prepared_html
 from numcheck.report.records import Record, Report
 from numcheck.report.render import failing_first
 
@@ -306,9 +308,10 @@ def _check_section(i: int, record: Record, plots: bool, drift_row: Mapping[str, 
     parts.append(_timing(record))
     if record.casts:
         c = record.casts
-        parts.append(f"<p>casts and copies: {_e(c.get('casts', '-'))} casts, "
+        parts.append(f"<p>casts and copies per call: {_e(c.get('casts', '-'))} casts, "
                      f"{_e(c.get('copies', '-'))} copies, {_num(c.get('cast_bytes_ratio'))}x the "
                      f"op's minimum bytes, round trips {len(c.get('round_trips') or [])}</p>")
+    parts.append(prepared_html(record.prepared))
     if drift_row is not None:
         parts.append("<h4>drift vs baseline</h4>" + _table(
             ["status", *DRIFT_COLUMNS, "why"],

@@ -55,8 +55,9 @@ class Record:
 
     ``timing`` and ``casts`` are None when not measured. When measured, ``timing`` carries at
     least ``{"speedup": float, "ci_low": float, "ci_high": float}`` (variant vs reference,
-    with a confidence interval) and ``casts`` a summary of cast/copy overhead; docs/report.md
-    lists their fields. ``worker`` and ``device_index`` say where the check ran (a
+    with a confidence interval) and ``casts`` a summary of cast/copy overhead per call;
+    ``prepared`` the variant's one-time preparation, apart from it; docs/report.md lists
+    their fields. ``worker`` and ``device_index`` say where the check ran (a
     pytest-xdist worker id and the CUDA device index); they are not part of the verdict.
     """
 
@@ -92,6 +93,9 @@ class Record:
     #: Seconds of the check's first call of its variant (compile and warm-up, timed apart
     #: and never by the perf gate: numcheck/firstcall.py); None when it made none.
     first_call_s: float | None = None
+    #: The variant's one-time preparation (numcheck/prepare.py): what it made and its own
+    #: cast ledger, apart from the per-call ``casts``; None for a variant without one.
+    prepared: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -182,6 +186,7 @@ def record_from_result(
         worker=worker,
         localization=[loc.as_dict() for loc in getattr(result, "localization", [])] or None,
         first_call_s=getattr(result, "first_call_s", None),
+        prepared=_section(getattr(result, "prepared", None)),
     )
 
 
@@ -371,7 +376,7 @@ def _decode_floats(value: Any) -> Any:
 #: Record fields holding numbers, where "nan"/"inf"/"-inf" stand for floats; inside them,
 #: the keys in _TEXT_KEYS hold text. Top-level fields (ids, names, reason) are never decoded.
 _NUMERIC_FIELDS = ("budget", "metrics", "topk", "per_seed", "violations", "closest", "timing",
-                   "casts", "plots")
+                   "casts", "plots", "prepared")
 _TEXT_KEYS = frozenset({"band_kind", "tie_band_kind", "direction", "output", "metric", "detail",
                         "text"})
 

@@ -42,10 +42,13 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
     top = result.worst()
     detail = [] if top is None else _mismatch_lines(result, top.output, top.seed)
     detail = [*where_lines(result), *detail]
+    # What the variant did once, at load time: part of what was checked, not of a call.
+    prepared = getattr(result, "prepared", None)
+    notes = [f"  {prepared['text']}"] if prepared else []
     return verdict_message(
         f"numcheck FAIL {result.id}", result.violations, worst_detail=detail,
         topk=result.worst_topk(), where=("case:", f"{source} [{result.case.id}]"),
-        commands=commands, budget=_budget_line(result, top, source),
+        commands=commands, budget=_budget_line(result, top, source), notes=notes,
     )
 
 
@@ -89,11 +92,13 @@ def verdict_message(
     worst_detail: Sequence[str] = (),
     topk: TopkReport | None = None,
     budget: str = "",
+    notes: Sequence[str] = (),
 ) -> str:
     """The one failure layout (case checks and the numcheck_golden fixture alike): verdict;
     worst violation and its detail; the others, capped; unexplained top-k flips; where it
     comes from, where the worst limit is set (``budget``), the commands to reproduce and
-    regenerate, and the next step for each cause of a miss."""
+    regenerate, and the next step for each cause of a miss. ``notes``: lines shown after
+    the violations (a variant's one-time preparation)."""
     from numcheck.verdict import worst  # imports torch: not at module level (see above)
 
     top = worst(list(violations))
@@ -105,6 +110,7 @@ def verdict_message(
     lines += [f"  also:  {v.describe()}" for v in others[:MAX_OTHER_VIOLATIONS]]
     if len(others) > MAX_OTHER_VIOLATIONS:
         lines.append(f"  ... and {len(others) - MAX_OTHER_VIOLATIONS} more violations")
+    lines += notes
     if topk is not None and topk.n_unexplained:
         lines += ["", *flip_table(topk)]
     tail = footer(where, commands)

@@ -1,0 +1,1 @@
+"""liger_mhc: liger-kernel's mHC forward kernels gated by numcheck (a worked example)."""
