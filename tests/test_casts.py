@@ -394,6 +394,8 @@ def test_copies_by_value_whatever_op_made_them() -> None:
     with CastLedger(inputs={"x": x}) as ledger:
         x * 1  # the same bits: a copy by value
         x + 0
+        torch.mul(x, 1, out=torch.empty_like(x))  # into a buffer
+        torch.zeros_like(x).add_(x)  # in place, into a fresh buffer
         x.float().relu().to(torch.bfloat16).float()  # computes: not x's dtype
         x * 2  # a new value
         torch.zeros_like(x) * 1  # constant: equal by construction, not a copy
@@ -402,9 +404,10 @@ def test_copies_by_value_whatever_op_made_them() -> None:
             small * 1  # 32 bytes: below VALUE_MIN_BYTES
     by_value = [e for e in ledger.entries if e.by_value]
     assert [(e.op, e.input, e.conversion) for e in by_value] == [
+        ("mul", "x", "bf16 copy by mul"), ("add", "x", "bf16 copy by add"),
         ("mul", "x", "bf16 copy by mul"), ("add", "x", "bf16 copy by add")]
     assert by_value[0].where.line == line_of("# the same bits: a copy by value")
-    assert ledger.input_passes()["x"] == 3.0  # two copies and the upcast
+    assert ledger.input_passes()["x"] == 5.0  # four copies and the upcast
     assert inner.entries == []
 
 
@@ -461,6 +464,16 @@ def test_an_op_nobody_classified_is_a_copy_when_its_elements_are_the_inputs() ->
     (e,) = ledger.entries
     assert (e.op, e.input, e.bytes_read) == ("shuffle", "x", X_BYTES)
     assert e.where.line == line_of("# an unknown op that moves x's elements")
+
+
+def test_an_op_that_moves_or_computes_by_mode_is_decided_by_value() -> None:
+    # grid_sample is data movement in its nearest mode and compute in its bilinear one.
+    x = torch.randn(1, 8, 16, 32)
+    grid = (torch.rand(1, 16, 32, 2) * 2 - 1) * 0.9  # inside the image: no zero padding
+    with CastLedger(inputs={"x": x}) as ledger:
+        torch.nn.functional.grid_sample(x, grid, mode="nearest", align_corners=False)
+        torch.nn.functional.grid_sample(x, grid, mode="bilinear", align_corners=False)
+    assert [(e.op, e.input) for e in ledger.entries] == [("grid_sampler_2d", "x")]
 
 
 def test_classification_from_schema_tags_and_names() -> None:

@@ -414,7 +414,7 @@ class CastLedger:
             if cls.kind == movement.VIEW:
                 self._view_by_value(outs)
             else:
-                self._record_copy_by_value(cls, outs, tensors_in(args))
+                self._record_copy_by_value(cls, outs)
 
     def _record(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> None:
         where = user_frame(self.skip)
@@ -491,7 +491,7 @@ class CastLedger:
             sources = self._moved_from(dsts, sources)
             if not sources:
                 if self.by_value and self._copy_values:
-                    self._record_copy_by_value(cls, dsts, list(_bound_tensors(bound)))
+                    self._record_copy_by_value(cls, dsts)
                 return
         if not sources:
             return
@@ -528,17 +528,16 @@ class CastLedger:
                 if match is not None:
                     self._copied(d, match, self.input_bytes(match))
 
-    def _record_copy_by_value(
-        self, cls: OpClass, outs: list[torch.Tensor], args: list[torch.Tensor]
-    ) -> None:
-        """A computing op whose result is bit for bit an input (or a copy of one): ``x * 1``."""
+    def _record_copy_by_value(self, cls: OpClass, outs: list[torch.Tensor]) -> None:
+        """A computing op whose result is bit for bit an input (or a copy of one): ``x * 1``,
+        ``torch.mul(x, 1, out=buf)``, or in place into a fresh buffer (``buf.add_(x)``)."""
         outs = [t for t in outs if (t.dtype, t.numel()) in self._copy_values]
         if not outs:  # almost every call: no input has this dtype and size
             return
-        storages = {StorageWeakRef(t.untyped_storage()) for t in args}
         for out in outs:
-            if StorageWeakRef(out.untyped_storage()) in storages:
-                continue  # in place, or a view
+            key = StorageWeakRef(out.untyped_storage())
+            if key in self._input_storages or key in self._input_copies:
+                continue  # the input itself, or a copy already counted (x.mul_(1) of a clone)
             match = self._copy_of_value(out)
             if match is None:
                 continue
@@ -770,12 +769,6 @@ def _distinct_numel(t: torch.Tensor) -> int:
         if stride:
             n *= size
     return n
-
-
-def _bound_tensors(bound: dict[str, Any]) -> Iterator[torch.Tensor]:
-    """Every tensor among a call's bound arguments."""
-    for value in bound.values():
-        yield from tensors_in(value)
 
 
 def _sample(t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
