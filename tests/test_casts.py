@@ -517,6 +517,17 @@ def test_every_aten_op_the_shipped_variants_call_is_classified() -> None:
     assert moves == {"index.Tensor", "masked_fill.Scalar", "where.self"}
 
 
+def test_inputs_sharing_one_buffer_are_charged_apart() -> None:
+    # q, k and v sliced from one fused projection: each converted once is one pass each.
+    qkv = torch.randn(3, 64, 128).to(torch.bfloat16)
+    q, k, v = qkv.unbind(0)
+    with CastLedger(inputs={"q": q, "k": k, "v": v}) as ledger:
+        q.float()
+        k.float()
+        v[:, :64].float()  # half of v
+    assert ledger.input_passes() == {"q": 1.0, "k": 1.0, "v": 0.5}
+
+
 def test_two_ledgers_keep_their_own_entries() -> None:
     # A variant's one-time preparation and its call can each run under a ledger of its own.
     x = _x()

@@ -280,7 +280,12 @@ class CastLedger:
     skip: tuple[str, ...] = ()
     by_value: bool = True
     inputs: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
-    _input_storages: dict[StorageWeakRef, str] = field(default_factory=dict, repr=False)
+    # Storage -> the inputs in it, with the byte range each covers: inputs may share one
+    # buffer (q, k and v sliced from a fused projection); a read is charged to the one whose
+    # bytes it covers.
+    _input_storages: dict[StorageWeakRef, list[tuple[str, int, int]]] = field(
+        default_factory=dict, repr=False
+    )
     # Storages that are copies (same dtype) of an input, with how many of the input's bytes
     # they hold: reading them reads that input again.
     _input_copies: dict[StorageWeakRef, tuple[StorageWeakRef, str, int]] = field(
@@ -307,8 +312,10 @@ class CastLedger:
     def __enter__(self) -> Self:
         tensors = {name: t for name, t in self.inputs.items()
                    if isinstance(t, torch.Tensor) and t.numel()}
-        self._input_storages = {StorageWeakRef(t.untyped_storage()): name
-                                for name, t in tensors.items()}
+        self._input_storages = {}
+        for name, t in tensors.items():
+            self._input_storages.setdefault(StorageWeakRef(t.untyped_storage()), []).append(
+                (name, *_byte_span(t)))
         if self.by_value:
             for name, t in tensors.items():
                 self._see(t, None, name)
@@ -588,7 +595,7 @@ class CastLedger:
         input's own storage (a view of it), a copy of it, or, by value, a tensor holding
         exactly its bits (however that was made: ``x.repeat(2, 1, 1)[:T]``)."""
         key = StorageWeakRef(t.untyped_storage())
-        name = self._input_storages.get(key)
+        name = self._input_in(key, t)
         if name is not None:
             return name, self.input_bytes(name)
         found = self._input_copies.get(key)
@@ -604,6 +611,17 @@ class CastLedger:
         size = min(t.numel() * t.element_size(), self.input_bytes(match))
         self._copied(t, match, size)
         return match, size
+
+    def _input_in(self, key: StorageWeakRef, t: torch.Tensor) -> str | None:
+        """The input whose bytes ``t`` (in storage ``key``) covers most, if any."""
+        inputs = self._input_storages.get(key)
+        if not inputs:
+            return None
+        if len(inputs) == 1:
+            return inputs[0][0]
+        lo, hi = _byte_span(t)
+        name, first, last = max(inputs, key=lambda i: min(hi, i[2]) - max(lo, i[1]))
+        return name if min(hi, last) > max(lo, first) else None
 
     def _copied(self, t: torch.Tensor, name: str, held: int) -> None:
         """``t``'s storage is a copy of input ``name`` holding ``held`` more of its bytes."""
@@ -758,6 +776,16 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     if (t.is_floating_point() or t.is_complex()) and t.element_size() in _BITS:
         return t.view(_BITS[t.element_size()])
     return t
+
+
+def _byte_span(t: torch.Tensor) -> tuple[int, int]:
+    """The first and one-past-last byte of ``t`` in its storage."""
+    size = t.element_size()
+    first = t.storage_offset() * size
+    if not t.numel():
+        return first, first
+    extent = 1 + sum((n - 1) * abs(stride) for n, stride in zip(t.shape, t.stride(), strict=True))
+    return first, first + extent * size
 
 
 def _distinct_numel(t: torch.Tensor) -> int:
