@@ -5,8 +5,10 @@ round trips by value (docs/overhead.md).
 
 For a few shipped (case, variant) pairs, on the CPU: the median wall time of the variant
 alone, under ``CastLedger(by_value=False)`` (storage-path round trips only) and under
-``CastLedger()`` (also by value), interleaved so machine load hits all three alike. Prints
-one row per pair, then the ratios.
+``CastLedger()`` (also by value: round trips and copies), both given the variant's inputs
+as :func:`numcheck.overhead.gate.audit_variant` does, interleaved so machine load hits all
+three alike. Prints one row per pair, then the ratios. ``--cpu-time``: process CPU time on
+one thread (steadier on a shared machine).
 """
 
 from __future__ import annotations
@@ -36,8 +38,15 @@ PAIRS = (
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="process CPU time on one thread instead of wall time: steadier "
+                        "on a loaded machine (waiting for a core is not counted)")
     parser.add_argument("--out", default=os.environ.get("OUT", ""))
     args = parser.parse_args(argv)
+    clock = time.perf_counter
+    if args.cpu_time:
+        torch.set_num_threads(1)
+        clock = time.process_time
     cases = {(c.op, c.id): c for c in load_cases(Path("cases"))}
     rows = []
     for op_name, case_id, variant in PAIRS:
@@ -49,14 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         times: dict[str, list[float]] = {"bare": [], "path": [], "value": []}
         for _ in range(args.repeats):
             for mode in times:
-                start = time.perf_counter()
+                start = clock()
                 with torch.no_grad():
                     if mode == "bare":
                         fn(dict(inputs), case.params)
                     else:
-                        with CastLedger(by_value=mode == "value"):
+                        with CastLedger(by_value=mode == "value", inputs=dict(inputs)):
                             fn(dict(inputs), case.params)
-                times[mode].append(time.perf_counter() - start)
+                times[mode].append(clock() - start)
         med = {k: statistics.median(v) for k, v in times.items()}
         rows.append({"case": f"{op_name}::{case_id}", "variant": variant,
                      **{f"{k}_ms": 1e3 * v for k, v in med.items()},
@@ -72,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['case']:<30} {r['variant']:<15} {r['bare_ms']:>8.2f} {r['path_ms']:>10.2f} "
               f"{r['value_ms']:>10.2f} {r['path_over_bare']:>11.2f} {r['value_over_bare']:>11.2f} "
               f"{r['value_over_path']:>13.2f}")
-    print(f"median of {args.repeats} interleaved calls each; torch {torch.__version__}, "
+    what = "CPU time" if args.cpu_time else "wall time"
+    print(f"median {what} of {args.repeats} interleaved calls each; torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads")
     return 0
 

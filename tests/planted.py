@@ -179,6 +179,63 @@ def indexer_kv_cache_copy(inputs: Inputs, p: Params) -> Outputs:
     return indexer.bf16(dict(inputs, kv_cache=inputs["kv_cache"].clone()), p)
 
 
+def mhc_x_cat_streams(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that rebuilds x from its n streams with ``torch.cat``: a full copy of x,
+    bit for bit the same (a data-movement copy: no ``.clone()`` in sight)."""
+    x = inputs["x"]
+    rebuilt = torch.cat([x[:, i] for i in range(x.shape[1])], dim=-1)  # the copy
+    return mhc.bf16(dict(inputs, x=rebuilt.view(x.shape)), p)
+
+
+def mhc_x_flip_twice(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that reverses the stream order of x and reverses it back: two flips, x
+    unchanged, one extra full pass over it (and a second over the first flip)."""
+    return mhc.bf16(dict(inputs, x=inputs["x"].flip(1).flip(1)), p)  # the copy
+
+
+def mhc_x_where_finite(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that "sanitises" x with ``torch.where(isfinite(x), x, 0)``: x has no
+    non-finite element, so the result is a full copy of x."""
+    x = inputs["x"]
+    return mhc.bf16(dict(inputs, x=torch.where(torch.isfinite(x), x, 0)), p)  # the copy
+
+
+def mhc_hc_fn_gather(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that gathers every row of hc_fn (``index_select`` of all rows) before its
+    cast: a full copy of the weight on every call."""
+    w = inputs["hc_fn"]
+    rows = torch.arange(w.shape[0], device=w.device)
+    return mhc.bf16(dict(inputs, hc_fn=w.index_select(0, rows)), p)  # the copy
+
+
+def indexer_kv_cache_gather(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that gathers every page of the KV cache (``index_select`` of all pages):
+    a full extra copy of the cache, bit for bit the same."""
+    cache = inputs["kv_cache"]
+    pages = torch.arange(cache.shape[0], device=cache.device)
+    return indexer.bf16(dict(inputs, kv_cache=cache.index_select(0, pages)), p)  # the copy
+
+
+def indexer_kv_cache_cat(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that reassembles the KV cache from two halves with ``torch.cat``."""
+    cache = inputs["kv_cache"]
+    return indexer.bf16(dict(inputs, kv_cache=torch.cat(cache.chunk(2))), p)  # the copy
+
+
+def indexer_kv_cache_pad(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that pads the KV cache with one zero page (to a tile multiple, say) and
+    hands on a slice without it: the slice is a view, the pad a full copy of the cache."""
+    cache = inputs["kv_cache"]
+    padded = torch.nn.functional.pad(cache, (0, 0, 0, 0, 0, 0, 0, 1))  # the copy
+    return indexer.bf16(dict(inputs, kv_cache=padded[: cache.shape[0]]), p)
+
+
+def indexer_q_repeat(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path that expands q for MTP rows with ``repeat`` (once: no expansion at all), a
+    full extra copy of q before its cast."""
+    return indexer.bf16(dict(inputs, q=inputs["q"].repeat(1, 1, 1, 1)), p)  # the copy
+
+
 def indexer_kt_contiguous(inputs: Inputs, p: Params) -> Outputs:
     """bf16 path that makes K^T contiguous before the GEMM: one extra copy of the operand."""
     q, kt, k_scale = indexer._operands(inputs, p, torch.bfloat16)
@@ -359,6 +416,10 @@ PLANTED = {
         "kv_cache_copy": (indexer_kv_cache_copy, "bf16"),
         "zero_masked": (indexer_zero_masked, "bf16"),
         "kt_contiguous": (indexer_kt_contiguous, "bf16"),
+        "kv_cache_gather": (indexer_kv_cache_gather, "bf16"),
+        "kv_cache_cat": (indexer_kv_cache_cat, "bf16"),
+        "kv_cache_pad": (indexer_kv_cache_pad, "bf16"),
+        "q_repeat": (indexer_q_repeat, "bf16"),
     },
     "mhc_pre": {
         "y_scaled": (mhc_y_scaled, "fp32"),
@@ -375,7 +436,21 @@ PLANTED = {
         "extra_bf16_rounding": (mhc_extra_bf16_rounding, "bf16"),
         "roundtrip_by_value": (mhc_roundtrip_by_value, "bf16"),
         "x_copy": (mhc_x_copy, "bf16"),
+        "x_cat_streams": (mhc_x_cat_streams, "bf16"),
+        "x_flip_twice": (mhc_x_flip_twice, "bf16"),
+        "x_where_finite": (mhc_x_where_finite, "bf16"),
+        "hc_fn_gather": (mhc_hc_fn_gather, "bf16"),
     },
+}
+
+#: Planted copies made by data-movement ops (no ``.clone()``): each is a full extra pass
+#: over the input named, with outputs bit for bit those of the bf16 path, and must fail
+#: ``casts.input_copies`` on every shipped case of its op (tests/test_copy_budgets.py).
+DATA_MOVEMENT_COPIES = {
+    "mhc_pre": {"x_cat_streams": "x", "x_flip_twice": "x", "x_where_finite": "x",
+                "hc_fn_gather": "hc_fn"},
+    "indexer": {"kv_cache_gather": "kv_cache", "kv_cache_cat": "kv_cache",
+                "kv_cache_pad": "kv_cache", "q_repeat": "q"},
 }
 
 #: Planted variants that are not bugs: the gate must let them pass.
@@ -449,6 +524,14 @@ KINDS = {
     "x_copy": "copy (not numeric)",
     "kv_cache_copy": "copy (not numeric)",
     "kt_contiguous": "copy (not numeric)",
+    "x_cat_streams": "copy (not numeric)",
+    "x_flip_twice": "copy (not numeric)",
+    "x_where_finite": "copy (not numeric)",
+    "hc_fn_gather": "copy (not numeric)",
+    "kv_cache_gather": "copy (not numeric)",
+    "kv_cache_cat": "copy (not numeric)",
+    "kv_cache_pad": "copy (not numeric)",
+    "q_repeat": "copy (not numeric)",
     "zero_masked": "masking contract",
     "wrong_shape": "contract",
     "wrong_dtype": "contract",

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch
 from fresh import FreshPython
@@ -9,6 +13,7 @@ from fresh import FreshPython
 from numcheck.ops import mhc
 from numcheck.ops.registry import get_op
 from numcheck.overhead.casts import CastLedger, dtype_name, ledger_table, megabytes, user_frame
+from numcheck.overhead.movement import classify
 
 HERE = "tests/test_casts.py"
 
@@ -264,4 +269,272 @@ def test_interpreter_argument_copies_are_not_recorded() -> None:
     inputs = op.make_inputs(p, 0)
     with CastLedger() as ledger:
         variant.fn(inputs, p)
-    assert [e.conversion for e in ledger.entries] == ["int64 -> int32"]  # the top-k indices
+    # torch.where(isneginf(values), -1, indices) and the cast of the top-k indices.
+    assert [e.conversion for e in ledger.entries] == ["int64 where", "int64 -> int32"]
+
+
+# -- data movement: copies made by any op that re-arranges an input's elements ----------
+
+# x: 8 rows of 4 x 128 bf16 (8 kB, above VALUE_MIN_BYTES), the input every case reads.
+X_SHAPE = (8, 4, 128)
+X_BYTES = 8 * 4 * 128 * 2
+
+
+def _x() -> torch.Tensor:
+    return torch.randn(*X_SHAPE).to(torch.bfloat16)
+
+
+#: (what, the op on x, the aten op the ledger names). Ops from the brief and beyond it:
+#: views made contiguous, pads, scatters, *_copy view-copies, replication...
+MOVES = [
+    ("cat", lambda x: torch.cat([x, x], 0), "cat"),
+    ("stack", lambda x: torch.stack(x.unbind(1), 1), "stack"),
+    ("index_select", lambda x: x.index_select(0, torch.tensor([3, 1, 2])), "index_select"),
+    ("gather", lambda x: x.gather(2, torch.zeros(8, 4, 128, dtype=torch.long)), "gather"),
+    ("advanced index", lambda x: x[torch.tensor([0, 5, 5])], "index"),
+    ("boolean mask", lambda x: x[x.float() > 0], "index"),
+    ("take", lambda x: x.take(torch.arange(1000)), "take"),
+    ("repeat", lambda x: x.repeat(2, 1, 1), "repeat"),
+    ("repeat_interleave", lambda x: x.repeat_interleave(torch.tensor([2] * 8), 0),
+     "index_select"),
+    ("flip", lambda x: x.flip(0), "flip"),
+    ("roll", lambda x: torch.roll(x, 1, 0), "roll"),
+    ("rot90", lambda x: torch.rot90(x, 1, (1, 2)), "rot90"),
+    ("pad", lambda x: torch.nn.functional.pad(x, (0, 2)), "constant_pad_nd"),
+    ("where, a copied branch", lambda x: torch.where(x.float() > 0, x, 0), "where"),
+    ("masked_fill", lambda x: x.masked_fill(x.float() > 0, 0), "masked_fill"),
+    ("masked_select", lambda x: x.masked_select(x.float() > 0), "masked_select"),
+    ("tril", lambda x: x.tril(), "tril"),
+    ("slice_scatter", lambda x: torch.zeros_like(x).slice_scatter(x[:4], 0, 0, 4),
+     "slice_scatter"),
+    ("scatter", lambda x: torch.zeros_like(x).scatter(2, torch.zeros(8, 4, 128, dtype=torch.long),
+                                                      x), "scatter"),
+    ("index_put_", lambda x: torch.zeros_like(x).index_put_((torch.tensor([1]),), x[:1]),
+     "index_put"),
+    ("narrow_copy", lambda x: x.narrow_copy(0, 0, 4), "narrow_copy"),
+    ("pixel_shuffle", lambda x: torch.nn.functional.pixel_shuffle(x.view(1, 16, 16, 16), 2),
+     "pixel_shuffle"),
+    ("embedding", lambda x: torch.nn.functional.embedding(torch.tensor([1, 2]), x.flatten(1)),
+     "embedding"),
+    ("upsample nearest", lambda x: torch.nn.functional.interpolate(x, scale_factor=2),
+     "upsample_nearest1d"),
+]
+
+
+@pytest.mark.parametrize(("what", "move", "op"), MOVES, ids=[m[0] for m in MOVES])
+def test_a_data_movement_op_is_a_copy_of_the_input_it_reads(
+    what: str, move: Callable[[torch.Tensor], torch.Tensor], op: str
+) -> None:
+    x = _x()
+    with CastLedger(inputs={"x": x}) as ledger:
+        move(x)
+    reads = [e for e in ledger.entries if e.input == "x" and e.op == op]
+    assert reads, [(e.op, e.input) for e in ledger.entries]
+    e = reads[0]
+    assert e.kind == "copy" and e.conversion == f"bf16 {op}"
+    assert (e.where.file, e.where.function) == (HERE, "<lambda>")  # the line of the op in MOVES
+    assert e.bytes_read > 0 and e.bytes_written > 0 and 0 < e.input_bytes <= X_BYTES
+    assert ledger.input_passes()["x"] > 0
+
+
+def test_views_move_nothing() -> None:
+    x = _x()
+    with CastLedger(inputs={"x": x}) as ledger:
+        x.view(8, 512)
+        x.transpose(0, 1)
+        x.permute(2, 0, 1)
+        x[2:5, :, ::2]
+        x[torch.tensor(1)]  # a 0-dim index selects a view
+        x.expand(2, 8, 4, 128)
+        x.unfold(2, 16, 16)
+        x.narrow(0, 1, 3)
+        x.unbind(1)
+        x.chunk(2)
+        x.flatten().reshape(8, 4, 128)  # contiguous: views all the way
+        x.view(torch.int16)
+        x.detach()
+    assert ledger.entries == []
+
+
+def test_bytes_of_data_movement() -> None:
+    x, y = _x(), _x()
+    rows = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3])
+    positive = x.float() > 0
+    with CastLedger(inputs={"x": x, "y": y}) as ledger:
+        x[torch.tensor([1, 2])]  # a gather reads what it writes: 2 of 8 rows
+        x[rows]  # 12 rows written from 8: reads at most the whole of x
+        x.repeat(3, 1, 1)  # reads x once, writes it three times
+        x[:1].expand(8, 4, 128).contiguous()  # an expanded row is read once
+        torch.cat([x, y])  # one entry per input read
+        torch.where(positive, x, y)  # both branches read in full
+    gather, dup, repeat, expand, cat_x, cat_y, where_x, where_y = ledger.entries
+    row = X_BYTES // 8
+    assert (gather.bytes_read, gather.bytes_written) == (2 * row, 2 * row)
+    assert (dup.bytes_read, dup.bytes_written, dup.input_bytes) == (X_BYTES, 12 * row, X_BYTES)
+    assert (repeat.bytes_read, repeat.bytes_written) == (X_BYTES, 3 * X_BYTES)
+    assert (expand.op, expand.bytes_read, expand.bytes_written) == ("clone", row, X_BYTES)
+    assert [(e.input, e.bytes_read, e.bytes_written) for e in (cat_x, cat_y)] == [
+        ("x", X_BYTES, X_BYTES), ("y", X_BYTES, X_BYTES)]
+    assert [(e.input, e.bytes_read) for e in (where_x, where_y)] == [("x", X_BYTES),
+                                                                      ("y", X_BYTES)]
+    assert where_x.bytes_written + where_y.bytes_written == X_BYTES
+
+
+def test_index_and_mask_tensors_are_metadata() -> None:
+    x = _x()
+    idx = torch.arange(8).repeat(64)  # 4 kB of int64 indices
+    with CastLedger(inputs={"x": x, "idx": idx}) as ledger:
+        x.flatten(1).index_select(0, idx[:8])
+        torch.where(x.float() > 0, x, 0)
+    assert {e.input for e in ledger.entries} == {"x"}
+
+
+def test_copies_by_value_whatever_op_made_them() -> None:
+    x = _x()
+    with CastLedger(inputs={"x": x}) as ledger:
+        x * 1  # the same bits: a copy by value
+        x + 0
+        torch.mul(x, 1, out=torch.empty_like(x))  # into a buffer
+        torch.zeros_like(x).add_(x)  # in place, into a fresh buffer
+        x.float().relu().to(torch.bfloat16).float()  # computes: not x's dtype
+        x * 2  # a new value
+        torch.zeros_like(x) * 1  # constant: equal by construction, not a copy
+        small = torch.randn(16).to(torch.bfloat16)
+        with CastLedger(inputs={"s": small}) as inner:
+            small * 1  # 32 bytes: below VALUE_MIN_BYTES
+    by_value = [e for e in ledger.entries if e.by_value]
+    assert [(e.op, e.input, e.conversion) for e in by_value] == [
+        ("mul", "x", "bf16 copy by mul"), ("add", "x", "bf16 copy by add"),
+        ("mul", "x", "bf16 copy by mul"), ("add", "x", "bf16 copy by add")]
+    assert by_value[0].where.line == line_of("# the same bits: a copy by value")
+    assert ledger.input_passes()["x"] == 5.0  # four copies and the upcast
+    assert inner.entries == []
+
+
+def test_a_re_arrangement_is_a_new_tensor_unless_it_gives_back_the_input() -> None:
+    x = _x()
+    with CastLedger(inputs={"x": x}) as ledger:
+        x.flip(0).float()  # a gather-like re-arrangement, then its upcast: x read once
+    assert ledger.input_passes() == {"x": 1.0}
+    for rebuild in (lambda: torch.cat([x[:, i] for i in range(4)], -1),  # x's streams
+                    lambda: x.flip(0).flip(0),  # flipped back
+                    lambda: x.repeat(2, 1, 1)[:8],  # a slice of a repeat: a view of x's bits
+                    lambda: torch.where(torch.isfinite(x), x, 0)):  # nothing replaced
+        with CastLedger(inputs={"x": x}) as ledger:
+            rebuild().flatten(1).float()
+        assert ledger.input_passes() == {"x": 2.0}, [e.conversion for e in ledger.entries]
+
+
+def test_a_pass_is_capped_at_what_the_copy_holds_of_the_input() -> None:
+    x = _x()
+    with CastLedger(inputs={"x": x}) as ledger:
+        half = x[:4].clone()  # holds half of x
+        half.float()  # reads that half again
+        half[torch.tensor([0, 1, 2, 3] * 4)]  # 16 rows gathered from it: still half of x
+    assert ledger.input_passes() == {"x": 1.5}
+
+
+def _shuffle_impl(x: torch.Tensor) -> torch.Tensor:
+    return x.flip(0).clone()
+
+
+def _scale_impl(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + 1
+
+
+@functools.cache  # an op is defined once per process; the library must stay alive
+def _custom_ops() -> tuple[Any, Any, Any]:
+    lib = torch.library.Library("numcheck_test", "DEF")
+    for name, impl in (("shuffle", _shuffle_impl), ("scale", _scale_impl)):
+        lib.define(f"{name}(Tensor x) -> Tensor")
+        lib.impl(name, impl, "CompositeExplicitAutograd")
+    return torch.ops.numcheck_test.shuffle, torch.ops.numcheck_test.scale, lib
+
+
+def test_an_op_nobody_classified_is_a_copy_when_its_elements_are_the_inputs() -> None:
+    # Ops defined outside aten (a kernel library's custom op) reach the ledger as one call
+    # it has never heard of: decided by value. A re-arrangement of x is data movement of
+    # x; a computation on x is not.
+    shuffle, scale, _ = _custom_ops()
+    x = _x()
+    assert classify(torch.ops.numcheck_test.shuffle.default).kind == "unknown"
+    with CastLedger(inputs={"x": x}) as ledger:
+        shuffle(x)  # an unknown op that moves x's elements
+        scale(x)
+    (e,) = ledger.entries
+    assert (e.op, e.input, e.bytes_read) == ("shuffle", "x", X_BYTES)
+    assert e.where.line == line_of("# an unknown op that moves x's elements")
+
+
+def test_an_op_that_moves_or_computes_by_mode_is_decided_by_value() -> None:
+    # grid_sample is data movement in its nearest mode and compute in its bilinear one.
+    x = torch.randn(1, 8, 16, 32)
+    grid = (torch.rand(1, 16, 32, 2) * 2 - 1) * 0.9  # inside the image: no zero padding
+    with CastLedger(inputs={"x": x}) as ledger:
+        torch.nn.functional.grid_sample(x, grid, mode="nearest", align_corners=False)
+        torch.nn.functional.grid_sample(x, grid, mode="bilinear", align_corners=False)
+    assert [(e.op, e.input) for e in ledger.entries] == [("grid_sampler_2d", "x")]
+
+
+def test_classification_from_schema_tags_and_names() -> None:
+    aten = torch.ops.aten
+    kinds = {op: classify(op).kind for op in (
+        aten.view.default, aten.transpose.int, aten.expand.default, aten.select.int,
+        aten._to_copy.default, aten.clone.default, aten.copy_.default,
+        aten.cat.default, aten.permute_copy.default, aten.select_scatter.default,
+        aten.index_copy.default, aten.where.self, aten.masked_fill.Scalar,
+        aten.mm.default, aten.add.Tensor, aten.sum.dim_IntList, aten.topk.default,
+        aten.sort.default, aten.empty.memory_format, aten.zeros_like.default)}
+    assert [k for k in kinds.values()] == (
+        ["view"] * 4 + ["convert"] * 3 + ["move"] * 6 + ["compute"] * 7)
+    put = classify(aten.index_put_.default)
+    assert (put.kind, put.name, put.mutated, put.data_args) == ("move", "index_put", "self",
+                                                                ("values",))
+    assert classify(aten.where.self).data_args == ("self", "other")
+    assert classify(aten.index.Tensor).data_args == ("self",)
+    assert classify(aten.cat.out).mutated == "out"
+
+
+def test_every_aten_op_the_shipped_variants_call_is_classified() -> None:
+    # The ledger's rules over what the shipped variants actually run (a logging mode over
+    # every shipped variant: docs/overhead.md): none is left to the run-time default.
+    seen = [aten for aten in (
+        "_softmax.default", "_to_copy.default", "add.Tensor", "alias.default", "arange.default",
+        "bitwise_not.default", "bmm.default", "clone.default", "copy_.default",
+        "detach.default", "div.Tensor", "empty.memory_format", "index.Tensor",
+        "isneginf.default", "lt.Tensor", "masked_fill.Scalar", "mean.dim", "mm.default",
+        "mul.Tensor", "new_empty.default", "permute.default", "pow.Tensor_Scalar",
+        "relu.default", "rsqrt.default", "scalar_tensor.default", "select.int",
+        "set_.source_Storage", "sigmoid.default", "slice.Tensor", "sub.Tensor",
+        "sum.dim_IntList", "topk.default", "transpose.int", "unsqueeze.default",
+        "view.default", "view.dtype", "where.self")]
+    for name in seen:
+        packet, _, overload = name.partition(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload)
+        assert classify(op).kind != "unknown", name
+    moves = {n for n in seen if classify(
+        getattr(getattr(torch.ops.aten, n.partition(".")[0]), n.partition(".")[2])).kind == "move"}
+    assert moves == {"index.Tensor", "masked_fill.Scalar", "where.self"}
+
+
+def test_inputs_sharing_one_buffer_are_charged_apart() -> None:
+    # q, k and v sliced from one fused projection: each converted once is one pass each.
+    qkv = torch.randn(3, 64, 128).to(torch.bfloat16)
+    q, k, v = qkv.unbind(0)
+    with CastLedger(inputs={"q": q, "k": k, "v": v}) as ledger:
+        q.float()
+        k.float()
+        v[:, :64].float()  # half of v
+    assert ledger.input_passes() == {"q": 1.0, "k": 1.0, "v": 0.5}
+
+
+def test_two_ledgers_keep_their_own_entries() -> None:
+    # A variant's one-time preparation and its call can each run under a ledger of its own.
+    x = _x()
+    with CastLedger(inputs={"x": x}) as prepared:
+        w = x.flip(0)
+    with CastLedger(inputs={"x": x, "w": w}) as call:
+        w.float()
+    assert [e.op for e in prepared.entries] == ["flip"]
+    assert [(e.op, e.input) for e in call.entries] == [("_to_copy", "w")]
+    assert prepared.input_passes() == {"x": 1.0} and call.input_passes() == {"w": 1.0}

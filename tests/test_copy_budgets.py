@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import planted
 import pytest
@@ -69,6 +70,23 @@ def test_defaults_per_precision_class() -> None:
     assert default_overhead("int4").max_cast_bytes_ratio is None
 
 
+#: Per op: inputs an extra ``.clone()`` of which must fail the bf16 path's budget (it
+#: already converts or copies each once; the largest input's clone is planted above), and
+#: the metadata-sized ones whose extra copy is listed, never failed (block tables, context
+#: lengths, mHC's scale and base; the indexer's head weights, which the bf16 path reads
+#: without copying: one copy is allowed).
+CLONED = {
+    "indexer": ({"q"}, {"block_table", "context_lens", "weights"}),
+    "mhc_pre": ({"hc_fn"}, {"hc_scale", "hc_base"}),
+}
+
+
+def _with_clone_of(fn: Any, name: str) -> Any:
+    def variant(inputs: dict[str, Any], p: dict[str, Any]) -> Any:
+        return fn(dict(inputs, **{name: inputs[name].clone()}), p)  # the extra copy
+    return variant
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.op}::{c.id}")
 def test_one_extra_full_copy_of_the_largest_input_fails(case: object) -> None:
     planted.register_all()
@@ -83,3 +101,34 @@ def test_one_extra_full_copy_of_the_largest_input_fails(case: object) -> None:
         bad = audit_variant(op.variants[bug].fn, inputs, p, min_bytes=declared)
         found = [v.key for v in overhead_violations(bad, budget, {"casts"})]
         assert key in found, (bug, bad.cast_bytes_ratio, bad.input_copies)
+    # Copies made by data-movement ops (torch.cat, index_select, flip, where, pad, repeat):
+    # each fails input_copies, naming the input, the op and the planted line.
+    for bug, name in planted.DATA_MOVEMENT_COPIES[case.op].items():  # type: ignore[attr-defined]
+        bad = audit_variant(op.variants[bug].fn, inputs, p, min_bytes=declared)
+        found = {v.key: v for v in overhead_violations(bad, budget, {"casts"})}
+        assert "casts.input_copies" in found, (bug, bad.input_reads())
+        detail = found["casts.input_copies"].detail
+        assert detail.startswith(f"input '{name}' was read "), (bug, detail)
+        line = planted_line(bug)
+        assert f" at tests/planted.py:{line} (" in detail, (bug, line, detail)
+    # Every meaningful input copied once more fails; a metadata-sized one is only listed.
+    meaningful, metadata = CLONED[case.op]  # type: ignore[attr-defined]
+    for name in meaningful | metadata:
+        bad = audit_variant(_with_clone_of(op.variants["bf16"].fn, name), inputs, p,
+                            min_bytes=declared)
+        found = [v for v in overhead_violations(bad, budget, {"casts"})
+                 if v.key == "casts.input_copies"]
+        if name in meaningful:
+            assert found and found[0].detail.startswith(f"input '{name}' was read"), name
+        else:
+            assert not found, (name, found)
+            assert any(e.input == name for e in bad.ledger.entries)  # listed all the same
+
+
+def planted_line(bug: str) -> int:
+    """The line of the data-movement op in the planted variant ``bug`` (tests/planted.py)."""
+    import inspect
+
+    fn = {name: f for table in planted.PLANTED.values() for name, (f, _) in table.items()}[bug]
+    lines, first = inspect.getsourcelines(fn)
+    return next(first + i for i, text in enumerate(lines) if text.endswith("# the copy\n"))

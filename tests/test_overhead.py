@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import planted
 import pytest
 import torch
 from test_plugin import CONFTEST, write_goldens
 
 from numcheck.cases import CaseFileError, load_case_file
 from numcheck.gates import GATES
+from numcheck.ops import indexer
 from numcheck.ops.registry import get_op
 from numcheck.overhead.casts import CastLedger
 from numcheck.overhead.gate import (
@@ -23,6 +26,7 @@ from numcheck.overhead.gate import (
 )
 from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, ELEMENTWISE, KernelAudit, KernelRecord
 
+ROOT = Path(__file__).resolve().parent.parent
 CASE = """
 [tiny-mhc]
 op = "mhc_pre"
@@ -284,3 +288,142 @@ def test_value_check_compares_in_full_only_after_a_sampled_match() -> None:
     with CastLedger() as ledger:
         (x.float() * 1.0).to(torch.bfloat16)
     assert ledger.value_comparisons == 1 and len(ledger.round_trips) == 1
+
+
+# -- copies by data movement, and copy gates that weigh bytes -----------------------------
+
+
+def test_cat_of_the_streams_of_x_fails_input_copies_naming_op_and_line() -> None:
+    planted.register_all()
+    report = mhc_report("x_cat_streams")
+    (v,) = overhead_violations(report, default_overhead("bf16"), {"casts"})
+    cat = _line("tests/planted.py", "rebuilt = torch.cat([x[:, i] for i in range(x.shape[1])]")
+    upcast = _line("numcheck/ops/mhc.py", "xf = x.float()", after=_line("numcheck/ops/mhc.py",
+                                                                         "def bf16("))
+    assert v.describe() == (
+        "casts.input_copies = 2 > budget 1: input 'x' was read 2.00 times over by casts/copies "
+        f"(bf16 cat of [8, 256] at tests/planted.py:{cat} (8192 B); bf16 -> fp32 of [8, 256] at "
+        f"numcheck/ops/mhc.py:{upcast} (12.3 kB)): convert or copy it once and reuse that (or "
+        "a view of it)"
+    )
+
+
+def indexer_mtp_rows_expanded(inputs: dict[str, Any], p: dict[str, Any]) -> Any:
+    """The bf16 path run the way SGLang's glue runs MTP: each of a request's next_n query
+    rows as a decode row of its own, the page table and context lengths expanded with
+    ``repeat_interleave`` (a test-only variant: honest, with metadata-sized copies)."""
+    b, n, h, d = inputs["q"].shape
+    table = inputs["block_table"].repeat_interleave(n, dim=0)  # [B * next_n, blocks]
+    row = torch.arange(n, dtype=torch.int32).repeat(b)
+    lens = inputs["context_lens"].repeat_interleave(n) - n + 1 + row  # row j: ctx - n + j + 1
+    rows = dict(inputs, q=inputs["q"].view(b * n, 1, h, d), block_table=table,
+                context_lens=lens)
+    return indexer.bf16(rows, dict(p, batch=b * n, next_n=1))
+
+
+def _shipped(case_id: str) -> Any:
+    from numcheck.cases import load_cases
+
+    return next(c for c in load_cases(ROOT / "cases") if c.id == case_id)
+
+
+def test_a_metadata_sized_copy_is_listed_never_failed() -> None:
+    # SGLang's MTP glue expands the page table per query row: block_table read twice, 512 B
+    # against the op's 1.2 MB minimum. The KV cache copied once more must still fail.
+    case = _shipped("v4pro-b2-l4k-mtp2")
+    op = get_op("indexer")
+    inputs = op.make_inputs(case.params, case.seeds[0])
+    declared = op.min_bytes(case.params)
+    report = audit_variant(indexer_mtp_rows_expanded, inputs, case.params, min_bytes=declared)
+    passes = report.ledger.input_passes()
+    assert passes["block_table"] == 2.0 and passes["kv_cache"] == 2.0
+    assert "casts.input_copies" not in [
+        v.key for v in overhead_violations(report, case.overhead["bf16"], {"casts"})]
+    text = "\n".join(report.lines())
+    assert "block_table 2.00 (0.0428%, metadata-sized)" in text
+    assert "int32 copy" in text  # the expansion is in the ledger all the same
+    with_copy = audit_variant(
+        lambda i, p: indexer_mtp_rows_expanded(dict(i, kv_cache=i["kv_cache"].clone()), p),
+        inputs, case.params, min_bytes=declared)
+    (v,) = [v for v in overhead_violations(with_copy, case.overhead["bf16"], {"casts"})
+            if v.key == "casts.input_copies"]
+    assert (v.value, v.limit) == (3.0, 2.0) and "input 'kv_cache' was read 3.00" in v.detail
+
+
+def test_meaningful_share_weighs_the_reads_beyond_the_limit() -> None:
+    from numcheck.overhead.gate import METADATA_SHARE, InputReads
+
+    assert METADATA_SHARE == 0.005
+    q = InputReads("q", 2.0, size=16_384, min_bytes=1_147_392)  # 1.43%: a data input
+    table = InputReads("block_table", 2.0, size=512, min_bytes=1_197_056)
+    assert q.meaningful_over(1.0) and not table.meaningful_over(1.0)
+    # Half a pass of the cache over its limit is meaningful; a few pages of it are not.
+    cache = InputReads("kv_cache", 2.5, size=1_000_000, min_bytes=1_200_000)
+    assert cache.meaningful_over(2.0)
+    assert not InputReads("kv_cache", 2.004, 1_000_000, 1_200_000).meaningful_over(2.0)
+
+
+def test_per_input_limits_in_the_case_file(tmp_path: Path) -> None:
+    extra = "[tiny-mhc.overhead.bf16]\nmax_input_copies = { x = 2, hc_fn = 1.5 }"
+    (case,) = load_case_file(write(tmp_path, extra))
+    assert case.overhead["bf16"] == replace(
+        default_overhead("bf16"), max_input_copies_of=(("x", 2.0), ("hc_fn", 1.5)))
+    planted.register_all()
+    report = mhc_report("x_copy")  # x read twice: within its own limit now
+    assert overhead_violations(report, case.overhead["bf16"], {"casts"}) == []
+    bad_tables = {
+        '{ x = "2" }': ("key 'overhead.bf16.max_input_copies.x': expected a number, got '2'. "
+                        "Fix: write max_input_copies = { x = 2 }"),
+        "{ x = -1 }": ("key 'overhead.bf16.max_input_copies.x': -1 is out of range. Fix: use a "
+                       "finite number >= 0"),
+    }
+    for bad, message in bad_tables.items():
+        with pytest.raises(CaseFileError) as info:
+            load_case_file(write(tmp_path, f"[tiny-mhc.overhead.bf16]\nmax_input_copies = {bad}"))
+        assert message in str(info.value)
+
+
+def test_a_misspelt_input_in_a_per_input_limit_is_an_error(tmp_path: Path) -> None:
+    from numcheck.overhead.gate import check_overhead
+
+    (case,) = load_case_file(write(tmp_path, "[tiny-mhc.overhead.bf16]\n"
+                                             "max_input_copies = { xx = 2 }"))
+    op = get_op("mhc_pre")
+    with pytest.raises(ValueError) as info:
+        check_overhead(op, case, "bf16", "cpu", op.make_inputs(case.params, 0), gates={"casts"})
+    assert str(info.value) == (
+        f"{tmp_path / 'mhc.toml'}: case 'tiny-mhc': key 'overhead.bf16.max_input_copies.xx': "
+        "'xx' is not an input of op 'mhc_pre'. Fix: use one of: x, hc_fn, hc_scale, hc_base")
+
+
+TINY_INDEXER = """
+[tiny-idx]
+op = "indexer"
+shape = { batch = 2, max_context = 256, index_topk = 16 }
+variants = ["bf16", "kv_cache_copy", "q_repeat"]
+"""
+
+
+def test_an_input_not_named_may_take_the_passes_of_the_op_reference(tmp_path: Path) -> None:
+    # A case written without overhead tables (a user's): the indexer's reference gathers
+    # the KV cache from a contiguous copy (2 passes), so every variant may; one more fails.
+    from numcheck.overhead.gate import check_overhead
+
+    planted.register_all()
+    path = tmp_path / "indexer.toml"
+    path.write_text(TINY_INDEXER)
+    (case,) = load_case_file(path)
+    op = get_op("indexer")
+    inputs = op.make_inputs(case.params, 0)
+    verdicts = {v: check_overhead(op, case, v, "cpu", inputs, gates={"casts"})
+                for v in ("fp32", "bf16", "kv_cache_copy", "q_repeat")}
+    assert verdicts["fp32"][1] == [] and verdicts["bf16"][1] == []
+    reference = verdicts["bf16"][0].reference_passes
+    assert reference is not None and 1.0 < reference["kv_cache"] <= 2.0 and reference["q"] == 1.0
+    (kv,) = [v for v in verdicts["kv_cache_copy"][1] if v.key == "casts.input_copies"]
+    assert kv.value > 2.5 and kv.limit == 2.0
+    assert kv.detail.endswith("(or a view of it); the op's reference reads it 2 times")
+    (q,) = [v for v in verdicts["q_repeat"][1] if v.key == "casts.input_copies"]
+    assert (q.value, q.limit) == (2.0, 1.0) and q.detail.startswith("input 'q' was read 2.00")
+    # Within the static limit the reference is not run at all.
+    assert mhc_report("bf16").reference_passes is None

@@ -17,6 +17,23 @@ What counts (every entry is a separate pass over memory):
   tensor of another dtype (``out[...] = t``, ``out.copy_(t)``).
 - **copy**: the same calls without a dtype change (``.to(copy=True)``, a device or layout
   change, ``copy_``), and ``aten.clone`` (``.clone()``, ``.contiguous()`` of a strided view).
+- **data movement**: any op whose result only re-arranges, selects, replicates or pads its
+  inputs' elements (``torch.cat``, ``stack``, ``x[idx]``, ``gather``, ``repeat``, ``flip``,
+  ``torch.where(mask, x, 0)``, pads, ``*_scatter``, ``*_copy``...), classified by
+  :func:`numcheck.overhead.movement.classify` from torch's schema and tags (views move
+  nothing); an op it cannot place is data movement when every sampled element of its
+  result occurs among one argument's elements. One entry per input read (``cat`` of x
+  and y: two), named after the op (``bf16 cat``). Bytes: each data source is read
+  ``min(its distinct elements, the result's)`` (a gather reads about what it writes; a
+  ``repeat`` reads its source once); index, mask and repeat tensors are metadata.
+- **copy by value**: any other op whose result is bit for bit an input (or a copy of one)
+  of the same dtype and size, of at least :data:`VALUE_MIN_BYTES`: ``x * 1``, ``x + 0``.
+
+Every entry that reads an input, a view of it, or a *copy* of it (a conversion-free copy:
+``clone``, ``copy_``, ``.to(copy=True)``, or any result holding exactly the input's bits)
+counts as a pass over that input (:meth:`CastLedger.input_passes`), at most one whole input
+per entry. A re-arrangement (a page gather, a padded or reordered result) is a new tensor:
+later passes over it are charged to the bytes, not to the input.
 - **no-op conversion**: a ``_to_copy`` that changed nothing (same dtype, device and strides):
   bytes moved for nothing. (``.to(dtype)`` to the dtype a tensor already has returns the
   tensor itself and costs nothing, so it never reaches aten and is not one.)
@@ -42,8 +59,10 @@ move a kernel's arguments between host and "device" memory: a compiled kernel do
 make them, so counting them on the CPU would budget an artefact.
 
 Not recorded: views (``view``, ``view(dtype)`` bit reinterpretation, ``view_as_real``,
-``transpose``, ``flatten`` of a contiguous tensor) move no bytes; type promotion inside an
-op (``bf16_tensor * fp32_tensor``) is fused into that op's kernel, with no extra pass.
+``transpose``, ``flatten`` of a contiguous tensor, ``select`` by a 0-dim index) move no
+bytes; type promotion inside an op (``bf16_tensor * fp32_tensor``) is fused into that op's
+kernel, with no extra pass; compute (GEMMs, pointwise math, reductions, sorts) is not
+traffic for nothing, unless its result is an input's bits (copy by value).
 """
 
 from __future__ import annotations
@@ -63,10 +82,15 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import numcheck
+from numcheck.overhead import movement
+from numcheck.overhead.movement import OpClass, bind, classify, tensors_in
 
 _aten = torch.ops.aten
-#: aten overload packets the ledger records (see the module docstring for why these).
+#: aten overload packets recorded as conversions (dtype changes, round trips); data
+#: movement is recorded too (:mod:`numcheck.overhead.movement`), without round trips.
 WATCHED = (_aten._to_copy, _aten.copy_, _aten.clone)
+#: The conversions of :data:`WATCHED` that name no other op in messages (``bf16 copy``).
+PLAIN_COPIES = frozenset({"_to_copy", "copy_", "clone"})
 
 #: Short dtype names for messages (``bf16 -> fp32``); anything else keeps torch's name.
 SHORT_DTYPES = {
@@ -90,6 +114,9 @@ EMULATION_FILES = (os.path.join("triton", "runtime", "interpreter.py"),)
 VALUE_MIN_BYTES = 4096
 #: Elements sampled before an exact comparison (evenly spaced in row-major order).
 VALUE_SAMPLES = 64
+# Same-size integer dtypes: values are compared bit for bit through them (NaN equals NaN,
+# -0 differs from +0), e4m3 and other dtypes without comparison kernels included.
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -172,7 +199,9 @@ class LedgerEntry:
 
     ``round_trip_of`` is the index of the earlier cast this one undoes; ``same_value_as``
     the live tensor whose exact value it reproduced (a round trip found by value);
-    ``no_op`` marks a conversion that changed nothing.
+    ``no_op`` marks a conversion that changed nothing. ``op`` is the aten op (``_to_copy``,
+    ``cat``, ``index``...); ``by_value`` marks an op that computes but gave back an input's
+    bits (a copy found by value).
     """
 
     index: int
@@ -187,8 +216,13 @@ class LedgerEntry:
     no_op: bool = False
     round_trip_of: int | None = None
     same_value_as: Seen | None = None
-    #: The variant's input this entry read from (by storage: views count), if any.
+    #: The variant's input this entry read from (its storage, a view of it, or a copy of
+    #: it), if any.
     input: str | None = None
+    #: Bytes of that input this entry read: at most one whole input, and no more than the
+    #: copy it read held of it.
+    input_bytes: int = 0
+    by_value: bool = False
 
     @property
     def is_round_trip(self) -> bool:
@@ -200,7 +234,12 @@ class LedgerEntry:
 
     @property
     def conversion(self) -> str:
-        """``bf16 -> fp32`` (or ``fp32 copy``)."""
+        """``bf16 -> fp32``, ``fp32 copy``, or the data-movement op: ``bf16 cat``, ``e4m3
+        index``, ``bf16 copy by mul`` (an op that gave back an input's bits)."""
+        if self.by_value:
+            return f"{dtype_name(self.dst_dtype)} copy by {self.op}"
+        if self.op not in PLAIN_COPIES:
+            return f"{dtype_name(self.dst_dtype)} {self.op}"
         if self.src_dtype == self.dst_dtype:
             return f"{dtype_name(self.src_dtype)} copy"
         return f"{dtype_name(self.src_dtype)} -> {dtype_name(self.dst_dtype)}"
@@ -228,18 +267,33 @@ class CastLedger:
     Args:
         skip: extra file names whose frames are machinery (e.g. a harness calling the
             variant), so the recorded line is the variant's own.
-        by_value: also find round trips by value (the module docstring); off only to
-            measure what that costs (docs/overhead.md).
+        by_value: also find round trips and copies by value (the module docstring); off
+            only to measure what that costs (docs/overhead.md).
         inputs: the variant's inputs by name: an entry reading one of their storages (or a
-            view of it) names it, and :meth:`input_passes` counts how often each was read.
+            view of it, or a copy of it) names it, and :meth:`input_passes` counts how often
+            each was read.
+
+    Each instance keeps its own state: two ledgers (say, one around a variant's one-time
+    preparation and one around its call) never see each other's entries.
     """
 
     skip: tuple[str, ...] = ()
     by_value: bool = True
     inputs: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
-    _input_storages: dict[int, str] = field(default_factory=dict, repr=False)
-    # Storages that are copies (same dtype) of an input: reading them reads that input again.
-    _input_copies: dict[StorageWeakRef, tuple[StorageWeakRef, str]] = field(
+    # Storage -> the inputs in it, with the byte range each covers: inputs may share one
+    # buffer (q, k and v sliced from a fused projection); a read is charged to the one whose
+    # bytes it covers.
+    _input_storages: dict[StorageWeakRef, list[tuple[str, int, int]]] = field(
+        default_factory=dict, repr=False
+    )
+    # Storages that are copies (same dtype) of an input, with how many of the input's bytes
+    # they hold: reading them reads that input again.
+    _input_copies: dict[StorageWeakRef, tuple[StorageWeakRef, str, int]] = field(
+        default_factory=dict, repr=False
+    )
+    # (dtype, numel) -> {id(tensor): (weak reference, input name)}: the inputs and their
+    # copies of at least VALUE_MIN_BYTES, for results compared by value.
+    _copy_values: dict[tuple[torch.dtype, int], dict[int, tuple[Any, str]]] = field(
         default_factory=dict, repr=False
     )
     entries: list[LedgerEntry] = field(default_factory=list)
@@ -256,14 +310,16 @@ class CastLedger:
     )
 
     def __enter__(self) -> Self:
-        self._input_storages = {
-            t.untyped_storage().data_ptr(): name for name, t in self.inputs.items()
-            if isinstance(t, torch.Tensor) and t.numel() and t.device.type != "meta"
-        }
+        tensors = {name: t for name, t in self.inputs.items()
+                   if isinstance(t, torch.Tensor) and t.numel()}
+        self._input_storages = {}
+        for name, t in tensors.items():
+            self._input_storages.setdefault(StorageWeakRef(t.untyped_storage()), []).append(
+                (name, *_byte_span(t)))
         if self.by_value:
-            for name, t in self.inputs.items():
-                if isinstance(t, torch.Tensor):
-                    self._see(t, None, name)
+            for name, t in tensors.items():
+                self._see(t, None, name)
+                self._remember_copy_value(t, name)
         self._mode = _LedgerMode(self)
         self._mode.__enter__()
         return self
@@ -275,6 +331,7 @@ class CastLedger:
         self._origins.clear()  # drop the weak references; the entries stay
         self._seen.clear()
         self._input_copies.clear()
+        self._copy_values.clear()
 
     # -- what the ledger says -----------------------------------------------------------
 
@@ -300,17 +357,20 @@ class CastLedger:
         return sum(e.bytes_moved for e in self.entries)
 
     def input_passes(self) -> dict[str, float]:
-        """How many times casts and copies read each input, in whole-input passes: bytes read
-        from its storage, or from a copy of it, over its bytes (1.0: one full copy or cast of
-        it; ``x.clone()`` then ``.float()`` of the clone is 2.0)."""
+        """How many times casts, copies and data movement read each input, in whole-input
+        passes: bytes read from its storage, or from a copy of it, over its bytes (1.0: one
+        full copy, cast or gather of it; ``x.clone()`` then ``.float()`` of the clone is
+        2.0). Each entry counts at most one whole input."""
         read: dict[str, int] = {}
         for e in self.entries:
             if e.input is not None:
-                read[e.input] = read.get(e.input, 0) + e.bytes_read
-        return {
-            name: n / max(1, self.inputs[name].numel() * self.inputs[name].element_size())
-            for name, n in read.items()
-        }
+                read[e.input] = read.get(e.input, 0) + e.input_bytes
+        return {name: n / max(1, self.input_bytes(name)) for name, n in read.items()}
+
+    def input_bytes(self, name: str) -> int:
+        """The bytes of input ``name`` (one whole pass over it)."""
+        t = self.inputs[name]
+        return t.numel() * t.element_size()
 
     def largest(self) -> LedgerEntry | None:
         return max(self.entries, key=lambda e: e.bytes_moved, default=None)
@@ -338,6 +398,31 @@ class CastLedger:
 
     # -- recording ----------------------------------------------------------------------
 
+    def _observe(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> None:
+        """Every aten call: conversions, data movement, and (by value) any other op whose
+        result is a copy of an input. Views return at once; so does compute whose results
+        match no input's (dtype, size), which is almost every call."""
+        cls = classify(func)
+        if cls.kind == movement.CONVERT:
+            self._record(func, args, kwargs, out)
+        elif cls.kind in (movement.MOVE, movement.UNKNOWN):
+            self._record_move(cls, func, args, kwargs, out)
+        elif self.by_value and self._copy_values:
+            # Only a result of an input's dtype and size can be a copy of it: one dict
+            # lookup per call, the comparison itself only on a match.
+            if isinstance(out, torch.Tensor):
+                if (out.dtype, out.numel()) not in self._copy_values:
+                    return
+                outs = [out]
+            else:
+                outs = [t for t in tensors_in(out) if (t.dtype, t.numel()) in self._copy_values]
+                if not outs:
+                    return
+            if cls.kind == movement.VIEW:
+                self._view_by_value(outs)
+            else:
+                self._record_copy_by_value(cls, outs)
+
     def _record(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> None:
         where = user_frame(self.skip)
         if where.file.endswith(EMULATION_FILES):
@@ -356,6 +441,8 @@ class CastLedger:
             and src.device == dst.device
             and src.stride() == dst.stride()
         )
+        source = self._attribution(src)
+        name = source[0] if source else None
         round_trip_of = self._undoes(src, dst) if cast else None
         same_value = None
         if cast and self.by_value:
@@ -364,8 +451,10 @@ class CastLedger:
             # A round trip by value leaves dtype A through a cast: its source is the A value
             # a later cast may give back. Remembering cast sources (and the inputs) only
             # keeps the check off every other aten call.
-            self._see(src, where, self._input_of(src))
-        # copy_ broadcasts: it reads src once and writes every element of dst.
+            self._see(src, where, name)
+        # copy_ broadcasts: it reads src once (an expanded view's distinct elements) and
+        # writes every element of dst.
+        read = _distinct_numel(src) * src.element_size()
         entry = LedgerEntry(
             index=len(self.entries),
             kind="cast" if cast else "copy",
@@ -373,35 +462,206 @@ class CastLedger:
             src_dtype=src.dtype,
             dst_dtype=dst.dtype,
             shape=tuple(dst.shape),
-            bytes_read=src.numel() * src.element_size(),
+            bytes_read=read,
             bytes_written=dst.numel() * dst.element_size(),
             where=where,
             no_op=no_op,
             round_trip_of=round_trip_of,
             same_value_as=same_value,
-            input=self._input_of(src),
+            input=name,
+            input_bytes=min(read, source[1]) if source else 0,
         )
         self.entries.append(entry)
         if cast and self.by_value:
             self._see(dst, where, None, "made")
         if entry.kind == "copy" and entry.input is not None:
-            ref = StorageWeakRef(dst.untyped_storage())
-            self._input_copies[ref] = (ref, entry.input)
+            self._copied(dst, entry.input, entry.input_bytes)
         self._remember(entry, src, dst)
 
-    def _input_of(self, t: torch.Tensor) -> str | None:
-        """The input ``t`` holds (a view of it, or of a copy of it), if any."""
-        name = self._input_storages.get(t.untyped_storage().data_ptr())
-        if name is not None:
-            return name
+    def _record_move(
+        self, cls: OpClass, func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any
+    ) -> None:
+        """One entry per input a data-movement call read (all other sources: one more)."""
+        bound = bind(func, tuple(args), kwargs)
+        dsts = tensors_in(bound.get(cls.mutated) if cls.mutated else out)
+        if not dsts or not any(d.numel() for d in dsts):
+            return
+        storages = {StorageWeakRef(t.untyped_storage())
+                    for value in bound.values() for t in tensors_in(value)}
+        if cls.mutated is None and any(StorageWeakRef(d.untyped_storage()) in storages
+                                       for d in dsts):
+            return  # the result is an argument's storage: a view or a no-op, nothing moved
+        # 0-dim sources are constants (wrapped scalars: the 0 of torch.where(mask, x, 0)).
+        sources = [t for arg in cls.data_args for t in tensors_in(bound.get(arg))
+                   if t.dim() and t.numel()]
+        if cls.kind == movement.UNKNOWN:
+            sources = self._moved_from(dsts, sources)
+            if not sources:
+                if self.by_value and self._copy_values:
+                    self._record_copy_by_value(cls, dsts)
+                return
+        if not sources:
+            return
+        where = user_frame(self.skip)
+        if where.file.endswith(EMULATION_FILES):
+            return
+        out_numel = sum(d.numel() for d in dsts)
+        reads = [(t, min(_distinct_numel(t), out_numel)) for t in sources]
+        if cls.mutated is not None:  # written in place: as many elements as it reads
+            out_numel = min(sum(n for _, n in reads), out_numel)
+        written = out_numel * dsts[0].element_size()
+        total = sum(n * t.element_size() for t, n in reads) or 1
+        groups: dict[str | None, list[tuple[torch.Tensor, int, int]]] = {}
+        for t, n in reads:
+            source = self._attribution(t)
+            read = n * t.element_size()
+            groups.setdefault(source[0] if source else None, []).append(
+                (t, read, min(read, source[1]) if source else 0))
+        for name, items in groups.items():
+            read = sum(r for _, r, _ in items)
+            self.entries.append(LedgerEntry(
+                index=len(self.entries), kind="copy", op=cls.name,
+                src_dtype=items[0][0].dtype, dst_dtype=dsts[0].dtype,
+                shape=tuple(dsts[0].shape), bytes_read=read,
+                bytes_written=written * read // total, where=where, input=name,
+                input_bytes=min(sum(b for _, _, b in items),
+                                self.input_bytes(name) if name else 0),
+            ))
+        if self.by_value and self._copy_values:
+            # A re-arrangement is a new tensor, unless it gives back an input's bits
+            # (torch.cat of x's streams, a flip flipped back): then it is a copy of it.
+            for d in dsts:
+                match = self._copy_of_value(d)
+                if match is not None:
+                    self._copied(d, match, self.input_bytes(match))
+
+    def _record_copy_by_value(self, cls: OpClass, outs: list[torch.Tensor]) -> None:
+        """A computing op whose result is bit for bit an input (or a copy of one): ``x * 1``,
+        ``torch.mul(x, 1, out=buf)``, or in place into a fresh buffer (``buf.add_(x)``)."""
+        outs = [t for t in outs if (t.dtype, t.numel()) in self._copy_values]
+        if not outs:  # almost every call: no input has this dtype and size
+            return
+        for out in outs:
+            key = StorageWeakRef(out.untyped_storage())
+            if key in self._input_storages or key in self._input_copies:
+                continue  # the input itself, or a copy already counted (x.mul_(1) of a clone)
+            match = self._copy_of_value(out)
+            if match is None:
+                continue
+            where = user_frame(self.skip)
+            if where.file.endswith(EMULATION_FILES):
+                return
+            size = out.numel() * out.element_size()
+            self.entries.append(LedgerEntry(
+                index=len(self.entries), kind="copy", op=cls.name, src_dtype=out.dtype,
+                dst_dtype=out.dtype, shape=tuple(out.shape), bytes_read=size,
+                bytes_written=size, where=where, input=match,
+                input_bytes=min(size, self.input_bytes(match)), by_value=True,
+            ))
+            self._copied(out, match, self.input_bytes(match))
+
+    def _view_by_value(self, views: list[torch.Tensor]) -> None:
+        """A view that shows an input's exact bits (``x.repeat(2, 1, 1)[:T]``) moved nothing
+        itself, but reveals its storage as a copy of that input: later reads of it count."""
+        for view in views:
+            if (view.dtype, view.numel()) not in self._copy_values:
+                continue
+            key = StorageWeakRef(view.untyped_storage())
+            if key in self._input_storages or key in self._input_copies:
+                continue
+            match = self._copy_of_value(view)
+            if match is not None:
+                self._copied(view, match, self.input_bytes(match))
+
+    def _moved_from(
+        self, outs: list[torch.Tensor], sources: list[torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """The sources an op nobody classified moved data from: every sampled element of its
+        result occurs among the source's elements (same dtype; bool results, constants and
+        results under :data:`VALUE_MIN_BYTES` are left to compute)."""
+        out = outs[0]
+        if (out.dtype == torch.bool or out.device.type == "meta"
+                or out.numel() * out.element_size() < VALUE_MIN_BYTES):
+            return []
+        positions = _positions(out)
+        mine = _sample(_bits(out), positions)
+        if bool((mine == mine[0]).all()):
+            return []
+        return [t for t in sources if t.dtype == out.dtype
+                and bool(torch.isin(mine, _bits(t).reshape(-1)).all())]
+
+    def _attribution(self, t: torch.Tensor) -> tuple[str, int] | None:
+        """The input ``t`` reads, and how many of its bytes ``t``'s storage holds: the
+        input's own storage (a view of it), a copy of it, or, by value, a tensor holding
+        exactly its bits (however that was made: ``x.repeat(2, 1, 1)[:T]``)."""
         key = StorageWeakRef(t.untyped_storage())
+        name = self._input_in(key, t)
+        if name is not None:
+            return name, self.input_bytes(name)
         found = self._input_copies.get(key)
-        if found is None:
+        if found is not None:
+            if not found[0].expired():
+                return found[1], found[2]
+            del self._input_copies[key]  # that storage died; a new one took its address
+        if not (self.by_value and self._copy_values):
             return None
-        if found[0].expired():
-            del self._input_copies[key]
+        match = self._copy_of_value(t)
+        if match is None:
             return None
-        return found[1]
+        size = min(t.numel() * t.element_size(), self.input_bytes(match))
+        self._copied(t, match, size)
+        return match, size
+
+    def _input_in(self, key: StorageWeakRef, t: torch.Tensor) -> str | None:
+        """The input whose bytes ``t`` (in storage ``key``) covers most, if any."""
+        inputs = self._input_storages.get(key)
+        if not inputs:
+            return None
+        if len(inputs) == 1:
+            return inputs[0][0]
+        lo, hi = _byte_span(t)
+        name, first, last = max(inputs, key=lambda i: min(hi, i[2]) - max(lo, i[1]))
+        return name if min(hi, last) > max(lo, first) else None
+
+    def _copied(self, t: torch.Tensor, name: str, held: int) -> None:
+        """``t``'s storage is a copy of input ``name`` holding ``held`` more of its bytes."""
+        ref = StorageWeakRef(t.untyped_storage())
+        known = self._input_copies.get(ref)
+        if known is not None and not known[0].expired() and known[1] == name:
+            held += known[2]
+        self._input_copies[ref] = (ref, name, min(held, self.input_bytes(name)))
+        if self.by_value:
+            self._remember_copy_value(t, name)
+
+    def _remember_copy_value(self, t: torch.Tensor, name: str) -> None:
+        if t.device.type == "meta" or t.numel() * t.element_size() < VALUE_MIN_BYTES:
+            return
+        self._copy_values.setdefault((t.dtype, t.numel()), {})[id(t)] = (weakref.ref(t), name)
+
+    def _copy_of_value(self, t: torch.Tensor) -> str | None:
+        """The input whose bits ``t`` holds (``t`` compared with the inputs and their copies
+        of its dtype and size: a sample first, the whole tensor on a sampled match)."""
+        bucket = self._copy_values.get((t.dtype, t.numel()))
+        if not bucket or t.device.type == "meta":
+            return None
+        positions = _positions(t)
+        mine = _sample(_bits(t), positions)
+        if bool((mine == mine[0]).all()):  # constant: equal by construction, not a copy
+            return None
+        storage = StorageWeakRef(t.untyped_storage())
+        for key, (ref, name) in list(bucket.items()):
+            other = ref()
+            if other is None:
+                del bucket[key]
+                continue
+            if other.device != t.device or StorageWeakRef(other.untyped_storage()) == storage:
+                continue
+            if not torch.equal(_sample(_bits(other), positions), mine):
+                continue
+            self.value_comparisons += 1
+            if torch.equal(_bits(other).reshape(-1), _bits(t).reshape(-1)):
+                return name
+        return None
 
     def _see(
         self, t: torch.Tensor, where: Where | None, name: str | None, role: str = "converted"
@@ -502,9 +762,41 @@ class _LedgerMode(TorchDispatchMode):
     ) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func.overloadpacket in WATCHED:
-            self.ledger._record(func, args, kwargs, out)
+        self.ledger._observe(func, args, kwargs, out)
         return out
+
+
+def _positions(t: torch.Tensor) -> torch.Tensor:
+    """:data:`VALUE_SAMPLES` row-major positions, evenly spaced over ``t``."""
+    return torch.linspace(0, t.numel() - 1, VALUE_SAMPLES, device=t.device).long()
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as same-size integers, for comparisons bit for bit (e4m3 has no ``eq``)."""
+    if (t.is_floating_point() or t.is_complex()) and t.element_size() in _BITS:
+        return t.view(_BITS[t.element_size()])
+    return t
+
+
+def _byte_span(t: torch.Tensor) -> tuple[int, int]:
+    """The first and one-past-last byte of ``t`` in its storage."""
+    size = t.element_size()
+    first = t.storage_offset() * size
+    if not t.numel():
+        return first, first
+    extent = 1 + sum((n - 1) * abs(stride) for n, stride in zip(t.shape, t.stride(), strict=True))
+    return first, first + extent * size
+
+
+def _distinct_numel(t: torch.Tensor) -> int:
+    """Elements of ``t`` at distinct addresses: an expanded (stride 0) dimension is read once."""
+    if not t.numel():
+        return 0
+    n = 1
+    for size, stride in zip(t.shape, t.stride(), strict=True):
+        if stride:
+            n *= size
+    return n
 
 
 def _sample(t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -517,7 +809,7 @@ def _sample(t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
 def ledger_table(ledger: CastLedger, limit: int = 12) -> Iterator[str]:
     """The entries as an aligned table, largest first, capped at ``limit`` rows."""
     rows = sorted(ledger.entries, key=lambda e: -e.bytes_moved)[:limit]
-    yield (f"    {'#':>3}  {'kind':<4}  {'conversion':<14}  {'shape':<16}  {'read':>9}  "
+    yield (f"    {'#':>3}  {'kind':<4}  {'conversion':<17}  {'shape':<16}  {'read':>9}  "
            f"{'written':>9}  where")
     for e in rows:
         flag = ""
@@ -527,8 +819,10 @@ def ledger_table(ledger: CastLedger, limit: int = 12) -> Iterator[str]:
             flag = f"  ROUND TRIP (same value as {e.same_value_as.where})"
         elif e.no_op:
             flag = "  NO-OP"
+        elif e.by_value:
+            flag = f"  COPY BY VALUE of input '{e.input}'"
         code = f"  {e.where.code}" if e.where.code else ""
-        yield (f"    {e.index:>3}  {e.kind:<4}  {e.conversion:<14}  {list(e.shape)!s:<16}  "
+        yield (f"    {e.index:>3}  {e.kind:<4}  {e.conversion:<17}  {list(e.shape)!s:<16}  "
                f"{megabytes(e.bytes_read):>9}  {megabytes(e.bytes_written):>9}  "
                f"{e.where}{code}{flag}")
     if len(ledger.entries) > len(rows):
