@@ -4,6 +4,7 @@ newest-vs-previous gate, the device matrix, the page, and the commands' exit cod
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +23,9 @@ from numcheck.history.summary import text_lines
 from numcheck.history.summary import to_markdown as history_markdown
 from numcheck.report.drift import Rules, compare, compare_records
 from numcheck.report.records import Report, ReportError, load_report, record_to_dict
+
+ROOT = Path(__file__).resolve().parent.parent
+
 
 # -- device classes ----------------------------------------------------------------------
 
@@ -107,7 +111,7 @@ def test_save_report_never_overwrites_and_ignores_its_folder(tmp_path: Path) -> 
 def test_find_reports(tmp_path: Path) -> None:
     a = write_run(tmp_path / "h" / "cpu" / "a.json", [rec()])
     b = write_run(tmp_path / "h" / "H200" / "b.json", [rec()])
-    assert store.find_reports([tmp_path / "h", a]) == [(b, False), (a, False), (a, True)]
+    assert store.find_reports([tmp_path / "h", a]) == [(b, False), (a, True)]  # a once
     with pytest.raises(ReportError, match="nope: no such report file or folder"):
         store.find_reports([tmp_path / "nope"])
     (tmp_path / "empty").mkdir()
@@ -402,3 +406,21 @@ def test_save_keeps_the_run_in_the_history_folder(pytester: pytest.Pytester) -> 
     result = pytester.runpytest("--numcheck-save")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--numcheck-save only works together with --numcheck*"])
+
+
+def test_the_commands_need_no_torch(tmp_path: Path) -> None:
+    """merge, matrix and history read reports only: a CPU runner without torch runs them."""
+    import sys
+
+    folder = _history_folder(tmp_path)
+    code = (
+        "import sys\nfrom numcheck.__main__ import main\n"
+        f"main(['merge', {str(folder / 'cpu' / '0.json')!r}, '-o', {str(tmp_path / 'm.json')!r}])\n"
+        f"main(['matrix', {str(folder)!r}, '--jobs', '1'])\n"
+        f"main(['history', {str(folder)!r}, '--jobs', '1', '--no-plots', '--html', "
+        f"{str(tmp_path / 'h.html')!r}])\n"
+        "print('torch' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.stdout.strip().splitlines()[-1] == "False"
+    assert (tmp_path / "h.html").exists() and (tmp_path / "m.json").exists()

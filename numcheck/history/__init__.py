@@ -8,12 +8,14 @@ A single report answers "did this run pass?"; this room answers questions about 
   ``.numcheck/history/<device class>/``) and finding reports in folders;
 - :mod:`~numcheck.history.merge`: the shards of one run (CI matrix jobs, split suites)
   merged into the report a single run gives;
-- :mod:`~numcheck.history.runs`: many reports read quickly (in parallel, only what the
-  tables and plots need) and ordered by their commit's date;
+- :mod:`~numcheck.history.runs`: many reports read quickly (in parallel,
+  :mod:`~numcheck.history.pool`; only what the tables and plots need) and ordered by their
+  commit's date;
 - :mod:`~numcheck.history.matrix`: one row per check, one column per device class;
 - :mod:`~numcheck.history.series`: each check's metrics across commits, the moves beyond
   the drift rules, and the newest run against the one before it;
-- :mod:`~numcheck.history.page` and :mod:`~numcheck.history.svgseries`: the history as one
+- :mod:`~numcheck.history.summary`: the history as terminal lines and markdown;
+  :mod:`~numcheck.history.page` and :mod:`~numcheck.history.svgseries`: as one
   self-contained HTML page with matplotlib SVG plots;
 - :mod:`~numcheck.history.commands`: ``python -m numcheck merge | matrix | history``.
 

@@ -6,9 +6,9 @@ run, so its gate, summary, comparison with main and history are the single run's
 
 - **records**: every shard's, in the order of the files given and, within each, in its own
   order (shards of a splitter that keeps the collection order, given in group order, give
-  the collection order). A check is known by its node id. Two shards holding the same check
-  with the same result (a shard uploaded twice) keep one record; with different results
-  it is an error naming both files;
+  the collection order). A check is known by its node id and by (op, case, variant,
+  device). Two shards holding the same check with the same result (a shard uploaded twice)
+  keep one record; with different results it is an error naming both files;
 - **gate**: the merged ``exitstatus`` is what one pytest run would have ended with: an
   interrupted, crashed or misused shard (2, 3, 4) wins, then a failure (1); a shard that
   collected nothing (5) counts only when every shard did;

@@ -35,7 +35,9 @@ from numcheck.history.svgseries import (
 from numcheck.report.htmlpage import CSP, CSS, EXTRA_HINT
 
 #: Commit ids printed under each plot's x axis, at most.
-MAX_TICKS = 6
+MAX_TICKS = 5
+#: Regressions listed in full; the rest folded (a removed case file lists every check).
+MAX_REGRESSIONS = 10
 
 _EXTRA_CSS = """
 .swatch{display:inline-block;width:12px;height:12px;border-radius:2px;margin:0 4px 0 10px;
@@ -196,8 +198,11 @@ def render_history(history: History, *, plots: bool | None = None,
     gate_rows = [[_e(c) for c in gate_row(history, g)] for g in history.gates]
     out.append(_table(GATE_HEADER, gate_rows))
     if history.regressions:
-        out.append("<ul>" + "".join(f'<li class="v-FAIL">REGRESSION {_e(r)}</li>'
-                                    for r in history.regressions) + "</ul>")
+        items = [f'<li class="v-FAIL">REGRESSION {_e(r)}</li>' for r in history.regressions]
+        out.append("<ul>" + "".join(items[:MAX_REGRESSIONS]) + "</ul>")
+        if len(items) > MAX_REGRESSIONS:
+            out.append(f"<details><summary>{len(items) - MAX_REGRESSIONS} more regression(s)"
+                       f"</summary><ul>{''.join(items[MAX_REGRESSIONS:])}</ul></details>")
     out.append(_runs_section(history))
     out.append("<h2>Each check</h2>")
     out.append(f"<p>Checks that moved first. Per check, across commits (oldest left, ordered "

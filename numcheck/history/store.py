@@ -89,12 +89,19 @@ def find_reports(sources: Iterable[Path | str]) -> list[tuple[Path, bool]]:
 
     A file is taken as it is (``named``: it must be a numcheck report); a folder gives its
     ``*.json`` files, recursively, in name order (``named`` false: other JSON files there,
-    a pytest-benchmark file say, are skipped with a note by the reader).
+    a pytest-benchmark file say, are skipped with a note by the reader). A file given twice
+    (by name and in its folder) is read once, as named.
 
     Raises:
         ReportError: a path that does not exist, or a folder with no JSON file in it.
     """
-    found: list[tuple[Path, bool]] = []
+    found: dict[Path, tuple[Path, bool]] = {}  # by resolved path: each file read once
+
+    def add(path: Path, named: bool) -> None:
+        key = path.resolve()
+        first, was_named = found.get(key, (path, False))
+        found[key] = (first, was_named or named)
+
     for source in sources:
         path = Path(source)
         if path.is_dir():
@@ -103,11 +110,12 @@ def find_reports(sources: Iterable[Path | str]) -> list[tuple[Path, bool]]:
                 raise ReportError(path, "a folder with no *.json report in it",
                                   "pass the folder --numcheck-save wrote "
                                   "(.numcheck/history) or report files")
-            found += [(p, False) for p in files]
+            for p in files:
+                add(p, False)
         elif path.exists():
-            found.append((path, True))
+            add(path, True)
         else:
             raise ReportError(path, "no such report file or folder",
                               "pass report files (--numcheck-report, --numcheck-save) or a "
                               "folder of them")
-    return found
+    return list(found.values())
