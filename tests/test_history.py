@@ -17,7 +17,7 @@ from numcheck.__main__ import main
 from numcheck.history import devclass, store
 from numcheck.history.matrix import build_matrix, cell_text, to_html, to_markdown
 from numcheck.history.page import render_history
-from numcheck.history.runs import _parse, lean_record, load_runs
+from numcheck.history.runs import _parse, lean_record, load_runs, read_report
 from numcheck.history.series import build_history
 from numcheck.history.summary import text_lines
 from numcheck.history.summary import to_markdown as history_markdown
@@ -156,6 +156,12 @@ def test_parse_drops_only_what_runs_never_read(tmp_path: Path) -> None:
         {k: v for k, v in whole.items() if k != "records"}
     compact = json.dumps(whole)  # another tool's layout: parsed whole
     assert _parse(compact) == whole
+    # The newest-vs-previous gate reads reports this way: compare sees no difference.
+    full, cut_report = load_report(GPU_REPORT), read_report(GPU_REPORT)
+    worse = replace(full, records=[replace(r, status="fail") if r.variant == "bf16" else r
+                                   for r in full.records[1:]])
+    assert compare(cut_report, worse) == compare(full, worse)
+    assert compare(cut_report, worse).regressions  # and there is something to see
 
 
 def test_runs_are_ordered_by_commit_date_then_git_then_creation(tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ its metrics do: "still failing" is not news at every commit.
 
 **The gate.** For every device class with two runs or more, the newest run is compared with
 the one before it, whole reports, exactly as ``python -m numcheck compare PREVIOUS NEWEST``
-would (both files are read in full for it): any regression makes ``history`` exit 1.
+would (both files are read again for it, all but the sections compare never reads): any
+regression makes ``history`` exit 1.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from itertools import pairwise
 from typing import NamedTuple
 
 from numcheck.history.devclass import sort_classes
-from numcheck.history.runs import Run
+from numcheck.history.runs import Run, read_report
 from numcheck.report.drift import Drift, Rules, compare, compare_records
-from numcheck.report.records import Record, load_report
+from numcheck.report.records import Record
 
 #: A check across runs: (op, case, variant). The device is the line, not the check.
 CheckKey = tuple[str, str, str]
@@ -189,7 +190,7 @@ def build_gates(runs: Sequence[Run], rules: Rules) -> list[ClassGate]:
             gates.append(ClassGate(cls, idx[-1], None, None))
             continue
         prev, new = runs[idx[-2]], runs[idx[-1]]
-        drift = compare(load_report(prev.path), load_report(new.path), rules,
+        drift = compare(read_report(prev.path), read_report(new.path), rules,
                         baseline=str(prev.path))
         gates.append(ClassGate(cls, idx[-1], idx[-2], drift))
     return gates
