@@ -1,25 +1,26 @@
 """history and matrix at scale: 500 reports of 100 checks each (issue 28, "Scale").
 
-    PYTHONPATH=. python benchmarks/history_scale.py [--reports 500] [--checks 100] [--out DIR]
+    PYTHONPATH=. python benchmarks/history_scale.py [--kind worst|gate|perf] [--reports 500]
+        [--checks 100] [--out DIR [--reuse]] [--repeat N]
 
 Writes a history folder of synthetic but full-size reports, then times, as a user would run
-them (a fresh ``python -m numcheck`` each, wall clock):
+them (a fresh ``python -m numcheck`` each):
 
     python -m numcheck history DIR --html DIR/history.html --markdown DIR/history.md
     python -m numcheck matrix DIR --html DIR/matrix.html --markdown DIR/matrix.md
 
-and prints the wall times, the pages' sizes and the machine. The target: both under 10 s on
-2 cores, the history page under 10 MB.
+and prints, last, the wall and CPU seconds (the command and its worker processes), the
+pages' sizes and the machine with its load average: on a shared machine the wall time
+follows the load, the CPU time much less. The target: both under 10 s on 2 cores, the
+history page under 10 MB.
 
-The reports are as heavy as real ones: every record is a copy of a record of the H200 gate
-report in docs/ (per-seed metrics, plot data, kernel-audit casts: about 17 kB a record on a
-GPU; a CPU record is smaller), timing from the H200 speed-gate report, so the files are
-about 1.7 MB each (850 MB in all). Across the reports: two device classes (H200, B200), 250
-commits a day apart each run on both; numerics constant from run to run (they are
-deterministic on one device) except 5 checks whose calc_diff steps up 1.6x at one commit
-(moves the page must mark; the history's exit code is 0 unless a step falls on the newest
-commit); speedups noisy by 1% (a new interval every run). The folder is
-kept only with ``--out``.
+The reports are copies of real records (templates() says which for each ``--kind``; the
+default ``worst`` is heavier than any real run: 1.8 MB a report, 0.9 GB in all). Across
+them: two device classes (H200, B200), 250 commits a day apart each run on both; numerics
+constant from run to run (they are deterministic on one device) except 5 checks whose
+calc_diff steps up 1.6x at one commit (in perf-only checks, which have no numerics, the
+speedup drops 10% instead): moves the page must mark (the history's exit code is 0 unless a
+step falls on the newest commit); speedups noisy by 1% (a new interval every run). The folder is kept only with ``--out``; ``--reuse`` times the reports already there.
 """
 
 from __future__ import annotations
@@ -47,13 +48,27 @@ CLASSES = ("NVIDIA H200", "NVIDIA B200")
 STEPPED = 5  # checks whose calc_diff steps up once
 
 
-def templates() -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The gate report's document and 100-odd full records with timing added."""
+def templates(kind: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The report document and the records to copy, for each kind of run:
+
+    - ``gate``: the GPU gate (no --numcheck-perf): the H200 gate report's checks that ran,
+      with their per-seed metrics, plot data and kernel-audit cast ledgers (17 kB a record),
+      no timing;
+    - ``perf``: a --numcheck-perf run: the H200 speed-gate report's records (timing, no
+      kernel audit: 4.6 kB a record);
+    - ``worst``: the gate's records with the perf run's timing added: both heavy parts at
+      once, which no real run has (a timing run leaves the kernel audit off). An upper bound.
+    """
     gate = json.loads(GATE.read_text())
-    timed = [r for r in json.loads(TIMED.read_text())["records"] if r.get("timing")]
-    records = [r for r in gate["records"] if r["status"] in ("pass", "xfail", "fail")]
+    timed_doc = json.loads(TIMED.read_text())
+    timed = [r for r in timed_doc["records"] if r.get("timing")]
+    ran = [r for r in gate["records"] if r["status"] in ("pass", "xfail", "fail")]
+    if kind == "perf":
+        return timed_doc, copy.deepcopy(timed)
+    if kind == "gate":
+        return gate, copy.deepcopy(ran)
     out = []
-    for i, r in enumerate(records):
+    for i, r in enumerate(ran):
         r = copy.deepcopy(r)
         r["timing"] = copy.deepcopy(timed[i % len(timed)]["timing"])
         out.append(r)
@@ -72,14 +87,18 @@ def make_checks(records: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     return out
 
 
-def write_reports(folder: Path, n_reports: int, n_checks: int, seed: int = 0) -> None:
-    gate, records = templates()
+def write_reports(folder: Path, n_reports: int, n_checks: int, kind: str,
+                  seed: int = 0) -> None:
+    gate, records = templates(kind)
     checks = make_checks(records, n_checks)
     rnd = random.Random(seed)
     commits = n_reports // len(CLASSES)
     # Checks whose calc_diff is above the drift rules' floor (1e-10): a step there is a move.
+    # Perf-only checks have no numerics: there the speedup steps down 10% instead.
     movable = [j for j, r in enumerate(checks)
                if next(iter(r["metrics"].values()), {}).get("calc_diff", 0) > 1e-9]
+    by_speed = not movable
+    movable = movable or [j for j, r in enumerate(checks) if r.get("timing")]
     step_at = {j: rnd.randrange(commits // 4, commits) for j in rnd.sample(movable, STEPPED)}
     start = datetime(2026, 1, 1, tzinfo=UTC)
     for c in range(commits):
@@ -98,13 +117,16 @@ def write_reports(folder: Path, n_reports: int, n_checks: int, seed: int = 0) ->
                 r["device_name"] = name
                 if r["status"] == "fail":
                     r["status"] = "pass"
-                if j in step_at and c >= step_at[j]:
+                stepped = j in step_at and c >= step_at[j]
+                if stepped and not by_speed:
                     r["metrics"] = {o: dict(m, calc_diff=m.get("calc_diff", 1e-6) * 1.6)
                                     for o, m in r["metrics"].items()}
-                t = dict(r["timing"])
-                s = t["speedup"] * (1 + 0.01 * rnd.gauss(0, 1))
-                t.update(speedup=s, ci_low=s * 0.995, ci_high=s * 1.005)
-                r["timing"] = t
+                if r.get("timing"):
+                    t = dict(r["timing"])
+                    s = t["speedup"] * (1 + 0.01 * rnd.gauss(0, 1)) * (
+                        0.9 if stepped and by_speed else 1.0)
+                    t.update(speedup=s, ci_low=s * 0.995, ci_high=s * 1.005)
+                    r["timing"] = t
                 recs.append(r)
             doc["records"] = recs
             cls = name.split()[-1]
@@ -142,6 +164,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reports", type=int, default=500)
     ap.add_argument("--checks", type=int, default=100)
+    ap.add_argument("--kind", choices=("worst", "gate", "perf"), default="worst",
+                    help="what the reports hold (templates() says; default: worst)")
     ap.add_argument("--out", type=Path, help="keep the reports and pages here")
     ap.add_argument("--reuse", action="store_true",
                     help="time the reports already under --out (no writing)")
@@ -151,10 +175,10 @@ def main() -> int:
     reports = folder / "history"
     t0 = time.perf_counter()
     if not (args.reuse and reports.is_dir()):
-        write_reports(reports, args.reports, args.checks)
+        write_reports(reports, args.reports, args.checks, args.kind)
     size = sum(p.stat().st_size for p in reports.rglob("*.json"))
-    print(f"wrote {args.reports} reports of {args.checks} checks ({size / 1e6:.0f} MB) in "
-          f"{time.perf_counter() - t0:.0f} s")
+    print(f"{args.reports} {args.kind} reports of {args.checks} checks ({size / 1e6:.0f} MB; "
+          f"written in {time.perf_counter() - t0:.0f} s)")
     rows = []
     for _ in range(args.repeat):
         for name in ("history", "matrix"):

@@ -27,6 +27,12 @@ from numcheck.report.records import Report, ReportError, load_report, record_to_
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _no_step_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The commands append to $GITHUB_STEP_SUMMARY when set: not to a CI job's own summary.
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
 # -- device classes ----------------------------------------------------------------------
 
 
@@ -145,7 +151,7 @@ def test_lean_records_drift_as_the_full_ones() -> None:
 
 
 def test_parse_drops_only_what_runs_never_read(tmp_path: Path) -> None:
-    text = GPU_REPORT.read_text()
+    text = GPU_REPORT.read_bytes()
     whole, cut = json.loads(text), _parse(text)
     assert len(json.dumps(cut)) < len(json.dumps(whole)) / 2
     dropped = {"per_seed", "casts", "plots", "localization", "violations"}
@@ -154,7 +160,7 @@ def test_parse_drops_only_what_runs_never_read(tmp_path: Path) -> None:
             {k: v for k, v in b.items() if k not in dropped}
     assert {k: v for k, v in cut.items() if k != "records"} == \
         {k: v for k, v in whole.items() if k != "records"}
-    compact = json.dumps(whole)  # another tool's layout: parsed whole
+    compact = json.dumps(whole).encode()  # another tool's layout: parsed whole
     assert _parse(compact) == whole
     # The newest-vs-previous gate reads reports this way: compare sees no difference.
     full, cut_report = load_report(GPU_REPORT), read_report(GPU_REPORT)
@@ -344,9 +350,11 @@ def test_thinning_keeps_the_envelope() -> None:
 # -- the commands ------------------------------------------------------------------------
 
 
-def test_history_and_matrix_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                                     ) -> None:
+def test_history_and_matrix_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
     folder = _history_folder(tmp_path)
+    step = tmp_path / "step.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
     out = tmp_path / "out"
     code = main(["history", str(folder), "--html", str(out / "h.html"), "--markdown",
                  str(tmp_path / "h.md"), "--no-plots", "--jobs", "1"])
@@ -363,6 +371,8 @@ def test_history_and_matrix_commands(tmp_path: Path, capsys: pytest.CaptureFixtu
                  "--html", str(tmp_path / "m.html")]) == 0
     text = capsys.readouterr().out
     assert "numcheck matrix: 3 checks on 2 device class(es) (cpu, H200)" in text
+    summary = step.read_text()
+    assert summary.count("## numcheck history: ") == 4 and summary.count("## numcheck matrix: ") == 1
 
 
 @pytest.mark.parametrize("command", ["history", "matrix"])

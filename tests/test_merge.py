@@ -16,6 +16,12 @@ from numcheck.report.records import Report, ReportError, load_report, write_json
 SHA = "ab" * 20
 
 
+@pytest.fixture(autouse=True)
+def _no_step_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The commands append to $GITHUB_STEP_SUMMARY when set: not to a CI job's own summary.
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
 def _shards(tmp_path: Path, *, failed: bool = False) -> tuple[list[Path], list]:
     """A run of four checks, split in two shards as a splitter would."""
     checks = [rec("fp32"), rec("bf16"), rec("tf32", status="fail" if failed else "pass"),

@@ -42,16 +42,19 @@ def _skipped_note(skipped: list) -> None:
 
 
 def matrix(args: argparse.Namespace) -> int:
-    """Print the device matrix (and write it as markdown / HTML); exit 0 (it informs, the
-    gate of each run is its own)."""
+    """Print the device matrix (and write it as markdown / HTML; the markdown also goes to
+    ``$GITHUB_STEP_SUMMARY`` when set, as compare's does); exit 0 (it informs: each run's
+    gate is its own)."""
     from numcheck.history import matrix as mx
     from numcheck.history.runs import load_runs
 
     loaded = load_runs(args.reports, repo=args.repo, jobs=args.jobs)
     _skipped_note(loaded.skipped)
     m = mx.build_matrix(loaded.runs)
+    text = mx.to_markdown(m)
     if args.markdown is not None:
-        args.markdown.write_text(mx.to_markdown(m))
+        args.markdown.write_text(text)
+    append_step_summary(text)
     if args.html is not None:
         args.html.parent.mkdir(parents=True, exist_ok=True)
         args.html.write_text(mx.to_html(m), encoding="utf-8")
@@ -70,8 +73,9 @@ def matrix(args: argparse.Namespace) -> int:
 
 
 def history(args: argparse.Namespace, rules: Rules) -> int:
-    """Print the history summary (and write the page / markdown); exit 1 when the newest run
-    of a device class regressed against the run before it."""
+    """Print the history summary (and write the page / markdown; the markdown also goes to
+    ``$GITHUB_STEP_SUMMARY`` when set); exit 1 when the newest run of a device class
+    regressed against the run before it."""
     from numcheck.history.page import write_history
     from numcheck.history.runs import load_runs
     from numcheck.history.series import build_history
@@ -81,10 +85,10 @@ def history(args: argparse.Namespace, rules: Rules) -> int:
     _skipped_note(loaded.skipped)
     h = build_history(loaded.runs, rules)
     args.exit_code = EXIT_OK if h.passed else EXIT_FAIL
+    text = to_markdown(h)
     if args.markdown is not None:
-        text = to_markdown(h)
         args.markdown.write_text(text)
-        append_step_summary(text)
+    append_step_summary(text)
     if args.html is not None:
         write_history(args.html, h, plots=False if args.no_plots else None, jobs=args.jobs)
     for line in text_lines(h):

@@ -21,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from numcheck.history.matrix import closest_ratio
-from numcheck.history.pool import parallel_map
+from numcheck.history.pool import collector_paused, parallel_map
 from numcheck.history.series import History, Series
 from numcheck.history.summary import GATE_HEADER, MOVED_HEADER, gate_row, headline, moved_rows
 from numcheck.history.svgseries import (
@@ -164,7 +164,8 @@ def render_history(history: History, *, plots: bool | None = None,
     svgs: dict[int, str] = {}
     if plots:
         preload()
-        data = [(i, plot_data(history, s, palette)) for i, s in enumerate(ordered)]
+        with collector_paused():
+            data = [(i, plot_data(history, s, palette)) for i, s in enumerate(ordered)]
         data = [(i, d) for i, d in data if d.panels]  # skipped in every run: nothing to draw
         drawn = parallel_map(draw_check, [d for _, d in data], jobs=jobs, min_items=24)
         svgs = {i: svg for (i, _), svg in zip(data, drawn, strict=True)}

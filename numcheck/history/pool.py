@@ -7,17 +7,34 @@ process: starting workers costs more than they save.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector. Building tens of thousands of small objects
+    (records read from 500 reports) makes it walk the growing heap again and again: 0.6 s of
+    the 0.9 s it takes to unpickle 500 runs' records. Records hold no reference cycles, so
+    reference counting frees them without it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def default_jobs() -> int:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from numcheck.history.devclass import classes_of, environment_class, record_class
-from numcheck.history.pool import parallel_map
+from numcheck.history.pool import collector_paused, parallel_map
 from numcheck.history.store import find_reports
 from numcheck.report.records import (
     Record,
@@ -137,10 +137,10 @@ def lean_record(raw: Mapping[str, Any]) -> Record:
 #: A record section the runs never read, as numcheck's writer lays it out: indent 1, so a
 #: record's keys start 3 spaces in and what is nested inside them deeper (json.dumps with
 #: indent=1, numcheck.report.records.write_json).
-_SKIPPED = re.compile(r'\n   "(per_seed|casts|plots|localization|violations)": ([\[{])\n')
+_SKIPPED = re.compile(rb'\n   "(per_seed|casts|plots|localization|violations)": ([\[{])\n')
 
 
-def _parse(text: str) -> Any:
+def _parse(data: bytes) -> Any:
     """The document, with the record sections runs never read (per-seed metrics, cast
     ledgers, plot data, localization, violations: 80% of a GPU report's bytes) replaced by
     null before parsing when the file has numcheck's own layout, which halves the time.
@@ -148,26 +148,26 @@ def _parse(text: str) -> Any:
     The section's end is the next line holding only its closing bracket 3 spaces in: nothing
     nested sits that shallow, and JSON strings hold no raw newline. Any other layout (a
     report rewritten by another tool) is parsed whole, as is a file the cut would not leave
-    valid.
+    valid. Bytes, not text: only what is kept gets decoded.
     """
-    parts: list[str] = []
+    parts: list[bytes] = []
     pos = 0
-    for m in _SKIPPED.finditer(text):
+    for m in _SKIPPED.finditer(data):
         if m.start() < pos:
             continue
-        closer = "]" if m.group(2) == "[" else "}"
-        end = text.find("\n   " + closer, m.end() - 1)
+        closer = b"]" if m.group(2) == b"[" else b"}"
+        end = data.find(b"\n   " + closer, m.end() - 1)
         if end < 0:
-            return json.loads(text)
-        parts += [text[pos:m.start()], f'\n   "{m.group(1)}": null']
+            return json.loads(data)
+        parts += [data[pos:m.start()], b'\n   "' + m.group(1) + b'": null']
         pos = end + 5
     if not parts:
-        return json.loads(text)
-    parts.append(text[pos:])
+        return json.loads(data)
+    parts.append(data[pos:])
     try:
-        return json.loads("".join(parts))
-    except json.JSONDecodeError:
-        return json.loads(text)
+        return json.loads(b"".join(parts))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return json.loads(data)
 
 
 def read_report(path: Path) -> Report:
@@ -175,7 +175,7 @@ def read_report(path: Path) -> Report:
     sections :func:`_parse` leaves out (nothing :func:`numcheck.report.drift.compare`
     reads): what the history's newest-vs-previous comparison needs, in half the time."""
     try:
-        data = _parse(path.read_text())
+        data = _parse(path.read_bytes())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return load_report(path)  # its own message for what went wrong
     if not is_report_document(data):
@@ -187,10 +187,15 @@ def read_report(path: Path) -> Report:
 def _read(item: tuple[str, bool]) -> dict[str, Any]:
     """One report file, trimmed (runs in a worker process: returns plain data or an error
     message, since an exception with its own constructor does not cross processes)."""
+    with collector_paused():
+        return _read_file(item)
+
+
+def _read_file(item: tuple[str, bool]) -> dict[str, Any]:
     name, named = item
     path = Path(name)
     try:
-        data = _parse(path.read_text())
+        data = _parse(path.read_bytes())
     except FileNotFoundError:
         return {"error": str(ReportError(path, "no such report file",
                                          "pass the path a run wrote with --numcheck-report"))}
@@ -253,7 +258,8 @@ def load_runs(sources: Iterable[Path | str], *, repo: Path | None = None,
             of another schema version or with malformed records, or no report at all.
     """
     files = find_reports(sources)
-    results = parallel_map(_read, [(str(p), named) for p, named in files], jobs=jobs)
+    with collector_paused():
+        results = parallel_map(_read, [(str(p), named) for p, named in files], jobs=jobs)
     runs: list[Run] = []
     skipped: list[Path] = []
     for result in results:

@@ -29,6 +29,7 @@ from itertools import pairwise
 from typing import NamedTuple
 
 from numcheck.history.devclass import sort_classes
+from numcheck.history.pool import collector_paused
 from numcheck.history.runs import Run, read_report
 from numcheck.report.drift import Drift, Rules, compare, compare_records
 from numcheck.report.records import Record
@@ -202,7 +203,8 @@ def build_history(runs: Sequence[Run], rules: Rules | None = None) -> History:
     rules = rules or Rules()
     runs = list(runs)
     xs, ticks = commit_axis(runs)
-    series = build_series(runs, xs, rules)
+    with collector_paused():
+        series = build_series(runs, xs, rules)
     classes = sort_classes({c for s in series for c in s.lines} or
                            {c for r in runs for c in r.classes})
     return History(runs, xs, ticks, classes, series, build_gates(runs, rules), rules)
