@@ -87,6 +87,11 @@ def make_checks(records: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     return out
 
 
+def first_calc_diff(record: dict[str, Any]) -> float:
+    outputs = list(record["metrics"].values())
+    return float(outputs[0].get("calc_diff", 0.0)) if outputs else 0.0
+
+
 def write_reports(folder: Path, n_reports: int, n_checks: int, kind: str,
                   seed: int = 0) -> None:
     gate, records = templates(kind)
@@ -95,8 +100,7 @@ def write_reports(folder: Path, n_reports: int, n_checks: int, kind: str,
     commits = n_reports // len(CLASSES)
     # Checks whose calc_diff is above the drift rules' floor (1e-10): a step there is a move.
     # Perf-only checks have no numerics: there the speedup steps down 10% instead.
-    movable = [j for j, r in enumerate(checks)
-               if next(iter(r["metrics"].values()), {}).get("calc_diff", 0) > 1e-9]
+    movable = [j for j, r in enumerate(checks) if first_calc_diff(r) > 1e-9]
     by_speed = not movable
     movable = movable or [j for j, r in enumerate(checks) if r.get("timing")]
     step_at = {j: rnd.randrange(commits // 4, commits) for j in rnd.sample(movable, STEPPED)}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from numcheck.report.drift import Rules
 from numcheck.report.markdown import headline as report_headline
@@ -34,7 +35,7 @@ def merge(args: argparse.Namespace) -> int:
     return EXIT_OK if report.passed else EXIT_FAIL
 
 
-def _skipped_note(skipped: list) -> None:
+def _skipped_note(skipped: list[Path]) -> None:
     if skipped:
         names = ", ".join(str(p) for p in skipped[:3]) + (" ..." if len(skipped) > 3 else "")
         print(f"note: skipped {len(skipped)} JSON file(s) that are not numcheck reports: "
