@@ -3,10 +3,15 @@
     python -m numcheck compare BASE.json NEW.json   # baseline drift; exit 1 on a regression
     python -m numcheck summary REPORT.json          # the summary table (and markdown) again
     python -m numcheck html REPORT.json OUT.html    # the self-contained HTML report
+    python -m numcheck merge A.json B.json -o RUN.json   # shards of one run -> its report
+    python -m numcheck matrix REPORTS...            # one column per device class
+    python -m numcheck history REPORTS_OR_DIR... --html OUT.html   # across commits
 
 Exit codes (documented in the README, "Gating merges in CI"):
-    0  no regression (compare) / the report's gate passed (summary)
-    1  at least one regression (compare) / the report's gate failed (summary)
+    0  no regression (compare, history) / the report's gate passed (summary, html, merge) /
+       matrix always
+    1  at least one regression (compare; history: the newest run of a device class against
+       the one before it) / the report's gate failed (summary, html, merge)
     2  usage error or unreadable input (a missing file, not a numcheck report, another
        schema version); the message names the file and the fix
 """
@@ -18,6 +23,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from numcheck.report.drift import DRIFT_HEADER, Rules, compare, drift_headline, drift_rows
 from numcheck.report.markdown import drift_markdown, headline, to_markdown
@@ -36,6 +42,24 @@ def _parser() -> argparse.ArgumentParser:
                        "exit 1 on a regression")
     c.add_argument("base", type=Path, help="baseline report (e.g. main's --numcheck-report)")
     c.add_argument("new", type=Path, help="the report to gate")
+    _rule_options(c)
+    c.add_argument("--markdown", type=Path, metavar="PATH",
+                   help="also write the drift as markdown to PATH")
+    s = sub.add_parser("summary", help="print a report's summary table; exit 1 if its gate failed")
+    s.add_argument("report", type=Path)
+    s.add_argument("--markdown", type=Path, metavar="PATH",
+                   help="also write the markdown summary to PATH")
+    h = sub.add_parser("html", help="write a report's self-contained HTML page "
+                       "(plots need the html extra); exit 1 if its gate failed")
+    h.add_argument("report", type=Path)
+    h.add_argument("out", type=Path, help="the HTML file to write")
+    h.add_argument("--no-plots", action="store_true", help="tables only, even with matplotlib")
+    _history_parsers(sub)
+    return p
+
+
+def _rule_options(c: argparse.ArgumentParser) -> None:
+    """The drift rules (compare, history): defaults from :class:`Rules`."""
     d = Rules()
     c.add_argument("--calc-diff-factor", type=float, default=d.calc_diff_factor,
                    help="regression when calc_diff grows more than this many times "
@@ -54,18 +78,44 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--allow-removed", action="store_true",
                    help="a check of the baseline missing from the new run is listed, not a "
                    "regression (default: it fails the comparison)")
-    c.add_argument("--markdown", type=Path, metavar="PATH",
-                   help="also write the drift as markdown to PATH")
-    s = sub.add_parser("summary", help="print a report's summary table; exit 1 if its gate failed")
-    s.add_argument("report", type=Path)
-    s.add_argument("--markdown", type=Path, metavar="PATH",
-                   help="also write the markdown summary to PATH")
-    h = sub.add_parser("html", help="write a report's self-contained HTML page "
-                       "(plots need the html extra); exit 1 if its gate failed")
-    h.add_argument("report", type=Path)
-    h.add_argument("out", type=Path, help="the HTML file to write")
-    h.add_argument("--no-plots", action="store_true", help="tables only, even with matplotlib")
-    return p
+
+
+def _rules(args: argparse.Namespace) -> Rules:
+    return Rules(args.calc_diff_factor, args.calc_diff_floor, args.recall_drop,
+                 args.speedup_drop, args.same_device_factor, float(args.allow_removed))
+
+
+def _history_parsers(sub: Any) -> None:
+    """merge, matrix and history (numcheck/history/commands.py runs them)."""
+    m = sub.add_parser("merge", help="merge the reports of one run's shards into the report "
+                       "a single run gives; exit 1 if the merged gate failed")
+    m.add_argument("reports", type=Path, nargs="+", metavar="SHARD.json")
+    m.add_argument("-o", "--out", type=Path, required=True, metavar="RUN.json",
+                   help="the merged report to write")
+    m.add_argument("--markdown", type=Path, metavar="PATH",
+                   help="also write the merged run's markdown summary to PATH")
+    for name, helptext in (
+            ("matrix", ("one row per check, one column per device class (the newest run of "
+                        "each); checks whose verdict differs across devices first")),
+            ("history", ("each check across commits, per device class; exit 1 if the newest "
+                         "run of a device class regressed against the one before it"))):
+        q = sub.add_parser(name, help=helptext)
+        q.add_argument("reports", type=Path, nargs="+", metavar="REPORT_OR_DIR",
+                       help="report files, or folders searched for *.json reports (e.g. "
+                       ".numcheck/history, where --numcheck-save keeps runs)")
+        q.add_argument("--markdown", type=Path, metavar="PATH", help="also write markdown")
+        q.add_argument("--html", type=Path, metavar="PATH",
+                       help="also write a self-contained HTML page")
+        q.add_argument("--repo", type=Path, metavar="DIR", default=Path.cwd(),
+                       help="git checkout in which to look up the dates of commits that "
+                       "older reports name without a date (default: the current folder)")
+        q.add_argument("--jobs", type=int, metavar="N", default=None,
+                       help="worker processes for reading reports and drawing plots "
+                       "(default: the usable cores, at most 8)")
+        if name == "history":
+            q.add_argument("--no-plots", action="store_true",
+                           help="tables only, even with matplotlib")
+            _rule_options(q)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -73,10 +123,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
+        rules = _rules(args) if args.command in ("compare", "history") else None
+    except ValueError as exc:  # a rule value out of range
+        parser.error(str(exc))
+    try:
         if args.command == "compare":
-            return _compare(args)
+            assert rules is not None
+            return _compare(args, rules)
         if args.command == "html":
             return _html(args)
+        if args.command in ("merge", "matrix", "history"):
+            from numcheck.history import commands
+
+            if args.command == "history":
+                assert rules is not None
+                return commands.history(args, rules)
+            return int(getattr(commands, args.command)(args))
         return _summary(args)
     except BrokenPipeError:
         # `python -m numcheck compare a b | head`: the reader left; end quietly, keep the code.
@@ -85,14 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ReportError as exc:
         print(f"numcheck {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except ValueError as exc:  # a rule value out of range
-        parser.error(str(exc))
-        return EXIT_USAGE  # not reached: parser.error exits with 2
 
 
-def _compare(args: argparse.Namespace) -> int:
-    rules = Rules(args.calc_diff_factor, args.calc_diff_floor, args.recall_drop,
-                  args.speedup_drop, args.same_device_factor, float(args.allow_removed))
+def _compare(args: argparse.Namespace, rules: Rules) -> int:
     base, new = load_report(args.base), load_report(args.new)
     drift = compare(base, new, rules, baseline=str(args.base))
     args.exit_code = EXIT_REGRESSION if drift.regressions else EXIT_OK

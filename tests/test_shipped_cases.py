@@ -78,13 +78,36 @@ def test_perf_cases_are_cuda_only_and_catch_the_round_trip() -> None:
     assert len(perf) >= 4 and all(c.devices == ("cuda",) for c in perf.values())
     seed = perf["mhc_pre::perf-mhc-v4pro-t4k-prefill"]
     assert seed.params["tokens"] >= 1000 and seed.params["hidden"] * seed.params["hc_mult"] == 28672
-    assert seed.expect["bf16_roundtrip"].fails == ("perf.speedup_min", "casts.round_trips")
+    assert seed.expect["bf16_roundtrip"].fails == ("perf.speedup_min", "casts.round_trips",
+                                                   "casts.cast_bytes_ratio")
     # The known-bad round trip is held to the very gate the fix passes.
     assert seed.perf["bf16_roundtrip"].threshold("cuda") == seed.perf["bf16"].threshold("cuda")
     # Every mHC perf case runs the round trip as a known-bad variant the cast ledger catches.
     for case in perf.values():
         if case.op == "mhc_pre":
             assert "casts.round_trips" in case.expect["bf16_roundtrip"].fails, case.id
+
+
+def test_perf_cases_set_cast_limits_at_their_own_shapes() -> None:
+    """No variant of a perf case is left at its class's wide default ceiling without saying
+    so: each has a limit measured at the case's shape, or a declared expected failure (the
+    prefill bf16 indexer's widened scores) with its reason."""
+    from numcheck.overhead.gate import default_overhead
+
+    op_variants = {name: set(get_op(name).variants) for name in ("indexer", "mhc_pre")}
+    for case in (c for c in ALL_CASES.values() if c.perf_only):
+        for variant in set(case.variants) & op_variants[case.op]:
+            expected = case.expect.get(variant)
+            if expected is not None and expected.fails == ("casts.cast_bytes_ratio",):
+                assert expected.reason, (case.id, variant)
+                continue
+            limit = case.overhead[variant].max_cast_bytes_ratio
+            ceiling = default_overhead(get_op(case.op).variants[variant].precision)
+            assert limit is not None and limit < (ceiling.max_cast_bytes_ratio or 1e9), (
+                case.id, variant)
+    prefill = ALL_CASES["indexer::perf-indexer-v4flash-prefill-2k"]
+    assert prefill.expect["bf16"].fails == ("casts.cast_bytes_ratio",)
+    assert "bf16_fp32out" in prefill.expect["bf16"].reason
 def test_roundtrip_variant_is_a_strict_xfail_on_casts_in_every_mhc_case() -> None:
     for case in CASES.values():
         if case.op == "mhc_pre" and "bf16_roundtrip" in case.variants:

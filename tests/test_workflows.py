@@ -27,7 +27,9 @@ def test_gpu_workflow_runs_the_gate_compares_and_uploads() -> None:
     text = steps_text("numcheck-gpu.yml")
     for needed in (plugin.OPTION, plugin.REPORT_OPTION, plugin.MARKDOWN_OPTION, "--junitxml",
                    "-n \"$gpus\"", "python -m numcheck compare baseline/numcheck-report.json",
-                   "actions/upload-artifact@v4", "self-hosted"):
+                   "python -m numcheck merge", "python -m numcheck matrix",
+                   "--splits \"$SHARDS\" --group", "actions/upload-artifact@v4",
+                   "self-hosted"):
         assert needed in text, needed
 
 
@@ -35,15 +37,27 @@ def test_gpu_workflow_structure() -> None:
     data = load("numcheck-gpu.yml")
     on = data.get("on", data.get(True))  # YAML 1.1 reads a bare `on` key as True
     assert set(on) >= {"pull_request", "push"}
-    job = data["jobs"]["gate"]
-    assert job["runs-on"][0] == "self-hosted"
-    names = [s.get("name") for s in job["steps"]]
-    assert names.index("Gate (one xdist worker per GPU)") < names.index(
-        "Compare with main (baseline drift)") < names.index("Upload the report")
-    # The report is uploaded and compared even when the gate step failed.
-    for step in job["steps"]:
-        if step.get("name") in ("Upload the report", "Compare with main (baseline drift)"):
-            assert "!cancelled()" in step["if"]
+    jobs = data["jobs"]
+    gate, merge, matrix = jobs["gate"], jobs["merge"], jobs["matrix"]
+    # A matrix of GPU types x shards; SHARDS says how many groups pytest-split makes.
+    assert gate["runs-on"][0] == "self-hosted" and "${{ matrix.gpu }}" in gate["runs-on"]
+    groups = gate["strategy"]["matrix"]["group"]
+    assert int(data["env"]["SHARDS"]) == len(groups) and groups == list(range(1, len(groups) + 1))
+    assert merge["strategy"]["matrix"]["gpu"] == gate["strategy"]["matrix"]["gpu"]
+    assert merge["needs"] == "gate" and matrix["needs"] == "merge"
+    names = [s.get("name") for s in merge["steps"]]
+    assert names.index("Merge the shards (the run's gate)") < names.index(
+        "Compare with main (baseline drift)") < names.index("Upload the merged report")
+    # Shards run without a baseline: a shard's drift would list the other shards' checks
+    # as removed (docs/report.md, "Sharding a suite across runners").
+    gate_step = next(s for s in gate["steps"] if s.get("name", "").startswith("Gate"))
+    assert plugin.BASELINE_OPTION not in gate_step["run"]
+    # Reports are uploaded, merged and compared even when a shard's gate failed.
+    assert "!cancelled()" in merge["if"] and "!cancelled()" in matrix["if"]
+    for job in (gate, merge):
+        for step in job["steps"]:
+            if step.get("name", "").startswith(("Upload", "Compare")):
+                assert "!cancelled()" in step["if"], step["name"]
 
 
 def test_cpu_workflow_runs_the_ci_script() -> None:

@@ -37,6 +37,8 @@ from numcheck.plugin.options import (  # re-exported: numcheck.plugin.OPTION etc
     PRUNE_OPTION,
     REGEN_OPTION,
     REPORT_OPTION,
+    SAVE_DIR_OPTION,
+    SAVE_OPTION,
 )
 
 if TYPE_CHECKING:
@@ -124,6 +126,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(default: .numcheck/obtained under the rootdir, git-ignored).",
     )
     group.addoption(
+        SAVE_OPTION,
+        action="store_true",
+        default=False,
+        help="keep this run's JSON report in the history folder, "
+        ".numcheck/history/<device class>/<commit>-<time>.json under the rootdir "
+        "(git-ignored), for python -m numcheck history / matrix.",
+    )
+    group.addoption(
+        SAVE_DIR_OPTION,
+        metavar="DIR",
+        default=None,
+        help=f"keep the run's report under DIR instead (implies {SAVE_OPTION}): "
+        "DIR/<device class>/<commit>-<time>.json.",
+    )
+    group.addoption(
         BASELINE_OPTION,
         metavar="PATH",
         default=None,
@@ -177,7 +194,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         needs_numcheck = (PERF_OPTION, EXPLAIN_OPTION, REPORT_OPTION, MARKDOWN_OPTION,
                           BASELINE_OPTION, PRUNE_OPTION, HTML_OPTION, OBTAINED_OPTION,
-                          *CALIBRATION_FLAGS)
+                          SAVE_OPTION, SAVE_DIR_OPTION, *CALIBRATION_FLAGS)
         for needs in needs_numcheck:
             if config.getoption(needs) not in (None, False, []):
                 raise pytest.UsageError(f"{needs} only works together with {OPTION}")

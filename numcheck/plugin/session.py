@@ -24,6 +24,7 @@ from numcheck.check_extras import annotate, keep_failed
 from numcheck.devices import device_name
 from numcheck.firstcall import first_call_lines
 from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
+from numcheck.history.store import save_folder, save_report
 from numcheck.numerics import CaseInputs, CheckResult, VariantError, display_id, regenerate
 from numcheck.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
 from numcheck.ops.registry import OpSpec, get_op
@@ -173,6 +174,12 @@ class NumcheckSession:
         self.html_path = self._path_option(options.HTML_OPTION)
         self.obtained_dir = (self._path_option(options.OBTAINED_OPTION)
                              or config.rootpath / DEFAULT_OBTAINED)
+        #: --numcheck-save / --numcheck-save-dir: (folder, may mark it git-ignored), and
+        #: where the run was kept.
+        self.save_to = save_folder(config.rootpath,
+                                   save=bool(config.getoption(options.SAVE_OPTION)),
+                                   save_dir=self._path_option(options.SAVE_DIR_OPTION))
+        self.saved: Path | None = None
         self.baseline: Report | None = None
         try:
             self.rules = Rules.from_pairs(config.getini(options.DRIFT_INI))
@@ -450,6 +457,8 @@ class NumcheckSession:
                               + ("no numcheck check ran" if not report.records
                                  else "a check did not pass") + "; exit status 1")
             report = self.report(int(session.exitstatus))
+        if self.save_to is not None:
+            self.saved = save_report(self.save_to[0], report, mark_ignored=self.save_to[1])
         if self.report_path is None and self.markdown_path is None and self.html_path is None:
             return
         if self.report_path is not None:
@@ -524,6 +533,8 @@ class NumcheckSession:
                           ("html", self.html_path)):
             if out is not None:
                 tr.write_line(f"numcheck {what} written: {out}")
+        if self.saved is not None:
+            tr.write_line(f"numcheck run saved: {self._rel(self.saved)}")
 
     def _report_stale(self, tr: Any) -> None:
         """Goldens no case uses: listed at the end of a whole run, deleted on --numcheck-prune."""

@@ -175,6 +175,17 @@ def compare(base: Report, new: Report, rules: Rules | None = None, *,
     return Drift(baseline, rules, rows, regressions, counts)
 
 
+def compare_records(base: Record, new: Record, rules: Rules | None = None) -> DriftRow:
+    """One check against its baseline record, by the rules :func:`compare` applies to each
+    pair: status ``regression``, ``improved`` or ``same`` and the reasons, without the
+    before/after numbers (``changed`` is not told apart from ``same``). numcheck/history
+    compares each run of a check with the one before it this way, 50,000 times for a
+    history of 500 runs."""
+    worse, better, _ = _judge(base, new, rules or Rules())
+    status = "regression" if worse else "improved" if better else "same"
+    return DriftRow(new.id, status, worse or better)
+
+
 def _new_only(rec: Record) -> DriftRow:
     if not rec.passed:
         return DriftRow(rec.id, "regression", [f"verdict {rec.verdict} (not in the baseline)"],
@@ -195,6 +206,19 @@ def _pairs(base: Record | None, new: Record | None) -> dict[str, list[float | No
 
 
 def _pair(base: Record, new: Record, rules: Rules) -> DriftRow:
+    worse, better, same_device = _judge(base, new, rules)
+    status = "regression" if worse else "improved" if better else "same"
+    pairs = _pairs(base, new)
+    if status == "same" and same_device:
+        moved = _moved(pairs)
+        if moved:
+            return DriftRow(new.id, "changed", moved, pairs)
+    return DriftRow(new.id, status, worse or better, pairs)
+
+
+def _judge(base: Record, new: Record, rules: Rules) -> tuple[list[str], list[str], bool]:
+    """The rules on one pair: what got worse, what got better, and whether both records ran
+    on the same device name."""
     worse: list[str] = []
     better: list[str] = []
     same_device = base.device_name == new.device_name
@@ -234,13 +258,7 @@ def _pair(base: Record, new: Record, rules: Rules) -> DriftRow:
             )
         elif nt[1] * keep > bt[2]:
             better.append(f"speedup {bt[0]:.3g}x -> {nt[0]:.3g}x")
-    status = "regression" if worse else "improved" if better else "same"
-    pairs = _pairs(base, new)
-    if status == "same" and same_device:
-        moved = _moved(pairs)
-        if moved:
-            return DriftRow(new.id, "changed", moved, pairs)
-    return DriftRow(new.id, status, worse or better, pairs)
+    return worse, better, same_device
 
 
 #: Relative change below which two headline numbers count as equal (JSON round trips are

@@ -26,7 +26,8 @@ def environment(
     workers: int = 0,
 ) -> dict[str, Any]:
     """Where a run happened. The driver comes from ``nvidia-smi`` and the commit from
-    ``git``, each only when the tool is there (None otherwise)."""
+    ``git``, each only when the tool is there (None otherwise). ``git_commit_date`` is the
+    commit's committer date (ISO 8601): ``python -m numcheck history`` orders runs by it."""
     return {
         "numcheck": __version__,
         "python": platform.python_version(),
@@ -37,6 +38,7 @@ def environment(
         "device_names": sorted(set(device_names)),
         "driver": _driver() if device == "cuda" else None,
         "git_commit": _git_commit(rootdir) if rootdir is not None else None,
+        "git_commit_date": _git_commit_date(rootdir) if rootdir is not None else None,
         "workers": workers,
         "argv": list(sys.argv[1:]),
     }
@@ -64,3 +66,9 @@ def _git_commit(rootdir: Path) -> str | None:
         return None
     dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=rootdir)
     return commit + ("-dirty" if dirty else "")
+
+
+def _git_commit_date(rootdir: Path) -> str | None:
+    # The committer date: when the commit was made where it now sits (a rebase or a merge
+    # updates it; the author date would keep a rebased commit in its old place).
+    return _run(["git", "log", "-1", "--format=%cI", "HEAD"], cwd=rootdir)

@@ -49,11 +49,13 @@ _SETTINGS = frozenset({"atol", "rtol", "allow_nan", "tie_band", "tie_band_kind"}
 _HEADER_KEYS = (
     ("device", "device"), ("device_names", "GPU"), ("torch", "torch"), ("cuda", "CUDA"),
     ("driver", "driver"), ("numcheck", "numcheck"), ("python", "python"),
-    ("platform", "platform"), ("git_commit", "commit"), ("workers", "xdist workers"),
+    ("platform", "platform"), ("git_commit", "commit"), ("git_commit_date", "commit date"),
+    ("workers", "xdist workers"),
     ("argv", "arguments"),
 )
 
-_CSS = """
+#: The page's stylesheet (the history and matrix pages, numcheck/history, share it).
+CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em;color:#222;
 background:#fff}
 h1{font-size:1.5em;margin:0 0 .3em}h2{font-size:1.2em;margin-top:1.6em}
@@ -340,7 +342,7 @@ def render_html(report: Report, *, plots: bool | None = None) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         # No network, ever: the page may only use what it carries.
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<title>{_e(title)}</title><style>{CSS}</style></head><body>",
         "<h1>numcheck report</h1>",
         f'<p class="headline {gate}">{_e(title)}</p>',
     ]

@@ -457,6 +457,18 @@ def load_report(path: Path | str) -> Report:
             this numcheck does not read.
     """
     path = Path(path)
+    return report_from_document(path, read_document(path))
+
+
+def read_document(path: Path | str, *, check_version: bool = True) -> dict[str, Any]:
+    """The JSON document of a report file, checked to be a numcheck report (and, with
+    ``check_version``, of the schema version this numcheck reads).
+
+    Raises:
+        ReportError: missing or unreadable file, not JSON, not a numcheck report, or
+            another schema version.
+    """
+    path = Path(path)
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -465,9 +477,21 @@ def load_report(path: Path | str) -> Report:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ReportError(path, f"not readable as JSON ({exc})",
                           "pass a file written by --numcheck-report") from None
-    if not isinstance(data, dict) or data.get("schema") != "numcheck-report":
+    if not is_report_document(data):
         raise ReportError(path, "not a numcheck report (no \"schema\": \"numcheck-report\")",
                           "pass a file written by --numcheck-report")
+    if check_version:
+        check_version_of(path, data)
+    return dict(data)
+
+
+def is_report_document(data: Any) -> bool:
+    """Whether a parsed JSON document says it is a numcheck report (of any version)."""
+    return isinstance(data, dict) and data.get("schema") == "numcheck-report"
+
+
+def check_version_of(path: Path | str, data: Mapping[str, Any]) -> None:
+    """Raise :class:`ReportError` unless the document has this numcheck's schema version."""
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ReportError(
@@ -475,6 +499,11 @@ def load_report(path: Path | str) -> Report:
             f"{SCHEMA_VERSION}", "regenerate the report with this numcheck version "
             "(rerun the gate on the baseline commit)",
         )
+
+
+def report_from_document(path: Path | str, data: Mapping[str, Any]) -> Report:
+    """The :class:`Report` of a document :func:`read_document` returned (``path`` names it
+    in errors)."""
     try:
         records = [record_from_dict(r) for r in data["records"]]
     except (KeyError, TypeError) as exc:
@@ -487,7 +516,7 @@ def load_report(path: Path | str) -> Report:
         exitstatus=data.get("exitstatus"),
         goldens_regenerated=dict(data.get("goldens_regenerated") or {}),
         drift=Drift.from_dict(data["drift"]) if data.get("drift") else None,
-        schema=version,
+        schema=data["schema_version"],
     )
 
 

@@ -1,0 +1,217 @@
+"""The device matrix: one row per check (op, case, variant), one column per device class.
+
+Answers "does the variant that passes on the H200 pass on the B200?". Each column is the
+newest run (by commit date, :mod:`numcheck.history.runs`) holding records of that class;
+each cell its verdict, how much of the budget the closest metric uses, calc_diff and the
+speedup with its interval. A check whose verdict is not the same on every device class it
+ran on (skips aside: a CUDA-only variant skips on the CPU by design) is flagged, and flagged
+rows come first.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from numcheck.history.devclass import sort_classes
+from numcheck.history.runs import Run
+from numcheck.history.series import CheckKey, check_key, check_label
+from numcheck.report.htmlpage import CSP, CSS, bar, budget_ratio
+from numcheck.report.markdown import md_table
+from numcheck.report.records import Record
+
+
+@dataclass
+class MatrixRow:
+    """One check: its record in each device class's column (missing: not in that run)."""
+
+    key: CheckKey
+    cells: dict[str, Record] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return check_label(self.key)
+
+    @property
+    def verdicts(self) -> dict[str, str]:
+        """Per device class, the verdict of the checks that ran (skips left out)."""
+        return {c: r.verdict for c, r in self.cells.items() if r.status != "skip"}
+
+    @property
+    def differs(self) -> bool:
+        """The check ran on two classes or more and their verdicts are not all the same."""
+        return len(set(self.verdicts.values())) > 1
+
+
+@dataclass
+class Matrix:
+    """The columns (device classes, each with the run it shows) and the rows."""
+
+    classes: list[str]
+    sources: dict[str, Run]
+    rows: list[MatrixRow]
+
+    @property
+    def differing(self) -> list[MatrixRow]:
+        return [r for r in self.rows if r.differs]
+
+
+def build_matrix(runs: Sequence[Run]) -> Matrix:
+    """The matrix of the newest run of each device class among ``runs`` (oldest first)."""
+    sources: dict[str, Run] = {}
+    cells: dict[str, dict[CheckKey, Record]] = {}
+    for run in reversed(runs):  # newest first: the first run seen of a class is its column
+        by_class: dict[str, dict[CheckKey, Record]] = {}
+        for cls, record in run.record_classes():
+            by_class.setdefault(cls, {})[check_key(record)] = record
+        for cls, records in by_class.items():
+            if cls not in sources:
+                sources[cls], cells[cls] = run, records
+    classes = sort_classes(sources)
+    order: dict[CheckKey, MatrixRow] = {}
+    # Rows in the order of the checks in the columns' runs, first column first.
+    for cls in classes:
+        for key, record in cells[cls].items():
+            order.setdefault(key, MatrixRow(key)).cells[cls] = record
+    rows = list(order.values())
+    rows.sort(key=lambda r: not r.differs)  # stable: flagged first, otherwise in order
+    return Matrix(classes, {c: sources[c] for c in classes}, rows)
+
+
+def closest_ratio(record: Record) -> float | None:
+    """How much of its budget the record's closest metric uses (1.0: at the budget)."""
+    c = record.closest
+    if not c:
+        return None
+    value, limit = c.get("value"), c.get("limit")
+    if not isinstance(value, (int, float)) or not isinstance(limit, (int, float)):
+        return None
+    return budget_ratio(str(c.get("metric")), float(value), float(limit))
+
+
+def _percent(ratio: float | None) -> str:
+    if ratio is None:
+        return "-"
+    return "over (inf)" if math.isinf(ratio) else f"{ratio:.0%}"
+
+
+def speedup_text(record: Record) -> str:
+    """``1.12x [1.10, 1.14]``, or ``-`` when not timed."""
+    t = record.timing or {}
+    s = t.get("speedup")
+    if not isinstance(s, (int, float)):
+        return "-"
+    lo, hi = t.get("ci_low"), t.get("ci_high")
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
+        return f"{s:.2f}x [{lo:.2f}, {hi:.2f}]"
+    return f"{s:.2f}x"
+
+
+def cell_text(record: Record | None) -> str:
+    """``PASS 48% 1.73e-06 1.12x [1.10, 1.14]``: verdict, share of the budget the closest
+    metric uses, calc_diff, speedup. ``-`` for a check the column's run does not have."""
+    if record is None:
+        return "-"
+    if record.status == "skip":
+        return "SKIP"
+    calc = record.key_metric("calc_diff")
+    parts = [record.verdict, _percent(closest_ratio(record)),
+             "-" if calc is None else f"{calc:.2e}"]
+    speed = speedup_text(record)
+    if speed != "-":
+        parts.append(speed)
+    return " ".join(parts)
+
+
+def headline(matrix: Matrix) -> str:
+    """``matrix: 40 checks on 2 device classes (cpu, H200); 1 verdict differs``."""
+    n = len(matrix.differing)
+    return (f"matrix: {len(matrix.rows)} checks on {len(matrix.classes)} device class(es) "
+            f"({', '.join(matrix.classes)}); {n} verdict(s) differ across devices")
+
+
+def source_lines(matrix: Matrix) -> list[str]:
+    """Which run each column shows."""
+    return [f"{cls}: {run.path} (commit {run.commit_label}, {run.date})"
+            for cls, run in matrix.sources.items()]
+
+
+def table_rows(matrix: Matrix) -> tuple[list[str], list[list[str]]]:
+    """Header and rows for the text and markdown tables."""
+    header = ["check", "differs", *matrix.classes]
+    rows = [[r.label, "yes" if r.differs else "", *(cell_text(r.cells.get(c))
+                                                      for c in matrix.classes)]
+            for r in matrix.rows]
+    return header, rows
+
+
+CELL_HELP = ("cell: verdict, share of the budget the closest metric uses, calc_diff, "
+             "speedup [interval]")
+
+
+def to_markdown(matrix: Matrix) -> str:
+    """The matrix as GitHub-flavoured markdown."""
+    header, rows = table_rows(matrix)
+    lines = [f"## numcheck {headline(matrix)}", "", *(f"- {s}" for s in source_lines(matrix)),
+             "", CELL_HELP + ".", "", *md_table(header, rows)]
+    return "\n".join(lines) + "\n"
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _cell_html(record: Record | None) -> str:
+    if record is None:
+        return '<span class="v-SKIP">-</span>'
+    v = record.verdict
+    out = f'<span class="v-{_e(v)}">{_e(v)}</span>'
+    if record.status == "skip":
+        return f'{out}<br><span class="reason">{_e(record.reason)}</span>'
+    ratio = closest_ratio(record)
+    if ratio is not None:
+        c = record.closest or {}
+        out += f"<br>{bar(ratio)}{_e(_percent(ratio))} <code>{_e(c.get('metric'))}</code>"
+    calc = record.key_metric("calc_diff")
+    if calc is not None:
+        out += f"<br>calc_diff {calc:.2e}"
+    speed = speedup_text(record)
+    if speed != "-":
+        out += f"<br>{_e(speed)}"
+    return out
+
+
+def to_html(matrix: Matrix) -> str:
+    """One self-contained page (no request leaves it: the report's policy and styles)."""
+    title = headline(matrix)
+    sources = "".join(
+        f"<tr><td>{_e(c)}</td><td><code>{_e(run.path)}</code></td>"
+        f"<td><code>{_e(run.commit_label)}</code></td><td>{_e(run.date)}</td></tr>"
+        for c, run in matrix.sources.items())
+    head = "".join(f"<th>{_e(c)}</th>" for c in matrix.classes)
+    body = []
+    for row in matrix.rows:
+        cls = ' class="differs"' if row.differs else ""
+        flag = '<span class="v-FAIL">differs</span>' if row.differs else ""
+        cells = "".join(f"<td>{_cell_html(row.cells.get(c))}</td>" for c in matrix.classes)
+        body.append(f"<tr{cls}><td><code>{_e(row.label)}</code></td><td>{flag}</td>{cells}</tr>")
+    return "\n".join([
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+        (f"<title>numcheck {_e(title)}</title><style>{CSS}tr.differs td{{background:#fff4e5}}"
+         "</style></head><body>"),
+        "<h1>numcheck device matrix</h1>",
+        (f'<p class="headline {"gate-fail" if matrix.differing else "gate-pass"}">'
+         f"{_e(title)}</p>"),
+        "<h2>Columns</h2>",
+        ("<table><thead><tr><th>device class</th><th>report</th><th>commit</th><th>date</th>"
+         f"</tr></thead><tbody>{sources}</tbody></table>"),
+        (f"<h2>Checks</h2><p>{_e(CELL_HELP)}; rows whose verdict differs across devices "
+         "first.</p>"),
+        (f"<table><thead><tr><th>check</th><th></th>{head}</tr></thead><tbody>"
+         + "".join(body) + "</tbody></table>"),
+        "</body></html>",
+    ]) + "\n"

@@ -1,0 +1,255 @@
+"""The history as one self-contained HTML page (``python -m numcheck history --html``).
+
+Top: the headline, the checks that moved beyond the drift rules (first move per device
+class, with its commit), the newest run of each device class against the one before it,
+and every run read. Then one section per check, moved checks first: its moves, and a figure
+with its calc_diff, closest-to-budget ratio, recall and speedup (with its interval) across
+commits, one line per device class, budgets dashed red, first moves marked with their
+commit (:mod:`numcheck.history.svgseries`).
+
+Like the run report (:mod:`numcheck.report.htmlpage`): its content security policy and
+styles, plots as inline ``data:`` SVG, nothing fetched. Plots need matplotlib (the ``html``
+extra); without it the page has every table.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from numcheck.history.matrix import closest_ratio
+from numcheck.history.pool import collector_paused, parallel_map
+from numcheck.history.series import History, Series
+from numcheck.history.summary import GATE_HEADER, MOVED_HEADER, gate_row, headline, moved_rows
+from numcheck.history.svgseries import (
+    PALETTE,
+    RATIO_CAP,
+    CheckPlot,
+    Panel,
+    draw_check,
+    preload,
+)
+from numcheck.report.htmlpage import CSP, CSS, EXTRA_HINT
+
+#: Commit ids printed under each plot's x axis, at most.
+MAX_TICKS = 5
+#: Regressions listed in full; the rest folded (a removed case file lists every check).
+MAX_REGRESSIONS = 10
+
+_EXTRA_CSS = """
+.swatch{display:inline-block;width:12px;height:12px;border-radius:2px;margin:0 4px 0 10px;
+vertical-align:middle}
+tr.regression td{background:#fdecea}tr.improved td{background:#e6f4ea}
+"""
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _table(header: list[str], rows: list[list[str]], row_class: list[str] | None = None) -> str:
+    """Cells are HTML already."""
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = []
+    for i, row in enumerate(rows):
+        cls = f' class="{row_class[i]}"' if row_class and row_class[i] else ""
+        body.append(f"<tr{cls}>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def colors(history: History) -> dict[str, str]:
+    """A colour per device class, the same on every plot of the page."""
+    return {c: PALETTE[i % len(PALETTE)] for i, c in enumerate(history.classes)}
+
+
+def tick_label(history: History, x: int) -> str:
+    run = history.runs[history.ticks[x]]
+    return run.commit_label[:7] if run.commit else run.date[:10]
+
+
+def plot_data(history: History, series: Series, palette: dict[str, str]) -> CheckPlot:
+    """The plain data of one check's figure."""
+    calc = Panel("calc_diff", log=True, budget_label="budget")
+    ratio = Panel("closest to budget: value/budget", reference=1.0, reference_label="budget")
+    recall = Panel("recall_min", budget_label="budget")
+    speed = Panel("speedup [interval]", budget_label="speedup_min", reference=1.0,
+                  reference_label="no gain")
+    budgets: dict[str, dict[int, float]] = {"calc": {}, "recall": {}, "speed": {}}
+    for cls, points in series.lines.items():
+        for p in points:
+            r, x = p.record, float(p.x)
+            if r.status == "skip":
+                continue
+            value = r.key_metric("calc_diff")
+            if value is not None:
+                calc.lines.setdefault(cls, []).append((x, value))
+            first = next(iter(r.metrics), None)
+            limit = (r.budget.get(first) or {}).get("calc_diff") if first else None
+            if isinstance(limit, (int, float)):
+                budgets["calc"][p.x] = float(limit)
+            used = closest_ratio(r)
+            if used is not None:
+                ratio.lines.setdefault(cls, []).append((x, min(used, RATIO_CAP)))
+            recall_min = r.key_metric("recall_min")
+            if recall_min is not None:
+                recall.lines.setdefault(cls, []).append((x, recall_min))
+            limit = (r.budget.get("topk") or {}).get("recall_min")
+            if isinstance(limit, (int, float)):
+                budgets["recall"][p.x] = float(limit)
+            t = r.timing or {}
+            if isinstance(t.get("speedup"), (int, float)):
+                speed.lines.setdefault(cls, []).append((x, float(t["speedup"])))
+                lo, hi = t.get("ci_low"), t.get("ci_high")
+                if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
+                    speed.bands.setdefault(cls, []).append((x, float(lo), float(hi)))
+                if isinstance(t.get("speedup_min"), (int, float)):
+                    budgets["speed"][p.x] = float(t["speedup_min"])
+    for panel, name in ((calc, "calc"), (recall, "recall"), (speed, "speed")):
+        panel.budget = [(float(x), v) for x, v in sorted(budgets[name].items())]
+    panels = [p for p in (calc, ratio, recall, speed) if p.lines]
+    n_x = len(history.ticks)
+    step = max(1, -(-n_x // MAX_TICKS))
+    ticks = [(x, tick_label(history, x)) for x in range(0, n_x, step)]
+    marks = [(m.x, tick_label(history, m.x), m.device_class)
+             for m in series.first_moves().values()]
+    drawn = {c for p in panels for c in p.lines}
+    return CheckPlot(series.label, panels, {c: palette[c] for c in palette if c in drawn},
+                     n_x, ticks, marks)
+
+
+def _img(svg: str, alt: str) -> str:
+    data = base64.b64encode(svg.encode()).decode("ascii")
+    return f'<img alt="{_e(alt)}" src="data:image/svg+xml;base64,{data}">'
+
+
+def _anchor(i: int) -> str:
+    return f"check-{i}"
+
+
+def _moves_table(history: History, series: Series) -> str:
+    rows, classes = [], []
+    for m in series.moves:
+        run, prev = history.runs[m.run], history.runs[m.previous_run]
+        moved_at = f"<code>{_e(run.commit_label)}</code> ({_e(run.date[:10])})"
+        rows.append([_e(m.device_class), moved_at, f"<code>{_e(prev.commit_label)}</code>",
+                     _e(m.status), _e("; ".join(m.reasons))])
+        classes.append(m.status)
+    return _table(["device", "moved at", "previous run", "change", "why"], rows, classes)
+
+
+def _latest_table(series: Series) -> str:
+    """The newest value of each metric per device class."""
+    from numcheck.history.matrix import cell_text
+
+    rows = [[_e(cls), _e(cell_text(points[-1].record))] for cls, points in
+            series.lines.items() if points]
+    return _table(["device", "newest run: verdict, budget used, calc_diff, speedup"], rows)
+
+
+def render_history(history: History, *, plots: bool | None = None,
+                   jobs: int | None = None) -> str:
+    """The whole page. ``plots=None`` draws plots when matplotlib is installed; ``jobs``
+    worker processes draw them (:func:`numcheck.history.pool.parallel_map`)."""
+    from numcheck.history.svgseries import available
+
+    if plots is None:
+        plots = available()
+    title = headline(history)
+    palette = colors(history)
+    ordered = history.moved + [s for s in history.series if not s.moves]
+    index = {id(s): i for i, s in enumerate(ordered)}
+    svgs: dict[int, str] = {}
+    if plots:
+        preload()
+        with collector_paused():
+            data = [(i, plot_data(history, s, palette)) for i, s in enumerate(ordered)]
+        data = [(i, d) for i, d in data if d.panels]  # skipped in every run: nothing to draw
+        drawn = parallel_map(draw_check, [d for _, d in data], jobs=jobs, min_items=24)
+        svgs = {i: svg for (i, _), svg in zip(data, drawn, strict=True)}
+    rules = ", ".join(f"{k} {v:g}" for k, v in asdict(history.rules).items())
+    legend = "".join(f'<span class="swatch" style="background:{c}"></span>{_e(cls)}'
+                     for cls, c in palette.items())
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+        f"<title>numcheck {_e(title)}</title><style>{CSS}{_EXTRA_CSS}</style></head><body>",
+        "<h1>numcheck history</h1>",
+        f'<p class="headline {"gate-pass" if history.passed else "gate-fail"}">{_e(title)}</p>',
+        f"<p>device classes: {legend}</p>",
+        f"<p>drift rules: {_e(rules)}</p>",
+    ]
+    if not plots:
+        out.append(f'<p class="hint">{_e(EXTRA_HINT)}; this page has the tables only.</p>')
+    moved = moved_rows(history)
+    out.append("<h2>Checks that moved beyond the drift rules</h2>")
+    if moved:
+        rows = []
+        for move, cells in moved:
+            series = next(s for s in history.moved if s.key == move.key)
+            link = f'<a href="#{_anchor(index[id(series)])}"><code>{_e(cells[0])}</code></a>'
+            rows.append([link, *(_e(c) for c in cells[1:])])
+        out.append(_table(MOVED_HEADER, rows, [m.status for m, _ in moved]))
+    else:
+        out.append("<p>None: every check stayed within the drift rules from run to run.</p>")
+    out.append("<h2>Newest run of each device class against the one before it</h2>")
+    gate_rows = [[_e(c) for c in gate_row(history, g)] for g in history.gates]
+    out.append(_table(GATE_HEADER, gate_rows))
+    if history.regressions:
+        items = [f'<li class="v-FAIL">REGRESSION {_e(r)}</li>' for r in history.regressions]
+        out.append("<ul>" + "".join(items[:MAX_REGRESSIONS]) + "</ul>")
+        if len(items) > MAX_REGRESSIONS:
+            out.append(f"<details><summary>{len(items) - MAX_REGRESSIONS} more regression(s)"
+                       f"</summary><ul>{''.join(items[MAX_REGRESSIONS:])}</ul></details>")
+    out.append(_runs_section(history))
+    out.append("<h2>Each check</h2>")
+    out.append(f"<p>Checks that moved first. Per check, across commits (oldest left, ordered "
+               f"by commit date; one line per device class): calc_diff of its first output; "
+               f"how much of its budget the closest metric uses (1 is the budget; a failure "
+               f"beyond {RATIO_CAP:g}x, or NaN, is drawn at {RATIO_CAP:g}); the worst row's "
+               f"top-k recall (top-k ops); the speedup with its confidence interval (timed "
+               f"runs). Dashed vertical lines: the first commit where the check moved beyond "
+               f"the drift rules in that device class, labelled with its id.</p>")
+    for i, series in enumerate(ordered):
+        out.append(f'<section class="check" id="{_anchor(i)}"><h3><code>{_e(series.label)}'
+                   "</code></h3>")
+        if series.moves:
+            out.append(_moves_table(history, series))
+        out.append(_latest_table(series))
+        if i in svgs:
+            out.append(f'<div class="plots">{_img(svgs[i], series.label + " across commits")}'
+                       "</div>")
+        elif plots:
+            out.append('<p class="hint">nothing to draw: no run measured this check '
+                       "(skipped, or an error before any metric)</p>")
+        out.append("</section>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _runs_section(history: History) -> str:
+    rows = []
+    for i, run in enumerate(history.runs):
+        gate = (f'<span class="v-{"PASS" if run.gate == "pass" else "FAIL"}">'
+                f"{_e(run.gate or '-')}</span>")
+        rows.append([str(i + 1), _e(run.date), _e(run.date_source),
+                     f"<code>{_e(run.commit_label)}</code>", _e(run.device_class), gate,
+                     str(len(run.records)), f"<code>{_e(run.path)}</code>"])
+    body = _table(["#", "date", "date from", "commit", "device", "gate", "checks", "report"],
+                  rows)
+    return (f"<h2>Runs</h2><details><summary>{len(history.runs)} run(s), oldest first "
+            f"(ordered by their commit's date; 'date from' says where it came from)</summary>"
+            f"{body}</details>")
+
+
+def write_history(path: Path | str, history: History, *, plots: bool | None = None,
+                  jobs: int | None = None) -> None:
+    """Write the page (to a temporary file, then renamed)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(render_history(history, plots=plots, jobs=jobs), encoding="utf-8")
+    os.replace(tmp, path)
