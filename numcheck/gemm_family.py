@@ -4,9 +4,9 @@ An op that declares ``OpSpec.gemm_site`` (``site(inputs, params, gemm)``: the op
 matrix product left open) gets one **member** per row of numcheck.gemm_impls for each
 precision class: the op computed with that GEMM. Members serve two purposes:
 
-- calibration and the self-test: :func:`member_variants` / :func:`add_members` make them
-  variants (``gemm_<label>``), so a budget is measured on every way users implement the class
-  (``--numcheck-calibrate-pool``, numcheck.honest.measure_family);
+- calibration and the self-test: :func:`member_variants` / :func:`add_gemm_members` make
+  them variants (``gemm_<label>``), so a budget is measured on every way users implement
+  the class (``--numcheck-calibrate-pool``, numcheck.honest.measure_family);
 - the rounding envelope behind ``max_err_ratio``: a check divides its worst element error by
   the worst of the class's envelope members (and the op's ``rounding_reference`` and
   ``rounding_alternatives``) on the same inputs (numcheck.numerics).
@@ -32,8 +32,8 @@ from numcheck.gemm_impls import EmulatedGemm, GemmImpl, canonical_operand, gemms
 from numcheck.operand_rounding import holds_exactly, to_format
 from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, Variant, VariantFn
 
-__all__ = ["MEMBER_PREFIX", "MemberRuns", "add_members", "envelope_members", "member_fn",
-           "member_name", "member_variants", "members"]
+__all__ = ["MEMBER_PREFIX", "MemberRuns", "add_gemm_members", "envelope_members",
+           "member_fn", "member_name", "member_variants", "members"]
 
 #: Variant names of derived members: ``gemm_<label>`` (``gemm_tf32_trunc``).
 MEMBER_PREFIX = "gemm_"
@@ -90,7 +90,7 @@ def _impls(precisions: Sequence[str] | None) -> list[GemmImpl]:
     return [g for g in honest_gemms() if precisions is None or g.precision in precisions]
 
 
-def add_members(op_name: str, precisions: Sequence[str] | None = None) -> list[str]:
+def add_gemm_members(op_name: str, precisions: Sequence[str] | None = None) -> list[str]:
     """Register the op's members as variants (for calibration: ``pytest --numcheck
     --numcheck-calibrate --numcheck-calibrate-pool mine=mine,gemm_tf32_rn,gemm_tf32_trunc``)
     and return their names; members already registered are left alone."""

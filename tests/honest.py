@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from variant_tables import register_table
 
-from numcheck.gemm_family import add_members, member_name, members
+from numcheck.gemm_family import add_gemm_members, member_name, members
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import Inputs, Outputs, Params, get_op
 from numcheck.ops.splitk import split_k_matmul
@@ -242,4 +242,4 @@ def register_all() -> None:
     ``registry.isolated()`` in tests)."""
     register_table(HONEST)
     for op in HONEST:
-        add_members(op, ("bf16", "tf32"))
+        add_gemm_members(op, ("bf16", "tf32"))

@@ -13,7 +13,7 @@ import numcheck
 from numcheck.cases import Case, load_case_file
 from numcheck.gemm_family import (
     MemberRuns,
-    add_members,
+    add_gemm_members,
     envelope_members,
     member_fn,
     member_name,
@@ -182,9 +182,9 @@ def _gelu_op(**kw: object) -> OpSpec:
 
 def test_a_users_op_that_declares_its_gemm_gets_members_and_an_envelope(tmp_path: Path) -> None:
     numcheck.register(_gelu_op(gemm_site=_gelu_site))
-    names = add_members("gelu_proj", ["bf16"])
+    names = add_gemm_members("gelu_proj", ["bf16"])
     assert "gemm_bf16_out_split2" in names and set(names) <= set(get_op("gelu_proj").variants)
-    assert add_members("gelu_proj", ["bf16"]) == names  # registered once
+    assert add_gemm_members("gelu_proj", ["bf16"]) == names  # registered once
     op = get_op("gelu_proj")
     case = _case(tmp_path, '[t]\nop = "gelu_proj"\nseeds = [3]\nvariants = ["bf16"]\n')
     golden, inputs = fresh_golden(op, case)
