@@ -104,11 +104,9 @@ class EmulatedGemm:
             if r.accumulation == "one_pass":
                 acc = torch.matmul(a, b)
             elif r.accumulation == "k_blocks":
-                acc = None
-                for k0 in range(0, a.shape[-1], r.width):
-                    block = a[..., k0:k0 + r.width] @ b[..., k0:k0 + r.width, :]
-                    acc = block if acc is None else acc + block
-                assert acc is not None, "a GEMM with K = 0"
+                acc = a[..., :r.width] @ b[..., :r.width, :]
+                for k0 in range(r.width, a.shape[-1], r.width):
+                    acc = acc + a[..., k0:k0 + r.width] @ b[..., k0:k0 + r.width, :]
             else:
                 acc = split_k_matmul(a, b, min(r.parts, a.shape[-1]), tree=r.tree,
                                      partial=lambda t: to_format(t, r.partial))

@@ -84,7 +84,7 @@ def test_an_op_without_a_gemm_site_has_no_members() -> None:
         member_fn(op, _impl("tf32_rn"))
 
 
-def test_e4m3_operands_make_the_tf32_and_fp32_members_one_run(monkeypatch) -> None:
+def test_e4m3_operands_make_the_tf32_and_fp32_members_one_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """The indexer's operands are e4m3: exact in TF32 and bf16. Rounded, truncated and fp32
     operands are the same values, so one GEMM serves every such member, and the outputs
     are those a full run of each gives, bit for bit."""
@@ -103,7 +103,7 @@ def test_e4m3_operands_make_the_tf32_and_fp32_members_one_run(monkeypatch) -> No
         assert all(torch.equal(full[k], first[k]) for k in first)
 
 
-def test_members_whose_rounding_changes_the_operands_each_run(monkeypatch) -> None:
+def test_members_whose_rounding_changes_the_operands_each_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """mHC's hc_fn is fp32: rounding and truncating it give other operands, other runs."""
     inputs = mhc.make_inputs(MHC, 0)
     runs = MemberRuns(mhc.OP, inputs, MHC)
@@ -113,7 +113,7 @@ def test_members_whose_rounding_changes_the_operands_each_run(monkeypatch) -> No
     assert runs.outputs(_impl("tf32_rn")) is rn  # asked again: kept
 
 
-def test_a_site_that_catches_exceptions_still_runs_a_member_once(monkeypatch) -> None:
+def test_a_site_that_catches_exceptions_still_runs_a_member_once(monkeypatch: pytest.MonkeyPatch) -> None:
     def site(inputs: Inputs, p: Params, gemm: Gemm) -> Outputs:
         try:
             return indexer.gemm_site(inputs, p, gemm)
@@ -152,7 +152,7 @@ def test_the_tf32_envelope_rounds_on_the_cpu(tmp_path: Path) -> None:
 # -- a user's op: declare the GEMM site, get the members and the envelope --------------------
 
 
-def _gelu_inputs(p: dict, seed: int) -> dict:
+def _gelu_inputs(p: Params, seed: int) -> Inputs:
     gen = torch.Generator().manual_seed(seed)
     return {"x": torch.randn(p["rows"], 96, generator=gen),
             "w": torch.randn(96, 32, generator=gen) / 10}
@@ -162,12 +162,12 @@ def _gelu_site(inputs: Inputs, p: Params, gemm: Gemm) -> Outputs:
     return {"y": torch.nn.functional.gelu(gemm(inputs["x"], inputs["w"]))}
 
 
-def _gelu_fp32(inputs: dict, p: dict) -> dict:
+def _gelu_fp32(inputs: Inputs, p: Params) -> Outputs:
     with numcheck.matmul_precision(tf32=False):
         return {"y": torch.nn.functional.gelu(inputs["x"] @ inputs["w"])}
 
 
-def _gelu_bf16(inputs: dict, p: dict) -> dict:
+def _gelu_bf16(inputs: Inputs, p: Params) -> Outputs:
     y = inputs["x"].to(torch.bfloat16) @ inputs["w"].to(torch.bfloat16)
     return {"y": torch.nn.functional.gelu(y.float())}
 
