@@ -33,6 +33,7 @@ from numcheck.ops.registry import (
     get_op,
 )
 from numcheck.ops.spec import Gemm
+from numcheck.ops.splitk import split_k_matmul
 
 INDEXER = {"batch": 2, "next_n": 1, "heads": 8, "head_dim": 64, "block_size": 16,
            "max_context": 96, "min_context": 0, "index_topk": 16, "shuffle_pages": True,
@@ -201,3 +202,25 @@ def test_a_gemm_site_must_take_the_gemm() -> None:
     with pytest.raises(RegistrationError,
                        match=r"gemm_site: .* cannot be called as .*\(inputs, params, gemm\)"):
         numcheck.register(_gelu_op(gemm_site=lambda inputs, params: {}))
+
+
+def _gelu_split2(inputs: Inputs, p: Params) -> Outputs:
+    y = split_k_matmul(inputs["x"].to(torch.bfloat16), inputs["w"].to(torch.bfloat16), 2,
+                       tree=False)
+    return {"y": torch.nn.functional.gelu(y)}
+
+
+def test_an_op_naming_its_own_envelope_keeps_it(tmp_path: Path) -> None:
+    """rounding_reference and rounding_alternatives, without a GEMM site, still make the
+    envelope: the worst of the reference and each alternative on the same inputs."""
+    numcheck.register(_gelu_op(rounding_reference={"bf16": "bf16"},
+                               rounding_alternatives={"bf16": {"split2": _gelu_split2}}))
+    op = get_op("gelu_proj")
+    case = _case(tmp_path, '[t]\nop = "gelu_proj"\nseeds = [3]\nvariants = ["bf16"]\n')
+    golden, inputs = fresh_golden(op, case)
+    result = check(op, case, "bf16", "cpu", golden, inputs, regen_hint="")
+    x = inputs.get(3)[0]
+    ref = _gelu_fp32(x, case.params)["y"].double()
+    worst = max(float((fn(x, case.params)["y"].double() - ref).abs().max())
+                for fn in (_gelu_bf16, _gelu_split2))
+    assert result.seeds[0].metrics["y"].honest_max_abs == pytest.approx(worst)
