@@ -1,7 +1,7 @@
 """Two-sided calibration: the honest family's worst error per shipped case, and budgets from it.
 
     python benchmarks/honest_calibration.py [--seeds 40] [--first-seed 4000] [--device cpu]
-        [-k CASE_SUBSTRING] [--json docs/honest-calibration-cpu.json]
+        [-k CASE_SUBSTRING] [--ops mhc_pre indexer] [--json docs/honest-calibration-cpu.json]
     python benchmarks/honest_calibration.py --suggest docs/honest-calibration-cpu.json
     python benchmarks/honest_calibration.py --apply docs/honest-calibration-cpu-100.json \
         --note "100 CPU seeds"
@@ -9,15 +9,20 @@
 Measures every honest family of tests/honest.py (each shipped op at bf16 and tf32: the
 shipped variant of that class plus the test-only alternatives) on every shipped case, over the
 case's own seeds plus ``--seeds`` fresh ones, each against a fresh CPU reference, the way the
-gate measures (numcheck.honest). ``--suggest`` prints the budget tables (docs/budgets.md has
-the policy); ``--apply`` writes them into cases/*.toml: bf16 ``max_err_ratio`` set to 1.25x
-the worst pooled over the op's cases (raised or lowered: it is relative to the rounding
-envelope, the same on every case; not on bf16-stored outputs, whose whole-ulp ratios are set
-by hand), top-k ``recall_min`` lowered to numcheck.calibrate's floor for the family's worst
-miss, every other family value only raised, each changed line
-commented with its old value (tomlkit, the calibrate extra). Seeds 4000+ are the calibration seeds; the held-out check
-(benchmarks/reliability_report.py) uses 5000+.
+gate measures (numcheck.honest). The families hold the members numcheck derives from each
+op's GEMM site (numcheck.gemm_family: TF32 rounded and truncated, bf16 writing bf16 or fp32,
+one pass, K-blocks, split-K; with ``--device cuda`` also cuBLAS and a Triton tl.dot kernel).
+``--suggest`` prints the budget tables (docs/budgets.md has the policy); ``--apply`` writes
+them into cases/*.toml: bf16 and tf32 ``max_err_ratio`` set to 1.25x the worst pooled over
+the op's cases (raised or lowered: it is relative to the rounding envelope, the same on
+every case; not on bf16-stored outputs, whose whole-ulp ratios are set by hand), top-k
+``recall_min`` lowered to numcheck.calibrate's floor for the family's worst miss, every
+other family value only raised, each changed line commented with its old value (tomlkit,
+the calibrate extra). Seeds 4000+ are the calibration seeds; the held-out checks
+(benchmarks/reliability_report.py, ``python -m numcheck.heldout``) use 5000+ and later
+ranges (docs/reliability.md lists which).
 """
+
 
 from __future__ import annotations
 
@@ -42,6 +47,10 @@ from numcheck.heldout import outside_as_judged
 from numcheck.honest import GATED, budget_from, measure_family, merge_worst, suggest
 from numcheck.ops.registry import get_op
 
+#: Classes whose ``max_err_ratio`` --apply sets from the family (both have a rounding
+#: envelope: the rounding reference and the members derived from the GEMM site).
+ENVELOPE_CLASSES = ("bf16", "tf32")
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -49,16 +58,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-seed", type=int, default=4000)
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("-k", dest="select", default="", help="only cases whose id contains this")
+    ap.add_argument("--ops", nargs="+", default=None, metavar="OP",
+                    help="only these ops' cases, in this order (a run stopped at a time "
+                    "limit keeps the first ones)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--suggest", type=Path, nargs="+", metavar="JSON")
     ap.add_argument("--apply", type=Path, nargs="+", metavar="JSON",
-                    help="write the budgets into cases/*.toml (bf16 max_err_ratio pooled per op)")
+                    help="write the budgets into cases/*.toml (bf16 and tf32 max_err_ratio "
+                    "pooled per op)")
     ap.add_argument("--note", default="the calibration seeds",
                     help="with --apply: what the seeds were, for the comments")
     ap.add_argument("--table", type=Path, nargs="+", metavar="JSON",
                     help="measure nothing: print the markdown table of docs/budgets.md")
     args = ap.parse_args(argv)
     cases = [c for c in load_cases(ROOT / "cases") if not c.perf_only and args.select in c.id]
+    if args.ops:
+        cases = sorted((c for c in cases if c.op in args.ops), key=lambda c: args.ops.index(c.op))
     if args.table:
         print_table(args.table, cases)
         return 0
@@ -135,13 +150,14 @@ def describe_pool(key: tuple[Any, ...]) -> str:
 def apply(merged: dict[str, Any], cases: list[Any], note: str) -> list[str]:
     """Write the family budgets into the case files (the policy in the module docstring),
     through numcheck.casewriter: each changed line commented with why, and its old value."""
-    pooled: dict[tuple[Any, ...], float] = {}  # pool key -> worst bf16 max_err_ratio
+    pooled: dict[tuple[Any, ...], float] = {}  # (class, pool key) -> worst max_err_ratio
     for case in cases:
-        bf16 = merged.get(f"{case.op}::{case.id}", {}).get("bf16", {"worst": {}})
-        for output, row in bf16["worst"].items():
-            if "max_err_ratio" in row:
-                key = pool_key(case, output)
-                pooled[key] = max(pooled.get(key, 0.0), row["max_err_ratio"])
+        for prec in ENVELOPE_CLASSES:
+            fam = merged.get(f"{case.op}::{case.id}", {}).get(prec, {"worst": {}})
+            for output, row in fam["worst"].items():
+                if "max_err_ratio" in row:
+                    key = (prec, *pool_key(case, output))
+                    pooled[key] = max(pooled.get(key, 0.0), row["max_err_ratio"])
     edits: dict[Path, list[Edit]] = {}
     for case in cases:
         for prec, res in merged.get(f"{case.op}::{case.id}", {}).items():
@@ -169,18 +185,18 @@ Found = list[tuple[str, float, float | None, str]]
 
 def _family_values(case: Any, prec: str, output: str, worst: dict[str, float],
                    pooled: dict[tuple[Any, ...], float], note: str) -> Found:
-    """The element budgets of one output that move: bf16 ``max_err_ratio`` to the pooled
-    value (not for tf32, which has no envelope, nor a bf16-stored output such as mHC y,
-    whose whole-ulp ratios are set by hand), every other metric only upward."""
+    """The element budgets of one output that move: bf16 and tf32 ``max_err_ratio`` to the
+    pooled value (not on a bf16-stored output such as mHC y, whose whole-ulp ratios are set
+    by hand), every other metric only upward."""
     budget = case.budgets[prec].outputs[output]
     current = budget.limits
     found: Found = []
     for metric in (m for m in GATED if m in worst):
         if metric == "max_err_ratio":
-            if prec != "bf16" or output in get_op(case.op).output_precision:
+            if prec not in ENVELOPE_CLASSES or output in get_op(case.op).output_precision:
                 continue
             key = pool_key(case, output)
-            value = budget_from({metric: pooled[key]}, metric)
+            value = budget_from({metric: pooled[(prec, *key)]}, metric)
             why = (f"1.25x the family's worst against the rounding envelope, "
                    f"pooled over {describe_pool(key)}, {note} (docs/budgets.md)")
         else:

@@ -57,10 +57,13 @@ _EXPORTS = {
     "GoldenCheck": "numcheck.golden_check",
     "GoldenCheckFailure": "numcheck.golden_check",
     "GoldenError": "numcheck.goldens",
+    "Gemm": "numcheck.ops.spec",
+    "add_gemm_members": "numcheck.gemm_family",
 }
 
 __all__ = [
     "ErrorMetrics",
+    "Gemm",
     "GoldenCheck",
     "GoldenCheckFailure",
     "GoldenError",
@@ -77,6 +80,7 @@ __all__ = [
     "TopkSpec",
     "Variant",
     "__version__",
+    "add_gemm_members",
     "add_variant",
     "calc_diff",
     "compare",
@@ -91,6 +95,7 @@ __all__ = [
 ]  # the same names as _EXPORTS (a test keeps them in step)
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads lazily
+    from numcheck.gemm_family import add_gemm_members
     from numcheck.golden_check import GoldenCheck, GoldenCheckFailure
     from numcheck.goldens import GoldenError
     from numcheck.inputs import normal, quantize_e4m3, rng
@@ -109,6 +114,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         get_op,
         register,
     )
+    from numcheck.ops.spec import Gemm
     from numcheck.precision import matmul_precision
     from numcheck.structure import Grouping, Structure
     from numcheck.topk import TopkReport, select_topk, topk_agreement

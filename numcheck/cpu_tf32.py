@@ -5,6 +5,13 @@ variant run on the CPU therefore computes exactly what the fp32 reference comput
 PASS says only that the code path is right, nothing about TF32 rounding. The row must say so.
 The claim is checked, not assumed: the reference runs on the same inputs and every output is
 compared bit for bit; only then is the note attached.
+
+The variant keeps computing what torch computes on this machine: a shipped variant stands for
+the user's code path as it runs, and swapping in an emulation on the CPU would check a path
+nobody runs. TF32 rounding itself is not left untested on a CPU: the tf32 class's honest
+family and the rounding envelope behind its ``max_err_ratio`` hold TF32 emulated bit for bit
+(operands rounded to nearest and truncated, numcheck.gemm_impls), so the tf32 budgets are
+calibrated and a bug that rounds coarser than TF32 fails here too (docs/budgets.md).
 """
 
 from __future__ import annotations

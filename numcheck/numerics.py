@@ -25,6 +25,7 @@ import torch
 from numcheck import localize
 from numcheck.cases import Case
 from numcheck.devices import device_label
+from numcheck.gemm_family import MemberRuns, envelope_members, member_name
 from numcheck.goldens import (
     STATS_FIELDS,
     VAL_SUFFIX,
@@ -43,6 +44,7 @@ from numcheck.metrics import ErrorMetrics, compare
 from numcheck.nonfinite import explain as explain_nonfinite
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
 from numcheck.ops.spec import VariantError  # defined beside Variant; raised here and by callers
+from numcheck.ops.spec import VariantFn
 from numcheck.precision import coarser, rounding_unit, ulp_dtype
 from numcheck.prepare import Preparations, Prepared, Preparer, prepare
 from numcheck.regen import RegenOutcome, store
@@ -75,6 +77,7 @@ class CaseInputs:
         self.case = case
         self._made: dict[int, tuple[Inputs, str]] = {}
         self._envelopes: dict[tuple[Any, ...], list[Outputs]] = {}
+        self._members: dict[tuple[int, str], MemberRuns] = {}
 
     def get(self, seed: int) -> tuple[Inputs, str]:
         if seed not in self._made:
@@ -88,6 +91,13 @@ class CaseInputs:
         if key not in self._envelopes:
             self._envelopes[key] = make()
         return self._envelopes[key]
+
+    def member_runs(self, seed: int, device: str, dev_inputs: Inputs) -> MemberRuns:
+        """The op's GEMM members on this seed's inputs on ``device``, each run once for
+        every precision class and variant that measures against them."""
+        if (seed, device) not in self._members:
+            self._members[(seed, device)] = MemberRuns(self.op, dev_inputs, self.case.params)
+        return self._members[(seed, device)]
 
     def fingerprint(self) -> str:
         """One hash over every seed's input fingerprint, in seed order."""
@@ -137,23 +147,38 @@ def run_variant(
 
 def rounding_envelope_outputs(
     op: OpSpec, precision: str, inputs: Inputs, case: Case, device: str,
-    own: tuple[str, Outputs],
+    own: tuple[str, Outputs], runs: MemberRuns | None = None,
 ) -> list[Outputs]:
     """The op's honest implementations at ``precision``, on the same inputs: its rounding
-    reference and its rounding alternatives. ``own`` is the checked variant's name and
-    outputs, used as they are when that variant is the reference. Empty when the op names no
-    rounding reference for ``precision`` or the reference cannot run on ``device``."""
+    reference and rounding alternatives (when it names a reference that can run on
+    ``device``), and the envelope members derived from its ``gemm_site``
+    (numcheck.gemm_family; ``runs`` keeps them across classes and checks). ``own`` is the
+    checked variant's name and outputs, used as they are when that variant is the reference.
+    Empty when the op has neither for ``precision``."""
+    envelope: list[Outputs] = []
     name = op.rounding_reference.get(precision)
-    if name is None or name not in op.variants:
-        return []
-    reference = op.variants[name]
-    if device not in reference.devices or reference.unavailable:
-        return []
-    envelope = [own[1] if name == own[0] else run_variant(reference, op, inputs, case, device)]
-    for label, fn in op.rounding_alternatives.get(precision, {}).items():
-        alternative = Variant(f"{label} (rounding alternative of {name!r})", fn, precision)
-        envelope.append(run_variant(alternative, op, inputs, case, device))
+    reference = op.variants.get(name) if name is not None else None
+    if reference is not None and device in reference.devices and not reference.unavailable:
+        envelope.append(own[1] if name == own[0]
+                        else run_variant(reference, op, inputs, case, device))
+        for label, fn in op.rounding_alternatives.get(precision, {}).items():
+            alternative = Variant(f"{label} (rounding alternative of {name!r})", fn, precision)
+            envelope.append(run_variant(alternative, op, inputs, case, device))
+    derived = envelope_members(op, precision, device)
+    if derived:
+        runs = runs if runs is not None else MemberRuns(op, inputs, case.params)
+        for impl in derived:
+            label = f"{member_name(impl)} (rounding envelope of {precision})"
+            envelope.append(runs.outputs(impl, run=partial(_run_member, label, precision, op,
+                                                           inputs, case, device)))
+        runs.release()
     return envelope
+
+
+def _run_member(label: str, precision: str, op: OpSpec, inputs: Inputs, case: Case,
+                device: str, fn: VariantFn) -> Outputs:
+    """Run a derived member's function as a variant (its outputs checked like one's)."""
+    return run_variant(Variant(label, fn, precision), op, inputs, case, device)
 
 
 def _yardstick(op: OpSpec, precision: str, output: str) -> str:
@@ -166,8 +191,9 @@ def _yardstick(op: OpSpec, precision: str, output: str) -> str:
 
 def _envelope_key(op: OpSpec, precision: str, seed: int, device: str) -> tuple[Any, ...]:
     alternatives = op.rounding_alternatives.get(precision, {})
+    derived = tuple(g.label for g in envelope_members(op, precision, device))
     return (seed, device, precision, op.rounding_reference.get(precision),
-            tuple(alternatives.items()))
+            tuple(alternatives.items()), op.gemm_site, derived)
 
 
 def make_golden(
@@ -389,7 +415,7 @@ def _check_seed(
         return inputs.envelope(
             _envelope_key(op, precision, seed, device),
             partial(rounding_envelope_outputs, op, precision, dev_inputs, case, device,
-                    (variant_name, out)),
+                    (variant_name, out), inputs.member_runs(seed, device, dev_inputs)),
         )
 
     result = SeedResult(seed)

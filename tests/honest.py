@@ -12,6 +12,12 @@ Not in the family: a bf16 indexer that folds the fp8 K scale into K before the G
 rounding of the scaled keys). That is another implementation scheme with a wider error, and
 ships as its own variant with its own budgets (docs/budgets.md, "Honest families").
 
+Beside these, each family holds the members numcheck derives from the op's GEMM site
+(numcheck.gemm_family: the same op with each honest GEMM of the class, as users implement
+it: TF32 with operands rounded to nearest or truncated, bf16 writing bf16 or fp32, the fp32
+accumulation in one pass, in K-blocks or split-K; on CUDA cuBLAS and a Triton tl.dot kernel).
+Those are the product's; :func:`family` lists them and :func:`register_all` registers them.
+
 Registered by tests and benchmarks only, never shipped.
 """
 
@@ -20,8 +26,9 @@ from __future__ import annotations
 import torch
 from variant_tables import register_table
 
+from numcheck.gemm_family import add_gemm_members, member_name, members
 from numcheck.ops import indexer, mhc
-from numcheck.ops.registry import Inputs, Outputs, Params
+from numcheck.ops.registry import Inputs, Outputs, Params, get_op
 from numcheck.ops.splitk import split_k_matmul
 from numcheck.precision import matmul_precision
 from numcheck.topk import select_topk
@@ -211,14 +218,18 @@ HONEST = {
 
 
 def family(op: str, precision: str) -> list[str]:
-    """Every honest variant of ``op`` at ``precision``: the shipped one and the test-only ones.
+    """Every honest variant of ``op`` at ``precision``: the shipped one, the test-only ones
+    and the members numcheck derives from the op's GEMM site (``gemm_<label>``: TF32 rounded
+    and truncated, bf16 writing bf16 or fp32, one pass, K-blocks, split-K, and on CUDA
+    cuBLAS and a Triton tl.dot kernel; numcheck.gemm_impls).
 
     The shipped variant named like the class (``bf16``, ``tf32``) is the family's head; its
-    case budget is what every member is held to.
+    case budget is what every member is held to. Members that cannot run on a device are
+    skipped there by whoever runs the family.
     """
     return [precision] + [
         name for name, (_, prec) in HONEST.get(op, {}).items() if prec == precision
-    ]
+    ] + [member_name(g) for g in members(get_op(op), precision)]
 
 
 #: (op, precision class) pairs with an honest family: each shipped op at each precision
@@ -227,5 +238,8 @@ FAMILIES = [(op, prec) for op in HONEST for prec in ("bf16", "tf32")]
 
 
 def register_all() -> None:
-    """Add every honest variant to its op (inside ``registry.isolated()`` in tests)."""
+    """Add every honest variant to its op, the derived GEMM members included (inside
+    ``registry.isolated()`` in tests)."""
     register_table(HONEST)
+    for op in HONEST:
+        add_gemm_members(op, ("bf16", "tf32"))

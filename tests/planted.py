@@ -567,3 +567,78 @@ NOT_NUMERIC = {
 def register_all() -> None:
     """Add every planted variant to its op (inside ``registry.isolated()`` in tests)."""
     register_table(PLANTED)
+
+# --- tf32-class bugs (issue 29): each claims TF32 and rounds like something coarser ---------
+# Held to the shipped tf32 budgets. The tf32 class's honest family and rounding envelope hold
+# TF32 with operands rounded to nearest and truncated (numcheck.gemm_impls), emulated bit for
+# bit on the CPU, so these are caught on a CPU too.
+
+
+def _tf32_split_k_bf16_partials() -> object:
+    """A split-K GEMM with TF32 operands whose four partial results are written in bf16."""
+    from numcheck.gemm_impls import EmulatedGemm, Recipe
+
+    return EmulatedGemm(Recipe("tf32_rn", "split_k", parts=4, partial="bf16"))
+
+
+def indexer_tf32_in_bf16(inputs: Inputs, p: Params) -> Outputs:
+    """Claims tf32, computes the bf16 path: per-head scores rounded to bf16."""
+    return indexer.bf16(inputs, p)
+
+
+def mhc_tf32_in_bf16(inputs: Inputs, p: Params) -> Outputs:
+    """Claims tf32, computes the bf16 path: hc_fn rounded to bf16, the projection written in
+    bf16."""
+    return mhc.bf16(inputs, p)
+
+
+def indexer_tf32_splitk_bf16(inputs: Inputs, p: Params) -> Outputs:
+    """TF32 score GEMM split over four slices of the head dim, each partial score stored in
+    bf16 before the fp32 sum."""
+    return indexer.gemm_site(inputs, p, _tf32_split_k_bf16_partials())
+
+
+def mhc_tf32_splitk_bf16(inputs: Inputs, p: Params) -> Outputs:
+    """TF32 projection split over four slices of K, each partial stored in bf16 before the
+    fp32 sum."""
+    return mhc.gemm_site(inputs, p, _tf32_split_k_bf16_partials())
+
+
+def indexer_tf32_heads_bf16(inputs: Inputs, p: Params) -> Outputs:
+    """TF32 scores (exact here: e4m3 operands), but the weighted head sum kept in a bf16
+    accumulator: each ``w * relu(s)`` and every running sum rounded to bf16."""
+    with matmul_precision(tf32=True):
+        q, kt, k_scale = indexer._operands(inputs, p, torch.float32)
+        scores = torch.bmm(q, kt)
+    b, n, h = inputs["q"].shape[:3]
+    length = scores.shape[-1]
+    weighted = (scores.relu().view(b, n, h, length)
+                * inputs["weights"].view(b, n, h, 1)).to(torch.bfloat16)
+    acc = weighted[:, :, 0]
+    for i in range(1, h):
+        acc = acc + weighted[:, :, i]  # bf16 + bf16 -> bf16: the running sum in bf16
+    logits = acc.float() * k_scale.view(b, 1, length)
+    mask = indexer.valid_mask(inputs["context_lens"], n, length)
+    logits = logits.masked_fill(~mask, float("-inf")).view(b * n, length)
+    return {"logits": logits, "topk": select_topk(logits, p["index_topk"])}
+
+
+TF32_PLANTED = {
+    "indexer": {
+        "tf32_in_bf16": (indexer_tf32_in_bf16, "tf32"),
+        "tf32_splitk_bf16": (indexer_tf32_splitk_bf16, "tf32"),
+        "tf32_heads_bf16": (indexer_tf32_heads_bf16, "tf32"),
+    },
+    "mhc_pre": {
+        "tf32_in_bf16": (mhc_tf32_in_bf16, "tf32"),
+        "tf32_splitk_bf16": (mhc_tf32_splitk_bf16, "tf32"),
+    },
+}
+for _op, _bugs in TF32_PLANTED.items():
+    PLANTED[_op].update(_bugs)
+SELF_TEST += [(op, name, "tf32") for op, bugs in TF32_PLANTED.items() for name in bugs]
+KINDS.update({
+    "tf32_in_bf16": "precision class (computes coarser)",
+    "tf32_splitk_bf16": "precision class (computes coarser)",
+    "tf32_heads_bf16": "precision class (computes coarser)",
+})

@@ -41,3 +41,23 @@ def test_apply_pools_max_err_ratio_raises_only_and_follows_bf16(tmp_path: Path) 
     assert doc["v4pro-t32"]["budget"]["bf16"]["y"]["max_err_ratio"] == 5  # bf16-stored: by hand
     assert "(docs/budgets.md); was" in path.read_text()
     assert len(changes) == 4 and all("comb.max_err_ratio: 2 -> 2.5" in c for c in changes), changes
+
+
+def test_apply_sets_tf32_max_err_ratio_from_its_envelope(tmp_path: Path) -> None:
+    """tf32 has a rounding envelope now (TF32 rounded and truncated, emulated on the CPU):
+    its max_err_ratio is pooled over the op's cases like bf16's, raised or lowered, and
+    never on the bf16-stored y."""
+    path = tmp_path / "mhc.toml"
+    shutil.copy(ROOT / "cases" / "mhc.toml", path)
+    cases = [c for c in load_case_file(path) if c.id in ("v4pro-t32", "v4flash-t64")]
+    merged = {
+        "mhc_pre::v4pro-t32": {"tf32": {"worst": {"mixes": {"max_err_ratio": 1.2},
+                                                  "y": {"max_err_ratio": 1.0}}}},
+        "mhc_pre::v4flash-t64": {"tf32": {"worst": {"mixes": {"max_err_ratio": 0.9}}}},
+    }
+    changes = calibration.apply(merged, cases, "test seeds")
+    doc = tomllib.loads(path.read_text())
+    for case in ("v4pro-t32", "v4flash-t64"):
+        assert doc[case]["budget"]["tf32"]["mixes"]["max_err_ratio"] == 1.5  # 1.25 x 1.2
+        assert doc[case]["budget"]["tf32"]["y"]["max_err_ratio"] == 5
+    assert len(changes) == 2 and all("mixes.max_err_ratio" in c for c in changes), changes

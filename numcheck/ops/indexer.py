@@ -20,6 +20,7 @@ import torch
 
 from numcheck.inputs import SCALE_FORMATS, normal, quantize_e4m3, rng
 from numcheck.ops.spec import (
+    Gemm,
     Inputs,
     OpSpec,
     Outputs,
@@ -287,13 +288,13 @@ def bf16_split_d(inputs: Inputs, p: Params, parts: int, *, tree: bool) -> Output
 
 def bf16_split_d2(inputs: Inputs, p: Params) -> Outputs:
     """Split-K over the head dim: two bf16 GEMMs over D/2, their bf16 scores added in fp32
-    (a rounding alternative of ``bf16``, not a variant)."""
+    (torch's bf16 GEMM; a member of the test-only honest family)."""
     return bf16_split_d(inputs, p, 2, tree=False)
 
 
 def bf16_split_d4_tree(inputs: Inputs, p: Params) -> Outputs:
     """Split-K over four slices of the head dim, bf16 partials added as a pairwise tree
-    (a rounding alternative of ``bf16``, not a variant)."""
+    (torch's bf16 GEMM; not a variant)."""
     return bf16_split_d(inputs, p, 4, tree=True)
 
 
@@ -322,6 +323,17 @@ def tf32(inputs: Inputs, p: Params) -> Outputs:
     with matmul_precision(tf32=True):
         q, kt, k_scale = _operands(inputs, p, torch.float32)
         return _outputs(torch.bmm(q, kt), inputs, k_scale, p)
+
+
+def gemm_site(inputs: Inputs, p: Params, gemm: Gemm) -> Outputs:
+    """The op with its score GEMM done by ``gemm`` on q and the paged keys as stored, in e4m3
+    (the GEMM reads them in its class's format, which holds every e4m3 value exactly), then
+    the fp32 epilogue every shipped variant has (relu, head weights, head sum, kv scale,
+    mask) and the top-k (numcheck.gemm_family)."""
+    b, n, h, d = inputs["q"].shape
+    k, k_scale = paged_keys(inputs, p["max_context"])
+    q = inputs["q"].view(b, n * h, d)
+    return _outputs(gemm(q, k.transpose(1, 2)), inputs, k_scale, p)
 
 
 def flops(p: Params) -> float:
@@ -449,9 +461,10 @@ OP = OpSpec(
     flops=flops,
     min_bytes=min_bytes,
     rounding_reference={"bf16": "bf16", "tf32": "tf32"},
-    # A split-K kernel writing bf16 partials rounds once per slice: max_err_ratio is taken
-    # against the worst of these and the single bf16 GEMM (docs/budgets.md).
-    rounding_alternatives={"bf16": {"split_d2": bf16_split_d2, "split_d4_tree": bf16_split_d4_tree}},
+    # The score GEMM's place: numcheck derives the honest members of each precision class
+    # (TF32 rounded and truncated, bf16 split-K with bf16 partials...) and the rounding
+    # envelope of max_err_ratio from it (docs/budgets.md).
+    gemm_site=gemm_site,
     check_params=check_params,
     # Positions past a row's valid length are -inf by definition (the mask).
     nonfinite={"logits": ("-inf",)},

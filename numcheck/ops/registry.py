@@ -116,6 +116,8 @@ def register(op: OpSpec, *, origin: str | None = None) -> OpSpec:
     if declaration:
         raise RegistrationError(f"numcheck: op {op.name!r} (from {origin}): {declaration}")
     _check_callable(op.name, "make_inputs", op.make_inputs, ("params", "seed"), origin)
+    if op.gemm_site is not None:
+        _check_callable(op.name, "gemm_site", op.gemm_site, ("inputs", "params", "gemm"), origin)
     for key, variant in op.variants.items():
         if key != variant.name:
             raise RegistrationError(

@@ -29,6 +29,12 @@ VariantFn = Callable[[Inputs, Params], Outputs]
 #: A variant's one-time preparation: ``prepare(inputs, params)`` -> tensors by name.
 PrepareFn = Callable[[Inputs, Params], Inputs]
 InputMaker = Callable[[Params, int], Inputs]
+#: A GEMM implementation: ``gemm(a, b)`` computes ``a @ b`` (matmul broadcasting) from
+#: floating-point operands and returns float32 (the values it wrote, widened).
+Gemm = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: An op with its GEMM left open: ``site(inputs, params, gemm)`` computes every output the
+#: way the op does, with ``gemm`` for its matrix product (see :attr:`OpSpec.gemm_site`).
+GemmSite = Callable[[Inputs, Params, Gemm], Outputs]
 
 
 @dataclass(frozen=True)
@@ -155,6 +161,15 @@ class OpSpec:
     #: Per output, the axes and groupings a failure is localized along (numcheck.structure);
     #: an output left out still gets its plain axes.
     structure: Mapping[str, Structure] = field(default_factory=dict)
+    #: Where the op's GEMM sits: ``gemm_site(inputs, params, gemm)`` runs the op with its
+    #: matrix product done by ``gemm`` (operands as the op holds them, e.g. e4m3 or bf16
+    #: widened to fp32; the GEMM rounds them to its own precision class). numcheck derives
+    #: from it the op's honest members of each precision class (numcheck.gemm_impls: TF32
+    #: with operands rounded to nearest or truncated, bf16 writing bf16 or fp32, one pass,
+    #: K-blocks, split-K; on CUDA cuBLAS and a Triton ``tl.dot`` kernel) and its rounding
+    #: envelope (``max_err_ratio``), next to :attr:`rounding_reference` and
+    #: :attr:`rounding_alternatives`. None: the op declares no GEMM.
+    gemm_site: GemmSite | None = None
 
     def resolve_params(self, preset: str | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults, then the preset, then explicit values, then :attr:`follows` for the
