@@ -51,13 +51,13 @@ def test_apply_sets_tf32_max_err_ratio_from_its_envelope(tmp_path: Path) -> None
     shutil.copy(ROOT / "cases" / "mhc.toml", path)
     cases = [c for c in load_case_file(path) if c.id in ("v4pro-t32", "v4flash-t64")]
     merged = {
-        "mhc_pre::v4pro-t32": {"tf32": {"worst": {"mixes": {"max_err_ratio": 1.2},
+        "mhc_pre::v4pro-t32": {"tf32": {"worst": {"mixes": {"max_err_ratio": 2.0},
                                                   "y": {"max_err_ratio": 1.0}}}},
         "mhc_pre::v4flash-t64": {"tf32": {"worst": {"mixes": {"max_err_ratio": 0.9}}}},
     }
     changes = calibration.apply(merged, cases, "test seeds")
     doc = tomllib.loads(path.read_text())
     for case in ("v4pro-t32", "v4flash-t64"):
-        assert doc[case]["budget"]["tf32"]["mixes"]["max_err_ratio"] == 1.5  # 1.25 x 1.2
+        assert doc[case]["budget"]["tf32"]["mixes"]["max_err_ratio"] == 2.5  # 1.25 x 2.0
         assert doc[case]["budget"]["tf32"]["y"]["max_err_ratio"] == 5
     assert len(changes) == 2 and all("mixes.max_err_ratio" in c for c in changes), changes
