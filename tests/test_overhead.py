@@ -361,6 +361,44 @@ def test_meaningful_share_weighs_the_reads_beyond_the_limit() -> None:
     cache = InputReads("kv_cache", 2.5, size=1_000_000, min_bytes=1_200_000)
     assert cache.meaningful_over(2.0)
     assert not InputReads("kv_cache", 2.004, 1_000_000, 1_200_000).meaningful_over(2.0)
+    # A page-at-a-time gather that reads a short request's padding pages again (2.10 passes
+    # against the reference's 2.00) is no extra copy; half a pass more is.
+    assert not InputReads("kv_cache", 2.10, 1_000_000, 1_200_000).meaningful_over(2.0)
+    assert not InputReads("kv_cache", 2.49, 1_000_000, 1_200_000).meaningful_over(2.0)
+
+
+def test_a_page_at_a_time_gather_passes_and_a_half_copy_more_fails() -> None:
+    """The example project's page-at-a-time indexer re-reads page 0 for the padding blocks
+    of its short request (2.10 passes over the KV cache) and passes the copy gate; the same
+    variant with half of the cache cloned once more fails it, naming the input."""
+    import torch
+
+    from numcheck.ops import indexer
+    from numcheck.overhead.gate import audit_variant, overhead_violations
+
+    p = get_op("indexer").resolve_params("v4flash", {"batch": 2, "max_context": 1024})
+    inputs = indexer.make_inputs(p, 0)
+
+    def paged(inp, params):  # type: ignore[no-untyped-def]
+        cache, table = inp["kv_cache"], inp["block_table"]
+        pages, bs, _, d4 = cache.shape
+        d = d4 - 4
+        flat = cache.view(pages, bs * d4)
+        keys = flat[:, : bs * d].contiguous().view(torch.float8_e4m3fn).view(pages, bs, d)
+        parts = [keys[table[:, j].long()] for j in range(table.shape[1])]
+        return {"k": torch.stack(parts, 1)}
+
+    def paged_and_half(inp, params):  # type: ignore[no-untyped-def]
+        half = inp["kv_cache"].shape[0] // 2
+        return {**paged(inp, params), "extra": inp["kv_cache"][:half].clone()}
+
+    budget = OverheadBudget(max_input_copies=1.0, max_input_copies_of=(("kv_cache", 2.0),))
+    ok = audit_variant(paged, inputs, p, min_bytes=indexer.min_bytes(p))
+    assert 2.0 < ok.ledger.input_passes()["kv_cache"] < 2.5
+    assert overhead_violations(ok, budget, {"casts"}) == []
+    bad = audit_variant(paged_and_half, inputs, p, min_bytes=indexer.min_bytes(p))
+    (v,) = [v for v in overhead_violations(bad, budget, {"casts"}) if v.metric == "input_copies"]
+    assert v.value >= 2.5 and "input 'kv_cache'" in v.detail
 
 
 def test_per_input_limits_in_the_case_file(tmp_path: Path) -> None:
