@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 import torch
 
 from numcheck.cases import load_cases
-from numcheck.localize import ENV, MIN_EXCESS, MIN_LIFT
-from numcheck.localize_selftest import (
+from numcheck.localize.failure import ENV, MIN_EXCESS, MIN_LIFT
+from numcheck.selftest.localization import (
     Honest,
     Located,
     honest_table,
@@ -102,7 +102,7 @@ def honest_rows(cases: dict[str, Any], seeds: list[int], device: str) -> list[Ho
     seeds of the fresh cases on a reference made on the spot."""
     from dataclasses import replace
 
-    from numcheck.numerics import CaseInputs, fresh_golden
+    from numcheck.numerics.against_golden import CaseInputs, fresh_golden
     from numcheck.ops.registry import get_op
     from numcheck.selftest import shipped_golden
 

@@ -1,10 +1,10 @@
 """One (case, variant, device) check, end to end: the single definition of what a check is.
 
-    golden + inputs --numerics (numcheck.numerics)--> metrics, top-k, violations
+    golden + inputs --numerics (numcheck.numerics.against_golden)--> metrics, top-k, violations
                     --speed gate (numcheck.perf)----> speedup interval, violations
                     --overhead (numcheck.overhead)--> cast ledger / kernel audit, violations
                     --expectations (case file)-----> known-bad variant caught or not
-                    ==> one :class:`~numcheck.numerics.CheckResult`
+                    ==> one :class:`~numcheck.numerics.against_golden.CheckResult`
 
 The pytest item (:mod:`numcheck.plugin.session`), the self-test (:mod:`numcheck.selftest`)
 and calibration (:mod:`numcheck.calibrate`) all call :func:`run_check`; they differ only in
@@ -14,8 +14,8 @@ A variant's one-time preparation (``Variant.prepare``, :mod:`numcheck.prepare`) 
 per seed and shared by the numerics, the speed gate and the cast ledger; only the call is
 timed, and audited per call.
 
-A golden that is missing, stale or corrupt (:class:`~numcheck.goldens.GoldenError`), a
-variant that raises or returns the wrong outputs (:class:`~numcheck.numerics.VariantError`)
+A golden that is missing, stale or corrupt (:class:`~numcheck.goldens.files.GoldenError`), a
+variant that raises or returns the wrong outputs (:class:`~numcheck.numerics.against_golden.VariantError`)
 and a timer that cannot time (:class:`~numcheck.perf.timing.TimingError`) are raised: they
 leave no verdict to return.
 """
@@ -27,17 +27,17 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from numcheck.cases import Case, Expectation
-from numcheck.firstcall import DEFAULT_NOTE_S, FirstCallWatch, Progress, device_sync
-from numcheck.goldens import Golden
+from numcheck.goldens.files import Golden
 from numcheck.inputs import to_device
-from numcheck.metric_names import MAX_FLIPS
-from numcheck.numerics import CaseInputs, CheckResult, check, display_id, run_variant
+from numcheck.numerics.against_golden import CaseInputs, CheckResult, check, display_id, run_variant
+from numcheck.numerics.firstcall import DEFAULT_NOTE_S, FirstCallWatch, Progress, device_sync
+from numcheck.numerics.metric_names import MAX_FLIPS
+from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import OpSpec
 from numcheck.overhead.gate import OVERHEAD_GATES, check_overhead
 from numcheck.perf.measure import measure_perf
 from numcheck.perf.sections import DeviceSections
 from numcheck.prepare import Preparations
-from numcheck.verdict import Violation
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ def run_check(
             (:mod:`numcheck.perf.gpulock`): numerics hold it shared, timing and the kernel
             audit exclusively. None: no lock (a single process).
         progress: where a first call of more than ``first_call_note_s`` seconds is
-            announced (numcheck.firstcall); None: nowhere. The figure is kept either way.
+            announced (numcheck.numerics.firstcall); None: nowhere. The figure is kept either way.
     """
     gates = set(gates)
     hold = sections.hold if sections is not None else _unlocked

@@ -9,9 +9,9 @@ import pytest
 
 from numcheck.cases import Case, Expectation, load_case_file
 from numcheck.check import cannot_run, run_check, settle_expected
-from numcheck.numerics import check, fresh_golden
+from numcheck.numerics.against_golden import check, fresh_golden
+from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import get_op
-from numcheck.verdict import Violation
 
 TINY = """
 [tiny-mhc]

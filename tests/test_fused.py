@@ -17,9 +17,9 @@ import torch
 from fresh import FreshPython
 
 from numcheck.cases import load_cases
-from numcheck.goldens import golden_path, load_golden
+from numcheck.goldens.files import golden_path, load_golden
 from numcheck.inputs import to_device
-from numcheck.numerics import CaseInputs, check
+from numcheck.numerics.against_golden import CaseInputs, check
 from numcheck.ops import indexer, mhc, triton_support
 from numcheck.ops.registry import Variant, add_variant, get_op
 
@@ -188,8 +188,8 @@ def _bad_mhc_bf16(inputs, p):  # type: ignore[no-untyped-def]
 
 
 def _bad_indexer_stale_page(inputs, p):  # type: ignore[no-untyped-def]
+    from numcheck.numerics.topk import select_topk
     from numcheck.ops import indexer_fused
-    from numcheck.topk import select_topk
 
     # Every request reads its pages one slot late in the block table: a paging bug.
     shifted = dict(inputs, block_table=torch.roll(inputs["block_table"], 1, dims=1))

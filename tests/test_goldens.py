@@ -1,4 +1,4 @@
-"""Tests for numcheck.goldens: storage, sampling, hashing, corruption and staleness."""
+"""Tests for numcheck.goldens.files: storage, sampling, hashing, corruption and staleness."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import safetensors.torch
 import torch
 
-from numcheck import goldens
-from numcheck.goldens import (
+from numcheck.goldens import files as goldens
+from numcheck.goldens.files import (
     FORMAT_VERSION,
     FULL_LIMIT,
     REQUIRED_META,

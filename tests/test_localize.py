@@ -1,4 +1,4 @@
-"""Localization: where a failed check's error sits, in the op's structure (numcheck/localize.py).
+"""Localization: where a failed check's error sits, in the op's structure (numcheck/localize/failure.py).
 
 Pure tests on tiny shapes: honest rounding is never localized; errors planted in a known place
 are named; structural transforms are recognised; numerics.check localizes failures only; the
@@ -17,9 +17,9 @@ import pytest
 import torch
 from test_plugin import write_goldens
 
-from numcheck import localize
-from numcheck.budgets import DEFAULT_BUDGETS
-from numcheck.localize import localize_output
+from numcheck.localize import failure as localize
+from numcheck.localize.failure import localize_output
+from numcheck.numerics.budgets import DEFAULT_BUDGETS
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import (
     OpSpec,
@@ -29,7 +29,7 @@ from numcheck.ops.registry import (
     get_op,
     register,
 )
-from numcheck.structure import Grouping, Structure, groupings_of
+from numcheck.ops.structure import Grouping, Structure, groupings_of
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -258,7 +258,7 @@ def test_a_structure_for_an_unknown_output_is_a_registration_error() -> None:
 @pytest.fixture
 def tiny(tmp_path: Path) -> Any:
     from numcheck.cases import load_cases
-    from numcheck.numerics import fresh_golden
+    from numcheck.numerics.against_golden import fresh_golden
 
     sys.path.insert(0, str(TESTS))
     import planted_located
@@ -278,7 +278,7 @@ def tiny(tmp_path: Path) -> Any:
 
 
 def test_the_runner_localizes_failures_only(tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from numcheck.numerics import check
+    from numcheck.numerics.against_golden import check
     from numcheck.report.records import record_from_dict, record_from_result, record_to_dict
     from numcheck.report.render import Commands, failure_message
 
@@ -312,7 +312,7 @@ def test_the_runner_localizes_failures_only(tiny: Any, monkeypatch: pytest.Monke
 
 
 def test_localization_can_be_switched_off(tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from numcheck.numerics import check
+    from numcheck.numerics.against_golden import check
 
     op, case, golden, inputs = tiny
     monkeypatch.setenv(localize.ENV, "0")
@@ -330,7 +330,7 @@ def test_localization_can_be_switched_off(tiny: Any, monkeypatch: pytest.MonkeyP
 ])
 def test_planted_bugs_are_named_first(key: str, bugs: tuple[str, ...]) -> None:
     from numcheck.cases import load_cases
-    from numcheck.localize_selftest import located_table
+    from numcheck.selftest.localization import located_table
 
     sys.path.insert(0, str(TESTS))
     import planted
@@ -409,7 +409,7 @@ def test_a_recall_failure_with_only_near_tie_flips_has_nothing_to_place() -> Non
 
 def test_a_localization_that_raises_leaves_the_verdict_standing(
         tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from numcheck.numerics import check
+    from numcheck.numerics.against_golden import check
 
     op, case, golden, inputs = tiny
 

@@ -14,9 +14,15 @@ from faketimer import FakePairTimer
 
 from numcheck.cases import Case, load_case_file
 from numcheck.check import run_check
-from numcheck.cpu_tf32 import NOTE
 from numcheck.inputs import to_device
-from numcheck.numerics import CaseInputs, CheckResult, VariantError, fresh_golden, run_variant
+from numcheck.numerics.against_golden import (
+    CaseInputs,
+    CheckResult,
+    VariantError,
+    fresh_golden,
+    run_variant,
+)
+from numcheck.numerics.cpu_tf32 import NOTE
 from numcheck.ops import registry
 from numcheck.ops.registry import RegistrationError, Variant, get_op
 from numcheck.overhead import gate
@@ -251,7 +257,7 @@ def test_golden_envelope_and_tf32_note_run_prepared_variants(tmp_path: Path) -> 
         result = run_check(op, case, name, "cpu", inputs, golden)
         assert result.passed, result.violations
         assert result.metric("mixes", "max_err_ratio") is not None
-    from numcheck.check_extras import annotate
+    from numcheck.numerics.extras import annotate
 
     tf32 = run_check(op, case, "tf32", "cpu", inputs, golden, keep_outputs=True)
     annotate(tf32, op, golden, inputs)  # runs the prepared reference on the same inputs

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from numcheck.cases import load_case_file
-from numcheck.goldens import load_golden
-from numcheck.numerics import CaseInputs, CheckResult, check, write_golden
+from numcheck.goldens.files import load_golden
+from numcheck.numerics.against_golden import CaseInputs, CheckResult, check, write_golden
 from numcheck.ops.registry import get_op
 from numcheck.report.environment import environment
 from numcheck.report.markdown import headline, to_markdown

@@ -9,8 +9,8 @@ import planted  # tests/planted.py; pytest puts this folder on sys.path (no __in
 import pytest
 
 from numcheck.cases import Case, load_cases
-from numcheck.goldens import golden_path, load_golden
-from numcheck.numerics import CaseInputs, check
+from numcheck.goldens.files import golden_path, load_golden
+from numcheck.numerics.against_golden import CaseInputs, check
 from numcheck.ops.registry import get_op
 
 ROOT = Path(__file__).resolve().parent.parent

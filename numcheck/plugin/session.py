@@ -20,13 +20,19 @@ import torch
 
 from numcheck.cases import Case, CaseFileError, CaseIds, load_case_file
 from numcheck.check import Settled, cannot_run, run_check
-from numcheck.check_extras import annotate, keep_failed
 from numcheck.devices import device_name
-from numcheck.firstcall import first_call_lines
-from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
+from numcheck.goldens.files import Golden, GoldenError, golden_path, load_golden
+from numcheck.goldens.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
 from numcheck.history.store import save_folder, save_report
-from numcheck.numerics import CaseInputs, CheckResult, VariantError, display_id, regenerate
-from numcheck.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
+from numcheck.numerics.against_golden import (
+    CaseInputs,
+    CheckResult,
+    VariantError,
+    display_id,
+    regenerate,
+)
+from numcheck.numerics.extras import annotate, keep_failed
+from numcheck.numerics.firstcall import first_call_lines
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.overhead.gate import (
     OVERHEAD_GATES,
@@ -70,7 +76,7 @@ from numcheck.report.step_summary import append_step_summary
 RECORD_PROPERTY = "numcheck_record"
 GOLDENS_PROPERTY = "numcheck_goldens"
 GOLDEN_NOTES_PROPERTY = "numcheck_golden_notes"
-from numcheck.stale import find_stale, prune
+from numcheck.goldens.stale import find_stale, prune
 
 
 class NumcheckFailure(Exception):
@@ -136,7 +142,7 @@ class NumcheckSession:
         self.cases_dir = (root / config.getini(options.CASES_INI)).resolve()
         self.goldens_dir = (root / config.getini(options.GOLDENS_INI)).resolve()
         self.regenerated: dict[Path, bool] = {}
-        #: What each regeneration did, in the summary's words (numcheck.regen.RegenOutcome).
+        #: What each regeneration did, in the summary's words (numcheck.goldens.regen.RegenOutcome).
         self.regen_notes: dict[Path, str] = {}
         self.gate_note = ""
         self.golden_notes: dict[str, str] = {}
@@ -212,7 +218,7 @@ class NumcheckSession:
         )
         self.overhead_rows: list[list[str]] = []
         #: A first call longer than this many seconds prints a progress line while it runs
-        #: and is listed in the summary (numcheck.firstcall).
+        #: and is listed in the summary (numcheck.numerics.firstcall).
         raw = config.getini(options.FIRST_CALL_INI)
         try:
             self.first_call_note_s = float(raw)

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from numcheck.metric_names import KEY_METRICS, KEY_TOPK_METRICS
+from numcheck.numerics.metric_names import KEY_METRICS, KEY_TOPK_METRICS
 
 if TYPE_CHECKING:  # records holds a Drift: importing it at run time would be a cycle
     from numcheck.report.records import Record, Report

@@ -4,7 +4,7 @@ A budget has two jobs: pass every honest implementation of a precision (not only
 variant it was measured on) and fail every bug bigger than that precision's own rounding.
 This module measures the first side the way the gate measures: each member of a family (the
 shipped variant of a precision class and test-only alternatives that sum, round or tile
-differently) is checked by :func:`numcheck.numerics.check` against a fresh CPU reference on each
+differently) is checked by :func:`numcheck.numerics.against_golden.check` against a fresh CPU reference on each
 seed, and the worst value of every metric over members and seeds is kept. :func:`suggest`
 turns those worsts into budget tables with the project's headroom (docs/budgets.md).
 
@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from numcheck.budgets import ERROR_METRICS
 from numcheck.cases import Case
-from numcheck.numerics import CheckResult, VariantError, check
+from numcheck.numerics.against_golden import CheckResult, VariantError, check
+from numcheck.numerics.budgets import ERROR_METRICS
 from numcheck.ops.registry import get_op
 from numcheck.selftest import fresh_golden, held_to
 

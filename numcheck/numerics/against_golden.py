@@ -22,11 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from numcheck import localize
 from numcheck.cases import Case
 from numcheck.devices import device_label
-from numcheck.gemm_family import MemberRuns, envelope_members, member_name
-from numcheck.goldens import (
+from numcheck.goldens.files import (
     STATS_FIELDS,
     VAL_SUFFIX,
     Golden,
@@ -37,24 +35,28 @@ from numcheck.goldens import (
     pack_output,
     unpack_pair,
 )
+from numcheck.goldens.regen import RegenOutcome, store
 from numcheck.inputs import to_device
-from numcheck.localize import Localization
-from numcheck.metric_names import MAX_FLIPS
-from numcheck.metrics import ErrorMetrics, compare
-from numcheck.nonfinite import explain as explain_nonfinite
+from numcheck.localize import failure as localize
+from numcheck.localize.failure import Localization
+from numcheck.numerics.metric_names import MAX_FLIPS
+from numcheck.numerics.metrics import ErrorMetrics, compare
+from numcheck.numerics.nonfinite import explain as explain_nonfinite
+from numcheck.numerics.topk import TopkReport, topk_agreement
+from numcheck.numerics.verdict import Violation, check_output, check_topk, worst
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Variant
-from numcheck.ops.spec import VariantError  # defined beside Variant; raised here and by callers
-from numcheck.ops.spec import VariantFn
+from numcheck.ops.spec import (
+    VariantError,  # defined beside Variant; raised here and by callers
+    VariantFn,
+)
 from numcheck.precision import coarser, rounding_unit, ulp_dtype
+from numcheck.precision.gemm_family import MemberRuns, envelope_members, member_name
 from numcheck.prepare import Preparations, Prepared, Preparer, prepare
-from numcheck.regen import RegenOutcome, store
-from numcheck.topk import TopkReport, topk_agreement
-from numcheck.verdict import Violation, check_output, check_topk, worst
 
 if TYPE_CHECKING:
-    from numcheck.budgets import OutputBudget
     from numcheck.check import Settled
-    from numcheck.firstcall import FirstCallWatch
+    from numcheck.numerics.budgets import OutputBudget
+    from numcheck.numerics.firstcall import FirstCallWatch
     from numcheck.overhead.gate import OverheadReport
     from numcheck.perf.measure import PerfResult
 
@@ -152,7 +154,7 @@ def rounding_envelope_outputs(
     """The op's honest implementations at ``precision``, on the same inputs: its rounding
     reference and rounding alternatives (when it names a reference that can run on
     ``device``), and the envelope members derived from its ``gemm_site``
-    (numcheck.gemm_family; ``runs`` keeps them across classes and checks). ``own`` is the
+    (numcheck.precision.gemm_family; ``runs`` keeps them across classes and checks). ``own`` is the
     checked variant's name and outputs, used as they are when that variant is the reference.
     Empty when the op has neither for ``precision``."""
     envelope: list[Outputs] = []
@@ -243,10 +245,10 @@ def write_golden(path: Path, op: OpSpec, case: Case, device: str, inputs: CaseIn
 def regenerate(
     path: Path, op: OpSpec, case: Case, device: str, inputs: CaseInputs
 ) -> RegenOutcome:
-    """Run the reference and store it (:func:`numcheck.regen.store`): the outcome says whether
+    """Run the reference and store it (:func:`numcheck.goldens.regen.store`): the outcome says whether
     the file changed and how (``created``, ``rewritten``, ``unchanged (within reproducibility
     tolerance, ...)``); a reference output with NaN/Inf the op does not allow raises
-    :class:`numcheck.regen.GoldenRefused` and writes nothing."""
+    :class:`numcheck.goldens.regen.GoldenRefused` and writes nothing."""
     tensors, meta = make_golden(op, case, device, inputs)
     return store(path, op, case, tensors, meta)
 
@@ -283,11 +285,11 @@ class CheckResult:
     overhead: OverheadReport | None = None
     #: A known-bad variant's expected failures, settled (None for an ordinary check).
     settled: Settled | None = None
-    #: The record's compact plot data (numcheck.plotdata) and a note shown in its row.
+    #: The record's compact plot data (numcheck.numerics.plotdata) and a note shown in its row.
     plots: dict[str, Any] | None = None
     note: str | None = None
     #: Seconds of the check's first call of its variant (compile, warm-up), timed apart
-    #: (numcheck.firstcall); None when the check made no call of its own.
+    #: (numcheck.numerics.firstcall); None when the check made no call of its own.
     first_call_s: float | None = None
     #: The variant's one-time preparation on the case's first seed, as the record's
     #: ``prepared`` section (:meth:`numcheck.prepare.Prepared.as_dict`); None without one.
@@ -349,7 +351,7 @@ def check(
     keeps them for the rest of the check: :func:`numcheck.check.run_check` times and
     audits on the same ones) and its calls on the prepared inputs are what is compared.
 
-    Raises :class:`~numcheck.goldens.GoldenStale` before running anything when the golden
+    Raises :class:`~numcheck.goldens.files.GoldenStale` before running anything when the golden
     was made from other inputs, and :class:`VariantError` when the variant misbehaves.
     ``first_call`` times the variant's first call (the first seed's), apart from the rest.
     """

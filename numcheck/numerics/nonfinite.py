@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import torch
 
-from numcheck.verdict import Violation
+from numcheck.numerics.verdict import Violation
 
 #: A golden value counts as "near the range" of a dtype from this fraction of its largest
 #: finite value (four binades): an intermediate (a sum, a product of two such values)

@@ -2,7 +2,7 @@
 
 A failure message that says ``logits.rel_fro 0.14 > budget 0.004`` leaves the engineer to
 bisect by hand: which request, which page, which MTP row, which tokens. numcheck knows each
-output's structure (:mod:`numcheck.structure`), so on a failed check it measures how the error
+output's structure (:mod:`numcheck.ops.structure`), so on a failed check it measures how the error
 is spread over every grouping and names the groups that carry it.
 
 What is measured, per element of the failing output (only where golden and output are both
@@ -28,7 +28,7 @@ Before that, cheap **structural transforms** are tried: the output equal to the 
 by one factor, shifted by one along an axis, with two axes transposed, or with the slices
 along an axis permuted. One fits when it leaves at most :data:`TRANSFORM_FIT` of the error.
 
-All of it runs only on a failed check (:func:`numcheck.numerics.check` calls
+All of it runs only on a failed check (:func:`numcheck.numerics.against_golden.check` calls
 :func:`localize_failure` once per failing check); ``NUMCHECK_LOCALIZE=0`` in the environment
 switches it off.
 """
@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from numcheck.structure import Grouping, Structure, axis_names, groupings_of
+from numcheck.ops.structure import Grouping, Structure, axis_names, groupings_of
 
 #: Heavy groups must carry at least this share of the error...
 MIN_SHARE = 0.5
@@ -743,8 +743,8 @@ def localize_failure(
     sampled golden stores ``key.idx`` / ``key.val``). A top-k violation is localized as the
     unexplained flips on the grid of the scores they rank.
     """
-    from numcheck.goldens import IDX_SUFFIX, STATS_SUFFIX, VAL_SUFFIX
-    from numcheck.topk import topk_agreement
+    from numcheck.goldens.files import IDX_SUFFIX, STATS_SUFFIX, VAL_SUFFIX
+    from numcheck.numerics.topk import topk_agreement
 
     structures: Mapping[str, Structure] = getattr(op, "structure", None) or {}
     severity: dict[str, float] = {}

@@ -3,7 +3,7 @@
 Every variant names the precision class it computes in (``fp32``, ``tf32``, ``fp16``,
 ``bf16``, ``e4m3``, ``e5m2``). The class decides four things, all read from :data:`PRECISION_CLASSES`:
 
-- which default budget row completes the variant's budget (``numcheck.budgets``),
+- which default budget row completes the variant's budget (``numcheck.numerics.budgets``),
 - in which dtype ULP errors are counted (:func:`ulp_dtype`: the coarser of the class's
   compute dtype and the output's dtype),
 - the unit roundoff of the floor of its element-level error (``max_err_ratio``),

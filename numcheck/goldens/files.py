@@ -29,8 +29,8 @@ import numpy as np
 import safetensors.torch
 import torch
 
-from numcheck.atomic import atomic_write, remove_leftovers
-from numcheck.locking import exclusive
+from numcheck.goldens.atomic import atomic_write, remove_leftovers
+from numcheck.goldens.locking import exclusive
 
 __all__ = [
     "FORMAT_VERSION",
@@ -477,7 +477,7 @@ def save_golden(path: Path, tensors: Mapping[str, torch.Tensor], meta: Mapping[s
     The bytes go to a temporary file in the same folder, which is flushed, fsynced and moved over
     ``path`` with ``os.replace``; then the folder is fsynced. A reader therefore sees either the
     old golden or the new one, never half a file, and no temporary file is left behind on error.
-    The write holds the golden's cross-process lock (:mod:`numcheck.locking`), so concurrent
+    The write holds the golden's cross-process lock (:mod:`numcheck.goldens.locking`), so concurrent
     writers of one golden take turns; under it, temporary files left by a writer that was
     killed mid-write are removed.
     """

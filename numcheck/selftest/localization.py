@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from numcheck.cases import Case
-from numcheck.goldens import Golden
-from numcheck.numerics import CaseInputs, VariantError, check, fresh_golden
+from numcheck.goldens.files import Golden
+from numcheck.numerics.against_golden import CaseInputs, VariantError, check, fresh_golden
 from numcheck.ops.registry import get_op
 from numcheck.selftest import held_to, shipped_golden
 
@@ -54,7 +54,7 @@ def locate(
     op = get_op(op_name)
     held = held_to(case, variant, budget_of)
     seed = case.seeds[0] if len(case.seeds) == 1 else None
-    from numcheck import localize
+    from numcheck.localize import failure as localize
 
     spent: list[float] = []
     real = localize.localize_failure
@@ -140,10 +140,10 @@ class Honest:
 def honest_table(case: Case, variants: Sequence[str], golden: Golden, inputs: CaseInputs,
                  *, device: str = "cpu") -> list[Honest]:
     """Localize every output of every good variant, pass or fail, against ``golden``."""
-    from numcheck import localize
-    from numcheck.goldens import IDX_SUFFIX, VAL_SUFFIX
+    from numcheck.goldens.files import IDX_SUFFIX, VAL_SUFFIX
     from numcheck.inputs import to_device
-    from numcheck.numerics import run_variant, seed_key
+    from numcheck.localize import failure as localize
+    from numcheck.numerics.against_golden import run_variant, seed_key
 
     op = get_op(case.op)
     rows = []

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from numcheck.metric_names import ERROR_METRICS, TOPK_LIMITS
+from numcheck.numerics.metric_names import ERROR_METRICS, TOPK_LIMITS
 from numcheck.precision import UNIT_ROUNDOFF, coarser
 
 #: The band ``|x - y| <= atol + rtol * |y|``; ``frac_outside`` counts elements outside it.
@@ -257,7 +257,7 @@ def complete_budget(
 
 #: Keys a finer variant's coarse output takes from the coarse class's budget (see
 #: :func:`coarse_output_tables`). ``max_err_ratio`` too: on such an output it is measured
-#: against the coarse class's rounding envelope (numcheck.numerics), as the coarse class's is.
+#: against the coarse class's rounding envelope (numcheck.numerics.against_golden), as the coarse class's is.
 INHERITED_KEYS = ("rel_fro", "calc_diff", "frac_outside", "max_band_ratio", "max_err_ratio",
                   OUTSIDE_KEY, OUTSIDE_ROWS_KEY, *BAND_KEYS)
 

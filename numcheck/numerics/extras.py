@@ -1,7 +1,7 @@
 """What a check keeps for its readers beyond the verdict: plot data, a row note, and, on a
 failure, the obtained file.
 
-Called by the pytest session after :func:`numcheck.numerics.check`; plain functions of the
+Called by the pytest session after :func:`numcheck.numerics.against_golden.check`; plain functions of the
 check's result, so they are tested without pytest.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from numcheck.cpu_tf32 import tf32_cpu_note
-from numcheck.obtained import write_obtained
-from numcheck.plotdata import check_plots
+from numcheck.goldens.obtained import write_obtained
+from numcheck.numerics.cpu_tf32 import tf32_cpu_note
+from numcheck.numerics.plotdata import check_plots
 
 
 def annotate(result: Any, op: Any, golden: Any, inputs: Any) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from numcheck.metric_names import MAX_FLIPS
+from numcheck.numerics.metric_names import MAX_FLIPS
 
 #: Names :meth:`TopkReport.value` understands, for budgets.
 TOPK_METRIC_NAMES: tuple[str, ...] = (

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from numcheck.atomic import atomic_write
+from numcheck.goldens.atomic import atomic_write
 
 #: How to install what writing needs.
 INSTALL_HINT = "pip install tomlkit (or the calibrate extra: pip install 'numcheck[calibrate]')"

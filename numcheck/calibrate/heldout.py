@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from numcheck.budgets import OutputBudget, VariantBudget
 from numcheck.cases import Case
+from numcheck.numerics.budgets import OutputBudget, VariantBudget
 
 __all__ = ["Excess", "excesses", "main", "outside_as_judged", "rows_of"]
 
@@ -134,6 +133,3 @@ def main(argv: list[str] | None = None) -> int:
           f"from {len(reports)} file(s)")
     return 1 if found else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from numcheck.budgets import ERROR_METRICS, MAX_OUTSIDE_ROWS
+from numcheck.numerics.budgets import ERROR_METRICS, MAX_OUTSIDE_ROWS
 
 #: Rows whose counts outside the band the metrics keep (the most a budget may set aside).
 ROWS_KEPT = MAX_OUTSIDE_ROWS
@@ -117,7 +117,7 @@ class ErrorMetrics:
 
     def outside_counts(self) -> dict[str, float]:
         """The counts a calibration file records beside ``frac_outside``, for judging it
-        later under ``max_outside`` and ``max_outside_rows = 1`` (numcheck.heldout)."""
+        later under ``max_outside`` and ``max_outside_rows = 1`` (numcheck.calibrate.heldout)."""
         return {"n_outside": float(self.n_outside),
                 "n_outside_beyond_row": float(self.n_outside_beyond(1)),
                 "n_compared": float(self.n_compared)}

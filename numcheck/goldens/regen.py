@@ -7,7 +7,7 @@
   -1, an empty shape): nothing is written and :class:`GoldenRefused` names the case, seed,
   output and count.
 - **Reproducibility.** The FP32 reference moves in its last bits with the thread count and
-  the CPU's instruction set (:mod:`numcheck.reproducibility`). When the stored golden was
+  the CPU's instruction set (:mod:`numcheck.goldens.reproducibility`). When the stored golden was
   made for the same case, op version, inputs, seeds and parameters, and every new value lies
   within the reference's own tolerance of the stored one, the stored bytes are kept and the
   outcome says ``unchanged (within reproducibility tolerance, max diff ...)``. Only a real
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from numcheck.cases import Case
-from numcheck.goldens import (
+from numcheck.goldens.files import (
     STATS_SUFFIX,
     Golden,
     GoldenError,
@@ -37,9 +37,9 @@ from numcheck.goldens import (
     load_golden,
     save_golden,
 )
-from numcheck.locking import exclusive
+from numcheck.goldens.locking import exclusive
+from numcheck.goldens.reproducibility import compare_by_dtype, describe_unchanged
 from numcheck.ops.spec import OpSpec
-from numcheck.reproducibility import compare_by_dtype, describe_unchanged
 
 #: Index of the NaN, +Inf and -Inf counts in a summary-statistics tensor.
 _STAT_COUNTS = {"nan": 5, "+inf": 6, "-inf": 7}
@@ -116,7 +116,7 @@ def store(
     meta: Mapping[str, Any],
 ) -> RegenOutcome:
     """Write the reference outputs ``tensors`` (with ``meta``, as made by
-    :func:`numcheck.numerics.make_golden`) unless the stored golden is equal or within the
+    :func:`numcheck.numerics.against_golden.make_golden`) unless the stored golden is equal or within the
     reference's reproducibility tolerance. Raises :class:`GoldenRefused` (writing nothing)
     when an output holds NaN/Inf the op does not allow."""
     refuse_nonfinite(op, case, tensors, path)

@@ -28,9 +28,8 @@ from typing import Any
 
 import torch
 
-from numcheck.budgets import complete_budget
 from numcheck.devices import device_label
-from numcheck.goldens import (
+from numcheck.goldens.files import (
     Golden,
     GoldenError,
     check_fresh,
@@ -40,11 +39,12 @@ from numcheck.goldens import (
     unpack_pair,
     write_if_changed,
 )
-from numcheck.metrics import ErrorMetrics, compare
+from numcheck.numerics.budgets import complete_budget
+from numcheck.numerics.metrics import ErrorMetrics, compare
+from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement
+from numcheck.numerics.verdict import Violation, check_output, check_topk
 from numcheck.precision import precision_of, rounding_unit, ulp_dtype
 from numcheck.report.render import Commands, verdict_message
-from numcheck.topk import TopkReport, select_topk, topk_agreement
-from numcheck.verdict import Violation, check_output, check_topk
 
 #: Sub-folder of the goldens folder that holds fixture goldens (no op name starts with "_").
 FIXTURE_DIR = "_tests"
@@ -138,9 +138,9 @@ class GoldenCheck:
                 golden made from other inputs fails as stale instead of comparing wrongly.
             version: bump it when the reference itself changes: older goldens become stale.
 
-        Returns the measured :class:`~numcheck.metrics.ErrorMetrics`. Raises
+        Returns the measured :class:`~numcheck.numerics.metrics.ErrorMetrics`. Raises
         :class:`GoldenCheckFailure` when a budget is missed and a
-        :class:`~numcheck.goldens.GoldenError` when the golden is missing, corrupt or stale.
+        :class:`~numcheck.goldens.files.GoldenError` when the golden is missing, corrupt or stale.
         """
         __tracebackhide__ = True
         precision = precision or precision_of(actual.dtype)
@@ -171,11 +171,11 @@ class GoldenCheck:
         """Compare a top-k selection ``[R, k]`` (-1 padded) with the golden one, tie-aware.
 
         ``reference_fn`` returns the FP32 scores ``[R, L]`` (the golden selection is then
-        their :func:`~numcheck.topk.select_topk` with ``k = indices.shape[-1]``), or a pair
+        their :func:`~numcheck.numerics.topk.select_topk` with ``k = indices.shape[-1]``), or a pair
         ``(golden_indices, scores)``. ``budget`` takes the top-k keys (``recall_min``,
         ``tie_recall_min``, ``tie_band_rel`` ...), completed from the ``precision`` row: a
         flip counts as benign only when both tokens' golden scores lie within the tie band of
-        the row's k-th score. Returns the :class:`~numcheck.topk.TopkReport`; raises like
+        the row's k-th score. Returns the :class:`~numcheck.numerics.topk.TopkReport`; raises like
         :meth:`check`.
         """
         __tracebackhide__ = True

@@ -4,7 +4,7 @@ Two questions, answered without pytest so tests and ``benchmarks/reliability_rep
 the code:
 
 - **caught**: a (known-bad) variant held to a shipped case's budget, against the shipped
-  golden, must fail: a budget violation, or a :class:`~numcheck.numerics.VariantError`.
+  golden, must fail: a budget violation, or a :class:`~numcheck.numerics.against_golden.VariantError`.
 - **false failures**: a good variant must pass on fresh seeds. Each seed gets its own
   reference, computed on the spot (on the CPU by default, as the shipped goldens are) and
   packed exactly as a golden file would store it.
@@ -21,9 +21,9 @@ from typing import Any
 from numcheck.cases import Case
 from numcheck.check import run_check
 from numcheck.gates import CASTS_GATE
-from numcheck.goldens import Golden, GoldenError
-from numcheck.numerics import CaseInputs, VariantError
-from numcheck.numerics import fresh_golden as make_fresh_golden
+from numcheck.goldens.files import Golden, GoldenError
+from numcheck.numerics.against_golden import CaseInputs, VariantError
+from numcheck.numerics.against_golden import fresh_golden as make_fresh_golden
 from numcheck.ops.registry import OpSpec, get_op
 
 __all__ = ["Outcome", "Planted", "catch_table", "error_to_family", "family_outcomes",
@@ -203,7 +203,7 @@ class Planted:
 
 def shipped_golden(case: Case, goldens_dir: Path) -> Golden:
     """The committed golden of ``case``."""
-    from numcheck.goldens import golden_path, load_golden
+    from numcheck.goldens.files import golden_path, load_golden
 
     path = golden_path(goldens_dir, case.op, case.id)
     return load_golden(path, case=case.id, regen_hint="")

@@ -120,11 +120,11 @@ def flip_histogram(
 ) -> dict[str, Any]:
     """Every flipped token's distance to its row's k-th golden score, in tie bands.
 
-    Uses :func:`numcheck.topk.topk_agreement` with a zero band, which lists every flip not
+    Uses :func:`numcheck.numerics.topk.topk_agreement` with a zero band, which lists every flip not
     exactly at the k-th score (with its margin) and counts the rest; the row's band width
-    comes from :func:`numcheck.topk.row_tolerance`, the same one the gate uses.
+    comes from :func:`numcheck.numerics.topk.row_tolerance`, the same one the gate uses.
     """
-    from numcheck.topk import row_tolerance, topk_agreement
+    from numcheck.numerics.topk import row_tolerance, topk_agreement
 
     scores = golden_scores.detach().to("cpu")
     report = topk_agreement(golden_idx, variant_idx, scores, band=0.0, band_kind="abs",
@@ -176,8 +176,8 @@ def check_plots(
     ``seeds`` are the runner's seed results (with ``outputs``); ``golden`` the loaded golden.
     None when no seed kept its outputs (e.g. a perf-only check).
     """
-    from numcheck.goldens import unpack_pair
-    from numcheck.numerics import seed_key
+    from numcheck.goldens.files import unpack_pair
+    from numcheck.numerics.against_golden import seed_key
 
     errors: dict[str, list[dict[str, Any]]] = {}
     flips: list[dict[str, Any]] = []

@@ -1,15 +1,15 @@
 """An op's honest family per precision class, derived from where its GEMM sits.
 
 An op that declares ``OpSpec.gemm_site`` (``site(inputs, params, gemm)``: the op with its
-matrix product left open) gets one **member** per row of numcheck.gemm_impls for each
+matrix product left open) gets one **member** per row of numcheck.precision.gemm_impls for each
 precision class: the op computed with that GEMM. Members serve two purposes:
 
 - calibration and the self-test: :func:`member_variants` / :func:`add_gemm_members` make
   them variants (``gemm_<label>``), so a budget is measured on every way users implement
-  the class (``--numcheck-calibrate-pool``, numcheck.honest.measure_family);
+  the class (``--numcheck-calibrate-pool``, numcheck.calibrate.honest.measure_family);
 - the rounding envelope behind ``max_err_ratio``: a check divides its worst element error by
   the worst of the class's envelope members (and the op's ``rounding_reference`` and
-  ``rounding_alternatives``) on the same inputs (numcheck.numerics).
+  ``rounding_alternatives``) on the same inputs (numcheck.numerics.against_golden).
 
 :class:`MemberRuns` runs members on one set of inputs and runs a member only when its result
 can differ from one already run: each GEMM call is recorded by what decides its bits (which
@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
-from numcheck.gemm_impls import EmulatedGemm, GemmImpl, canonical_operand, gemms_for
-from numcheck.operand_rounding import holds_exactly, to_format
 from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, Variant, VariantFn
+from numcheck.precision.gemm_impls import EmulatedGemm, GemmImpl, canonical_operand, gemms_for
+from numcheck.precision.operand_rounding import holds_exactly, to_format
 
 __all__ = ["MEMBER_PREFIX", "MemberRuns", "add_gemm_members", "envelope_members",
            "member_fn", "member_name", "member_variants", "members"]
@@ -85,7 +85,7 @@ def member_variants(op: OpSpec, precisions: Sequence[str] | None = None) -> list
 
 
 def _impls(precisions: Sequence[str] | None) -> list[GemmImpl]:
-    from numcheck.gemm_impls import honest_gemms
+    from numcheck.precision.gemm_impls import honest_gemms
 
     return [g for g in honest_gemms() if precisions is None or g.precision in precisions]
 
@@ -100,7 +100,7 @@ def add_gemm_members(op_name: str, precisions: Sequence[str] | None = None) -> l
     names = []
     for variant in member_variants(op, precisions):
         if variant.name not in get_op(op_name).variants:
-            add_variant(op_name, variant, origin="numcheck.gemm_family")
+            add_variant(op_name, variant, origin="numcheck.precision.gemm_family")
         names.append(variant.name)
     return names
 
@@ -120,7 +120,7 @@ class MemberRuns:
     """Members of one op run on one set of inputs, each result made once (module docstring).
 
     ``run(member)`` (optional, for :meth:`outputs`) runs a member's function on the inputs:
-    numcheck passes its own :func:`numcheck.numerics.run_variant`, so a member's outputs are
+    numcheck passes its own :func:`numcheck.numerics.against_golden.run_variant`, so a member's outputs are
     checked like a variant's. The operands of a GEMM call, as each format reads them, are
     made once for every member that reaches that call the same way; :meth:`release` drops
     them (the outputs stay).

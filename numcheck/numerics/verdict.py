@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from numcheck.budgets import OutputBudget, TopkBudget
-from numcheck.metrics import ErrorMetrics
-from numcheck.topk import TopkReport
+from numcheck.numerics.budgets import OutputBudget, TopkBudget
+from numcheck.numerics.metrics import ErrorMetrics
+from numcheck.numerics.topk import TopkReport
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,13 @@
 """Measure before budgeting: the error of every variant over many seeds, and budgets from it.
 
-Two front ends share this module:
+This package is the room of measuring budgets. This module is calibration itself; beside it:
+
+- :mod:`numcheck.calibrate.heldout`: measured worst values against the case files' budgets
+  (``python -m numcheck.heldout``);
+- :mod:`numcheck.calibrate.honest`: two-sided calibration over an honest family of variants;
+- :mod:`numcheck.calibrate.casewriter`: calibrated values written into case files in place.
+
+Two front ends share calibration:
 
 - ``pytest --numcheck --numcheck-calibrate[=N]`` (:mod:`numcheck.plugin.calibration`): the
   selected checks, with the ops that conftest hooks and entry points register, print (and
@@ -32,13 +39,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from numcheck.devices import device_name
-from numcheck.metric_names import ERROR_METRICS, TOPK_LIMITS
+from numcheck.numerics.metric_names import ERROR_METRICS, TOPK_LIMITS
 
 if TYPE_CHECKING:
-    from numcheck.budgets import VariantBudget
     from numcheck.cases import Case
-    from numcheck.goldens import Golden
-    from numcheck.numerics import CaseInputs, SeedResult
+    from numcheck.goldens.files import Golden
+    from numcheck.numerics.against_golden import CaseInputs, SeedResult
+    from numcheck.numerics.budgets import VariantBudget
     from numcheck.ops.registry import OpSpec
 
 #: The headroom policy (docs/budgets.md): error budgets are twice the worst measurement,
@@ -145,7 +152,7 @@ class References:
     def get(self, seed: int) -> tuple[Golden, CaseInputs]:
         """``(golden, inputs)`` of the one-seed case of ``seed``."""
         if seed not in self._made:
-            from numcheck.numerics import fresh_golden
+            from numcheck.numerics.against_golden import fresh_golden
 
             self._made[seed] = fresh_golden(self.op, replace(self.case, seeds=(seed,)),
                                             self.device)
@@ -172,8 +179,8 @@ def topk_row(golden: Golden, measured: SeedResult, idx: str, scores: str) -> Row
     ``rel`` tie band is relative to)."""
     import torch
 
-    from numcheck.numerics import seed_key
-    from numcheck.topk import topk_agreement
+    from numcheck.numerics.against_golden import seed_key
+    from numcheck.numerics.topk import topk_agreement
 
     rep = measured.topk
     assert rep is not None and measured.outputs is not None
@@ -374,6 +381,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.json.write_text(json.dumps({"meta": meta, "cases": everything}, indent=1))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -11,15 +11,15 @@ kernel learns to loosen budgets until bugs pass too.
 :func:`honest_gemms` lists them. Each is a :class:`GemmImpl`: a label, its precision class,
 a function ``gemm(a, b) -> float32`` and where it runs. Most are **emulated** from a
 :class:`Recipe` (operand format, accumulation, partial and output format): the operands are
-rounded to the class's format bit for bit (numcheck.operand_rounding), the products then
+rounded to the class's format bit for bit (numcheck.precision.operand_rounding), the products then
 summed in IEEE fp32 with TF32 off, so the emulation runs the same on a CPU and a GPU and CPU
 CI calibrates the tf32 class for real. On CUDA the **real** ones run too: cuBLAS through
 torch (TF32 allowed, bf16 in and out, bf16 in and fp32 out) and a small Triton ``tl.dot``
 kernel with the library's defaults (numcheck.ops.triton_gemm). ``envelope`` marks the
 members a check measures ``max_err_ratio`` against (the ones that round the most:
-numcheck.gemm_family).
+numcheck.precision.gemm_family).
 
-An op declares where its GEMM sits (``OpSpec.gemm_site``); numcheck.gemm_family turns each
+An op declares where its GEMM sits (``OpSpec.gemm_site``); numcheck.precision.gemm_family turns each
 row of this table into a member of the op's honest family.
 """
 
@@ -31,9 +31,9 @@ from functools import cache
 
 import torch
 
-from numcheck.operand_rounding import FORMATS, holds_exactly, to_format
 from numcheck.ops.splitk import split_k_matmul
 from numcheck.precision import PRECISIONS, matmul_precision
+from numcheck.precision.operand_rounding import FORMATS, holds_exactly, to_format
 
 __all__ = ["ACCUMULATIONS", "EmulatedGemm", "GemmImpl", "Recipe", "canonical_operand",
            "gemms_for", "honest_gemms"]
@@ -51,7 +51,7 @@ class Recipe:
     """How an emulated GEMM rounds: the operand format, how K is summed (in fp32), the format
     each split-K partial is written in and the format of the result.
 
-    Formats are names of :data:`numcheck.operand_rounding.FORMATS`. ``width`` is the K-block
+    Formats are names of :data:`numcheck.precision.operand_rounding.FORMATS`. ``width`` is the K-block
     of ``k_blocks``; ``parts`` and ``tree`` shape ``split_k`` (left to right, or a pairwise
     tree of the partials).
     """
@@ -78,7 +78,7 @@ def canonical_operand(x: torch.Tensor) -> torch.Tensor:
 
     Every emulated GEMM reads its operands through this, so two members whose rounding leaves
     the same values also hand the fp32 GEMM the same layout and alignment: they compute the
-    same bits, which is what lets numcheck.gemm_family run such members once."""
+    same bits, which is what lets numcheck.precision.gemm_family run such members once."""
     out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
     return out.copy_(x)
 

@@ -1,0 +1,35 @@
+"""Localization (temporary facade)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Name -> the module that defines it (loaded on first use).
+_EXPORTS = {
+    "ENV": "numcheck.localize.failure",
+    "MIN_EXCESS": "numcheck.localize.failure",
+    "MIN_LIFT": "numcheck.localize.failure",
+}
+
+__all__ = [
+    "ENV",
+    "MIN_EXCESS",
+    "MIN_LIFT",
+]  # the names of _EXPORTS (tests/test_imports.py keeps them in step)
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads lazily
+    from numcheck.localize.failure import ENV, MIN_EXCESS, MIN_LIFT
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
