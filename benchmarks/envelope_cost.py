@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from numcheck.cases import load_cases
-from numcheck.numerics.against_golden import CaseInputs, check
+from numcheck.numerics.against_golden import check
+from numcheck.numerics.run import CaseInputs
 from numcheck.ops.registry import get_op
 from numcheck.selftest import fresh_golden
 
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
                     inputs = CaseInputs(o, case)
                     inputs.get(SEED)
                     t0 = time.process_time()
-                    check(o, case, variant, "cpu", golden, inputs, regen_hint="")
+                    check(o, case, variant, "cpu", golden, inputs)
                     times[label].append(time.process_time() - t0)
             env, single = (statistics.median(times[k]) for k in ops)
             spread = {k: f"{min(v):.3f}-{max(v):.3f}" for k, v in times.items()}

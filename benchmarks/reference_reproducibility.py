@@ -25,10 +25,10 @@ sys.path.insert(0, str(ROOT))
 import torch
 
 from numcheck.cases import load_cases
-from numcheck.goldens.files import golden_path, load_golden, unpack_pair
+from numcheck.goldens.files import golden_path, load_golden
+from numcheck.goldens.packing import seed_key, unpack_pair
 from numcheck.goldens.reproducibility import difference
 from numcheck.inputs import to_device
-from numcheck.numerics.against_golden import seed_key
 from numcheck.ops.registry import get_op
 
 

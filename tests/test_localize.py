@@ -258,7 +258,7 @@ def test_a_structure_for_an_unknown_output_is_a_registration_error() -> None:
 @pytest.fixture
 def tiny(tmp_path: Path) -> Any:
     from numcheck.cases import load_cases
-    from numcheck.numerics.against_golden import fresh_golden
+    from numcheck.goldens.make import fresh_golden
 
     sys.path.insert(0, str(TESTS))
     import planted_located
@@ -287,9 +287,9 @@ def test_the_runner_localizes_failures_only(tiny: Any, monkeypatch: pytest.Monke
     real = localize.localize_failure
     monkeypatch.setattr(localize, "localize_failure",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
-    good = check(op, case, "bf16", "cpu", golden, inputs, regen_hint="")
+    good = check(op, case, "bf16", "cpu", golden, inputs)
     assert good.passed and not calls and good.localization == []
-    bad = check(op, case, "mtp_row1_weights", "cpu", golden, inputs, regen_hint="")
+    bad = check(op, case, "mtp_row1_weights", "cpu", golden, inputs)
     assert not bad.passed and len(calls) == 1  # once per check, on its first failing seed
     assert bad.localization[0].lines[0].startswith(
         "logits: only MTP row 1 of each request is wrong (2 of 4 rows")
@@ -316,7 +316,7 @@ def test_localization_can_be_switched_off(tiny: Any, monkeypatch: pytest.MonkeyP
 
     op, case, golden, inputs = tiny
     monkeypatch.setenv(localize.ENV, "0")
-    bad = check(op, case, "mtp_row1_weights", "cpu", golden, inputs, regen_hint="")
+    bad = check(op, case, "mtp_row1_weights", "cpu", golden, inputs)
     assert not bad.passed and bad.localization == []
 
 
@@ -417,7 +417,7 @@ def test_a_localization_that_raises_leaves_the_verdict_standing(
         raise IndexError("planted")
 
     monkeypatch.setattr(localize, "localize_failure", broken)
-    bad = check(op, case, "mtp_row1_weights", "cpu", golden, inputs, regen_hint="")
+    bad = check(op, case, "mtp_row1_weights", "cpu", golden, inputs)
     assert not bad.passed and bad.violations
     (found,) = bad.localization
     assert found.lines == (

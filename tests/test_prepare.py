@@ -14,17 +14,13 @@ from faketimer import FakePairTimer
 
 from numcheck.cases import Case, load_case_file
 from numcheck.check import run_check
+from numcheck.goldens.make import fresh_golden
 from numcheck.inputs import to_device
-from numcheck.numerics.against_golden import (
-    CaseInputs,
-    CheckResult,
-    VariantError,
-    fresh_golden,
-    run_variant,
-)
 from numcheck.numerics.cpu_tf32 import NOTE
+from numcheck.numerics.run import CaseInputs, run_variant
 from numcheck.ops import registry
 from numcheck.ops.registry import RegistrationError, Variant, get_op
+from numcheck.ops.spec import VariantError
 from numcheck.overhead import gate
 from numcheck.perf import timing
 from numcheck.perf.measure import measure_perf, reset_machine_noise
@@ -33,6 +29,7 @@ from numcheck.prepare import Preparations, prepare, with_preparation
 from numcheck.report.htmlpage import render_html
 from numcheck.report.records import Report, record_from_dict, record_from_result, record_to_dict
 from numcheck.report.render import Commands, failure_message
+from numcheck.result import CheckResult
 
 TINY = """
 [tiny-mhc]

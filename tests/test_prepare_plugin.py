@@ -44,7 +44,8 @@ def project(pytester: pytest.Pytester, variants: str, *, seeds: str = "0",
     makes it (the reference on the CPU)."""
     from numcheck.cases import load_cases
     from numcheck.goldens.files import golden_path
-    from numcheck.numerics.against_golden import CaseInputs, write_golden
+    from numcheck.goldens.make import write_golden
+    from numcheck.numerics.run import CaseInputs
     from numcheck.ops import registry
 
     pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")

@@ -43,10 +43,11 @@ from numcheck.numerics.metric_names import ERROR_METRICS, TOPK_LIMITS
 
 if TYPE_CHECKING:
     from numcheck.cases import Case
-    from numcheck.goldens.files import Golden
-    from numcheck.numerics.against_golden import CaseInputs, SeedResult
+    from numcheck.goldens.case_golden import CaseGolden
     from numcheck.numerics.budgets import VariantBudget
+    from numcheck.numerics.run import CaseInputs
     from numcheck.ops.registry import OpSpec
+    from numcheck.result import SeedResult
 
 #: The headroom policy (docs/budgets.md): error budgets are twice the worst measurement,
 #: recall floors allow twice the worst miss (and at least two flips per row), tie bands
@@ -147,19 +148,19 @@ class References:
         self.op = op
         self.case = case
         self.device = reference_device(op, device)
-        self._made: dict[int, tuple[Golden, CaseInputs]] = {}
+        self._made: dict[int, tuple[CaseGolden, CaseInputs]] = {}
 
-    def get(self, seed: int) -> tuple[Golden, CaseInputs]:
+    def get(self, seed: int) -> tuple[CaseGolden, CaseInputs]:
         """``(golden, inputs)`` of the one-seed case of ``seed``."""
         if seed not in self._made:
-            from numcheck.numerics.against_golden import fresh_golden
+            from numcheck.goldens.make import fresh_golden
 
             self._made[seed] = fresh_golden(self.op, replace(self.case, seeds=(seed,)),
                                             self.device)
         return self._made[seed]
 
 
-def seed_rows(op: OpSpec, golden: Golden, measured: SeedResult) -> dict[str, Row]:
+def seed_rows(op: OpSpec, golden: CaseGolden, measured: SeedResult) -> dict[str, Row]:
     """Every output's measurements of one checked seed: its error metrics (as the gate
     computed them), and for a top-k output the agreement and the tie band its flips needed."""
     rows: dict[str, Row] = {}
@@ -173,20 +174,19 @@ def seed_rows(op: OpSpec, golden: Golden, measured: SeedResult) -> dict[str, Row
     return rows
 
 
-def topk_row(golden: Golden, measured: SeedResult, idx: str, scores: str) -> Row:
+def topk_row(golden: CaseGolden, measured: SeedResult, idx: str, scores: str) -> Row:
     """Top-k agreement of one seed, and ``band_rel_needed``: the smallest relative tie band
     that explains every flip (max |margin| / the row's largest finite |golden score|, what a
     ``rel`` tie band is relative to)."""
     import torch
 
-    from numcheck.numerics.against_golden import seed_key
     from numcheck.numerics.topk import topk_agreement
 
     rep = measured.topk
     assert rep is not None and measured.outputs is not None
     row = {metric: rep.value(metric) for metric in TOPK_LIMITS}
-    golden_idx = golden.tensors[seed_key(measured.seed, idx)]
-    golden_scores = golden.tensors[seed_key(measured.seed, scores)]
+    golden_idx = golden.output(measured.seed, idx).values
+    golden_scores = golden.output(measured.seed, scores).values
     g = golden_scores.double()
     scale = torch.where(torch.isfinite(g), g.abs(), 0).amax(dim=1)
     zero = topk_agreement(golden_idx, measured.outputs[idx], golden_scores, band=0.0,

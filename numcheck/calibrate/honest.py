@@ -19,9 +19,11 @@ from dataclasses import replace
 from typing import Any
 
 from numcheck.cases import Case
-from numcheck.numerics.against_golden import CheckResult, VariantError, check
+from numcheck.numerics.against_golden import check
 from numcheck.numerics.budgets import ERROR_METRICS
 from numcheck.ops.registry import get_op
+from numcheck.ops.spec import VariantError
+from numcheck.result import CheckResult
 from numcheck.selftest import fresh_golden, held_to
 
 #: Headroom over the honest family's worst (docs/budgets.md). Widths, fractions and the hard
@@ -59,7 +61,7 @@ def measure_family(
                 continue
             held = held_to(one, name, precision)
             try:
-                result = check(op, held, name, device, golden, inputs, regen_hint="",
+                result = check(op, held, name, device, golden, inputs,
                                max_flips=10**9)
             except VariantError as exc:
                 errors.append(f"{name} seed {seed}: {exc}")

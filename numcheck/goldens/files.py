@@ -2,11 +2,9 @@
 
 A golden lives at ``<root>/<op>/<case_id>.safetensors``. It holds the reference outputs for every
 seed of the case and a safetensors ``__metadata__`` dict (``str -> str``; non-string values are
-JSON-encoded) with the fields in :data:`REQUIRED_META`.
-
-Large outputs are not stored whole: :func:`pack_output` keeps a deterministic, evenly spread sample
-of :data:`SAMPLE_SIZE` flat positions plus :func:`summary_stats` of the whole tensor, so a golden
-for an indexer with 64 x 8192 logits stays small enough to review and commit.
+JSON-encoded) with the fields in :data:`REQUIRED_META`. How outputs are stored in it (whole, or
+sampled when large) is :mod:`numcheck.goldens.packing`; whether a golden still fits its case is
+:mod:`numcheck.goldens.freshness`.
 
 Nothing here imports pytest: the plugin turns the :class:`GoldenError` family into test outcomes
 (the pytest-regressions habit: a missing golden fails and says how to create it, a mismatch never
@@ -17,15 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NoReturn
+from typing import Any
 
-import numpy as np
 import safetensors.torch
 import torch
 
@@ -34,27 +30,19 @@ from numcheck.goldens.locking import exclusive
 
 __all__ = [
     "FORMAT_VERSION",
-    "FULL_LIMIT",
     "REQUIRED_META",
-    "SAMPLE_SIZE",
     "Golden",
     "GoldenCorrupt",
     "GoldenError",
     "GoldenFormatError",
     "GoldenMissing",
-    "GoldenNote",
     "GoldenStale",
-    "StoredPair",
-    "check_fresh",
     "content_hash",
+    "dtype_name",
     "golden_path",
     "input_fingerprint",
     "load_golden",
-    "output_keys",
-    "pack_output",
     "save_golden",
-    "summary_stats",
-    "unpack_pair",
     "write_if_changed",
 ]
 
@@ -75,24 +63,8 @@ REQUIRED_META = (
     "shapes",
     "dtypes",
 )
-#: Outputs with at most this many elements are stored whole.
-FULL_LIMIT = 262_144
-#: Larger outputs: this many sampled flat positions, plus summary statistics.
-SAMPLE_SIZE = 65_536
 
-#: Suffixes of the tensors that stand for one sampled output ``key``.
-IDX_SUFFIX = ".idx"
-VAL_SUFFIX = ".val"
-STATS_SUFFIX = ".stats"
-#: The logical shape of a sampled output (int64 [ndim]); without it a shape mismatch with the
-#: same numel (e.g. [64, 8192] vs [8192, 64]) would go unnoticed.
-SHAPE_SUFFIX = ".shape"
-_SAMPLED_SUFFIXES = (IDX_SUFFIX, VAL_SUFFIX, STATS_SUFFIX, SHAPE_SUFFIX)
-
-#: Order of the entries of :func:`summary_stats`.
-STATS_FIELDS = ("numel", "sum", "sum_sq", "min", "max", "n_nan", "n_posinf", "n_neginf")
-
-_SHORT = 12  # hex digits of a hash shown in messages
+SHORT = 12  # hex digits of a hash shown in messages
 
 
 # --------------------------------------------------------------------------------------------
@@ -124,13 +96,13 @@ class GoldenFormatError(GoldenError):
     """The file is readable but does not have the layout or fields this numcheck expects."""
 
 
-def _where(path: Path | None, case: str) -> str:
+def golden_at(path: Path | None, case: str) -> str:
     if path is None:
         return f"golden for case {case}" if case else "golden"
     return f"golden {path} for case {case}" if case else f"golden {path}"
 
 
-def _regen(regen_hint: str) -> str:
+def regen_text(regen_hint: str) -> str:
     return f"regenerate it with: {regen_hint}" if regen_hint else "regenerate it"
 
 
@@ -201,206 +173,6 @@ def content_hash(tensors: Mapping[str, torch.Tensor], meta: Mapping[str, str]) -
             raise TypeError(f"content_hash needs encoded str metadata; {key!r} is {type(value)}")
         h.update(f"meta\0{len(key)}\0{key}\0{len(value)}\0{value}\0".encode())
     return h.hexdigest()
-
-
-# --------------------------------------------------------------------------------------------
-# packing outputs
-
-
-def summary_stats(t: torch.Tensor) -> torch.Tensor:
-    """Return float64 ``[8]``: numel, sum, sum of squares, min, max over the finite values,
-    then the counts of NaN, +Inf and -Inf (see :data:`STATS_FIELDS`).
-
-    min and max are NaN when there is no finite value. Complex tensors count their real and
-    imaginary parts as separate values.
-    """
-    x = t.detach()
-    if x.is_complex():
-        x = torch.view_as_real(x)
-    x = x.reshape(-1).to(torch.float64)
-    finite = torch.isfinite(x)
-    f = x[finite]
-    nan = float("nan")
-    values = [
-        float(t.numel()),
-        float(f.sum()) if f.numel() else 0.0,
-        float((f * f).sum()) if f.numel() else 0.0,
-        float(f.min()) if f.numel() else nan,
-        float(f.max()) if f.numel() else nan,
-        float(torch.isnan(x).sum()),
-        float((x == float("inf")).sum()),
-        float((x == float("-inf")).sum()),
-    ]
-    return torch.tensor(values, dtype=torch.float64)
-
-
-def _sample_indices(key: str, numel: int, k: int) -> torch.Tensor:
-    """Sorted, distinct flat positions: one uniformly drawn position in each of ``k`` equal strata.
-
-    Stratified rather than uniform so that every region of the output is covered in proportion
-    (the indexer's -inf mask is one contiguous tail per row). The random offsets come from
-    SHAKE-256 of the key and numel, not from a torch generator or Python's ``hash()``, so the
-    positions are the same on every run, platform and torch version.
-    """
-    bounds = torch.div(torch.arange(k + 1, dtype=torch.int64) * numel, k, rounding_mode="floor")
-    width = bounds[1:] - bounds[:-1]  # >= 1 because k <= numel
-    seed = f"numcheck-sample/v1\0{key}\0{numel}".encode()
-    raw = np.frombuffer(hashlib.shake_256(seed).digest(8 * k), dtype="<u8")
-    offsets = raw % width.numpy().astype(np.uint64)
-    return bounds[:-1] + torch.from_numpy(offsets.astype(np.int64))
-
-
-def pack_output(key: str, t: torch.Tensor, *, full: bool | None = None) -> dict[str, torch.Tensor]:
-    """Return the tensors that store output ``key`` in a golden.
-
-    Whole (``numel <= FULL_LIMIT``, or ``full=True``): ``{key: t}`` on CPU, contiguous.
-    Sampled (otherwise): ``key.idx`` (int64 sorted flat positions, a function of ``key`` and
-    ``numel`` only), ``key.val`` (the values there, original dtype), ``key.stats``
-    (:func:`summary_stats` of the whole output) and ``key.shape`` (int64 logical shape).
-    """
-    t = t.detach()
-    if full is None:
-        full = t.numel() <= FULL_LIMIT
-    if full:
-        return {key: t.to("cpu").contiguous()}
-    numel = t.numel()
-    idx = _sample_indices(key, numel, min(SAMPLE_SIZE, numel))
-    val = t.reshape(-1)[idx.to(t.device)].to("cpu").contiguous()
-    return {
-        key + IDX_SUFFIX: idx,
-        key + VAL_SUFFIX: val,
-        key + STATS_SUFFIX: summary_stats(t),
-        key + SHAPE_SUFFIX: torch.tensor(list(t.shape), dtype=torch.int64),
-    }
-
-
-def output_keys(stored: Mapping[str, torch.Tensor]) -> list[str]:
-    """Return the sorted logical output names in ``stored`` (sampled outputs count once)."""
-    keys: set[str] = set()
-    for name in stored:
-        if name.endswith(IDX_SUFFIX) and name[: -len(IDX_SUFFIX)] + VAL_SUFFIX in stored:
-            keys.add(name[: -len(IDX_SUFFIX)])
-    for name in stored:
-        base = next((name[: -len(s)] for s in _SAMPLED_SUFFIXES if name.endswith(s)), None)
-        if base is None or base not in keys:
-            keys.add(name)
-    return sorted(keys)
-
-
-@dataclass(frozen=True)
-class StoredPair:
-    """A variant's output aligned with the stored reference, ready for a metric.
-
-    ``actual`` and ``expected`` have the same shape and are on CPU (both are 1-D when the golden
-    holds a sample). ``stats_*`` are :func:`summary_stats` of the whole outputs when sampled,
-    ``None`` otherwise.
-    """
-
-    actual: torch.Tensor
-    expected: torch.Tensor
-    sampled: bool
-    stats_expected: torch.Tensor | None
-    stats_actual: torch.Tensor | None
-
-
-def _family(dtype: torch.dtype) -> str:
-    if dtype == torch.bool:
-        return "bool"
-    if dtype.is_complex:
-        return "complex"
-    if dtype.is_floating_point:
-        return "float"
-    return "int"
-
-
-def unpack_pair(
-    key: str,
-    actual: torch.Tensor,
-    stored: Mapping[str, torch.Tensor],
-    *,
-    path: Path | None = None,
-    case: str = "",
-    regen_hint: str = "",
-) -> StoredPair:
-    """Align the variant's full output ``actual`` with what the golden stores for ``key``.
-
-    A whole stored output is returned as is; a sampled one is compared at its stored positions.
-    Raises :class:`GoldenFormatError` when the golden has no such output, or when its shape, numel
-    or dtype family (float, int, bool, complex) does not fit ``actual``. ``path``, ``case`` and
-    ``regen_hint`` only serve the error message.
-    """
-    act = actual.detach().to("cpu")
-    misfit = partial(_misfit, key, act, path, case, regen_hint)
-    if key in stored:
-        exp = stored[key]
-        if tuple(exp.shape) != tuple(act.shape):
-            misfit(exp.shape, exp.dtype, "shape differs")
-        if _family(exp.dtype) != _family(act.dtype):
-            misfit(exp.shape, exp.dtype, "dtype family differs")
-        return StoredPair(act, exp, False, None, None)
-    if key + IDX_SUFFIX not in stored or key + VAL_SUFFIX not in stored:
-        raise GoldenFormatError(
-            f"{_where(path, case)} has no output {key!r} (it has: "
-            f"{', '.join(output_keys(stored)) or 'nothing'})\n"
-            f"Fix: if the op's outputs changed on purpose, {_regen(regen_hint)}",
-            path=path,
-            case=case,
-        )
-    return _sampled_pair(key, act, stored, misfit)
-
-
-def _misfit(key: str, act: torch.Tensor, path: Path | None, case: str, regen_hint: str,
-            stored_shape: Sequence[int] | str, stored_dtype: torch.dtype, why: str) -> NoReturn:
-    raise GoldenFormatError(
-        f"{_where(path, case)}: output {key!r} does not fit the variant's output ({why}): "
-        f"stored shape {_shape_str(stored_shape)} {dtype_name(stored_dtype)} vs actual "
-        f"shape {_shape_str(act.shape)} {dtype_name(act.dtype)}\n"
-        f"Fix: if the op's outputs changed on purpose, {_regen(regen_hint)}",
-        path=path,
-        case=case,
-    )
-
-
-def _sampled_pair(key: str, act: torch.Tensor, stored: Mapping[str, torch.Tensor],
-                  misfit: Callable[[Sequence[int] | str, torch.dtype, str], NoReturn]) -> StoredPair:
-    """A sampled output: ``act`` at the stored positions, with both sides' summary stats."""
-    idx, val = stored[key + IDX_SUFFIX], stored[key + VAL_SUFFIX]
-    stats = stored.get(key + STATS_SUFFIX)
-    shape_t = stored.get(key + SHAPE_SUFFIX)
-    numel = act.numel()
-    if shape_t is not None:
-        stored_shape: Sequence[int] | str = [int(s) for s in shape_t.tolist()]
-        if tuple(stored_shape) != tuple(act.shape):
-            misfit(stored_shape, val.dtype, "shape differs")
-    elif stats is not None and stats.numel() == len(STATS_FIELDS):
-        stored_numel = int(stats[0])
-        stored_shape = f"(sampled, numel {stored_numel})"
-        if stored_numel != numel:
-            misfit(stored_shape, val.dtype, "numel differs")
-    else:
-        stored_shape = "(sampled, numel unknown)"
-    if _family(val.dtype) != _family(act.dtype):
-        misfit(stored_shape, val.dtype, "dtype family differs")
-    if (
-        idx.dtype != torch.int64
-        or idx.dim() != 1
-        or tuple(val.shape) != tuple(idx.shape)
-        or (idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= numel))
-    ):
-        misfit(stored_shape, val.dtype, "stored sample positions are invalid for this numel")
-    return StoredPair(
-        actual=act.reshape(-1)[idx],
-        expected=val,
-        sampled=True,
-        stats_expected=stats,
-        stats_actual=summary_stats(act),
-    )
-
-
-def _shape_str(shape: Sequence[int] | str) -> str:
-    if isinstance(shape, str):
-        return shape
-    return "[" + ", ".join(str(int(s)) for s in shape) + "]"
 
 
 # --------------------------------------------------------------------------------------------
@@ -551,13 +323,13 @@ def load_golden(path: Path, *, case: str, regen_hint: str) -> Golden:
     (the command that regenerates this golden) go into the messages.
     """
     path = Path(path)
-    where = _where(path, case)
+    where = golden_at(path, case)
 
     def corrupt(why: str) -> GoldenCorrupt:
         return GoldenCorrupt(
             f"{where} is corrupt: {why}\n"
             f"Fix: restore it from version control (git checkout -- {path}) "
-            f"or {_regen(regen_hint)}",
+            f"or {regen_text(regen_hint)}",
             path=path,
             case=case,
         )
@@ -585,7 +357,7 @@ def load_golden(path: Path, *, case: str, regen_hint: str) -> Golden:
     actual = content_hash(tensors, raw_meta)
     if actual != expected:
         raise corrupt(
-            f"content hash {actual[:_SHORT]} does not match the stored {expected[:_SHORT]} "
+            f"content hash {actual[:SHORT]} does not match the stored {expected[:SHORT]} "
             "(the file was changed after it was written)"
         )
     return Golden(path=path, tensors=MappingProxyType(tensors), meta=MappingProxyType(meta))
@@ -594,8 +366,8 @@ def load_golden(path: Path, *, case: str, regen_hint: str) -> Golden:
 def _checked_meta(raw_meta: Mapping[str, str], path: Path, case: str,
                   regen_hint: str) -> dict[str, Any]:
     """The decoded metadata of a golden, after its required keys and format version."""
-    where = _where(path, case)
-    fix_regen = f"Fix: {_regen(regen_hint)}"
+    where = golden_at(path, case)
+    fix_regen = f"Fix: {regen_text(regen_hint)}"
     missing = [k for k in REQUIRED_META if k not in raw_meta]
     if missing:
         raise GoldenFormatError(
@@ -614,116 +386,8 @@ def _checked_meta(raw_meta: Mapping[str, str], path: Path, case: str,
     if version > FORMAT_VERSION:
         raise GoldenFormatError(
             f"{where} has format_version {version}; this numcheck reads up to {FORMAT_VERSION}\n"
-            f"Fix: upgrade numcheck, or {_regen(regen_hint)}",
+            f"Fix: upgrade numcheck, or {regen_text(regen_hint)}",
             path=path,
             case=case,
         )
     return meta
-
-
-def _fmt_seeds(seeds: Sequence[int]) -> str:
-    shown = ", ".join(str(s) for s in seeds[:8])
-    more = f", ... ({len(seeds)} seeds)" if len(seeds) > 8 else ""
-    return f"[{shown}{more}]"
-
-
-class GoldenNote(UserWarning):
-    """Something the user should know about a golden that still passes (e.g. an old golden
-    without a parameter record, checked on its inputs alone: regenerate to pin parameters)."""
-
-
-def check_fresh(
-    golden: Golden,
-    *,
-    op_version: int,
-    fingerprint: str,
-    seeds: Sequence[int],
-    regen_hint: str,
-    case: str | None = None,
-    op: str | None = None,
-    params: Mapping[str, Any] | None = None,
-    param_defaults: Mapping[str, Any] | None = None,
-) -> None:
-    """Raise :class:`GoldenStale` unless ``golden`` was made for this case and op, from these
-    inputs, op version, seeds and parameters.
-
-    The message lists each difference, old -> new (hashes shortened), and the regen command.
-    A golden whose metadata names another case or op was copied or renamed: the message
-    says which case it came from. Seeds are compared as a sorted list: their order does not
-    change what is stored. ``params`` are the case's resolved parameters: every one the op
-    declares must equal the golden's record, except one the record lacks that is at its
-    ``param_defaults`` value (a parameter added to the op later, keeping the old behaviour).
-    A golden with no parameter record at all is checked on the rest and a :class:`GoldenNote`
-    warning suggests regenerating it.
-    """
-    meta = golden.meta
-    stored_case = str(meta.get("case", ""))
-    stored_op = str(meta.get("op", ""))
-    diffs: list[str] = []
-    want_case = stored_case if case is None else case
-    want_op = stored_op if op is None else op
-    if (want_case, want_op) != (stored_case, stored_op):
-        diffs.append(
-            f"it was made for case {stored_case!r} of op {stored_op!r}, not for case "
-            f"{want_case!r} of op {want_op!r} (copied or renamed from "
-            f"{stored_op}/{stored_case}.safetensors)"
-        )
-    old_version = meta.get("op_version")
-    if old_version != op_version:
-        diffs.append(f"op_version {old_version} -> {op_version}")
-    if params is not None:
-        diffs += _param_diffs(golden, params, param_defaults or {}, regen_hint)
-    old_fp = str(meta.get("fingerprint", ""))
-    if old_fp != fingerprint:
-        diffs.append(
-            f"input fingerprint {old_fp[:_SHORT] or '(none)'} -> {fingerprint[:_SHORT]} "
-            "(the generated inputs changed)"
-        )
-    old_seeds = meta.get("seeds")
-    new_seeds = sorted(int(s) for s in seeds)
-    if not isinstance(old_seeds, list) or sorted(old_seeds) != new_seeds:
-        old_shown = (
-            _fmt_seeds(sorted(old_seeds)) if isinstance(old_seeds, list) else repr(old_seeds)
-        )
-        diffs.append(f"seeds {old_shown} -> {_fmt_seeds(new_seeds)}")
-    if diffs:
-        raise GoldenStale(
-            f"{_where(golden.path, want_case)} is stale: {'; '.join(diffs)}\n"
-            f"Fix: if the change is intended, {_regen(regen_hint)}",
-            path=golden.path,
-            case=want_case,
-        )
-
-
-def _same_param(old: Any, new: Any) -> bool:
-    # JSON keeps int and float apart (20 vs 20.0 decode differently) and bool apart from int.
-    if isinstance(old, bool) or isinstance(new, bool):
-        return old is new
-    if isinstance(old, int | float) and isinstance(new, int | float):
-        return float(old) == float(new)
-    return bool(old == new)
-
-
-def _param_diffs(
-    golden: Golden, params: Mapping[str, Any], defaults: Mapping[str, Any], regen_hint: str
-) -> list[str]:
-    record = golden.meta.get("params")
-    if not isinstance(record, Mapping):
-        import warnings
-
-        warnings.warn(GoldenNote(
-            f"{_where(golden.path, str(golden.meta.get('case', '')))} has no record of the "
-            "parameters it was made with; it is checked on its input fingerprint alone, so a "
-            "parameter that does not change the inputs (an iteration count, an epsilon) "
-            f"goes unnoticed. Fix: {_regen(regen_hint)} (the new golden records them)"
-        ), stacklevel=3)
-        return []
-    diffs = []
-    for key in sorted(params):
-        new = params[key]
-        if key in record:
-            if not _same_param(record[key], new):
-                diffs.append(f"parameter {key} {record[key]!r} -> {new!r}")
-        elif key not in defaults or not _same_param(defaults[key], new):
-            diffs.append(f"parameter {key} (not recorded) -> {new!r}")
-    return diffs

@@ -32,13 +32,12 @@ from numcheck.devices import device_label
 from numcheck.goldens.files import (
     Golden,
     GoldenError,
-    check_fresh,
     input_fingerprint,
     load_golden,
-    pack_output,
-    unpack_pair,
     write_if_changed,
 )
+from numcheck.goldens.freshness import check_fresh
+from numcheck.goldens.packing import pack_output, unpack_pair
 from numcheck.numerics.budgets import complete_budget
 from numcheck.numerics.metrics import ErrorMetrics, compare
 from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement

@@ -63,7 +63,7 @@ def write_obtained(
     """
     from safetensors.torch import save_file
 
-    from numcheck.numerics.against_golden import seed_key
+    from numcheck.goldens.packing import seed_key
 
     path = obtained_path(folder, op, case, variant)
     _make_ignored(folder)

@@ -27,17 +27,10 @@ from typing import Any
 import torch
 
 from numcheck.cases import Case
-from numcheck.goldens.files import (
-    STATS_SUFFIX,
-    Golden,
-    GoldenError,
-    GoldenNote,
-    GoldenStale,
-    check_fresh,
-    load_golden,
-    save_golden,
-)
+from numcheck.goldens.files import Golden, GoldenError, GoldenStale, load_golden, save_golden
+from numcheck.goldens.freshness import GoldenNote, check_fresh
 from numcheck.goldens.locking import exclusive
+from numcheck.goldens.packing import STATS_SUFFIX
 from numcheck.goldens.reproducibility import compare_by_dtype, describe_unchanged
 from numcheck.ops.spec import OpSpec
 

@@ -37,14 +37,17 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from numcheck.ops.structure import Grouping, Structure, axis_names, groupings_of
+
+if TYPE_CHECKING:
+    from numcheck.goldens.packing import StoredOutput
 
 #: Heavy groups must carry at least this share of the error...
 MIN_SHARE = 0.5
@@ -734,16 +737,15 @@ def failed(output: str, seed: int | None, exc: BaseException) -> Localization:
 
 def localize_failure(
     op: Any, params: _Params, inputs: _Inputs, outputs: Mapping[str, torch.Tensor],
-    stored: Mapping[str, torch.Tensor], key: Callable[[str], str], violations: Sequence[Any],
-    budget: Any, *, seed: int | None = None,
+    stored: Mapping[str, StoredOutput], violations: Sequence[Any], budget: Any, *,
+    seed: int | None = None,
 ) -> list[Localization]:
     """Localize every output with a violation (worst first), from one seed's run.
 
-    ``stored`` holds the golden tensors and ``key(output)`` names an output's tensor in it (a
-    sampled golden stores ``key.idx`` / ``key.val``). A top-k violation is localized as the
-    unexplained flips on the grid of the scores they rank.
+    ``stored`` holds the golden's stored outputs of that seed by output name (whole, or
+    sampled at their positions). A top-k violation is localized as the unexplained flips on
+    the grid of the scores they rank.
     """
-    from numcheck.goldens.files import IDX_SUFFIX, STATS_SUFFIX, VAL_SUFFIX
     from numcheck.numerics.topk import topk_agreement
 
     structures: Mapping[str, Structure] = getattr(op, "structure", None) or {}
@@ -762,9 +764,9 @@ def localize_failure(
         if spec is not None and name == spec.indices:
             if budget.topk is None:
                 continue
-            golden_scores = stored[key(spec.scores)]
+            golden_scores = stored[spec.scores].values
             report = topk_agreement(
-                stored[key(name)], outputs[name].detach().cpu(), golden_scores,
+                stored[name].values, outputs[name].detach().cpu(), golden_scores,
                 band=budget.topk.tie_band, band_kind=budget.topk.tie_band_kind,
                 max_flips=10**9,
             )
@@ -773,14 +775,9 @@ def localize_failure(
             found.append(localize_grid(grid, structures.get(spec.scores), inputs, params,
                                        seed=seed))
             continue
-        k = key(name)
-        if k in stored:
-            expected, positions = stored[k], None
-        elif k + IDX_SUFFIX in stored:
-            expected, positions = stored[k + VAL_SUFFIX], stored[k + IDX_SUFFIX]
-        else:
+        if name not in stored:
             continue
-        stats = stored.get(k + STATS_SUFFIX)
+        expected, positions, stats = stored[name].values, stored[name].positions, stored[name].stats
         if positions is not None and stats is not None and any(
                 v.output == name and v.metric.endswith("_count") for v in violations):
             grid = nonfinite_grid(name, outputs[name], [int(x) for x in stats[5:8].tolist()])

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from numcheck.precision import UNIT_ROUNDOFF, rounding_unit
+
+if TYPE_CHECKING:
+    from numcheck.goldens.case_golden import CaseGolden
 
 #: Bins per decade of |error|; bin k holds errors in [10**(k/B), 10**((k+1)/B)).
 BINS_PER_DECADE = 4
@@ -169,16 +172,14 @@ def merge_flips(flips: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
 
 
 def check_plots(
-    op: Any, case: Any, precision: str | None, seeds: Sequence[Any], golden: Any
+    op: Any, precision: str | None, seeds: Sequence[Any], golden: CaseGolden
 ) -> dict[str, Any] | None:
     """The ``plots`` section of a check's record, from the outputs each seed kept.
 
-    ``seeds`` are the runner's seed results (with ``outputs``); ``golden`` the loaded golden.
-    None when no seed kept its outputs (e.g. a perf-only check).
+    ``seeds`` are the runner's seed results (with ``outputs``); ``golden`` the case's golden
+    as validated for the check (:class:`numcheck.goldens.case_golden.CaseGolden`). None when
+    no seed kept its outputs (e.g. a perf-only check).
     """
-    from numcheck.goldens.files import unpack_pair
-    from numcheck.numerics.against_golden import seed_key
-
     errors: dict[str, list[dict[str, Any]]] = {}
     flips: list[dict[str, Any]] = []
     for s in seeds:
@@ -190,16 +191,15 @@ def check_plots(
                 continue
             if not t.dtype.is_floating_point:
                 continue
-            pair = unpack_pair(seed_key(s.seed, name), t, golden.tensors, path=golden.path,
-                               case=case.id)
+            pair = golden.output(s.seed, name).pair(t)
             errors.setdefault(name, []).append(error_histogram(
                 pair.actual, pair.expected, roundoff=unit_roundoff(precision, t.dtype),
                 sampled=pair.sampled))
         if op.topk is not None and s.topk is not None and op.topk.indices in outputs:
             flips.append(flip_histogram(
-                golden.tensors[seed_key(s.seed, op.topk.indices)],
+                golden.output(s.seed, op.topk.indices).values,
                 outputs[op.topk.indices].detach().cpu(),
-                golden.tensors[seed_key(s.seed, op.topk.scores)],
+                golden.output(s.seed, op.topk.scores).values,
                 band=s.topk.band, band_kind=s.topk.band_kind,
             ))
     if not errors and not flips:

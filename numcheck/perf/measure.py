@@ -29,7 +29,7 @@ import torch
 from numcheck.cases import Case
 from numcheck.devices import device_name
 from numcheck.inputs import to_device
-from numcheck.numerics.against_golden import display_id, run_variant
+from numcheck.numerics.run import run_variant
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import Inputs, OpSpec, get_op
 from numcheck.perf.gate import PerfSpec, violations
@@ -38,6 +38,7 @@ from numcheck.perf.sequential import Outcome, StoppingRule, run
 from numcheck.perf.speedup import Decision, SpeedupEstimate, Summary, summarize
 from numcheck.perf.timing import PairedTimes, TimerRequest, TimingConfig, make_pair_timer
 from numcheck.prepare import Preparer, prepare
+from numcheck.result import display_id
 
 #: A/A noise beyond which messages and the summary warn: the interval misses 1 by more
 #: than this fraction, or is wider than ``NOISE_WIDTH`` of its median.

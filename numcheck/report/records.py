@@ -32,7 +32,7 @@ from numcheck.numerics.metric_names import (
 from numcheck.report.drift import Drift
 
 if TYPE_CHECKING:
-    from numcheck.numerics.against_golden import CheckResult
+    from numcheck.result import CheckResult
 
 #: Bump on any change a reader of old reports would trip on (renamed or retyped fields).
 #: Adding an optional field does not bump it: readers ignore fields they do not know.

@@ -15,9 +15,9 @@ from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.report.records import Record
 
 if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports without torch
-    from numcheck.numerics.against_golden import CheckResult
     from numcheck.numerics.topk import TopkReport
     from numcheck.numerics.verdict import Violation
+    from numcheck.result import CheckResult
 
 @dataclass(frozen=True)
 class Commands:

@@ -21,10 +21,12 @@ from typing import Any
 from numcheck.cases import Case
 from numcheck.check import run_check
 from numcheck.gates import CASTS_GATE
-from numcheck.goldens.files import Golden, GoldenError
-from numcheck.numerics.against_golden import CaseInputs, VariantError
-from numcheck.numerics.against_golden import fresh_golden as make_fresh_golden
+from numcheck.goldens.case_golden import CaseGolden
+from numcheck.goldens.files import GoldenError
+from numcheck.goldens.make import fresh_golden as make_fresh_golden
+from numcheck.numerics.run import CaseInputs
 from numcheck.ops.registry import OpSpec, get_op
+from numcheck.ops.spec import VariantError
 
 __all__ = ["Outcome", "Planted", "catch_table", "error_to_family", "family_outcomes",
            "fresh_golden", "fresh_seed_outcomes", "held_to", "numeric_verdict",
@@ -59,7 +61,7 @@ EVERY_DEVICE_GATES = (CASTS_GATE.name,)
 
 
 def verdict(
-    op: OpSpec, case: Case, variant: str, device: str, golden: Golden, inputs: CaseInputs,
+    op: OpSpec, case: Case, variant: str, device: str, golden: CaseGolden, inputs: CaseInputs,
     *, gates: Collection[str] = EVERY_DEVICE_GATES,
 ) -> Outcome:
     """Run one check with the gates ``pytest --numcheck`` runs on every device (numerics and
@@ -74,7 +76,7 @@ def verdict(
     return Outcome(variant, seed, worst is None, "" if worst is None else worst.describe())
 
 
-def fresh_golden(op: OpSpec, case: Case, device: str = "cpu") -> tuple[Golden, CaseInputs]:
+def fresh_golden(op: OpSpec, case: Case, device: str = "cpu") -> tuple[CaseGolden, CaseInputs]:
     """The case's golden made now, in memory, on ``device``; with the inputs it came from.
 
     The last few are kept: the self-test holds many variants to the same seed's golden."""
@@ -86,7 +88,7 @@ def fresh_golden(op: OpSpec, case: Case, device: str = "cpu") -> tuple[Golden, C
     return _FRESH[key]
 
 
-_FRESH: dict[tuple[Any, ...], tuple[Golden, CaseInputs]] = {}
+_FRESH: dict[tuple[Any, ...], tuple[CaseGolden, CaseInputs]] = {}
 _FRESH_KEPT = 4
 
 
@@ -106,7 +108,7 @@ def fresh_seed_outcomes(
 
 
 def numeric_verdict(
-    op: OpSpec, case: Case, variant: str, device: str, golden: Golden, inputs: CaseInputs
+    op: OpSpec, case: Case, variant: str, device: str, golden: CaseGolden, inputs: CaseInputs
 ) -> Outcome:
     """The numerics check alone (no cast gate): how the honest family is judged, since
     its members are about where rounding happens, not about copies."""
@@ -201,12 +203,15 @@ class Planted:
     held_to: str
 
 
-def shipped_golden(case: Case, goldens_dir: Path) -> Golden:
-    """The committed golden of ``case``."""
-    from numcheck.goldens.files import golden_path, load_golden
+def shipped_golden(case: Case, goldens_dir: Path) -> tuple[CaseGolden, CaseInputs]:
+    """The committed golden of ``case``, validated for it; with the case's inputs."""
+    from numcheck.goldens.case_golden import load_for_case
+    from numcheck.goldens.files import golden_path
 
+    inputs = CaseInputs(get_op(case.op), case)
     path = golden_path(goldens_dir, case.op, case.id)
-    return load_golden(path, case=case.id, regen_hint="")
+    golden = load_for_case(path, inputs.op, case, fingerprint=inputs.fingerprint, regen_hint="")
+    return golden, inputs
 
 
 def catch_table(
@@ -220,7 +225,7 @@ def catch_table(
         mine = [b for b in bugs if b.op == case.op]
         if not mine:
             continue
-        golden, inputs = shipped_golden(case, goldens_dir), CaseInputs(op, case)
+        golden, inputs = shipped_golden(case, goldens_dir)
         for bug in mine:
             held = held_to(case, bug.variant, bug.held_to)
             rows.append((bug, case, verdict(op, held, bug.variant, device, golden, inputs,

@@ -17,9 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from numcheck.cases import Case
-from numcheck.goldens.files import Golden
-from numcheck.numerics.against_golden import CaseInputs, VariantError, check, fresh_golden
+from numcheck.goldens.case_golden import CaseGolden
+from numcheck.goldens.make import fresh_golden
+from numcheck.numerics.against_golden import check
+from numcheck.numerics.run import CaseInputs
 from numcheck.ops.registry import get_op
+from numcheck.ops.spec import VariantError
 from numcheck.selftest import held_to, shipped_golden
 
 
@@ -44,7 +47,7 @@ class Located:
 
 
 def locate(
-    case: Case, bug: tuple[str, str, str], expected: str, golden: Golden, inputs: CaseInputs,
+    case: Case, bug: tuple[str, str, str], expected: str, golden: CaseGolden, inputs: CaseInputs,
     *, device: str = "cpu",
 ) -> Located:
     """Run one planted bug as the gate does and hold its localization to ``expected``."""
@@ -69,7 +72,7 @@ def locate(
     t0 = time.perf_counter()
     localize.localize_failure = timed  # numerics.check calls it through the module
     try:
-        result = check(op, held, variant, device, golden, inputs, regen_hint="")
+        result = check(op, held, variant, device, golden, inputs)
     except VariantError:
         return Located(f"{op_name}::{variant}", case.id, seed, True, (), expected, False, False)
     finally:
@@ -96,7 +99,7 @@ def located_table(
         mine = [(bug, rx) for bug, rx in expected.items() if bug[0] == case.op]
         if not mine:
             continue
-        golden, inputs = shipped_golden(case, goldens_dir), CaseInputs(get_op(case.op), case)
+        golden, inputs = shipped_golden(case, goldens_dir)
         rows += [locate(case, bug, rx, golden, inputs, device=device) for bug, rx in mine]
     return rows
 
@@ -137,13 +140,12 @@ class Honest:
     named_place: bool
 
 
-def honest_table(case: Case, variants: Sequence[str], golden: Golden, inputs: CaseInputs,
+def honest_table(case: Case, variants: Sequence[str], golden: CaseGolden, inputs: CaseInputs,
                  *, device: str = "cpu") -> list[Honest]:
     """Localize every output of every good variant, pass or fail, against ``golden``."""
-    from numcheck.goldens.files import IDX_SUFFIX, VAL_SUFFIX
     from numcheck.inputs import to_device
     from numcheck.localize import failure as localize
-    from numcheck.numerics.against_golden import run_variant, seed_key
+    from numcheck.numerics.run import run_variant
 
     op = get_op(case.op)
     rows = []
@@ -154,12 +156,8 @@ def honest_table(case: Case, variants: Sequence[str], golden: Golden, inputs: Ca
                               device)
             budget = case.budgets[variant]
             for name in budget.outputs:
-                key = seed_key(seed, name)
-                if key in golden.tensors:
-                    expected, positions = golden.tensors[key], None
-                else:
-                    expected = golden.tensors[key + VAL_SUFFIX]
-                    positions = golden.tensors[key + IDX_SUFFIX]
+                stored = golden.output(seed, name)
+                expected, positions = stored.values, stored.positions
                 ob = budget.outputs[name]
                 loc = localize.localize_output(
                     name, out[name], expected, positions, op.structure.get(name), cpu_inputs,
