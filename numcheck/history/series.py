@@ -31,7 +31,8 @@ from typing import NamedTuple
 from numcheck.history.devclass import sort_classes
 from numcheck.history.pool import collector_paused
 from numcheck.history.runs import Run, read_report
-from numcheck.report.drift import Drift, Rules, compare, compare_records
+from numcheck.report.drift import compare, compare_records
+from numcheck.report.drift_result import Drift, Rules
 from numcheck.report.records import Record
 
 #: A check across runs: (op, case, variant). The device is the line, not the check.

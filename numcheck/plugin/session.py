@@ -46,7 +46,8 @@ from numcheck.plugin import options
 from numcheck.plugin.calibration import CalibrationMode
 from numcheck.plugin.workers import is_worker, pin_worker_gpu, worker_count, worker_id
 from numcheck.prepare import PREPARED_COLUMN
-from numcheck.report.drift import Drift, Rules, compare, drift_headline, drift_rows
+from numcheck.report.drift import compare, drift_headline, drift_rows
+from numcheck.report.drift_result import Drift, Rules
 from numcheck.report.environment import environment
 from numcheck.report.markdown import to_markdown
 from numcheck.report.records import (

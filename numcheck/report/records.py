@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from numcheck import __version__
+from numcheck._version import __version__
 from numcheck.goldens.atomic import atomic_write
 from numcheck.numerics.metric_names import (
     ERROR_METRICS,
@@ -29,7 +29,7 @@ from numcheck.numerics.metric_names import (
     TOPK_COUNTS,
     TOPK_LIMITS,
 )
-from numcheck.report.drift import Drift
+from numcheck.report.drift_result import Drift
 
 if TYPE_CHECKING:
     from numcheck.result import CheckResult
