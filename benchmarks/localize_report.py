@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 import torch
 
 from numcheck.cases import load_cases
-from numcheck.localize.failure import ENV, MIN_EXCESS, MIN_LIFT
+from numcheck.localize.failure import ENV
+from numcheck.localize.spread import MIN_EXCESS, MIN_LIFT
 from numcheck.selftest.localization import (
     Honest,
     Located,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from numcheck.cases import Case
-from numcheck.localize.failure import Localization
+from numcheck.localize.findings import Localization
 from numcheck.numerics.metrics import ErrorMetrics
 from numcheck.numerics.topk import TopkReport
 from numcheck.numerics.verdict import Violation, worst

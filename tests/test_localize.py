@@ -19,6 +19,8 @@ from test_plugin import write_goldens
 
 from numcheck.localize import failure as localize
 from numcheck.localize.failure import localize_output
+from numcheck.localize.grids import flip_grid
+from numcheck.localize.spread import MIN_LIFT
 from numcheck.numerics.budgets import DEFAULT_BUDGETS
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import (
@@ -91,7 +93,7 @@ def test_a_few_nonzero_errors_are_not_a_place() -> None:
                           {}, atol=1e-5, rtol=1e-5)
     assert not loc.concentrated, loc.lines
     channels = next(c for c in loc.groupings if c.grouping == "channel")
-    assert channels.lift > localize.MIN_LIFT  # the lift alone would have been fooled
+    assert channels.lift > MIN_LIFT  # the lift alone would have been fooled
 
 
 # -- errors in a known place are named ----------------------------------------------------
@@ -162,7 +164,7 @@ def test_one_nan_says_where_it_is() -> None:
 def test_flips_are_placed_on_the_scores_grid() -> None:
     inputs, p, golden, _ = _indexer()
     flips = [(r, t) for r in (0, 1) for t in range(20, 30)]  # block 1 of request 0
-    grid = localize.flip_grid("topk", golden, flips, len(flips))
+    grid = flip_grid("topk", golden, flips, len(flips))
     loc = localize.localize_grid(grid, indexer.LOGITS_STRUCTURE, inputs, p)
     page = int(inputs["block_table"][0, 1])
     assert loc.measure == "flips"
@@ -402,7 +404,7 @@ def test_a_recall_failure_with_only_near_tie_flips_has_nothing_to_place() -> Non
     and the localization says so instead of failing itself (a fresh-seed run of the
     self-test once crashed here)."""
     scores = torch.randn(4, 64, generator=torch.Generator().manual_seed(0))
-    grid = localize.flip_grid("topk", scores, [], 0)
+    grid = flip_grid("topk", scores, [], 0)
     found = localize.localize_grid(grid, None, {}, {})
     assert list(found.lines) == ["topk: no unexplained flip: every flip lies within the tie band"]
 

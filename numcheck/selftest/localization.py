@@ -70,7 +70,7 @@ def locate(
             spent.append(time.perf_counter() - start)
 
     t0 = time.perf_counter()
-    localize.localize_failure = timed  # numerics.check calls it through the module
+    localize.localize_failure = timed  # the numerics call it through its module
     try:
         result = check(op, held, variant, device, golden, inputs)
     except VariantError:
@@ -145,6 +145,7 @@ def honest_table(case: Case, variants: Sequence[str], golden: CaseGolden, inputs
     """Localize every output of every good variant, pass or fail, against ``golden``."""
     from numcheck.inputs import to_device
     from numcheck.localize import failure as localize
+    from numcheck.localize import spread
     from numcheck.numerics.run import run_variant
 
     op = get_op(case.op)
@@ -162,11 +163,11 @@ def honest_table(case: Case, variants: Sequence[str], golden: CaseGolden, inputs
                 loc = localize.localize_output(
                     name, out[name], expected, positions, op.structure.get(name), cpu_inputs,
                     case.params, atol=ob.atol, rtol=ob.rtol, seed=seed)
-                eligible = [c for c in loc.groupings if c.error_share >= localize.MIN_SHARE
-                            and c.element_share <= localize.MAX_ELEMENT_SHARE]
+                eligible = [c for c in loc.groupings if c.error_share >= spread.MIN_SHARE
+                            and c.element_share <= spread.MAX_ELEMENT_SHARE]
                 top = max(eligible, key=lambda c: c.lift, default=None)
                 tested = [c.excess for c in eligible
-                          if c.lift >= localize.MIN_LIFT]
+                          if c.lift >= spread.MIN_LIFT]
                 rows.append(Honest(case.id, variant, seed, name,
                                    0.0 if top is None else top.lift,
                                    "" if top is None else top.grouping,
