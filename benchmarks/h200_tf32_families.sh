@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # H200 run K: the precision classes as users implement them (issue 29) on CUDA, in under
 # 8 minutes on one H200. The honest families now hold the members numcheck derives from each
-# op's GEMM site (numcheck.precision.gemm_impls: TF32 with operands rounded to nearest and truncated,
+# op's GEMM site (numcheck.gemm_impls: TF32 with operands rounded to nearest and truncated,
 # bf16 writing bf16 or fp32, one pass / K-blocks / split-K, emulated bit for bit) and, on
 # CUDA, the real ones: cuBLAS (TF32 allowed, bf16 in and out, bf16 in and fp32 out) and a
 # Triton tl.dot kernel with the library's defaults. References are made on the host CPU, as

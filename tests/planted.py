@@ -570,8 +570,8 @@ def register_all() -> None:
 
 # --- tf32-class bugs (issue 29): each claims TF32 and rounds like something coarser ---------
 # Held to the shipped tf32 budgets. The tf32 class's honest family and rounding envelope hold
-# TF32 with operands rounded to nearest and truncated (numcheck.precision.gemm_impls), emulated bit for
-# bit on the CPU, so these are caught on a CPU too.
+# TF32 with operands rounded to nearest and truncated (numcheck.precision.gemm_impls), emulated
+# bit for bit on the CPU, so these are caught on a CPU too.
 
 
 def _tf32_split_k_bf16_partials() -> object:

@@ -101,7 +101,8 @@ def test_a_default_budget_miss_names_the_defaults_row(pytester: pytest.Pytester)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
         "numcheck FAIL indexer::tiny::no_kv_scale[[]cpu[]]",
-        ("  budget:      frac_outside = 0: default for fp32 from numcheck/numerics/budgets.py (no key in "
-        "cases/indexer.toml:2 [[]tiny[]]; set [[]tiny.budget.no_kv_scale.logits[]] frac_outside to override)"),
+        ("  budget:      frac_outside = 0: default for fp32 from numcheck/numerics/budgets.py "
+        "(no key in cases/indexer.toml:2 [[]tiny[]]; set [[]tiny.budget.no_kv_scale.logits[]] "
+        "frac_outside to override)"),
         "  next step:   my change is wrong -> fix the variant, then run 'reproduce'",
     ])

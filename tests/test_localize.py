@@ -1,4 +1,4 @@
-"""Localization: where a failed check's error sits, in the op's structure (numcheck/localize/failure.py).
+"""Localization: where a failed check's error sits, in the op's structure (numcheck/localize/).
 
 Pure tests on tiny shapes: honest rounding is never localized; errors planted in a known place
 are named; structural transforms are recognised; numerics.check localizes failures only; the

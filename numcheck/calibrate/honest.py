@@ -4,9 +4,10 @@ A budget has two jobs: pass every honest implementation of a precision (not only
 variant it was measured on) and fail every bug bigger than that precision's own rounding.
 This module measures the first side the way the gate measures: each member of a family (the
 shipped variant of a precision class and test-only alternatives that sum, round or tile
-differently) is checked by :func:`numcheck.numerics.against_golden.check` against a fresh CPU reference on each
-seed, and the worst value of every metric over members and seeds is kept. :func:`suggest`
-turns those worsts into budget tables with the project's headroom (docs/budgets.md).
+differently) is checked by :func:`numcheck.numerics.against_golden.check` against a fresh CPU
+reference on each seed, and the worst value of every metric over members and seeds is kept.
+:func:`suggest` turns those worsts into budget tables with the project's headroom
+(docs/budgets.md).
 
 Pure of pytest; the family itself lives with the tests (tests/honest.py) and is passed in.
 """

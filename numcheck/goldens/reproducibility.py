@@ -124,7 +124,7 @@ def difference(
 def stats_difference(
     old: torch.Tensor, new: torch.Tensor, *, factor: float = REFERENCE_EPS_FACTOR
 ) -> Difference:
-    """Compare two :func:`~numcheck.goldens.files.summary_stats` vectors.
+    """Compare two :func:`~numcheck.goldens.packing.summary_stats` vectors.
 
     numel and the NaN/Inf counts must match; min and max may move like any value; the sum
     and the sum of squares by what every element moving within the bound can add up to.

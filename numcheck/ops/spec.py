@@ -66,8 +66,8 @@ class Variant:
 
 class VariantError(Exception):
     """A variant that raised, or returned outputs of the wrong names, shape, dtype or device,
-    or whose one-time preparation did (:mod:`numcheck.prepare`). Also importable from
-    :mod:`numcheck.numerics.against_golden`, which runs variants."""
+    or whose one-time preparation did (:mod:`numcheck.prepare`). Raised where variants run
+    (:func:`numcheck.numerics.run.run_variant`) and by the numerics of a check."""
 
 
 @dataclass(frozen=True)

@@ -154,8 +154,8 @@ def measure_perf(
 ) -> PerfResult:
     """Time ``variant`` against ``op.reference`` on ``device`` until the rule decides.
 
-    Both are first called once through :func:`numcheck.numerics.against_golden.run_variant`, so a variant
-    that raises or returns the wrong outputs is a :class:`~numcheck.numerics.against_golden.VariantError`
+    Both are first called once through :func:`numcheck.numerics.run.run_variant`, so a variant
+    that raises or returns the wrong outputs is a :class:`~numcheck.ops.spec.VariantError`
     here too (perf-only cases have no numerics check to catch it first). ``seed`` is
     accepted for compatibility; the order-statistic interval needs no resampling.
 

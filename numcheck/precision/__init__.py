@@ -1,7 +1,8 @@
 """Precision classes, and matmul precision switches that always restore the process's own.
 
 Every variant names the precision class it computes in (``fp32``, ``tf32``, ``fp16``,
-``bf16``, ``e4m3``, ``e5m2``). The class decides four things, all read from :data:`PRECISION_CLASSES`:
+``bf16``, ``e4m3``, ``e5m2``). The class decides four things, all read from
+:data:`PRECISION_CLASSES`:
 
 - which default budget row completes the variant's budget (``numcheck.numerics.budgets``),
 - in which dtype ULP errors are counted (:func:`ulp_dtype`: the coarser of the class's
@@ -11,6 +12,16 @@ Every variant names the precision class it computes in (``fp32``, ``tf32``, ``fp
   kernel audit (``numcheck.overhead.gate``).
 
 torch is imported inside the functions, so the names load without it.
+
+This package is the room of precision classes. This module holds the classes themselves;
+beside it, how each class is implemented as users run it:
+
+- :mod:`numcheck.precision.operand_rounding`: fp32 operands rounded to TF32 (to nearest, or
+  truncated), bf16 and fp16, bit for bit;
+- :mod:`numcheck.precision.gemm_impls`: the honest GEMMs of each class (emulated, and on
+  CUDA cuBLAS and a Triton kernel);
+- :mod:`numcheck.precision.gemm_family`: an op's members and rounding envelope per class,
+  derived from where its GEMM sits (``OpSpec.gemm_site``).
 """
 
 from __future__ import annotations

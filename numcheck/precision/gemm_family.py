@@ -9,7 +9,7 @@ precision class: the op computed with that GEMM. Members serve two purposes:
   the class (``--numcheck-calibrate-pool``, numcheck.calibrate.honest.measure_family);
 - the rounding envelope behind ``max_err_ratio``: a check divides its worst element error by
   the worst of the class's envelope members (and the op's ``rounding_reference`` and
-  ``rounding_alternatives``) on the same inputs (numcheck.numerics.against_golden).
+  ``rounding_alternatives``) on the same inputs (numcheck.numerics.run).
 
 :class:`MemberRuns` runs members on one set of inputs and runs a member only when its result
 can differ from one already run: each GEMM call is recorded by what decides its bits (which
@@ -120,7 +120,7 @@ class MemberRuns:
     """Members of one op run on one set of inputs, each result made once (module docstring).
 
     ``run(member)`` (optional, for :meth:`outputs`) runs a member's function on the inputs:
-    numcheck passes its own :func:`numcheck.numerics.against_golden.run_variant`, so a member's outputs are
+    numcheck passes its own :func:`numcheck.numerics.run.run_variant`, so a member's outputs are
     checked like a variant's. The operands of a GEMM call, as each format reads them, are
     made once for every member that reaches that call the same way; :meth:`release` drops
     them (the outputs stay).

@@ -51,8 +51,8 @@ class Recipe:
     """How an emulated GEMM rounds: the operand format, how K is summed (in fp32), the format
     each split-K partial is written in and the format of the result.
 
-    Formats are names of :data:`numcheck.precision.operand_rounding.FORMATS`. ``width`` is the K-block
-    of ``k_blocks``; ``parts`` and ``tree`` shape ``split_k`` (left to right, or a pairwise
+    Formats are names of :data:`numcheck.precision.operand_rounding.FORMATS`. ``width`` is the
+    K-block of ``k_blocks``; ``parts`` and ``tree`` shape ``split_k`` (left to right, or a pairwise
     tree of the partials).
     """
 

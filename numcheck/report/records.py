@@ -450,7 +450,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
 
 
 def write_json(path: Path | str, report: Report) -> None:
-    """Write the report as strict JSON, atomically (:func:`numcheck.goldens.atomic.atomic_write`)."""
+    """Write the report as strict JSON, atomically
+    (:func:`numcheck.goldens.atomic.atomic_write`)."""
     text = json.dumps(report_to_dict(report), indent=1, allow_nan=False) + "\n"
     atomic_write(path, text.encode())
 

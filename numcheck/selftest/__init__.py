@@ -4,10 +4,14 @@ Two questions, answered without pytest so tests and ``benchmarks/reliability_rep
 the code:
 
 - **caught**: a (known-bad) variant held to a shipped case's budget, against the shipped
-  golden, must fail: a budget violation, or a :class:`~numcheck.numerics.against_golden.VariantError`.
+  golden, must fail: a budget violation, or a :class:`~numcheck.ops.spec.VariantError`.
 - **false failures**: a good variant must pass on fresh seeds. Each seed gets its own
   reference, computed on the spot (on the CPU by default, as the shipped goldens are) and
   packed exactly as a golden file would store it.
+
+This package is the room of self-tests; this module is the gate's. Beside it,
+:mod:`numcheck.selftest.localization` asks the same of localization: does a failure name the
+place where the planted bug sits?
 """
 
 from __future__ import annotations
