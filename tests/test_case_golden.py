@@ -51,8 +51,8 @@ def validate(made: Made, edit: Edit | None = None, fingerprint: str | None = Non
     if edit is not None:
         edit(mine, mine_meta)
     golden = Golden(Path("goldens/indexer/tiny.safetensors"), mine, mine_meta)
-    return validate_for_case(golden, op, case, regen_hint=REGEN,
-                             fingerprint=inputs.fingerprint() if fingerprint is None else fingerprint)
+    fingerprint = inputs.fingerprint() if fingerprint is None else fingerprint
+    return validate_for_case(golden, op, case, fingerprint=fingerprint, regen_hint=REGEN)
 
 
 def test_every_output_of_every_seed_is_handed_on_as_recorded(made: Made) -> None:

@@ -148,32 +148,37 @@ def test_no_import_cycles_among_numcheck_modules_type_checking_included() -> Non
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
-def test_only_the_plugin_imports_pytest() -> None:
-    allowed = ("numcheck.plugin", "numcheck.perf.benchrecord")
+#: Where pytest may be imported: the plugin, and the module that fills pytest-benchmark's
+#: session the plugin hands it.
+PYTEST_ALLOWED = ("numcheck.plugin", "numcheck.perf.benchrecord")
+
+
+def pytest_importers(package: Path = PACKAGE) -> list[str]:
+    """Modules outside plugin/ (and perf/benchrecord.py) that import pytest anywhere."""
+    root = package.name
+    allowed = tuple(a.replace("numcheck", root, 1) for a in PYTEST_ALLOWED)
     offenders = []
-    for name in module_names():
+    for name in module_names(package):
         if name == allowed[0] or name.startswith(allowed[0] + ".") or name in allowed[1:]:
             continue
-        tree = ast.parse(source_of(name).read_text())
-        for node in ast.walk(tree):
+        for node in ast.walk(ast.parse(source_of(name, package).read_text())):
             imported = ([a.name for a in node.names] if isinstance(node, ast.Import)
                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             if any(m.split(".")[0] in ("pytest", "_pytest") for m in imported):
                 offenders.append(name)
-    assert offenders == []
+    return offenders
 
 
 #: Calls that register an op or a variant; no module makes one when it is imported.
 REGISTERING = {"register", "add_variant", "add_gemm_members"}
 
 
-def test_no_module_registers_at_import() -> None:
-    """Statically: no module-level statement (outside a function or class) calls a
-    registering function. The fresh-interpreter test below checks the registry itself."""
+def registering_at_import(package: Path = PACKAGE) -> list[str]:
+    """``module:line`` of every module-level statement (outside a function or class) that
+    calls a registering function."""
     found = []
-    for name in module_names():
-        tree = ast.parse(source_of(name).read_text())
-        for stmt in tree.body:
+    for name in module_names(package):
+        for stmt in ast.parse(source_of(name, package).read_text()).body:
             if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 continue
             for node in ast.walk(stmt):
@@ -182,7 +187,28 @@ def test_no_module_registers_at_import() -> None:
                     called = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
                     if called in REGISTERING:
                         found.append(f"{name}:{node.lineno}")
-    assert found == []
+    return found
+
+
+def test_only_the_plugin_imports_pytest() -> None:
+    assert pytest_importers() == []
+
+
+def test_no_module_registers_at_import() -> None:
+    """Statically; the fresh-interpreter test below checks the registry itself."""
+    assert registering_at_import() == []
+
+
+def test_the_static_rules_catch_planted_offenders(tmp_path: Path) -> None:
+    package = _package(tmp_path, {
+        "__init__.py": "",
+        "plugin/__init__.py": "import pytest\n",  # allowed
+        "core.py": "def helper():\n    import _pytest.fixtures\n",
+        "ops/mine.py": "import pkg\nif True:\n    pkg.registry.add_variant('op', None)\n"
+                       "def later():\n    pkg.registry.register(None)\n",  # in a function
+    })
+    assert pytest_importers(package) == ["pkg.core"]
+    assert registering_at_import(package) == ["pkg.ops.mine:3"]
 
 
 #: The packages that re-export names lazily (PEP 562 ``__getattr__``).
