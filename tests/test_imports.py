@@ -243,6 +243,22 @@ def test_at_most_twelve_modules_at_the_top_level() -> None:
     assert len(top) <= 12, top
 
 
+#: ``python -m NAME --help``, in a fresh interpreter (``runpy``, as ``-m`` runs it).
+RUN_AS_MAIN = "import runpy, sys\nrunpy.run_module(sys.argv.pop(1), run_name='__main__', " \
+              "alter_sys=True)\n"
+
+
+@pytest.mark.slow  # a fresh interpreter (tests/fresh.py)
+@pytest.mark.parametrize("command", ["numcheck", "numcheck.calibrate", "numcheck.heldout"])
+def test_the_documented_commands_keep_their_names(fresh_python: FreshPython,
+                                                  command: str) -> None:
+    """``python -m numcheck.calibrate`` and ``python -m numcheck.heldout`` (README,
+    docs/budgets.md) still run, wherever their code lives now."""
+    done = fresh_python.run(RUN_AS_MAIN, [command, "--help"], cwd=PACKAGE.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: python -m {command} ")
+
+
 #: The Triton kernels themselves; everything else must import without triton.
 TRITON_KERNELS = (*KERNEL_MODULES.values(), "numcheck.ops.triton_gemm")
 
