@@ -231,9 +231,8 @@ def stored_output(
     """What the golden tensors ``stored`` hold for output ``key``. Raises
     :class:`GoldenFormatError` when they hold no such output (whole, or its sample's positions
     and values). ``path``, ``case`` and ``regen_hint`` only serve error messages."""
-    where = {"path": path, "case": case, "regen_hint": regen_hint}
     if key in stored:
-        return StoredOutput(key, stored[key], **where)
+        return StoredOutput(key, stored[key], path=path, case=case, regen_hint=regen_hint)
     if key + IDX_SUFFIX not in stored or key + VAL_SUFFIX not in stored:
         raise GoldenFormatError(
             f"{golden_at(path, case)} has no output {key!r} (it has: "
@@ -245,7 +244,8 @@ def stored_output(
     shape_t = stored.get(key + SHAPE_SUFFIX)
     shape = None if shape_t is None else tuple(int(s) for s in shape_t.reshape(-1).tolist())
     return StoredOutput(key, stored[key + VAL_SUFFIX], stored[key + IDX_SUFFIX],
-                        stored.get(key + STATS_SUFFIX), shape, **where)
+                        stored.get(key + STATS_SUFFIX), shape, path=path, case=case,
+                        regen_hint=regen_hint)
 
 
 def unpack_pair(
