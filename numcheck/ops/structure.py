@@ -2,7 +2,7 @@
 
 An op may declare, per output, names for its axes and extra **groupings**: ways to split the
 output's elements into groups (requests, KV pages, MTP rows, the pre/post/comb parts of a
-projection). When a check fails, :mod:`numcheck.localize.failure` measures how the error is spread
+projection). When a check fails, :mod:`numcheck.localize` measures how the error is spread
 over each grouping and names the groups that carry it ("91% of the error is in 4 of 80
 pages: the last, partial page of each request").
 
