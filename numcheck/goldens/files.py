@@ -97,12 +97,14 @@ class GoldenFormatError(GoldenError):
 
 
 def golden_at(path: Path | None, case: str) -> str:
+    """``golden <path> for case <case>``: how every golden message names its file."""
     if path is None:
         return f"golden for case {case}" if case else "golden"
     return f"golden {path} for case {case}" if case else f"golden {path}"
 
 
 def regen_text(regen_hint: str) -> str:
+    """``regenerate it with: <command>``, or ``regenerate it`` without one."""
     return f"regenerate it with: {regen_hint}" if regen_hint else "regenerate it"
 
 
@@ -302,7 +304,8 @@ def write_if_changed(
     return True
 
 
-def _equal_golden(old: Golden, tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any]) -> bool:
+def _equal_golden(old: Golden, tensors: Mapping[str, torch.Tensor],
+                  meta: Mapping[str, Any]) -> bool:
     if any(old.meta.get(key) != meta.get(key) for key in ("fingerprint", "op_version")):
         return False
     return set(old.tensors) == set(tensors) and all(

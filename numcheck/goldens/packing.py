@@ -23,8 +23,12 @@ from numcheck.goldens.files import GoldenFormatError, dtype_name, golden_at, reg
 
 __all__ = [
     "FULL_LIMIT",
+    "IDX_SUFFIX",
     "SAMPLE_SIZE",
+    "SHAPE_SUFFIX",
     "STATS_FIELDS",
+    "STATS_SUFFIX",
+    "VAL_SUFFIX",
     "StoredOutput",
     "StoredPair",
     "output_keys",
@@ -33,6 +37,7 @@ __all__ = [
     "stored_output",
     "summary_stats",
     "unpack_pair",
+    "valid_positions",
 ]
 
 #: Outputs with at most this many elements are stored whole.
@@ -280,8 +285,10 @@ def _misfit(key: str, act: torch.Tensor, path: Path | None, case: str, regen_hin
     )
 
 
-def _sampled_pair(out: StoredOutput, act: torch.Tensor,
-                  misfit: Callable[[Sequence[int] | str, torch.dtype, str], NoReturn]) -> StoredPair:
+def _sampled_pair(
+    out: StoredOutput, act: torch.Tensor,
+    misfit: Callable[[Sequence[int] | str, torch.dtype, str], NoReturn],
+) -> StoredPair:
     """A sampled output: ``act`` at the stored positions, with both sides' summary stats."""
     idx, val, stats = out.positions, out.values, out.stats
     assert idx is not None
