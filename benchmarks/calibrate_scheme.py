@@ -20,9 +20,9 @@ import tomllib
 from dataclasses import replace
 from pathlib import Path
 
-from numcheck.budgets import complete_budget
 from numcheck.calibrate import measure, suggest
 from numcheck.cases import Case, load_cases
+from numcheck.numerics.budgets import complete_budget
 from numcheck.ops.registry import get_op
 from numcheck.selftest import fresh_seed_outcomes
 

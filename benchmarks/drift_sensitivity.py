@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from numcheck.cases import load_cases
-from numcheck.metrics import calc_diff
+from numcheck.numerics.metrics import calc_diff
 from numcheck.ops.registry import get_op
-from numcheck.report.drift import Rules
+from numcheck.report.drift_result import Rules
 
 
 def main() -> int:

@@ -2,12 +2,13 @@
 
     python benchmarks/envelope_cost.py [--reps 4]
 
-Times ``numcheck.numerics.check`` of the shipped ``bf16`` and ``tf32`` variants on one fresh
-seed, once with the op as shipped (rounding reference plus the members derived from its GEMM
-site, numcheck.gemm_family) and once with the reference alone (no ``gemm_site``, no
-alternatives), alternating, each rep on fresh ``CaseInputs`` (the envelope is made once per
-seed and kept there: a rep that reused them would time nothing), the inputs made before the
-clock starts. Prints the median CPU time of each (docs/budgets.md, "The rounding envelope").
+Times ``numcheck.numerics.against_golden.check`` of the shipped ``bf16`` and ``tf32`` variants
+on one fresh seed, once with the op as shipped (rounding reference plus the members derived from
+its GEMM site, numcheck.precision.gemm_family) and once with the reference alone (no
+``gemm_site``, no alternatives), alternating, each rep on fresh ``CaseInputs`` (the envelope is
+made once per seed and kept there: a rep that reused them would time nothing), the inputs made
+before the clock starts. Prints the median CPU time of each (docs/budgets.md, "The rounding
+envelope").
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from numcheck.cases import load_cases
-from numcheck.numerics import CaseInputs, check
+from numcheck.numerics.against_golden import check
+from numcheck.numerics.run import CaseInputs
 from numcheck.ops.registry import get_op
 from numcheck.selftest import fresh_golden
 
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                     inputs = CaseInputs(o, case)
                     inputs.get(SEED)
                     t0 = time.process_time()
-                    check(o, case, variant, "cpu", golden, inputs, regen_hint="")
+                    check(o, case, variant, "cpu", golden, inputs)
                     times[label].append(time.process_time() - t0)
             env, single = (statistics.median(times[k]) for k in ops)
             spread = {k: f"{min(v):.3f}-{max(v):.3f}" for k, v in times.items()}

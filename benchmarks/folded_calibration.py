@@ -1,6 +1,6 @@
 """bf16_folded (the folded-scale indexer scheme) measured on its own: its worst error per
 indexer case over fresh seeds, against a fresh CPU reference, held to its own budget (the way
-numcheck.honest measures a family, with the scheme as a family of one).
+numcheck.calibrate.honest measures a family, with the scheme as a family of one).
 
     python benchmarks/folded_calibration.py FIRST_SEED N OUT.json [cpu|cuda]
     python benchmarks/folded_calibration.py 4000 100 docs/bf16-folded-calibration-cpu.json   # calibration
@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from numcheck.calibrate.honest import measure_family
 from numcheck.cases import load_cases
-from numcheck.honest import measure_family
 
 
 def main(argv: list[str]) -> int:

@@ -46,8 +46,8 @@ from numcheck.ops.registry import get_op
 
 get_op("indexer")  # runs numcheck's Triton probe before anything imports triton
 
+from numcheck.numerics.topk import select_topk, topk_agreement
 from numcheck.ops import indexer, mhc, triton_support
-from numcheck.topk import select_topk, topk_agreement
 
 RESULTS: dict[str, Any] = {"errors": [], "checks": [], "indexer": [], "mhc": []}
 T0 = time.monotonic()
@@ -163,8 +163,9 @@ def rel_fro(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def run_shipped_checks() -> None:
     from numcheck.cases import load_cases
-    from numcheck.goldens import golden_path, load_golden
-    from numcheck.numerics import CaseInputs, check
+    from numcheck.goldens.files import golden_path, load_golden
+    from numcheck.numerics.against_golden import check
+    from numcheck.numerics.run import CaseInputs
 
     for case in load_cases(ROOT / "cases"):
         if "fused" not in case.variants or case.perf_only:  # perf-only: no golden

@@ -9,8 +9,8 @@
 Measures every honest family of tests/honest.py (each shipped op at bf16 and tf32: the
 shipped variant of that class plus the test-only alternatives) on every shipped case, over the
 case's own seeds plus ``--seeds`` fresh ones, each against a fresh CPU reference, the way the
-gate measures (numcheck.honest). The families hold the members numcheck derives from each
-op's GEMM site (numcheck.gemm_family: TF32 rounded and truncated, bf16 writing bf16 or fp32,
+gate measures (numcheck.calibrate.honest). The families hold the members derived from each
+op's GEMM site (numcheck.precision.gemm_family: TF32 rounded or truncated, bf16 out or fp32 out,
 one pass, K-blocks, split-K; with ``--device cuda`` also cuBLAS and a Triton tl.dot kernel).
 ``--suggest`` prints the budget tables (docs/budgets.md has the policy); ``--apply`` writes
 them into cases/*.toml: bf16 and tf32 ``max_err_ratio`` set to 1.25x the worst pooled over
@@ -41,10 +41,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 import torch
 
 from numcheck.calibrate import suggest_values
+from numcheck.calibrate.casewriter import Edit, write_edits
+from numcheck.calibrate.heldout import outside_as_judged
+from numcheck.calibrate.honest import GATED, budget_from, measure_family, merge_worst, suggest
 from numcheck.cases import load_cases
-from numcheck.casewriter import Edit, write_edits
-from numcheck.heldout import outside_as_judged
-from numcheck.honest import GATED, budget_from, measure_family, merge_worst, suggest
 from numcheck.ops.registry import get_op
 
 #: Classes whose ``max_err_ratio`` --apply sets from the family (both have a rounding
@@ -149,7 +149,7 @@ def describe_pool(key: tuple[Any, ...]) -> str:
 
 def apply(merged: dict[str, Any], cases: list[Any], note: str) -> list[str]:
     """Write the family budgets into the case files (the policy in the module docstring),
-    through numcheck.casewriter: each changed line commented with why, and its old value."""
+    through numcheck.calibrate.casewriter: each changed line commented with why and old value."""
     pooled: dict[tuple[Any, ...], float] = {}  # (class, pool key) -> worst max_err_ratio
     for case in cases:
         for prec in ENVELOPE_CLASSES:

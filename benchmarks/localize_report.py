@@ -33,8 +33,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 import torch
 
 from numcheck.cases import load_cases
-from numcheck.localize import ENV, MIN_EXCESS, MIN_LIFT
-from numcheck.localize_selftest import (
+from numcheck.localize.failure import ENV
+from numcheck.localize.spread import MIN_EXCESS, MIN_LIFT
+from numcheck.selftest.localization import (
     Honest,
     Located,
     honest_table,
@@ -102,7 +103,8 @@ def honest_rows(cases: dict[str, Any], seeds: list[int], device: str) -> list[Ho
     seeds of the fresh cases on a reference made on the spot."""
     from dataclasses import replace
 
-    from numcheck.numerics import CaseInputs, fresh_golden
+    from numcheck.goldens.make import fresh_golden
+    from numcheck.numerics.run import CaseInputs
     from numcheck.ops.registry import get_op
     from numcheck.selftest import shipped_golden
 

@@ -7,7 +7,7 @@ Runs the reference of every shipped case (every seed) in this process's setting 
 count, ``ATEN_CPU_CAPABILITY``) and compares its outputs with the stored goldens at the
 stored positions. For each output it prints the number of values that differ, the largest
 absolute difference and that difference relative to the output's largest finite magnitude
-(what :mod:`numcheck.reproducibility` bounds). Non-finite positions and integer outputs are
+(what :mod:`numcheck.goldens.reproducibility` bounds). Non-finite positions and integer outputs are
 counted when they differ at all. The last line is a table.
 """
 
@@ -25,11 +25,11 @@ sys.path.insert(0, str(ROOT))
 import torch
 
 from numcheck.cases import load_cases
-from numcheck.goldens import golden_path, load_golden, unpack_pair
+from numcheck.goldens.files import golden_path, load_golden
+from numcheck.goldens.packing import seed_key, unpack_pair
+from numcheck.goldens.reproducibility import difference
 from numcheck.inputs import to_device
-from numcheck.numerics import seed_key
 from numcheck.ops.registry import get_op
-from numcheck.reproducibility import difference
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from numcheck._version import __version__
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
@@ -38,27 +38,27 @@ _EXPORTS = {
     "Outputs": "numcheck.ops.registry",
     "Params": "numcheck.ops.registry",
     "Registrar": "numcheck.ops.registry",
-    "Structure": "numcheck.structure",
-    "Grouping": "numcheck.structure",
+    "Structure": "numcheck.ops.structure",
+    "Grouping": "numcheck.ops.structure",
     "RegistrationError": "numcheck.ops.registry",
     "register": "numcheck.ops.registry",
     "add_variant": "numcheck.ops.registry",
     "get_op": "numcheck.ops.registry",
-    "compare": "numcheck.metrics",
-    "calc_diff": "numcheck.metrics",
-    "ErrorMetrics": "numcheck.metrics",
-    "select_topk": "numcheck.topk",
-    "topk_agreement": "numcheck.topk",
-    "TopkReport": "numcheck.topk",
+    "compare": "numcheck.numerics.metrics",
+    "calc_diff": "numcheck.numerics.metrics",
+    "ErrorMetrics": "numcheck.numerics.metrics",
+    "select_topk": "numcheck.numerics.topk",
+    "topk_agreement": "numcheck.numerics.topk",
+    "TopkReport": "numcheck.numerics.topk",
     "rng": "numcheck.inputs",
     "normal": "numcheck.inputs",
     "quantize_e4m3": "numcheck.inputs",
     "matmul_precision": "numcheck.precision",
-    "GoldenCheck": "numcheck.golden_check",
-    "GoldenCheckFailure": "numcheck.golden_check",
-    "GoldenError": "numcheck.goldens",
+    "GoldenCheck": "numcheck.goldens.fixture",
+    "GoldenCheckFailure": "numcheck.goldens.fixture",
+    "GoldenError": "numcheck.goldens.files",
     "Gemm": "numcheck.ops.spec",
-    "add_gemm_members": "numcheck.gemm_family",
+    "add_gemm_members": "numcheck.precision.gemm_family",
 }
 
 __all__ = [
@@ -95,11 +95,11 @@ __all__ = [
 ]  # the same names as _EXPORTS (a test keeps them in step)
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads lazily
-    from numcheck.gemm_family import add_gemm_members
-    from numcheck.golden_check import GoldenCheck, GoldenCheckFailure
-    from numcheck.goldens import GoldenError
+    from numcheck.goldens.files import GoldenError
+    from numcheck.goldens.fixture import GoldenCheck, GoldenCheckFailure
     from numcheck.inputs import normal, quantize_e4m3, rng
-    from numcheck.metrics import ErrorMetrics, calc_diff, compare
+    from numcheck.numerics.metrics import ErrorMetrics, calc_diff, compare
+    from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement
     from numcheck.ops.registry import (
         Inputs,
         OpSpec,
@@ -115,9 +115,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         register,
     )
     from numcheck.ops.spec import Gemm
+    from numcheck.ops.structure import Grouping, Structure
     from numcheck.precision import matmul_precision
-    from numcheck.structure import Grouping, Structure
-    from numcheck.topk import TopkReport, select_topk, topk_agreement
+    from numcheck.precision.gemm_family import add_gemm_members
 
 
 def __getattr__(name: str) -> Any:

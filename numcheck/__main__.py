@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from numcheck.report.drift import DRIFT_HEADER, Rules, compare, drift_headline, drift_rows
+from numcheck.report.drift import DRIFT_HEADER, compare, drift_headline, drift_rows
+from numcheck.report.drift_result import Rules
 from numcheck.report.markdown import drift_markdown, headline, to_markdown
 from numcheck.report.records import ReportError, load_report
 from numcheck.report.render import summary_table, table

@@ -14,7 +14,7 @@ One top-level table per case id::
 
 Every mistake is a :class:`CaseFileError` naming the file, the case, the dotted key and the
 fix, because a case file is written by hand and read by a merge gate. Budgets left out are
-completed from :data:`numcheck.budgets.DEFAULT_BUDGETS`. Nothing here imports pytest.
+completed from :data:`numcheck.numerics.budgets.DEFAULT_BUDGETS`. Nothing here imports pytest.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from numcheck.budgets import (
+from numcheck.gates import GATES, OUTPUT_METRICS, TOPK_METRICS
+from numcheck.numerics.budgets import (
     BudgetError,
     VariantBudget,
     coarse_output_tables,
     complete_budget,
     describe,
 )
-from numcheck.gates import GATES, OUTPUT_METRICS, TOPK_METRICS
 from numcheck.ops import registry
 from numcheck.ops.param_checks import check_params
 from numcheck.ops.registry import OpSpec

@@ -1,10 +1,10 @@
 """One (case, variant, device) check, end to end: the single definition of what a check is.
 
-    golden + inputs --numerics (numcheck.numerics)--> metrics, top-k, violations
+    golden + inputs --numerics (numcheck.numerics)---> metrics, top-k, violations
                     --speed gate (numcheck.perf)----> speedup interval, violations
                     --overhead (numcheck.overhead)--> cast ledger / kernel audit, violations
                     --expectations (case file)-----> known-bad variant caught or not
-                    ==> one :class:`~numcheck.numerics.CheckResult`
+                    ==> one :class:`~numcheck.result.CheckResult`
 
 The pytest item (:mod:`numcheck.plugin.session`), the self-test (:mod:`numcheck.selftest`)
 and calibration (:mod:`numcheck.calibrate`) all call :func:`run_check`; they differ only in
@@ -14,48 +14,32 @@ A variant's one-time preparation (``Variant.prepare``, :mod:`numcheck.prepare`) 
 per seed and shared by the numerics, the speed gate and the cast ledger; only the call is
 timed, and audited per call.
 
-A golden that is missing, stale or corrupt (:class:`~numcheck.goldens.GoldenError`), a
-variant that raises or returns the wrong outputs (:class:`~numcheck.numerics.VariantError`)
-and a timer that cannot time (:class:`~numcheck.perf.timing.TimingError`) are raised: they
-leave no verdict to return.
+The golden arrives read and validated for the case
+(:class:`~numcheck.goldens.case_golden.CaseGolden`: a missing, stale or corrupt one raised its
+:class:`~numcheck.goldens.files.GoldenError` there). A variant that raises or returns the
+wrong outputs (:class:`~numcheck.ops.spec.VariantError`) and a timer that cannot time
+(:class:`~numcheck.perf.timing.TimingError`) are raised: they leave no verdict to return.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
 
 from numcheck.cases import Case, Expectation
-from numcheck.firstcall import DEFAULT_NOTE_S, FirstCallWatch, Progress, device_sync
-from numcheck.goldens import Golden
+from numcheck.goldens.case_golden import CaseGolden
 from numcheck.inputs import to_device
-from numcheck.metric_names import MAX_FLIPS
-from numcheck.numerics import CaseInputs, CheckResult, check, display_id, run_variant
+from numcheck.numerics.against_golden import check
+from numcheck.numerics.firstcall import DEFAULT_NOTE_S, FirstCallWatch, Progress, device_sync
+from numcheck.numerics.metric_names import MAX_FLIPS
+from numcheck.numerics.run import CaseInputs, run_variant
+from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import OpSpec
 from numcheck.overhead.gate import OVERHEAD_GATES, check_overhead
 from numcheck.perf.measure import measure_perf
 from numcheck.perf.sections import DeviceSections
 from numcheck.prepare import Preparations
-from numcheck.verdict import Violation
-
-
-@dataclass(frozen=True)
-class Settled:
-    """How a known-bad variant's expected failures (``expect.<variant>.fails``) came out.
-
-    ``caught``: the expected failures seen. ``missed``: the expected failures of active gates
-    that caught nothing (each gate that should catch the variant must). ``xfail`` when none
-    was missed: the variant failed as expected.
-    """
-
-    caught: tuple[str, ...]
-    missed: tuple[str, ...]
-    reason: str
-
-    @property
-    def xfail(self) -> bool:
-        return not self.missed
+from numcheck.result import CheckResult, Settled, display_id
 
 
 def settle_expected(
@@ -116,11 +100,10 @@ def run_check(
     variant: str,
     device: str,
     inputs: CaseInputs,
-    golden: Golden | None,
+    golden: CaseGolden | None,
     *,
     gates: Collection[str] = (),
     explain: bool = False,
-    regen_hint: str = "",
     max_flips: int = MAX_FLIPS,
     keep_outputs: bool = False,
     sections: DeviceSections | None = None,
@@ -130,7 +113,8 @@ def run_check(
     """Run one check: numerics against ``golden``, then the active gates, then expectations.
 
     Args:
-        golden: the case's golden; None only for a perf-only case (no numerics).
+        golden: the case's golden, validated for it; None only for a perf-only case (no
+            numerics).
         gates: the gates beyond the numerics to run: ``perf`` (time against the reference),
             ``casts`` (cast ledger), ``kernels`` (kernel audit, CUDA only).
         explain: audit casts (and kernels on CUDA) without gating on them.
@@ -140,7 +124,7 @@ def run_check(
             (:mod:`numcheck.perf.gpulock`): numerics hold it shared, timing and the kernel
             audit exclusively. None: no lock (a single process).
         progress: where a first call of more than ``first_call_note_s`` seconds is
-            announced (numcheck.firstcall); None: nowhere. The figure is kept either way.
+            announced (numcheck.numerics.firstcall); None: nowhere. The figure is kept either way.
     """
     gates = set(gates)
     hold = sections.hold if sections is not None else _unlocked
@@ -167,16 +151,16 @@ def run_check(
     else:
         # Shared: other workers' numerics run alongside, never a timed section.
         with hold(exclusive=False) as numerics_wait:
-            result = check(op, case, variant, device, golden, inputs, regen_hint=regen_hint,
+            result = check(op, case, variant, device, golden, inputs,
                            max_flips=max_flips, keep_outputs=keep_outputs,
                            preparations=preparations, first_call=watch)
     if "perf" in gates:
         with hold(exclusive=True) as waited:  # timing holds the device alone
-            result.perf = measure_perf(op, case, variant, device, first_seed,
-                                       preparer=preparer)
-        result.perf.lock_wait_s = waited
-        result.violations += result.perf.violations()
-        result.timing = result.perf.record_section()
+            perf = measure_perf(op, case, variant, device, first_seed, preparer=preparer)
+        perf.lock_wait_s = waited
+        result.perf = perf
+        result.violations += perf.violations()
+        result.timing = perf.record_section()
         result.timing["numerics_lock_wait_s"] = numerics_wait
     audited = gates & set(OVERHEAD_GATES)
     if audited or explain:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from numcheck.metric_names import ERROR_METRICS, NONFINITE_METRICS, TOPK_LIMITS
+from numcheck.numerics.metric_names import ERROR_METRICS, NONFINITE_METRICS, TOPK_LIMITS
 
 OUTPUT_METRICS = (*ERROR_METRICS, *NONFINITE_METRICS)
 TOPK_METRICS = TOPK_LIMITS

@@ -64,6 +64,6 @@ def register(registry: numcheck.Registrar) -> None:
 
 
 def rel_fro(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """Relative Frobenius error in float64, computed independently of numcheck.metrics."""
+    """Relative Frobenius error in float64, computed independently of numcheck.numerics.metrics."""
     a, e = actual.double(), expected.double()
     return float(torch.linalg.norm(a - e) / torch.linalg.norm(e))

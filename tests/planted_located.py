@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 from variant_tables import register_table
 
+from numcheck.numerics.topk import select_topk
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import Inputs, Outputs, Params
-from numcheck.topk import select_topk
 
 
 def _with_logits(logits: torch.Tensor, p: Params) -> Outputs:

@@ -60,7 +60,7 @@ def test_budget_location_from_the_file_or_the_defaults(tmp_path: Path) -> None:
         "cases/c.toml:13 ([b.budget.tf32.logits] rel_fro = 1e-06)")
     assert budget_location(path, "cases/c.toml", "b", "bf16", "logits", "frac_outside",
                            precision="bf16", value=0.01) == (
-        "frac_outside = 0.01: default for bf16 from numcheck/budgets.py (no key in "
+        "frac_outside = 0.01: default for bf16 from numcheck/numerics/budgets.py (no key in "
         "cases/c.toml:6 [b]; set [b.budget.bf16.logits] frac_outside to override)")
 
 
@@ -101,7 +101,8 @@ def test_a_default_budget_miss_names_the_defaults_row(pytester: pytest.Pytester)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
         "numcheck FAIL indexer::tiny::no_kv_scale[[]cpu[]]",
-        ("  budget:      frac_outside = 0: default for fp32 from numcheck/budgets.py (no key in "
-        "cases/indexer.toml:2 [[]tiny[]]; set [[]tiny.budget.no_kv_scale.logits[]] frac_outside to override)"),
+        ("  budget:      frac_outside = 0: default for fp32 from numcheck/numerics/budgets.py "
+        "(no key in cases/indexer.toml:2 [[]tiny[]]; set [[]tiny.budget.no_kv_scale.logits[]] "
+        "frac_outside to override)"),
         "  next step:   my change is wrong -> fix the variant, then run 'reproduce'",
     ])

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from numcheck import budgets
-from numcheck.budgets import (
+from numcheck.numerics import budgets
+from numcheck.numerics.budgets import (
     DEFAULT_BUDGETS,
     ERROR_METRICS,
     TOPK_LIMITS,

@@ -92,7 +92,7 @@ def test_measure_variant_keeps_the_worst_seed(tmp_path: Path) -> None:
     import torch
 
     from numcheck.calibrate import References, calibration_seeds, measure_variant
-    from numcheck.metrics import compare
+    from numcheck.numerics.metrics import compare
     from numcheck.ops.registry import get_op
 
     (tmp_path / "indexer.toml").write_text(CASE)

@@ -308,7 +308,7 @@ def test_speed_proposals_printed_and_written(
 def test_write_without_tomlkit_says_how_to_install(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    casewriter = importlib.import_module("numcheck.casewriter")
+    casewriter = importlib.import_module("numcheck.calibrate.casewriter")
     monkeypatch.setattr(casewriter, "have_tomlkit", lambda: False)
     project(pytester)
     result = pytester.runpytest("--numcheck", "--numcheck-calibrate", "--numcheck-calibrate-write")

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from numcheck.budgets import DEFAULT_BUDGETS, TopkBudget
 from numcheck.cases import Case, CaseFileError, load_case_file, load_cases
+from numcheck.numerics.budgets import DEFAULT_BUDGETS, TopkBudget
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Params, ParamSpec, TopkSpec, Variant
 
 

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("tomlkit", reason="tomlkit (the calibrate extra) writes case files")
 
-from numcheck.casewriter import CaseWriteError, Edit, apply_edits, write_edits
+from numcheck.calibrate.casewriter import CaseWriteError, Edit, apply_edits, write_edits
 
 CASE = """\
 # A header comment that must survive.

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from numcheck.cases import load_cases
-from numcheck.metrics import compare
+from numcheck.numerics.metrics import compare
 from numcheck.ops.registry import get_op
 
 ROOT = Path(__file__).resolve().parent.parent

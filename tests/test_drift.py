@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from numcheck.__main__ import main
-from numcheck.report.drift import Drift, Rules, compare, drift_headline
+from numcheck.report.drift import compare, drift_headline
+from numcheck.report.drift_result import Drift, Rules
 from numcheck.report.records import Record, Report, load_report, write_json
 
 

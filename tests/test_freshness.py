@@ -12,7 +12,8 @@ import torch
 from test_goldens import CASE, FP, HINT, _load, _save
 from test_plugin import TINY_MHC, golden, make_project, write_goldens
 
-from numcheck.goldens import GoldenNote, GoldenStale, check_fresh
+from numcheck.goldens.files import GoldenStale
+from numcheck.goldens.freshness import GoldenNote, check_fresh
 
 PARAMS = {"tokens": 8, "sinkhorn_iters": 20, "eps": 1e-6}
 

@@ -17,11 +17,12 @@ import torch
 from fresh import FreshPython
 
 from numcheck.cases import load_cases
-from numcheck.goldens import golden_path, load_golden
 from numcheck.inputs import to_device
-from numcheck.numerics import CaseInputs, check
+from numcheck.numerics.against_golden import check
+from numcheck.numerics.run import CaseInputs
 from numcheck.ops import indexer, mhc, triton_support
 from numcheck.ops.registry import Variant, add_variant, get_op
+from numcheck.selftest import shipped_golden
 
 ROOT = Path(__file__).resolve().parent.parent
 get_op("indexer")  # loads the ops, which runs the Triton probe before anything imports triton
@@ -176,8 +177,7 @@ def test_mhc_fused_rounds_hc_fn_to_nearest_like_torch() -> None:
 def _shipped(key: str):  # type: ignore[no-untyped-def]
     cases = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases")}
     case = cases[key]
-    golden = load_golden(golden_path(ROOT / "goldens", case.op, case.id), case=case.id,
-                         regen_hint="")
+    golden, _ = shipped_golden(case, ROOT / "goldens")
     return case, golden
 
 
@@ -188,8 +188,8 @@ def _bad_mhc_bf16(inputs, p):  # type: ignore[no-untyped-def]
 
 
 def _bad_indexer_stale_page(inputs, p):  # type: ignore[no-untyped-def]
+    from numcheck.numerics.topk import select_topk
     from numcheck.ops import indexer_fused
-    from numcheck.topk import select_topk
 
     # Every request reads its pages one slot late in the block table: a paging bug.
     shifted = dict(inputs, block_table=torch.roll(inputs["block_table"], 1, dims=1))
@@ -215,7 +215,7 @@ def test_fused_budget_fails_a_bad_fused_variant(
     fused = op.variants["fused"]
     op = add_variant(case.op, Variant("bad", fn, fused.precision, devices=fused.devices))
     case = replace(case, budgets={**case.budgets, "bad": case.budgets["fused"]})
-    result = check(op, case, "bad", DEVICE, golden, CaseInputs(op, case), regen_hint="")
+    result = check(op, case, "bad", DEVICE, golden, CaseInputs(op, case))
     assert not result.passed
     found = {f"{v.output}.{v.metric}" for v in result.violations}
     assert metrics <= found, found

@@ -11,16 +11,9 @@ import torch
 
 import numcheck
 from numcheck.cases import Case, load_case_file
-from numcheck.gemm_family import (
-    MemberRuns,
-    add_gemm_members,
-    envelope_members,
-    member_fn,
-    member_name,
-    member_variants,
-)
-from numcheck.gemm_impls import EmulatedGemm, GemmImpl, honest_gemms
-from numcheck.numerics import CaseInputs, check, fresh_golden
+from numcheck.goldens.make import fresh_golden
+from numcheck.numerics.against_golden import check
+from numcheck.numerics.run import CaseInputs
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import (
     Inputs,
@@ -34,6 +27,15 @@ from numcheck.ops.registry import (
 )
 from numcheck.ops.spec import Gemm
 from numcheck.ops.splitk import split_k_matmul
+from numcheck.precision.gemm_family import (
+    MemberRuns,
+    add_gemm_members,
+    envelope_members,
+    member_fn,
+    member_name,
+    member_variants,
+)
+from numcheck.precision.gemm_impls import EmulatedGemm, GemmImpl, honest_gemms
 
 INDEXER = {"batch": 2, "next_n": 1, "heads": 8, "head_dim": 64, "block_size": 16,
            "max_context": 96, "min_context": 0, "index_topk": 16, "shuffle_pages": True,
@@ -141,12 +143,12 @@ def test_the_tf32_envelope_rounds_on_the_cpu(tmp_path: Path) -> None:
     case = _case(tmp_path, '[tiny]\nop = "mhc_pre"\nshape = { tokens = 8, hidden = 256 }\n'
                  'variants = ["tf32"]\n')
     golden, inputs = fresh_golden(mhc.OP, case)
-    result = check(mhc.OP, case, "tf32", "cpu", golden, inputs, regen_hint="")
+    result = check(mhc.OP, case, "tf32", "cpu", golden, inputs)
     mixes = result.seeds[0].metrics["mixes"]
     assert mixes.max_abs < 1e-5 < mixes.honest_max_abs  # fp32 here, TF32 in the envelope
     assert {g.label for g in envelope_members(mhc.OP, "tf32", "cpu")} == {"tf32_rn", "tf32_trunc"}
     alone = check(replace(mhc.OP, gemm_site=None), case, "tf32", "cpu", golden,
-                  CaseInputs(mhc.OP, case), regen_hint="")
+                  CaseInputs(mhc.OP, case))
     assert alone.seeds[0].metrics["mixes"].honest_max_abs == 0.0  # the reference alone: exact
 
 
@@ -189,12 +191,12 @@ def test_a_users_op_that_declares_its_gemm_gets_members_and_an_envelope(tmp_path
     op = get_op("gelu_proj")
     case = _case(tmp_path, '[t]\nop = "gelu_proj"\nseeds = [3]\nvariants = ["bf16"]\n')
     golden, inputs = fresh_golden(op, case)
-    result = check(op, case, "bf16", "cpu", golden, inputs, regen_hint="")
+    result = check(op, case, "bf16", "cpu", golden, inputs)
     y = result.seeds[0].metrics["y"]
     assert y.measured("max_err_ratio") and 0 < y.max_err_ratio <= 1.0  # no rounding_reference
     assert not result.violations, result.violations
     without = check(replace(op, gemm_site=None), case, "bf16", "cpu", golden,
-                    CaseInputs(op, case), regen_hint="")
+                    CaseInputs(op, case))
     assert not without.seeds[0].metrics["y"].measured("max_err_ratio")
 
 
@@ -218,7 +220,7 @@ def test_an_op_naming_its_own_envelope_keeps_it(tmp_path: Path) -> None:
     op = get_op("gelu_proj")
     case = _case(tmp_path, '[t]\nop = "gelu_proj"\nseeds = [3]\nvariants = ["bf16"]\n')
     golden, inputs = fresh_golden(op, case)
-    result = check(op, case, "bf16", "cpu", golden, inputs, regen_hint="")
+    result = check(op, case, "bf16", "cpu", golden, inputs)
     x = inputs.get(3)[0]
     ref = _gelu_fp32(x, case.params)["y"].double()
     worst = max(float((fn(x, case.params)["y"].double() - ref).abs().max())

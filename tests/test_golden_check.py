@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from numcheck.golden_check import GoldenCheck, GoldenCheckFailure, folder_for_test
-from numcheck.goldens import GoldenMissing
+from numcheck.goldens.files import GoldenMissing
+from numcheck.goldens.fixture import GoldenCheck, GoldenCheckFailure, folder_for_test
 
 TEST_FILE = """
 import torch
@@ -198,7 +198,7 @@ def test_budget_given_partly_is_completed_from_the_precision_row(tmp_path: Path)
 
 
 def test_version_bump_makes_the_golden_stale(tmp_path: Path) -> None:
-    from numcheck.goldens import GoldenStale
+    from numcheck.goldens.files import GoldenStale
 
     x = torch.ones(3)
     GoldenCheck(tmp_path, "t.py::test", regen=True).check(x, reference_fn=lambda: x)
@@ -207,7 +207,7 @@ def test_version_bump_makes_the_golden_stale(tmp_path: Path) -> None:
 
 
 def test_large_outputs_are_sampled(tmp_path: Path) -> None:
-    from numcheck.goldens import load_golden
+    from numcheck.goldens.files import load_golden
 
     x = torch.randn(520, 520)  # just over FULL_LIMIT
     GoldenCheck(tmp_path, "t.py::test", regen=True).check(x, reference_fn=lambda: x, name="big")

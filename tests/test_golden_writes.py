@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import torch
 
-from numcheck.goldens import GoldenMissing, load_golden, save_golden
-from numcheck.locking import LockTimeout, exclusive, lock_path
+from numcheck.goldens.files import GoldenMissing, load_golden, save_golden
+from numcheck.goldens.locking import LockTimeout, exclusive, lock_path
 
 pytestmark = pytest.mark.skipif(
     sys.platform == "win32" or not hasattr(os, "fork"), reason="fork and flock are POSIX"
@@ -194,7 +194,7 @@ def test_writers_queue_behind_the_lock(tmp_path: Path) -> None:
 
 
 def test_write_if_changed_writes_only_what_changed(tmp_path: Path) -> None:
-    from numcheck.goldens import write_if_changed
+    from numcheck.goldens.files import write_if_changed
 
     path = tmp_path / "g.safetensors"
     small = {"s0/y": torch.arange(4.0)}

@@ -1,4 +1,4 @@
-"""Tests for numcheck.goldens: storage, sampling, hashing, corruption and staleness."""
+"""Tests for numcheck.goldens.files: storage, sampling, hashing, corruption and staleness."""
 
 from __future__ import annotations
 
@@ -10,26 +10,28 @@ import pytest
 import safetensors.torch
 import torch
 
-from numcheck import goldens
-from numcheck.goldens import (
+from numcheck.goldens import files as goldens
+from numcheck.goldens.files import (
     FORMAT_VERSION,
-    FULL_LIMIT,
     REQUIRED_META,
-    SAMPLE_SIZE,
     Golden,
     GoldenCorrupt,
     GoldenError,
     GoldenFormatError,
     GoldenMissing,
     GoldenStale,
-    check_fresh,
     content_hash,
     golden_path,
     input_fingerprint,
     load_golden,
+    save_golden,
+)
+from numcheck.goldens.freshness import check_fresh
+from numcheck.goldens.packing import (
+    FULL_LIMIT,
+    SAMPLE_SIZE,
     output_keys,
     pack_output,
-    save_golden,
     summary_stats,
     unpack_pair,
 )

@@ -1,4 +1,4 @@
-"""numcheck.heldout: measured worst values against the case files' budgets."""
+"""numcheck.calibrate.heldout: measured worst values against the case files' budgets."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from numcheck.calibrate.heldout import excesses, main, rows_of
 from numcheck.cases import load_cases
-from numcheck.heldout import excesses, main, rows_of
 
 CASE = ('[t]\nop = "indexer"\npreset = "v4flash"\nshape = { batch = 1, max_context = 256, '
         'min_context = 256, index_topk = 16 }\nvariants = ["bf16"]\n'

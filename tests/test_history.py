@@ -21,7 +21,8 @@ from numcheck.history.runs import _parse, lean_record, load_runs, read_report
 from numcheck.history.series import build_history
 from numcheck.history.summary import text_lines
 from numcheck.history.summary import to_markdown as history_markdown
-from numcheck.report.drift import Rules, compare, compare_records
+from numcheck.report.drift import compare, compare_records
+from numcheck.report.drift_result import Rules
 from numcheck.report.records import Report, ReportError, load_report, record_to_dict
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,10 +1,26 @@
-"""The package's import graph: no cycles among numcheck's modules, and every module imports
-on its own (first, in a fresh interpreter), so no module works only because another was
-imported before it."""
+"""The package's import graph and layout: the rules docs/architecture.md names.
+
+- **No import cycles** among numcheck's modules, counting every import: at module level,
+  inside functions, and those for type checkers only (``if TYPE_CHECKING:``). A cycle behind
+  ``TYPE_CHECKING`` runs never, but it still says two rooms need each other; the result of a
+  check, for one, sits below every room that fills it.
+- **Every module imports first on its own** (in a fresh interpreter), so no module works
+  only because another was imported before it; **only the Triton kernel modules need
+  triton**; **nothing registers on import** (the registry stays empty until its first
+  lookup).
+- **Only plugin/ imports pytest** (and perf/benchrecord.py, which fills pytest-benchmark's
+  session that the plugin hands it), so the core runs from scripts and benchmarks.
+- **Facades load lazily and say what they load**: a package that re-exports names
+  (``numcheck``, ``numcheck.goldens``, ``numcheck.numerics``, ``numcheck.localize``) names
+  each one in ``_EXPORTS``, ``__all__`` and its ``TYPE_CHECKING`` block alike, so the import
+  graph above sees every module a facade loads.
+- **At most 12 modules at numcheck's top level**: the rest live in rooms.
+"""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 from pathlib import Path
 
@@ -16,46 +32,51 @@ from numcheck.ops.fused import KERNEL_MODULES
 PACKAGE = Path(__file__).resolve().parent.parent / "numcheck"
 
 
-def module_names() -> list[str]:
+def module_names(package: Path = PACKAGE) -> list[str]:
+    """Every module of ``package`` (a folder) by dotted name; a package by its own name."""
     names = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
         names.append(".".join(parts))
     return names
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
+def source_of(module: str, package: Path = PACKAGE) -> Path:
+    path = package.parent / Path(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
-def imports_of(module: str, known: set[str]) -> set[str]:
-    """The numcheck modules ``module`` imports, at module level or inside functions; imports
-    for type checkers only (``if TYPE_CHECKING:``) run never and are left out."""
-    path = PACKAGE.parent / Path(*module.split("."))
-    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+def _absolute(module: str, node: ast.ImportFrom, is_package: bool) -> str:
+    """The absolute module a ``from ... import`` names, relative imports resolved."""
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".")
+    base = base[: len(base) - node.level + (1 if is_package else 0)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports_of(module: str, known: set[str], package: Path = PACKAGE) -> set[str]:
+    """The modules of ``known`` that ``module`` imports anywhere in its source: at module
+    level, inside functions, and under ``if TYPE_CHECKING:`` alike."""
+    path = source_of(module, package)
     found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                for sub in child.orelse:
-                    visit(sub)
-                continue
-            if isinstance(child, ast.Import):
-                found.update(a.name for a in child.names if a.name in known)
-            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
-                for alias in child.names:
-                    full = f"{child.module}.{alias.name}"
-                    found.add(full if full in known else child.module)
-            visit(child)
-
-    visit(ast.parse(path.read_text(), str(path)))
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            source = _absolute(module, node, path.name == "__init__.py")
+            for alias in node.names:
+                full = f"{source}.{alias.name}"
+                found.add(full if full in known else source)
     return {m for m in found if m in known and m != module}
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    names = module_names(package)
+    known = set(names)
+    return {name: imports_of(name, known, package) for name in names}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -86,13 +107,156 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
 
 
-def test_no_import_cycles_among_numcheck_modules() -> None:
-    names = module_names()
-    known = set(names)
-    graph = {name: imports_of(name, known) for name in names}
+def _package(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / "pkg" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "pkg"
+
+
+@pytest.mark.parametrize(("files", "cycle", "breaker"), [
+    pytest.param({  # the kind issue 27 found: a result type imported for annotations only
+        "__init__.py": "",
+        "result.py": "from typing import TYPE_CHECKING\n"
+                     "if TYPE_CHECKING:\n    from pkg.check import Settled\n",
+        "check.py": "from pkg.result import CheckResult\n",
+    }, ["pkg.check", "pkg.result", "pkg.check"], "result.py", id="type-checking"),
+    pytest.param({  # inside a function, relative, through a package's facade
+        "__init__.py": "",
+        "rooms/__init__.py": "from typing import TYPE_CHECKING\n"
+                             "if TYPE_CHECKING:\n    from .low import thing\n",
+        "rooms/low.py": "def f():\n    from ..top import g\n",
+        "top.py": "import pkg.rooms\n",
+    }, ["pkg.rooms", "pkg.rooms.low", "pkg.top", "pkg.rooms"], "rooms/low.py",
+        id="function-relative-facade"),
+])
+def test_a_planted_cycle_is_caught(tmp_path: Path, files: dict[str, str], cycle: list[str],
+                                   breaker: str) -> None:
+    assert find_cycle(import_graph(_package(tmp_path / "planted", files))) == cycle
+    # The same package with one edge of the cycle taken out passes.
+    fixed = _package(tmp_path / "fixed", {**files, breaker: ""})
+    assert find_cycle(import_graph(fixed)) is None
+
+
+def test_no_import_cycles_among_numcheck_modules_type_checking_included() -> None:
+    graph = import_graph()
     assert graph["numcheck.plugin.session"]  # the walk sees imports at all
+    # ... including those under TYPE_CHECKING: calibrate names CaseGolden for annotations only.
+    assert "numcheck.goldens.case_golden" in graph["numcheck.calibrate"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+#: Where pytest may be imported: the plugin, and the module that fills pytest-benchmark's
+#: session the plugin hands it.
+PYTEST_ALLOWED = ("numcheck.plugin", "numcheck.perf.benchrecord")
+
+
+def pytest_importers(package: Path = PACKAGE) -> list[str]:
+    """Modules outside plugin/ (and perf/benchrecord.py) that import pytest anywhere."""
+    root = package.name
+    allowed = tuple(a.replace("numcheck", root, 1) for a in PYTEST_ALLOWED)
+    offenders = []
+    for name in module_names(package):
+        if name == allowed[0] or name.startswith(allowed[0] + ".") or name in allowed[1:]:
+            continue
+        for node in ast.walk(ast.parse(source_of(name, package).read_text())):
+            imported = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                        else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(m.split(".")[0] in ("pytest", "_pytest") for m in imported):
+                offenders.append(name)
+    return offenders
+
+
+#: Calls that register an op or a variant; no module makes one when it is imported.
+REGISTERING = {"register", "add_variant", "add_gemm_members"}
+
+
+def registering_at_import(package: Path = PACKAGE) -> list[str]:
+    """``module:line`` of every module-level statement (outside a function or class) that
+    calls a registering function."""
+    found = []
+    for name in module_names(package):
+        for stmt in ast.parse(source_of(name, package).read_text()).body:
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                continue
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Call):
+                    fn = node.func
+                    called = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+                    if called in REGISTERING:
+                        found.append(f"{name}:{node.lineno}")
+    return found
+
+
+def test_only_the_plugin_imports_pytest() -> None:
+    assert pytest_importers() == []
+
+
+def test_no_module_registers_at_import() -> None:
+    """Statically; the fresh-interpreter test below checks the registry itself."""
+    assert registering_at_import() == []
+
+
+def test_the_static_rules_catch_planted_offenders(tmp_path: Path) -> None:
+    package = _package(tmp_path, {
+        "__init__.py": "",
+        "plugin/__init__.py": "import pytest\n",  # allowed
+        "core.py": "def helper():\n    import _pytest.fixtures\n",
+        "ops/mine.py": "import pkg\nif True:\n    pkg.registry.add_variant('op', None)\n"
+                       "def later():\n    pkg.registry.register(None)\n",  # in a function
+    })
+    assert pytest_importers(package) == ["pkg.core"]
+    assert registering_at_import(package) == ["pkg.ops.mine:3"]
+
+
+#: The packages that re-export names lazily (PEP 562 ``__getattr__``).
+FACADES = ("numcheck", "numcheck.goldens", "numcheck.numerics", "numcheck.localize")
+
+
+def _type_checking_names(module: str) -> dict[str, str]:
+    """Name -> module of every ``from M import name`` under the facade's TYPE_CHECKING."""
+    names: dict[str, str] = {}
+    for node in ast.parse(source_of(module).read_text()).body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.ImportFrom):
+                    names.update({a.asname or a.name: sub.module or "" for a in sub.names})
+    return names
+
+
+@pytest.mark.parametrize("facade", FACADES)
+def test_a_facade_names_what_it_loads_in_step(facade: str) -> None:
+    package = importlib.import_module(facade)
+    exports: dict[str, str] = package._EXPORTS
+    assert set(package.__all__) - {"__version__"} == set(exports)
+    assert _type_checking_names(facade) == exports  # what type checkers and the graph see
+    for name, module in exports.items():
+        assert getattr(package, name) is getattr(importlib.import_module(module), name)
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        package.no_such_name  # noqa: B018
+
+
+def test_at_most_twelve_modules_at_the_top_level() -> None:
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 12, top
+
+
+#: ``python -m NAME --help``, in a fresh interpreter (``runpy``, as ``-m`` runs it).
+RUN_AS_MAIN = "import runpy, sys\nrunpy.run_module(sys.argv.pop(1), run_name='__main__', " \
+              "alter_sys=True)\n"
+
+
+@pytest.mark.slow  # a fresh interpreter (tests/fresh.py)
+@pytest.mark.parametrize("command", ["numcheck", "numcheck.calibrate", "numcheck.heldout"])
+def test_the_documented_commands_keep_their_names(fresh_python: FreshPython,
+                                                  command: str) -> None:
+    """``python -m numcheck.calibrate`` and ``python -m numcheck.heldout`` (README,
+    docs/budgets.md) still run, wherever their code lives now."""
+    done = fresh_python.run(RUN_AS_MAIN, [command, "--help"], cwd=PACKAGE.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: python -m {command} ")
 
 
 #: The Triton kernels themselves; everything else must import without triton.
@@ -102,6 +266,8 @@ TRITON_KERNELS = (*KERNEL_MODULES.values(), "numcheck.ops.triton_gemm")
 # from sys.modules before it (torch stays loaded: importing it again per module would cost
 # seconds each). The others are imported with triton blocked, as on an install without it;
 # then the kernels, with triton as installed (where it is not, their ImportError is fine).
+# After each import the op registry, if the import loaded it, must still be empty: nothing
+# registers on import.
 FRESH_IMPORTS = """
 import importlib, importlib.machinery, json, sys
 
@@ -129,6 +295,9 @@ def fresh(name, triton_optional):
             failures[name] = f"{type(exc).__name__}: {exc}"
     except Exception as exc:
         failures[name] = f"{type(exc).__name__}: {exc}"
+    registry = sys.modules.get("numcheck.ops.registry")
+    if registry is not None and registry._REGISTRY is not None:
+        failures[name] = f"importing it filled the op registry: {sorted(registry._REGISTRY)}"
 
 sys.modules["triton"] = None  # `import triton` raises ImportError, as without the package
 for name in others:
@@ -139,12 +308,15 @@ for name in kernels:
 print(json.dumps(failures))
 """
 
+#: Entry points run as ``python -m``: importing one runs its command.
+COMMANDS = ("numcheck.__main__", "numcheck.calibrate.__main__")
+
 
 @pytest.mark.slow  # a fresh interpreter (tests/fresh.py)
 def test_every_module_imports_first_on_its_own_and_only_the_kernels_need_triton(
     fresh_python: FreshPython,
 ) -> None:
-    others = [n for n in module_names() if n not in (*TRITON_KERNELS, "numcheck.__main__")]
+    others = [n for n in module_names() if n not in (*TRITON_KERNELS, *COMMANDS)]
     done = fresh_python.run(FRESH_IMPORTS, [json.dumps(others), json.dumps(TRITON_KERNELS)],
                             cwd=PACKAGE.parent)
     assert done.returncode == 0, done.stderr

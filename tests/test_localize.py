@@ -1,4 +1,4 @@
-"""Localization: where a failed check's error sits, in the op's structure (numcheck/localize.py).
+"""Localization: where a failed check's error sits, in the op's structure (numcheck/localize/).
 
 Pure tests on tiny shapes: honest rounding is never localized; errors planted in a known place
 are named; structural transforms are recognised; numerics.check localizes failures only; the
@@ -17,9 +17,11 @@ import pytest
 import torch
 from test_plugin import write_goldens
 
-from numcheck import localize
-from numcheck.budgets import DEFAULT_BUDGETS
-from numcheck.localize import localize_output
+from numcheck.localize import failure as localize
+from numcheck.localize.failure import localize_output
+from numcheck.localize.grids import flip_grid
+from numcheck.localize.spread import MIN_LIFT
+from numcheck.numerics.budgets import DEFAULT_BUDGETS
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import (
     OpSpec,
@@ -29,7 +31,7 @@ from numcheck.ops.registry import (
     get_op,
     register,
 )
-from numcheck.structure import Grouping, Structure, groupings_of
+from numcheck.ops.structure import Grouping, Structure, groupings_of
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -91,7 +93,7 @@ def test_a_few_nonzero_errors_are_not_a_place() -> None:
                           {}, atol=1e-5, rtol=1e-5)
     assert not loc.concentrated, loc.lines
     channels = next(c for c in loc.groupings if c.grouping == "channel")
-    assert channels.lift > localize.MIN_LIFT  # the lift alone would have been fooled
+    assert channels.lift > MIN_LIFT  # the lift alone would have been fooled
 
 
 # -- errors in a known place are named ----------------------------------------------------
@@ -162,7 +164,7 @@ def test_one_nan_says_where_it_is() -> None:
 def test_flips_are_placed_on_the_scores_grid() -> None:
     inputs, p, golden, _ = _indexer()
     flips = [(r, t) for r in (0, 1) for t in range(20, 30)]  # block 1 of request 0
-    grid = localize.flip_grid("topk", golden, flips, len(flips))
+    grid = flip_grid("topk", golden, flips, len(flips))
     loc = localize.localize_grid(grid, indexer.LOGITS_STRUCTURE, inputs, p)
     page = int(inputs["block_table"][0, 1])
     assert loc.measure == "flips"
@@ -258,7 +260,7 @@ def test_a_structure_for_an_unknown_output_is_a_registration_error() -> None:
 @pytest.fixture
 def tiny(tmp_path: Path) -> Any:
     from numcheck.cases import load_cases
-    from numcheck.numerics import fresh_golden
+    from numcheck.goldens.make import fresh_golden
 
     sys.path.insert(0, str(TESTS))
     import planted_located
@@ -278,7 +280,7 @@ def tiny(tmp_path: Path) -> Any:
 
 
 def test_the_runner_localizes_failures_only(tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from numcheck.numerics import check
+    from numcheck.numerics.against_golden import check
     from numcheck.report.records import record_from_dict, record_from_result, record_to_dict
     from numcheck.report.render import Commands, failure_message
 
@@ -287,9 +289,9 @@ def test_the_runner_localizes_failures_only(tiny: Any, monkeypatch: pytest.Monke
     real = localize.localize_failure
     monkeypatch.setattr(localize, "localize_failure",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
-    good = check(op, case, "bf16", "cpu", golden, inputs, regen_hint="")
+    good = check(op, case, "bf16", "cpu", golden, inputs)
     assert good.passed and not calls and good.localization == []
-    bad = check(op, case, "mtp_row1_weights", "cpu", golden, inputs, regen_hint="")
+    bad = check(op, case, "mtp_row1_weights", "cpu", golden, inputs)
     assert not bad.passed and len(calls) == 1  # once per check, on its first failing seed
     assert bad.localization[0].lines[0].startswith(
         "logits: only MTP row 1 of each request is wrong (2 of 4 rows")
@@ -312,11 +314,11 @@ def test_the_runner_localizes_failures_only(tiny: Any, monkeypatch: pytest.Monke
 
 
 def test_localization_can_be_switched_off(tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from numcheck.numerics import check
+    from numcheck.numerics.against_golden import check
 
     op, case, golden, inputs = tiny
     monkeypatch.setenv(localize.ENV, "0")
-    bad = check(op, case, "mtp_row1_weights", "cpu", golden, inputs, regen_hint="")
+    bad = check(op, case, "mtp_row1_weights", "cpu", golden, inputs)
     assert not bad.passed and bad.localization == []
 
 
@@ -330,7 +332,7 @@ def test_localization_can_be_switched_off(tiny: Any, monkeypatch: pytest.MonkeyP
 ])
 def test_planted_bugs_are_named_first(key: str, bugs: tuple[str, ...]) -> None:
     from numcheck.cases import load_cases
-    from numcheck.localize_selftest import located_table
+    from numcheck.selftest.localization import located_table
 
     sys.path.insert(0, str(TESTS))
     import planted
@@ -402,14 +404,14 @@ def test_a_recall_failure_with_only_near_tie_flips_has_nothing_to_place() -> Non
     and the localization says so instead of failing itself (a fresh-seed run of the
     self-test once crashed here)."""
     scores = torch.randn(4, 64, generator=torch.Generator().manual_seed(0))
-    grid = localize.flip_grid("topk", scores, [], 0)
+    grid = flip_grid("topk", scores, [], 0)
     found = localize.localize_grid(grid, None, {}, {})
     assert list(found.lines) == ["topk: no unexplained flip: every flip lies within the tie band"]
 
 
 def test_a_localization_that_raises_leaves_the_verdict_standing(
         tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from numcheck.numerics import check
+    from numcheck.numerics.against_golden import check
 
     op, case, golden, inputs = tiny
 
@@ -417,7 +419,7 @@ def test_a_localization_that_raises_leaves_the_verdict_standing(
         raise IndexError("planted")
 
     monkeypatch.setattr(localize, "localize_failure", broken)
-    bad = check(op, case, "mtp_row1_weights", "cpu", golden, inputs, regen_hint="")
+    bad = check(op, case, "mtp_row1_weights", "cpu", golden, inputs)
     assert not bad.passed and bad.violations
     (found,) = bad.localization
     assert found.lines == (

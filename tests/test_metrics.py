@@ -1,4 +1,4 @@
-"""numcheck.metrics against values worked out by hand in each test."""
+"""numcheck.numerics.metrics against values worked out by hand in each test."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from numcheck.metrics import (
+from numcheck.numerics.metrics import (
     METRIC_NAMES,
     ROWS_KEPT,
     ErrorMetrics,

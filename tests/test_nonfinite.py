@@ -10,8 +10,8 @@ import pytest
 import torch
 from test_bad_inputs import _variant_fails, tiny_golden  # noqa: F401  (a fixture)
 
-from numcheck.nonfinite import explain, masked_zero_message, overflow_message
-from numcheck.verdict import Violation
+from numcheck.numerics.nonfinite import explain, masked_zero_message, overflow_message
+from numcheck.numerics.verdict import Violation
 
 NAN_DETAIL = "1 NaN in the output, 0 in the golden"
 

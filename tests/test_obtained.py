@@ -14,7 +14,7 @@ import torch
 from safetensors import safe_open
 from test_plugin import TESTS, golden, make_project, write_goldens
 
-from numcheck.obtained import write_obtained
+from numcheck.goldens.obtained import write_obtained
 from numcheck.report.records import load_report
 
 README = TESTS.parent / "README.md"

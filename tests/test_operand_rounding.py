@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from numcheck.operand_rounding import (
+from numcheck.precision.operand_rounding import (
     FORMATS,
     round_mantissa,
     to_bf16_values,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from numcheck.goldens import input_fingerprint
+from numcheck.goldens.files import input_fingerprint
 from numcheck.inputs import AMAX_FLOOR, E4M3_MAX, quantize_e4m3
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import get_op

@@ -72,8 +72,9 @@ def write_goldens(pytester: pytest.Pytester) -> None:
     import planted_located
 
     from numcheck.cases import load_cases
-    from numcheck.goldens import golden_path
-    from numcheck.numerics import CaseInputs, write_golden
+    from numcheck.goldens.files import golden_path
+    from numcheck.goldens.make import write_golden
+    from numcheck.numerics.run import CaseInputs
     from numcheck.ops import registry
 
     with registry.isolated():  # case files may name planted variants; the runs add their own

@@ -281,7 +281,7 @@ def test_xdist_regenerates_safely_and_merges_the_records_of_a_serial_run(
     README's test command leaves it out, .ci/run runs it (`pytest -m slow`), with the worker
     crash below."""
     from numcheck.cases import load_cases
-    from numcheck.goldens import load_golden
+    from numcheck.goldens.files import load_golden
 
     xdist_project(pytester)
     orphan = golden(pytester, "gone")

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import numcheck
-from numcheck.budgets import DEFAULT_BUDGETS
 from numcheck.cases import load_case_file
-from numcheck.numerics import CheckResult, check
+from numcheck.numerics.against_golden import check
+from numcheck.numerics.budgets import DEFAULT_BUDGETS
 from numcheck.ops import mhc
 from numcheck.ops.registry import PRECISIONS, Inputs, Outputs, Params, Variant, get_op
 from numcheck.precision import (
@@ -22,6 +22,7 @@ from numcheck.precision import (
     rounding_unit,
     unit_roundoff,
 )
+from numcheck.result import CheckResult
 from numcheck.selftest import fresh_golden
 
 
@@ -95,7 +96,7 @@ def _run(tmp_path: Path, variant: str) -> CheckResult:
     (case,) = load_case_file(path)
     op = get_op("mhc_pre")
     golden, inputs = fresh_golden(op, case)
-    return check(op, case, variant, "cpu", golden, inputs, regen_hint="")
+    return check(op, case, variant, "cpu", golden, inputs)
 
 
 @pytest.mark.parametrize(("name", "fn", "precision"), [
@@ -112,7 +113,7 @@ def test_a_users_fp16_or_fp8_variant_passes_on_its_class_defaults(
     mixes = result.seeds[0].metrics["mixes"]
     if precision == "fp16":
         # The op declares its GEMM site, so fp16 has a rounding envelope without any fp16
-        # variant of the op: the fp16 GEMMs of numcheck.gemm_impls on the same inputs. The
+        # variant of the op: the fp16 GEMMs of numcheck.precision.gemm_impls on the same inputs. The
         # user's fp16 GEMM writes fp16 like the envelope's one-pass member.
         assert mixes.measured("max_err_ratio") and 0 < mixes.max_err_ratio <= 1.0
     else:  # the scaled fp8 classes have no honest GEMMs to derive (they need the scales)
@@ -161,6 +162,6 @@ def test_a_coarse_output_is_measured_against_the_coarse_class_envelope(tmp_path:
     # derive the emulated members from), the same one step fails.
     op = replace(get_op("mhc_pre"), output_precision={}, gemm_site=None)
     golden, inputs = fresh_golden(op, result.case)
-    alone = check(op, result.case, "mine_tf32", "cpu", golden, inputs, regen_hint="")
+    alone = check(op, result.case, "mine_tf32", "cpu", golden, inputs)
     assert alone.seeds[0].metrics["y"].max_err_ratio > 5
     assert "y.max_err_ratio" in {v.key for v in alone.violations}

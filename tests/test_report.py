@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from numcheck.cases import load_case_file
-from numcheck.goldens import load_golden
-from numcheck.numerics import CaseInputs, CheckResult, check, write_golden
+from numcheck.goldens.case_golden import load_for_case
+from numcheck.goldens.make import write_golden
+from numcheck.numerics.against_golden import check
+from numcheck.numerics.run import CaseInputs
 from numcheck.ops.registry import get_op
 from numcheck.report.environment import environment
 from numcheck.report.markdown import headline, to_markdown
@@ -31,6 +33,7 @@ from numcheck.report.records import (
     write_json,
 )
 from numcheck.report.render import summary_table
+from numcheck.result import CheckResult
 
 CASE = """
 [tiny]
@@ -53,8 +56,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CheckResult]:
     inputs = CaseInputs(op, case)
     path = root / "tiny.safetensors"
     write_golden(path, op, case, "cpu", inputs)
-    golden = load_golden(path, case="tiny", regen_hint="")
-    return {v: check(op, case, v, "cpu", golden, inputs, regen_hint="regen")
+    golden = load_for_case(path, op, case, fingerprint=inputs.fingerprint, regen_hint="regen")
+    return {v: check(op, case, v, "cpu", golden, inputs)
             for v in ("tf32", "bf16")}
 
 

@@ -9,6 +9,7 @@ on the CPU. docs/reliability.md has the figures over every shipped case and 50 s
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,10 +19,10 @@ import pytest
 import torch
 
 from numcheck.cases import load_cases
-from numcheck.gemm_family import MEMBER_PREFIX
-from numcheck.numerics import check
+from numcheck.numerics.against_golden import check
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import get_op
+from numcheck.precision.gemm_family import MEMBER_PREFIX
 from numcheck.selftest import (
     Planted,
     catch_table,
@@ -97,8 +98,10 @@ def test_nan_outside_the_sample_of_a_sampled_golden_is_caught() -> None:
     case = replace(case, params={**case.params, "tokens": 40})
     op = get_op(case.op)
     golden, inputs = fresh_golden(op, case)
-    assert int(golden.tensors["s0/y.shape"].prod()) - 1 not in set(
-        golden.tensors["s0/y.idx"].tolist())  # the planted NaN (the last element) is unsampled
+    y = golden.output(0, "y")
+    assert y.shape is not None and y.positions is not None
+    assert math.prod(y.shape) - 1 not in set(
+        y.positions.tolist())  # the planted NaN (the last element) is unsampled
     outcome = numeric_verdict(op, case, "nan_one_row", "cpu", golden, inputs)
     assert not outcome.passed and "y.nan_count = 1" in outcome.reason
 
@@ -146,7 +149,7 @@ def test_round_trip_cast_is_numerically_exact() -> None:
     golden, fresh = fresh_golden(op, case)
     held = held_to(case, "roundtrip_cast", "bf16")
     # The numerics alone pass it; only the cast gate (test below) catches it.
-    assert check(op, held, "roundtrip_cast", "cpu", golden, fresh, regen_hint="").passed
+    assert check(op, held, "roundtrip_cast", "cpu", golden, fresh).passed
 
 
 def test_round_trip_cast_is_caught() -> None:
@@ -241,7 +244,7 @@ def test_a_token_whose_pre_weight_is_a_step_off_is_set_aside_on_y() -> None:
                    "honest_split_k8_tree", "bf16")
     op = get_op(case.op)
     golden, inputs = fresh_golden(op, case)
-    result = check(op, case, "honest_split_k8_tree", "cpu", golden, inputs, regen_hint="")
+    result = check(op, case, "honest_split_k8_tree", "cpu", golden, inputs)
     y = result.seeds[0].metrics["y"]
     assert (y.n_outside, y.row_outside[:2], y.n_outside_beyond(1)) == (274, (267, 2), 7)
     assert 4.5 < y.max_band_ratio < 4.7  # the token's worst element: far inside 40x the band
@@ -250,7 +253,7 @@ def test_a_token_whose_pre_weight_is_a_step_off_is_set_aside_on_y() -> None:
     strict = replace(budget, outputs={
         **budget.outputs, "y": replace(budget.outputs["y"], max_outside_rows=0)})
     again = check(op, replace(case, budgets={"honest_split_k8_tree": strict}),
-                  "honest_split_k8_tree", "cpu", golden, inputs, regen_hint="")
+                  "honest_split_k8_tree", "cpu", golden, inputs)
     assert [v.key for v in again.violations] == ["y.frac_outside"]
 
 
@@ -265,11 +268,11 @@ def test_the_rounding_envelope_holds_split_k_that_one_reference_fails() -> None:
                    "bf16")
     op = get_op(case.op)
     golden, inputs = fresh_golden(op, case)
-    envelope = check(op, case, "honest_split_k2", "cpu", golden, inputs, regen_hint="")
+    envelope = check(op, case, "honest_split_k2", "cpu", golden, inputs)
     # Without the GEMM site numcheck derives the envelope's split-K members from, the
     # shipped bf16 variant is the envelope alone.
     alone = check(replace(op, rounding_alternatives={}, gemm_site=None), case,
-                  "honest_split_k2", "cpu", golden, inputs, regen_hint="")
+                  "honest_split_k2", "cpu", golden, inputs)
     assert alone.seeds[0].metrics["pre"].max_err_ratio > 2.5
     assert "pre.max_err_ratio" in {v.key for v in alone.violations}
     assert envelope.seeds[0].metrics["pre"].max_err_ratio <= 1.0
@@ -297,7 +300,7 @@ def test_element_level_budget_catches_one_wrong_element() -> None:
     op = get_op(case.op)
     golden, inputs = fresh_golden(op, replace(case, seeds=(SEEDS[0],)))
     held = held_to(replace(case, seeds=(SEEDS[0],)), "one_element_8x", "bf16")
-    result = check(op, held, "one_element_8x", "cpu", golden, inputs, regen_hint="")
+    result = check(op, held, "one_element_8x", "cpu", golden, inputs)
     keys = {v.key for v in result.violations}
     assert "mixes.max_err_ratio" in keys
     assert not keys & {"mixes.rel_fro", "mixes.calc_diff"}
@@ -362,8 +365,8 @@ def test_the_folded_scheme_passes_its_budget_and_one_wrong_element_fails_it() ->
     op = get_op("indexer")
     golden, inputs = fresh_golden(op, case)
     good = check(op, held_to(case, "bf16_folded", "bf16_folded"), "bf16_folded", "cpu",
-                 golden, inputs, regen_hint="")
+                 golden, inputs)
     assert not good.violations, good.violations
     bad = check(op, held_to(case, "folded_one_element_8x", "bf16_folded"),
-                "folded_one_element_8x", "cpu", golden, inputs, regen_hint="")
+                "folded_one_element_8x", "cpu", golden, inputs)
     assert "logits.max_err_ratio" in {v.key for v in bad.violations}, bad.violations

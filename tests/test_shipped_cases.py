@@ -9,9 +9,12 @@ import planted  # tests/planted.py; pytest puts this folder on sys.path (no __in
 import pytest
 
 from numcheck.cases import Case, load_cases
-from numcheck.goldens import golden_path, load_golden
-from numcheck.numerics import CaseInputs, check
+from numcheck.goldens.case_golden import CaseGolden
+from numcheck.goldens.files import golden_path
+from numcheck.numerics.against_golden import check
+from numcheck.numerics.run import CaseInputs
 from numcheck.ops.registry import get_op
+from numcheck.selftest import shipped_golden
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_CASES = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases")}
@@ -19,8 +22,9 @@ ALL_CASES = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases")}
 CASES = {k: c for k, c in ALL_CASES.items() if not c.perf_only}
 
 
-def _golden(case: Case):  # type: ignore[no-untyped-def]
-    return load_golden(golden_path(ROOT / "goldens", case.op, case.id), case=case.id, regen_hint="")
+def _golden(case: Case) -> tuple[CaseGolden, CaseInputs]:
+    """The shipped golden, validated for ``case`` (fresh, every output as recorded)."""
+    return shipped_golden(case, ROOT / "goldens")
 
 
 def test_goldens_folder_stays_under_20_mb() -> None:
@@ -31,7 +35,7 @@ def test_goldens_folder_stays_under_20_mb() -> None:
 @pytest.mark.parametrize("key", sorted(CASES))
 def test_every_case_has_a_fresh_golden(key: str) -> None:
     case = CASES[key]
-    golden = _golden(case)
+    golden, _ = _golden(case)  # validated: fresh for the case, every output as recorded
     assert golden.meta["op"] == case.op and golden.meta["case"] == case.id
     assert golden.meta["fingerprint"] == CaseInputs(get_op(case.op), case).fingerprint()
 
@@ -45,7 +49,7 @@ def test_near_tie_case_really_has_ties() -> None:
     # The adversarial case must exercise tie-awareness: bf16 flips tokens, all explained.
     case = CASES["indexer::v4flash-b4-l2k-ties"]
     op = get_op(case.op)
-    result = check(op, case, "bf16", "cpu", _golden(case), CaseInputs(op, case), regen_hint="")
+    result = check(op, case, "bf16", "cpu", *_golden(case))
     assert result.passed
     assert result.topk_value("recall_min") < 1.0
     assert result.topk_value("tie_recall_min") == 1.0
@@ -67,7 +71,7 @@ def test_planted_bug_fails_shipped_budget(key: str, variant: str, metrics: set[s
     case = CASES[key]
     case = replace(case, budgets={**case.budgets, variant: case.budgets["bf16"]})
     op = get_op(case.op)
-    result = check(op, case, variant, "cpu", _golden(case), CaseInputs(op, case), regen_hint="")
+    result = check(op, case, variant, "cpu", *_golden(case))
     assert not result.passed
     found = {f"{v.output}.{v.metric}" for v in result.violations}
     assert metrics <= found, found

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from numcheck.numerics.verdict import Violation, worst
 from numcheck.perf.gate import violations
 from numcheck.perf.speedup import (
     FAIL,
@@ -19,7 +20,6 @@ from numcheck.perf.speedup import (
     speedup_interval,
     summarize,
 )
-from numcheck.verdict import Violation, worst
 
 
 def synthetic(ratio: float, noise: float, rounds: int, seed: int = 0) -> tuple[list[float], list[float]]:

@@ -8,7 +8,7 @@ import pytest
 from test_plugin import TINY_INDEXER, golden, make_project, write_goldens
 
 from numcheck.cases import CaseFileError
-from numcheck.stale import find_stale, golden_files, prune
+from numcheck.goldens.stale import find_stale, golden_files, prune
 
 
 def _write(path: Path, data: bytes = b"x") -> Path:

@@ -2,9 +2,9 @@
 
 TF32 is read two ways (operands rounded to nearest by cuBLAS, truncated by Triton's tl.dot).
 Both are in the tf32 family and its rounding envelope, emulated bit for bit on the CPU
-(numcheck.gemm_impls), so the tf32 budgets are calibrated and tested here for real. The bugs
-(tests/planted.py, their own section) claim TF32 and round like something coarser; each must
-fail its tf32 budget wherever its own error is at least 2x the family's worst
+(numcheck.precision.gemm_impls), so the tf32 budgets are calibrated and tested here for real.
+The bugs (tests/planted.py, their own section) claim TF32 and round like something coarser; each
+must fail its tf32 budget wherever its own error is at least 2x the family's worst
 (numcheck.selftest.error_to_family). docs/reliability.md has the 50-seed figures.
 """
 
@@ -18,7 +18,7 @@ import planted
 import pytest
 
 from numcheck.cases import load_cases
-from numcheck.numerics import check
+from numcheck.numerics.against_golden import check
 from numcheck.ops.registry import get_op
 from numcheck.selftest import error_to_family, fresh_golden, held_to
 
@@ -37,7 +37,7 @@ def test_a_tf32_class_bug_fails_its_tf32_budget(op_name: str, bug: str) -> None:
     case = replace(CASES[SMALL[op_name]], seeds=(SEED,))
     op = get_op(op_name)
     golden, inputs = fresh_golden(op, case)
-    result = check(op, held_to(case, bug, "tf32"), bug, "cpu", golden, inputs, regen_hint="")
+    result = check(op, held_to(case, bug, "tf32"), bug, "cpu", golden, inputs)
     own = error_to_family(case, bug, honest.family(op_name, "tf32"), SEED)
     assert own >= 2.0  # coarser than any honest TF32: the gate must see it
     keys = {v.key for v in result.violations}
@@ -56,7 +56,7 @@ def test_truncated_tf32_passes_where_the_shipped_budget_once_failed_it() -> None
     op = get_op(case.op)
     golden, inputs = fresh_golden(op, case)
     result = check(op, held_to(case, "gemm_tf32_trunc", "tf32"), "gemm_tf32_trunc", "cpu",
-                   golden, inputs, regen_hint="")
+                   golden, inputs)
     mixes = result.seeds[0].metrics["mixes"]
     assert 5e-8 < mixes.calc_diff < 2e-7
     assert mixes.max_err_ratio <= 1.0  # truncation is in the envelope

@@ -1,4 +1,4 @@
-"""numcheck.topk on hand-built rows whose answers are worked out in each test."""
+"""numcheck.numerics.topk on hand-built rows whose answers are worked out in each test."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from numcheck.topk import TOPK_METRIC_NAMES, Flip, TopkReport, select_topk, topk_agreement
+from numcheck.numerics.topk import TOPK_METRIC_NAMES, Flip, TopkReport, select_topk, topk_agreement
 
 INF = math.inf
 # Scores used by most single-row tests: golden top-3 is tokens 0, 1, 2 and kth = 4.

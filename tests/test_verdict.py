@@ -6,10 +6,10 @@ import math
 
 import torch
 
-from numcheck.budgets import OutputBudget, TopkBudget
-from numcheck.metrics import ErrorMetrics, compare
-from numcheck.topk import topk_agreement
-from numcheck.verdict import Violation, check_output, check_topk, worst
+from numcheck.numerics.budgets import OutputBudget, TopkBudget
+from numcheck.numerics.metrics import ErrorMetrics, compare
+from numcheck.numerics.topk import topk_agreement
+from numcheck.numerics.verdict import Violation, check_output, check_topk, worst
 
 
 def budget(*, max_outside: int = 0, max_outside_rows: int = 0, allow_nan: bool = False,

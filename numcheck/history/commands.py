@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from numcheck.report.drift import Rules
+from numcheck.report.drift_result import Rules
 from numcheck.report.markdown import headline as report_headline
 from numcheck.report.markdown import to_markdown as report_markdown
 from numcheck.report.records import write_json

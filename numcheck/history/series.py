@@ -8,7 +8,7 @@ record in each run of that class, in order.
 
 **Moves.** Each record is compared with the same check's record in the run of that class
 before it, by the rules of ``python -m numcheck compare`` (:mod:`numcheck.report.drift`,
-the same :class:`~numcheck.report.drift.Rules`): calc_diff growth beyond the factor (the
+the same :class:`~numcheck.report.drift_result.Rules`): calc_diff growth beyond the factor (the
 tight one when both ran on one device name), a recall drop, a speedup fall the intervals
 make certain, or a verdict that stopped passing. Each pair where a rule fires (or its
 reverse: an improvement) is a :class:`Move`; the first one of a check is what the page
@@ -31,7 +31,8 @@ from typing import NamedTuple
 from numcheck.history.devclass import sort_classes
 from numcheck.history.pool import collector_paused
 from numcheck.history.runs import Run, read_report
-from numcheck.report.drift import Drift, Rules, compare, compare_records
+from numcheck.report.drift import compare, compare_records
+from numcheck.report.drift_result import Drift, Rules
 from numcheck.report.records import Record
 
 #: A check across runs: (op, case, variant). The device is the line, not the check.

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from numcheck.inputs import SCALE_FORMATS, normal, quantize_e4m3, rng
+from numcheck.numerics.topk import select_topk
 from numcheck.ops.spec import (
     Gemm,
     Inputs,
@@ -31,9 +32,8 @@ from numcheck.ops.spec import (
     Variant,
 )
 from numcheck.ops.splitk import split_k_matmul
+from numcheck.ops.structure import Grouping, Structure
 from numcheck.precision import matmul_precision
-from numcheck.structure import Grouping, Structure
-from numcheck.topk import select_topk
 
 PARAMS = {
     "batch": ParamSpec(int, 4, "requests in the batch", min=1),
@@ -329,7 +329,7 @@ def gemm_site(inputs: Inputs, p: Params, gemm: Gemm) -> Outputs:
     """The op with its score GEMM done by ``gemm`` on q and the paged keys as stored, in e4m3
     (the GEMM reads them in its class's format, which holds every e4m3 value exactly), then
     the fp32 epilogue every shipped variant has (relu, head weights, head sum, kv scale,
-    mask) and the top-k (numcheck.gemm_family)."""
+    mask) and the top-k (numcheck.precision.gemm_family)."""
     b, n, h, d = inputs["q"].shape
     k, k_scale = paged_keys(inputs, p["max_context"])
     q = inputs["q"].view(b, n * h, d)
@@ -350,7 +350,7 @@ def min_bytes(p: Params) -> float:
     return float(keys + q_and_w + written)
 
 
-# -- structure: the groupings a kernel engineer thinks in (numcheck.localize) -------------
+# -- structure: the groupings a kernel engineer thinks in (numcheck.localize.failure) -------------
 # Logits are [B * next_n, L]: row r is MTP row r % next_n of request r // next_n; token t of
 # request b lies in page block_table[b, t // block_size].
 

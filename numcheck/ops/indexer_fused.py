@@ -6,7 +6,7 @@ all ``next_n * H`` query rows of the request against them in one tensor-core pro
 fp32 accumulation, then applies relu, the head weights, the head sum, the kv scale and the
 -inf mask in registers and writes ``[B * next_n, L]`` fp32 logits. Both MTP rows share one
 read of the keys. Tiles wholly past a request's context write -inf and read nothing. Top-k is
-``torch.topk`` through :func:`numcheck.topk.select_topk`.
+``torch.topk`` through :func:`numcheck.numerics.topk.select_topk`.
 
 Operands (``operand=``): ``"bf16"`` (default on CUDA: e4m3 -> bf16 is exact, bf16 MMA with
 fp32 accumulate), ``"fp8"`` (e4m3 straight into an fp8 MMA; Hopper's fp8 accumulator keeps
@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from numcheck.ops.spec import Inputs, Outputs, Params
-from numcheck.topk import select_topk
+from numcheck.numerics.topk import select_topk
 
 OPERANDS = ("bf16", "fp8", "fp32")
 _OPERAND_CODE = {"fp32": 0, "bf16": 1, "fp8": 2}

@@ -21,8 +21,8 @@ import torch
 from numcheck.inputs import normal, rng
 from numcheck.ops.spec import Gemm, Inputs, OpSpec, Outputs, Params, ParamSpec, Variant
 from numcheck.ops.splitk import split_k_matmul
+from numcheck.ops.structure import Grouping, Structure
 from numcheck.precision import matmul_precision
-from numcheck.structure import Grouping, Structure
 
 PARAMS = {
     "tokens": ParamSpec(int, 64, "tokens T", min=1),
@@ -158,7 +158,7 @@ def tf32(inputs: Inputs, p: Params) -> Outputs:
 def gemm_site(inputs: Inputs, p: Params, gemm: Gemm) -> Outputs:
     """The op with its projection done by ``gemm``: x (bf16, exact in every GEMM class but
     the fp8 ones) and hc_fn^T (fp32, which the GEMM rounds to its class), the RMS statistics
-    in fp32, then the epilogue every shipped variant has (numcheck.gemm_family)."""
+    in fp32, then the epilogue every shipped variant has (numcheck.precision.gemm_family)."""
     x = inputs["x"].flatten(1)
     xf = x.float()
     m = gemm(x, inputs["hc_fn"].T) * _rms_inv(xf, norm_eps(p))
@@ -180,7 +180,7 @@ def min_bytes(p: Params) -> float:
     return float(read + written)
 
 
-# -- structure: the groupings a kernel engineer thinks in (numcheck.localize) -------------
+# -- structure: the groupings a kernel engineer thinks in (numcheck.localize.failure) -------------
 #: The parts of the mixes' columns: pre [:n], post [n:2n], comb [2n:].
 MIX_PARTS = ("pre", "post", "comb")
 

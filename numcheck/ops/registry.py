@@ -40,7 +40,7 @@ from numcheck.ops.spec import (
     Variant,
     VariantFn,
 )
-from numcheck.structure import Structure
+from numcheck.ops.structure import Structure
 
 __all__ = [  # the op description types are re-exported: users import them from here
     "DEVICES", "ENTRY_POINT_GROUP", "PRECISIONS", "InputMaker", "Inputs", "OpSpec", "Outputs",

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
+from numcheck.ops.structure import Structure
 from numcheck.precision import PRECISIONS  # noqa: F401 - where op authors look for it
-from numcheck.structure import Structure
 
 #: Inputs of one case instance, by name, on one device.
 Inputs = dict[str, torch.Tensor]
@@ -66,8 +66,8 @@ class Variant:
 
 class VariantError(Exception):
     """A variant that raised, or returned outputs of the wrong names, shape, dtype or device,
-    or whose one-time preparation did (:mod:`numcheck.prepare`). Also importable from
-    :mod:`numcheck.numerics`, which runs variants."""
+    or whose one-time preparation did (:mod:`numcheck.prepare`). Raised where variants run
+    (:func:`numcheck.numerics.run.run_variant`) and by the numerics of a check."""
 
 
 @dataclass(frozen=True)
@@ -158,13 +158,13 @@ class OpSpec:
     #: ``"nan"``, ``"+inf"``, ``"-inf"`` (the indexer's mask: ``{"logits": ("-inf",)}``).
     #: Regeneration refuses to store any other NaN or Inf in a golden.
     nonfinite: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    #: Per output, the axes and groupings a failure is localized along (numcheck.structure);
+    #: Per output, the axes and groupings a failure is localized along (numcheck.ops.structure);
     #: an output left out still gets its plain axes.
     structure: Mapping[str, Structure] = field(default_factory=dict)
     #: Where the op's GEMM sits: ``gemm_site(inputs, params, gemm)`` runs the op with its
     #: matrix product done by ``gemm`` (operands as the op holds them, e.g. e4m3 or bf16
     #: widened to fp32; the GEMM rounds them to its own precision class). numcheck derives
-    #: from it the op's honest members of each precision class (numcheck.gemm_impls: TF32
+    #: from it the op's honest members of each precision class (numcheck.precision.gemm_impls: TF32
     #: with operands rounded to nearest or truncated, bf16 writing bf16 or fp32, one pass,
     #: K-blocks, split-K; on CUDA cuBLAS and a Triton ``tl.dot`` kernel) and its rounding
     #: envelope (``max_err_ratio``), next to :attr:`rounding_reference` and

@@ -81,7 +81,6 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import numcheck
 from numcheck.overhead import movement
 from numcheck.overhead.movement import OpClass, bind, classify, tensors_in
 
@@ -163,7 +162,7 @@ def user_frame(skip: Sequence[str] = ()) -> Where:
 
 # numcheck's own files are named from the package root (numcheck/ops/mhc.py) wherever
 # the run starts; other files relative to the working directory when under it.
-_PACKAGE_PARENT = Path(numcheck.__file__).resolve().parent.parent
+_PACKAGE_PARENT = Path(__file__).resolve().parents[2]  # the folder that holds numcheck/
 
 
 def _relative(path: str) -> str:

@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from numcheck.gates import CASTS_GATE, KERNELS_GATE
+from numcheck.numerics.verdict import Violation
 from numcheck.overhead.casts import CastLedger, ledger_table, megabytes
 from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, KernelAudit, profile_kernels
 from numcheck.precision import TENSOR_CORE_PRECISIONS
-from numcheck.verdict import Violation
 
 if TYPE_CHECKING:
     from numcheck.prepare import Prepared, Preparer

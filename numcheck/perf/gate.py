@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from numcheck.gates import PERF_GATE
+from numcheck.numerics.verdict import Violation
 from numcheck.perf.sequential import StoppingRule
 from numcheck.perf.speedup import FAIL, UNDECIDED, Decision, SpeedupEstimate
-from numcheck.verdict import Violation
 
 GATE = PERF_GATE
 

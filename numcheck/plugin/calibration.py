@@ -14,7 +14,7 @@ works) and the controller prints the suggestions at the end:
 - speed (:mod:`numcheck.perf.thresholds`): K timing runs per check, turned into
   ``speedup_min`` proposals for this device class.
 
-Writing goes through :mod:`numcheck.casewriter`.
+Writing goes through :mod:`numcheck.calibrate.casewriter`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from typing import Any
 
 import pytest
 
-from numcheck.budgets import ERROR_METRICS
 from numcheck.calibrate import (
     LOWER_IS_WORSE,
     MEASURED_BY,
@@ -38,7 +37,8 @@ from numcheck.calibrate import (
     pool,
     suggest_values,
 )
-from numcheck.casewriter import CaseWriteError, Change, Edit, format_number, write_edits
+from numcheck.calibrate.casewriter import CaseWriteError, Change, Edit, format_number, write_edits
+from numcheck.numerics.budgets import ERROR_METRICS
 from numcheck.perf.thresholds import BAND, QUANTILE, propose_speedup_min
 from numcheck.plugin.calibration_options import RUN_FORMAT, Settings
 from numcheck.plugin.options import (

@@ -197,7 +197,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
             raise pytest.UsageError(f"calibration measures and gates nothing: run {other} "
                                     "on its own, without the calibration options")
     if settings.write:
-        from numcheck.casewriter import INSTALL_HINT, have_tomlkit
+        from numcheck.calibrate.casewriter import INSTALL_HINT, have_tomlkit
 
         if not have_tomlkit():
             raise pytest.UsageError(f"{CALIBRATE_WRITE_OPTION} edits case files with tomlkit, "

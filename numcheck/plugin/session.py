@@ -19,15 +19,19 @@ import pytest
 import torch
 
 from numcheck.cases import Case, CaseFileError, CaseIds, load_case_file
-from numcheck.check import Settled, cannot_run, run_check
-from numcheck.check_extras import annotate, keep_failed
+from numcheck.check import cannot_run, run_check
 from numcheck.devices import device_name
-from numcheck.firstcall import first_call_lines
-from numcheck.goldens import Golden, GoldenError, golden_path, load_golden
+from numcheck.goldens.case_golden import CaseGolden, load_for_case
+from numcheck.goldens.files import GoldenError, golden_path
+from numcheck.goldens.make import regenerate
+from numcheck.goldens.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
+from numcheck.goldens.stale import find_stale, prune
 from numcheck.history.store import save_folder, save_report
-from numcheck.numerics import CaseInputs, CheckResult, VariantError, display_id, regenerate
-from numcheck.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
+from numcheck.numerics.extras import annotate, keep_failed
+from numcheck.numerics.firstcall import first_call_lines
+from numcheck.numerics.run import CaseInputs
 from numcheck.ops.registry import OpSpec, get_op
+from numcheck.ops.spec import VariantError
 from numcheck.overhead.gate import (
     OVERHEAD_GATES,
     OVERHEAD_HEADER,
@@ -42,7 +46,8 @@ from numcheck.plugin import options
 from numcheck.plugin.calibration import CalibrationMode
 from numcheck.plugin.workers import is_worker, pin_worker_gpu, worker_count, worker_id
 from numcheck.prepare import PREPARED_COLUMN
-from numcheck.report.drift import Drift, Rules, compare, drift_headline, drift_rows
+from numcheck.report.drift import compare, drift_headline, drift_rows
+from numcheck.report.drift_result import Drift, Rules
 from numcheck.report.environment import environment
 from numcheck.report.markdown import to_markdown
 from numcheck.report.records import (
@@ -64,13 +69,13 @@ from numcheck.report.render import Commands, failure_message, footer, summary_ta
 from numcheck.report.skips import collapse as collapse_skips
 from numcheck.report.skips import perf_only_reason
 from numcheck.report.step_summary import append_step_summary
+from numcheck.result import CheckResult, Settled, display_id
 
 #: ``report.user_properties`` names on which a worker ships its record and its golden
 #: rewrites to the controller (pytest-xdist serialises user_properties with every report).
 RECORD_PROPERTY = "numcheck_record"
 GOLDENS_PROPERTY = "numcheck_goldens"
 GOLDEN_NOTES_PROPERTY = "numcheck_golden_notes"
-from numcheck.stale import find_stale, prune
 
 
 class NumcheckFailure(Exception):
@@ -136,12 +141,12 @@ class NumcheckSession:
         self.cases_dir = (root / config.getini(options.CASES_INI)).resolve()
         self.goldens_dir = (root / config.getini(options.GOLDENS_INI)).resolve()
         self.regenerated: dict[Path, bool] = {}
-        #: What each regeneration did, in the summary's words (numcheck.regen.RegenOutcome).
+        #: What each regeneration did, in the summary's words (numcheck.goldens.regen.RegenOutcome).
         self.regen_notes: dict[Path, str] = {}
         self.gate_note = ""
         self.golden_notes: dict[str, str] = {}
         self.case_ids = CaseIds()
-        self._goldens: dict[Path, Golden | GoldenError] = {}
+        self._goldens: dict[Path, CaseGolden | GoldenError] = {}
         self._inputs: tuple[Case, CaseInputs] | None = None
         self._init_worker(config)
         self._init_reporting(config)
@@ -212,7 +217,7 @@ class NumcheckSession:
         )
         self.overhead_rows: list[list[str]] = []
         #: A first call longer than this many seconds prints a progress line while it runs
-        #: and is listed in the summary (numcheck.firstcall).
+        #: and is listed in the summary (numcheck.numerics.firstcall).
         raw = config.getini(options.FIRST_CALL_INI)
         try:
             self.first_call_note_s = float(raw)
@@ -279,7 +284,9 @@ class NumcheckSession:
             self._inputs = (case, CaseInputs(op, case))
         return self._inputs[1]
 
-    def golden_for(self, op: OpSpec, case: Case, commands: Commands) -> Golden:
+    def golden_for(self, op: OpSpec, case: Case, commands: Commands) -> CaseGolden:
+        """The case's golden, read and validated for the case once (every item of the case
+        shares it, or the error that refused it)."""
         path = golden_path(self.goldens_dir, op.name, case.id)
         if self.regen and path not in self.regenerated:
             try:
@@ -294,7 +301,9 @@ class NumcheckSession:
                 self._goldens.pop(path, None)
         if path not in self._goldens:
             try:
-                self._goldens[path] = load_golden(path, case=case.id, regen_hint=commands.regenerate)
+                self._goldens[path] = load_for_case(
+                    path, op, case, fingerprint=self.inputs_for(op, case).fingerprint,
+                    regen_hint=commands.regenerate)
             except GoldenError as exc:
                 self._goldens[path] = exc
         loaded = self._goldens[path]
@@ -321,20 +330,23 @@ class NumcheckSession:
     def keep(self, item: CheckItem, result: CheckResult) -> None:
         """What the end-of-run summary needs from one check: its timing (also recorded for
         pytest-benchmark) and its cast ledger."""
-        if result.perf is not None:
+        perf, overhead = result.perf, result.overhead
+        if perf is not None:
             from numcheck.perf import benchrecord
 
-            self.perf_results.append(result.perf)
-            benchrecord.record(self.config, item.name, item.nodeid, result.perf)
-        if result.overhead is not None:
-            prepared = result.overhead.prepared
+            assert isinstance(perf, PerfResult)  # what run_check's speed gate leaves
+            self.perf_results.append(perf)
+            benchrecord.record(self.config, item.name, item.nodeid, perf)
+        if overhead is not None:
+            assert isinstance(overhead, OverheadReport)  # what run_check's audit leaves
+            prepared = overhead.prepared
             self.overhead_rows.append([
                 *overhead_row(f"{item.case.op}::{item.case.id}", item.variant, item.device,
-                              result.overhead),
+                              overhead),
                 "-" if prepared is None else prepared.cell(),
             ])
             if self.explain:
-                self.explained.append((item.display_id, result.overhead))
+                self.explained.append((item.display_id, overhead))
 
     # -- reporting: records travel on the test reports ---------------------------------
 
@@ -678,7 +690,7 @@ class CheckItem(pytest.Item):
             result = run_check(
                 op, self.case, self.variant, self.device, state.inputs_for(op, self.case),
                 golden, gates=state.active_gates, explain=state.explain,
-                regen_hint=commands.regenerate, sections=state.sections, keep_outputs=True,
+                sections=state.sections, keep_outputs=True,
                 progress=state.progress, first_call_note_s=state.first_call_note_s,
             )
             if golden is not None:
@@ -706,7 +718,8 @@ class CheckItem(pytest.Item):
             if kept is not None:
                 message += f"\n  obtained:    {state._rel(kept)}"
             overhead = result.overhead
-            if overhead is not None and any(v.output in OVERHEAD_GATES for v in result.violations):
+            if isinstance(overhead, OverheadReport) and any(
+                    v.output in OVERHEAD_GATES for v in result.violations):
                 # The preparation's summary is already among the message's lines.
                 message += "\n\n" + "\n".join(overhead.lines(prepared=False))
             raise NumcheckFailure(message)

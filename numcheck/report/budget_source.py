@@ -5,7 +5,7 @@ wrong (fix the variant), the budget is too tight for a correct variant (calibrat
 reference itself changed (regenerate the golden). The failure message names the budget's
 location so the reader can tell which: the case file and line of the key
 (``cases/indexer.toml:24``), or, for a value nobody wrote, the defaults row it comes from
-(``default for bf16 from numcheck/budgets.py``).
+(``default for bf16 from numcheck/numerics/budgets.py``).
 
 tomllib keeps no line numbers, so :func:`locate_key` reads the case file's lines itself: it
 follows table headers and dotted keys (``[c.budget.bf16.logits]`` then ``calc_diff = ...``,
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 #: Where the per-precision default budgets live, as the message names it.
-DEFAULTS_SOURCE = "numcheck/budgets.py"
+DEFAULTS_SOURCE = "numcheck/numerics/budgets.py"
 
 _HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
 _KEY = re.compile(r"^\s*((?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')"
@@ -92,7 +92,7 @@ def budget_location(
     value: float,
 ) -> str:
     """``cases/indexer.toml:24 ([tiny.budget.bf16.logits] calc_diff = 3.8e-06)``, or
-    ``calc_diff = 0.0001: default for bf16 from numcheck/budgets.py (no key in
+    ``calc_diff = 0.0001: default for bf16 from numcheck/numerics/budgets.py (no key in
     cases/indexer.toml:12 [tiny])`` when the case file does not set it."""
     line = locate_key(source, [case, "budget", variant, output, metric])
     if line is not None:
@@ -122,7 +122,7 @@ def next_steps(calibrate: str, regenerate: str) -> list[str]:
 
 def budget_precision(output: str, precision: str, output_precision: Mapping[str, str]) -> str:
     """The defaults row an output's budget comes from (the coarser for a coarse output)."""
-    from numcheck.budgets import coarser
+    from numcheck.numerics.budgets import coarser
 
     return coarser(precision, output_precision[output]) if output in output_precision else \
         precision

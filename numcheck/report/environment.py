@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from numcheck import __version__
+from numcheck._version import __version__
 
 
 def environment(

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from numcheck.report.drift import DRIFT_HEADER, Drift, drift_rows
+from numcheck.report.drift import DRIFT_HEADER, drift_rows
+from numcheck.report.drift_result import Drift
 from numcheck.report.records import Record, Report
 from numcheck.report.render import summary_table
 from numcheck.report.skips import collapse as collapse_skips

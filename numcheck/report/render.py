@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from numcheck.metric_names import MAX_FLIPS
+from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.report.records import Record
 
 if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports without torch
-    from numcheck.numerics import CheckResult
-    from numcheck.topk import TopkReport
-    from numcheck.verdict import Violation
+    from numcheck.numerics.topk import TopkReport
+    from numcheck.numerics.verdict import Violation
+    from numcheck.result import CheckResult
 
 @dataclass(frozen=True)
 class Commands:
@@ -99,7 +99,7 @@ def verdict_message(
     comes from, where the worst limit is set (``budget``), the commands to reproduce and
     regenerate, and the next step for each cause of a miss. ``notes``: lines shown after
     the violations (a variant's one-time preparation)."""
-    from numcheck.verdict import worst  # imports torch: not at module level (see above)
+    from numcheck.numerics.verdict import worst  # imports torch: not at module level (see above)
 
     top = worst(list(violations))
     lines = [title]

@@ -1,0 +1,383 @@
+"""Measure before budgeting: the error of every variant over many seeds, and budgets from it.
+
+This package is the room of measuring budgets. This module is calibration itself; beside it:
+
+- :mod:`numcheck.calibrate.heldout`: measured worst values against the case files' budgets
+  (``python -m numcheck.heldout``);
+- :mod:`numcheck.calibrate.honest`: two-sided calibration over an honest family of variants;
+- :mod:`numcheck.calibrate.casewriter`: calibrated values written into case files in place.
+
+Two front ends share calibration:
+
+- ``pytest --numcheck --numcheck-calibrate[=N]`` (:mod:`numcheck.plugin.calibration`): the
+  selected checks, with the ops that conftest hooks and entry points register, print (and
+  with ``--numcheck-calibrate-write`` write) budget tables;
+- ``python -m numcheck.calibrate`` (:func:`main`): the built-in ops over a cases folder,
+  with a JSON file of every number (how docs/calibration-*.json were made).
+
+The measurement: each seed is one check of the variant (:func:`numcheck.check.run_check`,
+numerics only, as the gate measures it) against a golden made on the spot from the op's
+reference on the CPU (where the shipped goldens are made; the device of the run when the
+reference cannot run on the CPU); every metric's worst value over the seeds is kept with the
+seed that gave it. The golden is made on the spot rather than read from the goldens folder,
+for the case's own seeds too: calibration then needs no golden (a new case is calibrated
+before its goldens exist), and every seed, shipped or fresh, is measured the same way.
+
+The policy (:func:`suggest_values`, docs/budgets.md) is pure: worst values in, budget
+values out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from numcheck.devices import device_name
+from numcheck.numerics.metric_names import ERROR_METRICS, TOPK_LIMITS
+
+if TYPE_CHECKING:
+    from numcheck.cases import Case
+    from numcheck.goldens.case_golden import CaseGolden
+    from numcheck.numerics.budgets import VariantBudget
+    from numcheck.numerics.run import CaseInputs
+    from numcheck.ops.registry import OpSpec
+    from numcheck.result import SeedResult
+
+#: The headroom policy (docs/budgets.md): error budgets are twice the worst measurement,
+#: recall floors allow twice the worst miss (and at least two flips per row), tie bands
+#: are twice the widest band any flip needed. Floors keep a budget measured at exactly 0
+#: on every device from demanding bit-exactness.
+HEADROOM = 2.0
+FLOORS = {"rel_fro": 1e-7, "calc_diff": 1e-14, "tie_band_rel": 1e-6}
+#: Error metrics budgeted for every output (more when a case's budget gates more).
+GATED = ("rel_fro", "calc_diff", "frac_outside")
+#: Metrics where a lower value is worse (top-k agreement); every other one is an error.
+LOWER_IS_WORSE = frozenset(TOPK_LIMITS)
+#: Metrics added up over seeds rather than kept at their worst.
+SUMMED = frozenset({"flips"})
+#: The measured metric behind each budget key, where the names differ.
+MEASURED_BY = {"tie_band_rel": "band_rel_needed"}
+#: Where the fresh seeds start by default (the case's own seeds are small numbers).
+FIRST_FRESH_SEED = 1000
+
+#: One seed's measurements of one output: metric -> value.
+Row = dict[str, float]
+
+
+@dataclass(frozen=True)
+class Worst:
+    """The worst value of one metric, the seed that gave it, and the variant that ran."""
+
+    value: float
+    seed: int
+    variant: str
+
+    def as_list(self) -> list[Any]:
+        return [self.value, self.seed, self.variant]
+
+    @classmethod
+    def from_list(cls, data: Sequence[Any]) -> Worst:
+        return cls(float(data[0]), int(data[1]), str(data[2]))
+
+
+#: Worst values of one variant (or a pool of variants): output -> metric -> Worst.
+WorstTable = dict[str, dict[str, Worst]]
+
+
+def is_worse(metric: str, new: float, old: float) -> bool:
+    """Whether ``new`` is a worse measurement of ``metric`` than ``old``."""
+    if math.isnan(new):
+        return not math.isnan(old)
+    return new < old if metric in LOWER_IS_WORSE else new > old
+
+
+def fold(table: WorstTable, rows: Mapping[str, Row], *, seed: int, variant: str) -> None:
+    """Fold one seed's rows (output -> metric -> value) into ``table``, keeping the worst."""
+    for output, row in rows.items():
+        kept = table.setdefault(output, {})
+        for metric, value in row.items():
+            old = kept.get(metric)
+            if metric in SUMMED:
+                total = value + (old.value if old is not None else 0.0)
+                kept[metric] = Worst(total, seed, variant)
+            elif old is None or is_worse(metric, value, old.value):
+                kept[metric] = Worst(value, seed, variant)
+
+
+def pool(tables: Iterable[WorstTable]) -> WorstTable:
+    """The worst of several variants' tables, metric by metric: a budget for all of them."""
+    pooled: WorstTable = {}
+    for table in tables:
+        for output, row in table.items():
+            kept = pooled.setdefault(output, {})
+            for metric, worst in row.items():
+                old = kept.get(metric)
+                if metric in SUMMED and old is not None:
+                    kept[metric] = replace(old, value=old.value + worst.value)
+                elif old is None or is_worse(metric, worst.value, old.value):
+                    kept[metric] = worst
+    return pooled
+
+
+def calibration_seeds(case: Case, fresh: int, first_seed: int = FIRST_FRESH_SEED) -> tuple[int, ...]:
+    """The case's own seeds, then ``fresh`` new ones from ``first_seed`` on (no repeats)."""
+    extra = [first_seed + i for i in range(fresh)]
+    return tuple(dict.fromkeys([*case.seeds, *extra]))
+
+
+# -- measuring (torch; no pytest) ----------------------------------------------------------
+
+
+def reference_device(op: OpSpec, device: str) -> str:
+    """Where the calibration reference runs: the CPU, where the shipped goldens are made,
+    unless the op's reference cannot run there."""
+    return "cpu" if "cpu" in op.variants[op.reference].devices else device
+
+
+class References:
+    """Goldens of one case made on the spot, one per seed, shared by the case's variants
+    (the checks of one case run back to back)."""
+
+    def __init__(self, op: OpSpec, case: Case, device: str) -> None:
+        self.op = op
+        self.case = case
+        self.device = reference_device(op, device)
+        self._made: dict[int, tuple[CaseGolden, CaseInputs]] = {}
+
+    def get(self, seed: int) -> tuple[CaseGolden, CaseInputs]:
+        """``(golden, inputs)`` of the one-seed case of ``seed``."""
+        if seed not in self._made:
+            from numcheck.goldens.make import fresh_golden
+
+            self._made[seed] = fresh_golden(self.op, replace(self.case, seeds=(seed,)),
+                                            self.device)
+        return self._made[seed]
+
+
+def seed_rows(op: OpSpec, golden: CaseGolden, measured: SeedResult) -> dict[str, Row]:
+    """Every output's measurements of one checked seed: its error metrics (as the gate
+    computed them), and for a top-k output the agreement and the tie band its flips needed."""
+    rows: dict[str, Row] = {}
+    for output, m in measured.metrics.items():
+        row = {metric: m.value(metric) for metric in ERROR_METRICS if m.measured(metric)}
+        row["nonfinite_mismatch"] = float(m.nonfinite.mask_mismatch + m.nonfinite.nan_mismatch)
+        row.update(m.outside_counts())
+        rows[output] = row
+    if op.topk is not None and measured.topk is not None:
+        rows[op.topk.indices] = topk_row(golden, measured, op.topk.indices, op.topk.scores)
+    return rows
+
+
+def topk_row(golden: CaseGolden, measured: SeedResult, idx: str, scores: str) -> Row:
+    """Top-k agreement of one seed, and ``band_rel_needed``: the smallest relative tie band
+    that explains every flip (max |margin| / the row's largest finite |golden score|, what a
+    ``rel`` tie band is relative to)."""
+    import torch
+
+    from numcheck.numerics.topk import topk_agreement
+
+    rep = measured.topk
+    assert rep is not None and measured.outputs is not None
+    row = {metric: rep.value(metric) for metric in TOPK_LIMITS}
+    golden_idx = golden.output(measured.seed, idx).values
+    golden_scores = golden.output(measured.seed, scores).values
+    g = golden_scores.double()
+    scale = torch.where(torch.isfinite(g), g.abs(), 0).amax(dim=1)
+    zero = topk_agreement(golden_idx, measured.outputs[idx], golden_scores, band=0.0,
+                          band_kind="rel", max_flips=10**9)
+    row["band_rel_needed"] = max(
+        (abs(f.margin) / float(scale[f.row]) if math.isfinite(f.margin) else math.inf
+         for f in zero.unexplained), default=0.0)
+    row["flips"] = float(zero.n_flips)
+    return row
+
+
+def measure_variant(
+    op: OpSpec,
+    case: Case,
+    variant: str,
+    device: str,
+    seeds: Sequence[int],
+    references: References,
+    *,
+    budget: VariantBudget | None = None,
+) -> WorstTable:
+    """Worst metric values of one variant over ``seeds``, each with its seed.
+
+    Each seed is one check (:func:`numcheck.check.run_check`, numerics only) against the
+    golden made on the spot, exactly as the gate measures it. ``budget`` gives the
+    ``atol``/``rtol`` band of ``frac_outside`` and the tie band of the recall figures; by
+    default the case's budget of the variant (a pooled variant the case does not run is
+    measured with the budget of the variant it is pooled into).
+    """
+    from numcheck.check import run_check
+
+    budgets = case.budgets if budget is None else {**case.budgets, variant: budget}
+    table: WorstTable = {}
+    for seed in seeds:
+        golden, inputs = references.get(seed)
+        one = replace(case, seeds=(seed,), budgets=budgets)
+        result = run_check(op, one, variant, device, inputs, golden, max_flips=10**9,
+                           keep_outputs=True)
+        (measured,) = result.seeds
+        fold(table, seed_rows(op, golden, measured), seed=seed, variant=variant)
+    return table
+
+
+def measure(
+    case: Case, device: str, extra_seeds: int, first_seed: int = FIRST_FRESH_SEED
+) -> dict[str, dict[str, float]]:
+    """Worst metric values over seeds, per ``variant/output`` (the JSON file's layout)."""
+    from numcheck.ops.registry import get_op
+
+    op = get_op(case.op)
+    seeds = calibration_seeds(case, extra_seeds, first_seed)
+    refs = References(op, case, device)
+    worst: dict[str, dict[str, float]] = {}
+    for name in (op.reference, *case.variants):
+        if device not in op.variants[name].devices:
+            continue
+        table = measure_variant(op, case, name, device, seeds, refs)
+        for output, row in table.items():
+            worst[f"{name}/{output}"] = {metric: w.value for metric, w in row.items()}
+    return worst
+
+
+# -- the policy (pure) --------------------------------------------------------------------
+
+
+def _round_up(x: float) -> float:
+    """Round up to two significant digits (0 stays 0)."""
+    if x <= 0:
+        return 0.0
+    exp = math.floor(math.log10(x)) - 1
+    return math.ceil(round(x / 10**exp, 6)) * 10**exp
+
+
+def suggest_values(
+    row: Mapping[str, float], *, topk: bool, k: int = 0, gated: Iterable[str] = GATED
+) -> dict[str, float]:
+    """Budget values for one output from its worst measurements (docs/budgets.md).
+
+    Error metrics (``gated``: the default ones plus any the case's budget gates): twice the
+    worst, rounded up to two significant digits, at least the floor. A metric measured 0
+    with no floor gets 0 only for ``frac_outside`` (a band, not an exactness check); others
+    are left out (the case keeps what it has). Top-k: ``recall_min`` allows twice the worst
+    miss and at least two swaps per row of ``k``; the tie recalls stay 1 (every flip must be
+    a near-tie); ``tie_band_rel`` is twice the widest near-tie.
+    """
+    cells: dict[str, float] = {}
+    if topk:
+        for metric in ("recall_min", "recall_mean"):
+            if metric == "recall_min" or metric in gated:
+                miss = 1.0 - row.get(metric, 1.0)
+                floor = 1.0 - HEADROOM * miss
+                if k:
+                    floor = min(floor, 1.0 - 2.0 / k)
+                cells[metric] = math.floor(floor * 1e4) / 1e4
+        cells["tie_recall_min"] = 1.0
+        if "tie_recall_mean" in gated:
+            cells["tie_recall_mean"] = 1.0
+        band = max(HEADROOM * row.get("band_rel_needed", 0.0), FLOORS["tie_band_rel"])
+        cells["tie_band_rel"] = _round_up(band)
+        return cells
+    for metric in dict.fromkeys([*GATED, *gated]):
+        if metric not in ERROR_METRICS:
+            continue
+        value = HEADROOM * row.get(metric, 0.0)
+        if value == 0.0 and metric not in FLOORS and metric != "frac_outside":
+            continue
+        cells[metric] = _round_up(max(value, FLOORS.get(metric, 0.0)))
+    return cells
+
+
+def suggest(runs: Sequence[Mapping[str, Any]], cases: Sequence[Case]) -> str:
+    """TOML budget tables for every case, from calibration runs on one or more devices."""
+    lines: list[str] = []
+    for case in cases:
+        key = f"{case.op}::{case.id}"
+        rows: dict[str, dict[str, float]] = {}
+        for run in runs:
+            for vo, row in run["cases"].get(key, {}).items():
+                merged = rows.setdefault(vo, {})
+                for metric, value in row.items():
+                    if metric not in merged or is_worse(metric, value, merged[metric]):
+                        merged[metric] = value
+        k = int(case.params.get("index_topk", 0) or 0)
+        for vo, row in rows.items():
+            variant, output = vo.split("/")
+            cells = suggest_values(row, topk="recall_min" in row, k=k)
+            lines.append(f"[{case.id}.budget.{variant}.{output}]")
+            lines += [f"{m} = {v:.4g}" for m, v in cells.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+# -- python -m numcheck.calibrate ---------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: measure the built-in ops' cases, or print tables from JSON runs.
+
+    For your own ops (conftest hook or entry point) use ``pytest --numcheck
+    --numcheck-calibrate`` instead: it registers them the way the gate does.
+    """
+    import torch
+
+    from numcheck.cases import CaseFileError, load_cases
+
+    parser = argparse.ArgumentParser(
+        prog="python -m numcheck.calibrate", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Your own ops: pytest --numcheck --numcheck-calibrate (docs/extending.md).")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--seeds", type=int, default=20, help="fresh seeds beyond the case's")
+    parser.add_argument("--first-seed", type=int, default=FIRST_FRESH_SEED,
+                        help="the fresh seeds are first-seed, first-seed + 1, ...")
+    parser.add_argument("--cases", type=Path, default=Path("cases"))
+    parser.add_argument("-k", dest="select", default="", help="only cases whose id contains this")
+    parser.add_argument("--json", type=Path, help="write every number here too")
+    parser.add_argument("--suggest", type=Path, nargs="+", metavar="JSON",
+                        help="measure nothing: print budget tables from these calibration files")
+    args = parser.parse_args(argv)
+    try:
+        cases = load_cases(args.cases)
+    except CaseFileError as exc:
+        print(f"python -m numcheck.calibrate: {exc.path}: {exc.problem}. Fix: run it from the "
+              "folder that holds cases/, or pass --cases DIR; for a project with its own ops "
+              "and ini keys, run pytest --numcheck --numcheck-calibrate there"
+              if exc.path == args.cases else f"python -m numcheck.calibrate: {exc}",
+              file=sys.stderr)
+        return 2
+    # Perf-only cases (production shapes, no golden) carry no numerics budget.
+    selected = [c for c in cases if args.select in c.id and not c.perf_only]
+    if args.suggest:
+        try:
+            runs = [json.loads(p.read_text()) for p in args.suggest]
+        except (OSError, ValueError) as exc:
+            print(f"python -m numcheck.calibrate: --suggest: cannot read a calibration file "
+                  f"({exc}). Fix: pass files written by --json", file=sys.stderr)
+            return 2
+        print(suggest(runs, selected))
+        return 0
+    everything: dict[str, Any] = {}
+    for case in selected:
+        worst = measure(case, args.device, args.seeds, args.first_seed)
+        everything[f"{case.op}::{case.id}"] = worst
+        for key, row in worst.items():
+            cells = "  ".join(f"{k}={v:.3g}" for k, v in row.items() if v)
+            print(f"{case.op}::{case.id}  {key:<24} {cells}", flush=True)
+    if args.json:
+        meta = {"device": args.device, "torch": torch.__version__, "extra_seeds": args.seeds,
+                "first_seed": args.first_seed}
+        if args.device == "cuda":
+            meta["device_name"] = device_name(args.device)
+        args.json.write_text(json.dumps({"meta": meta, "cases": everything}, indent=1))
+    return 0
+

@@ -1,0 +1,235 @@
+"""Write calibrated values into case files in place, keeping comments and layout.
+
+Case files are written by hand and carry the reasons for their numbers in comments, so a
+tool that rewrites them must leave everything but the values it sets alone. tomlkit parses
+TOML into a document that remembers comments, spacing and order; only keys whose value
+changes are touched (a changed value keeps its line's comment, at the same column), and
+missing tables are added after their case's other tables.
+
+tomlkit is an optional dependency (the ``calibrate`` extra): only writing needs it, and
+the gate itself only reads case files (with the standard library's tomllib).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from numcheck.goldens.atomic import atomic_write
+
+#: How to install what writing needs.
+INSTALL_HINT = "pip install tomlkit (or the calibrate extra: pip install 'numcheck[calibrate]')"
+
+
+class CaseWriteError(Exception):
+    """A case file the writer cannot update (unreadable, or a value it would break)."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Set (or, with ``value=None``, remove) ``key`` of the table at ``table``.
+
+    ``table`` is the dotted path of keys from the top (``("tiny", "budget", "bf16",
+    "logits")``); ``sub`` names an entry inside an inline-table value (``speedup_min =
+    { cuda = 1.1 }``: ``key="speedup_min", sub="cuda"``).
+    """
+
+    table: tuple[str, ...]
+    key: str
+    value: float | None
+    sub: str | None = None
+    #: The comment the changed line gets instead of the one it had (a why, with the old
+    #: value); None keeps the line's own comment.
+    comment: str | None = None
+
+    @property
+    def where(self) -> str:
+        return ".".join((*self.table, self.key, *((self.sub,) if self.sub else ())))
+
+
+@dataclass(frozen=True)
+class Change:
+    """One value the writer changed (``old``/``new`` None: absent before / removed)."""
+
+    where: str
+    old: float | None
+    new: float | None
+    note: str = ""
+
+    def describe(self) -> str:
+        def show(v: float | None) -> str:
+            return "(none)" if v is None else format_number(v)
+        text = f"{self.where}: {show(self.old)} -> {show(self.new)}"
+        return f"{text} ({self.note})" if self.note else text
+
+
+def have_tomlkit() -> bool:
+    try:
+        import tomlkit  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def format_number(value: float) -> str:
+    """A budget value as TOML: ``0.0041``, ``4.1e-06``, ``1``."""
+    return f"{value:.4g}"
+
+
+def apply_edits(text: str, edits: Sequence[Edit]) -> tuple[str, list[Change], list[Change]]:
+    """Apply ``edits`` to a case file's text: ``(new text, changes, skipped)``.
+
+    Pure (text in, text out). An edit whose value equals the file's is no change. A
+    ``tie_band_rel`` edit on a table that uses ``tie_band_abs`` is skipped (a budget takes
+    one of the two), and so is a value the file does not hold as a number.
+    """
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
+    try:
+        doc = tomlkit.parse(text)
+    except TOMLKitError as exc:
+        raise CaseWriteError(f"not valid TOML: {exc}") from exc
+    changes: list[Change] = []
+    skipped: list[Change] = []
+    created: list[Any] = []
+    for edit in edits:
+        table = _table(doc, edit.table, create=edit.value is not None, created=created)
+        if table is None:
+            continue
+        if edit.key == "tie_band_rel" and "tie_band_abs" in table:
+            skipped.append(Change(edit.where, None, edit.value, "the table uses tie_band_abs"))
+            continue
+        holder, key = table, edit.key
+        if edit.sub is not None:
+            if key not in table:
+                if edit.value is not None:
+                    table[key] = tomlkit.parse(
+                        f"x = {{ {edit.sub} = {format_number(edit.value)} }}")["x"]
+                    changes.append(Change(edit.where, None, edit.value))
+                continue
+            holder, key = table[key], edit.sub
+            if not isinstance(holder, dict):
+                skipped.append(Change(edit.where, None, edit.value, "not a table"))
+                continue
+        old = _number(holder.get(key))
+        if key in holder and old is None:
+            skipped.append(Change(edit.where, None, edit.value, "the file's value is not a number"))
+            continue
+        # Compared as written: 0.006800000000000001 is the 0.0068 the file already holds.
+        if (old is None) == (edit.value is None) and (
+                old is None or float(format_number(old)) == float(format_number(edit.value or 0))):
+            continue
+        if edit.value is None:
+            del holder[key]
+            if edit.sub is not None:
+                _tidy_inline(table, edit.key)
+        else:
+            _set(holder, key, edit.value, edit.comment)
+        changes.append(Change(edit.where, old, edit.value))
+    for table in created:
+        # A blank line after a new table, before whatever follows, like the others.
+        last = next(reversed(table.value.body), (None, None))[1]
+        if last is not None and hasattr(last, "trivia"):
+            last.trivia.trail = "\n\n"
+    out = tomlkit.dumps(doc)
+    if created and "\n\n\n" not in text:
+        # tomlkit separates consecutive new tables itself: keep single blank lines.
+        out = re.sub(r"\n{3,}", "\n\n", out)
+    if created and not text.endswith("\n\n"):
+        out = out.rstrip("\n") + "\n"
+    tomllib.loads(out)  # never write what the gate could not read back
+    return out, changes, skipped
+
+
+def write_edits(path: Path, edits: Sequence[Edit]) -> tuple[list[Change], list[Change]]:
+    """Apply ``edits`` to the case file at ``path`` in place: ``(changes, skipped)``.
+
+    The file is replaced atomically (a temporary file renamed over it), and only when
+    something changed.
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CaseWriteError(f"{path}: cannot read it ({exc})") from exc
+    try:
+        new, changes, skipped = apply_edits(text, edits)
+    except CaseWriteError as exc:
+        raise CaseWriteError(f"{path}: {exc}") from exc
+    if changes:
+        atomic_write(path, new.encode(), mode=path.stat().st_mode & 0o777)
+    return changes, skipped
+
+
+def _table(doc: Any, keys: tuple[str, ...], *, create: bool, created: list[Any]) -> Any:
+    """The (possibly new) table at ``keys``; None when absent and not created. New leaf
+    tables are appended to ``created``."""
+    import tomlkit
+
+    node = doc
+    for depth, key in enumerate(keys):
+        if key not in node:
+            if not create:
+                return None
+            leaf = depth == len(keys) - 1
+            node[key] = tomlkit.table(is_super_table=not leaf)
+            if leaf:
+                created.append(node[key])
+        node = node[key]
+        if not isinstance(node, dict):
+            raise CaseWriteError(f"'{'.'.join(keys[:depth + 1])}' is not a table")
+    return node
+
+
+def _number(item: Any) -> float | None:
+    if isinstance(item, bool) or not isinstance(item, int | float):
+        return None
+    return float(item)
+
+
+def _set(holder: Any, key: str, value: float, comment: str | None = None) -> None:
+    """Set a number, keeping the old line's comment at the same column, or giving the line
+    ``comment`` (two spaces after the value)."""
+    import tomlkit
+
+    new = tomlkit.parse(f"x = {format_number(value)}")["x"]
+    old = holder.get(key)
+    trivia = getattr(old, "trivia", None)
+    inline = isinstance(holder, tomlkit.items.InlineTable)
+    if comment is not None and not inline:
+        new.comment(comment)
+        new.trivia.comment_ws = "  "
+        if trivia is not None:
+            new.trivia.indent, new.trivia.trail = trivia.indent, trivia.trail
+    elif trivia is not None and not inline:
+        grow = len(format_number(value)) - len(old.as_string())
+        new.trivia.indent = trivia.indent
+        new.trivia.comment = trivia.comment
+        new.trivia.trail = trivia.trail
+        ws = trivia.comment_ws
+        if trivia.comment:
+            ws = ws[: max(1, len(ws) - grow)] if grow > 0 else ws + " " * -grow
+        new.trivia.comment_ws = ws
+    holder[key] = new
+
+
+def _tidy_inline(table: Any, key: str) -> None:
+    """After removing an entry of an inline table: drop it when empty, else rewrite it as
+    ``{ a = 1, b = 2 }`` (tomlkit leaves the removed entry's spacing behind)."""
+    import tomlkit
+
+    inline = table[key]
+    if not inline:
+        del table[key]
+        return
+    body = ", ".join(f"{k.as_string().strip()} = {v.as_string().strip()}"
+                     for k, v in inline.value.body if k)
+    new = tomlkit.parse(f"x = {{ {body} }}")["x"]
+    new.trivia.comment_ws = inline.trivia.comment_ws
+    new.trivia.comment = inline.trivia.comment
+    new.trivia.trail = inline.trivia.trail
+    table[key] = new

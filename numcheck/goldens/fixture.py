@@ -1,0 +1,281 @@
+"""Ad-hoc golden checks inside ordinary tests: the engine of the ``numcheck_golden`` fixture.
+
+A test computes an output and asks for it to be compared with the FP32 reference kept in
+the goldens folder, under a budget::
+
+    def test_my_gemm(numcheck_golden):
+        x = make_x()
+        numcheck_golden.check(my_bf16_gemm(x), reference_fn=lambda: fp32_gemm(x),
+                              budget={"rel_fro": 1e-3}, name="y", inputs=x)
+
+The golden lives at ``<goldens>/_tests/<sanitized test id>/<name>.safetensors`` and follows
+the case goldens' workflow (the pytest-regressions habit): a missing golden fails with the
+command that creates it; the reference function runs only under the regen flag; a golden
+whose bytes changed is corrupt, one made from other inputs or another ``version`` is stale;
+nothing is ever written without the flag. It reuses the case machinery: goldens, metrics,
+top-k agreement, budgets with per-precision defaults, and verdicts. No pytest here: the
+plugin builds a :class:`GoldenCheck` per test and passes the commands in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from numcheck.devices import device_label
+from numcheck.goldens.files import (
+    Golden,
+    GoldenError,
+    input_fingerprint,
+    load_golden,
+    write_if_changed,
+)
+from numcheck.goldens.freshness import check_fresh
+from numcheck.goldens.packing import pack_output, unpack_pair
+from numcheck.numerics.budgets import complete_budget
+from numcheck.numerics.metrics import ErrorMetrics, compare
+from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement
+from numcheck.numerics.verdict import Violation, check_output, check_topk
+from numcheck.precision import precision_of, rounding_unit, ulp_dtype
+from numcheck.report.render import Commands, verdict_message
+
+#: Sub-folder of the goldens folder that holds fixture goldens (no op name starts with "_").
+FIXTURE_DIR = "_tests"
+#: Names of checks inside one test: they become file names.
+CHECK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+#: Longest test-id folder name before it is shortened (and a hash keeps it unique).
+MAX_ID_CHARS = 120
+
+TensorInputs = torch.Tensor | Mapping[str, torch.Tensor] | Sequence[torch.Tensor] | None
+
+
+class GoldenCheckFailure(AssertionError):
+    """An ad-hoc check that missed its budget; the message is the whole report."""
+
+
+def folder_for_test(test_id: str) -> str:
+    """A file-system-safe folder name for a pytest node id, readable and unique.
+
+    ``tests/test_k.py::test_gemm[bf16]`` -> ``tests.test_k.py..test_gemm[bf16]``. Characters
+    outside a portable set become ``_``; when that (or shortening) loses information, a
+    short hash of the id is appended so two tests never share a folder.
+    """
+    readable = test_id.replace("::", "..").replace("/", ".")
+    safe = re.sub(r"[^A-Za-z0-9._\[\]=+-]", "_", readable).lstrip(".") or "_"
+    if safe != readable or len(safe) > MAX_ID_CHARS:
+        digest = hashlib.sha256(test_id.encode()).hexdigest()[:10]
+        safe = f"{safe[:MAX_ID_CHARS]}-{digest}"
+    return safe
+
+
+def _fingerprint(inputs: TensorInputs) -> str:
+    if inputs is None:
+        return ""
+    if isinstance(inputs, torch.Tensor):
+        named = {"0": inputs}
+    elif isinstance(inputs, Mapping):
+        named = dict(inputs)
+    else:
+        named = {str(i): t for i, t in enumerate(inputs)}
+    return input_fingerprint(named)
+
+
+@dataclass
+class GoldenCheck:
+    """Golden checks of one test (what the ``numcheck_golden`` fixture returns).
+
+    ``regen`` is the regen flag; ``regen_command`` and ``reproduce_command`` go into
+    messages; ``written`` collects ``(path, rewritten)`` of each regenerated golden.
+    """
+
+    goldens_dir: Path
+    test_id: str
+    regen: bool = False
+    regen_command: str = ""
+    reproduce_command: str = ""
+    written: list[tuple[Path, bool]] = field(default_factory=list)
+    _names: set[str] = field(default_factory=set)
+
+    def __repr__(self) -> str:
+        return f"<numcheck_golden {self.test_id}{' (regen)' if self.regen else ''}>"
+
+    def path(self, name: str) -> Path:
+        """Where the golden of check ``name`` of this test lives."""
+        return Path(self.goldens_dir) / FIXTURE_DIR / folder_for_test(self.test_id) / (
+            f"{name}.safetensors"
+        )
+
+    def check(
+        self,
+        actual: torch.Tensor,
+        *,
+        reference_fn: Callable[[], torch.Tensor],
+        budget: Mapping[str, Any] | None = None,
+        precision: str | None = None,
+        name: str = "output",
+        inputs: TensorInputs = None,
+        version: int = 1,
+    ) -> ErrorMetrics:
+        """Compare ``actual`` with the golden made by ``reference_fn`` under ``budget``.
+
+        Args:
+            actual: the output under test (any float dtype and device).
+            reference_fn: returns the FP32 reference output; called only under the regen
+                flag, so an expensive reference costs nothing on ordinary runs.
+            budget: case-file output keys (``rel_fro``, ``calc_diff``, ``max_abs``, ``atol``...);
+                the rest comes from the defaults row of ``precision``.
+            precision: ``fp32``, ``tf32`` or ``bf16``; by default ``bf16`` for a bf16/fp16
+                ``actual`` and ``fp32`` otherwise.
+            name: names the golden file; unique within the test.
+            inputs: tensors the output was computed from; their fingerprint is stored, and a
+                golden made from other inputs fails as stale instead of comparing wrongly.
+            version: bump it when the reference itself changes: older goldens become stale.
+
+        Returns the measured :class:`~numcheck.numerics.metrics.ErrorMetrics`. Raises
+        :class:`GoldenCheckFailure` when a budget is missed and a
+        :class:`~numcheck.goldens.files.GoldenError` when the golden is missing, corrupt or stale.
+        """
+        __tracebackhide__ = True
+        precision = precision or precision_of(actual.dtype)
+        ob = complete_budget(precision, {name: dict(budget or {})}, outputs=(name,),
+                             topk_output=None).outputs[name]
+        golden = self._golden(name, inputs, version, lambda: {name: reference_fn()})
+        pair = unpack_pair(name, actual, golden.tensors, path=golden.path,
+                           case=self._label(name), regen_hint=self.regen_command)
+        metrics = compare(pair.actual, pair.expected,
+                          ulp_dtype=ulp_dtype(precision, actual.dtype), atol=ob.atol, rtol=ob.rtol,
+                          unit_roundoff=rounding_unit(precision, actual.dtype))
+        violations = check_output(name, metrics, ob)
+        if violations:
+            raise GoldenCheckFailure(self._message(name, violations, golden.path))
+        return metrics
+
+    def check_topk(
+        self,
+        indices: torch.Tensor,
+        *,
+        reference_fn: Callable[[], torch.Tensor | tuple[torch.Tensor, torch.Tensor]],
+        budget: Mapping[str, Any] | None = None,
+        precision: str = "bf16",
+        name: str = "topk",
+        inputs: TensorInputs = None,
+        version: int = 1,
+    ) -> TopkReport:
+        """Compare a top-k selection ``[R, k]`` (-1 padded) with the golden one, tie-aware.
+
+        ``reference_fn`` returns the FP32 scores ``[R, L]`` (the golden selection is then
+        their :func:`~numcheck.numerics.topk.select_topk` with ``k = indices.shape[-1]``), or a pair
+        ``(golden_indices, scores)``. ``budget`` takes the top-k keys (``recall_min``,
+        ``tie_recall_min``, ``tie_band_rel`` ...), completed from the ``precision`` row: a
+        flip counts as benign only when both tokens' golden scores lie within the tie band of
+        the row's k-th score. Returns the :class:`~numcheck.numerics.topk.TopkReport`; raises like
+        :meth:`check`.
+        """
+        __tracebackhide__ = True
+        tb = complete_budget(precision, {name: dict(budget or {})}, outputs=(name,),
+                             topk_output=name).topk
+        assert tb is not None
+        k = indices.shape[-1]
+
+        def reference() -> dict[str, torch.Tensor]:
+            made = reference_fn()
+            if isinstance(made, tuple):
+                golden_idx, scores = made
+            else:
+                scores = made
+                golden_idx = select_topk(scores, k)
+            return {name: golden_idx, f"{name}.scores": scores}
+
+        golden = self._golden(name, inputs, version, reference)
+        stored = golden.tensors
+        if name not in stored or f"{name}.scores" not in stored:
+            raise GoldenError(
+                f"golden {golden.path} for {self._label(name)} holds no top-k selection\n"
+                f"Fix: regenerate it with: {self.regen_command}", path=golden.path,
+                case=self._label(name),
+            )
+        report = topk_agreement(stored[name], indices.detach().cpu(), stored[f"{name}.scores"],
+                                band=tb.tie_band, band_kind=tb.tie_band_kind)
+        violations = check_topk(name, report, tb)
+        if violations:
+            message = self._message(name, violations, golden.path, report)
+            raise GoldenCheckFailure(message)
+        return report
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _label(self, name: str) -> str:
+        return f"{self.test_id} [{name}]"
+
+    def _golden(
+        self,
+        name: str,
+        inputs: TensorInputs,
+        version: int,
+        reference: Callable[[], Mapping[str, torch.Tensor]],
+    ) -> Golden:
+        __tracebackhide__ = True
+        if not CHECK_NAME.fullmatch(name):
+            raise ValueError(
+                f"numcheck_golden: check name {name!r} cannot name a file. Fix: use letters, "
+                "digits, '_', '.' and '-', starting with a letter or digit"
+            )
+        if name in self._names:
+            raise ValueError(
+                f"numcheck_golden: test {self.test_id} already has a check named {name!r}. "
+                "Fix: give each check in a test its own name="
+            )
+        self._names.add(name)
+        path = self.path(name)
+        fingerprint = _fingerprint(inputs)
+        if self.regen:
+            self.written.append((path, self._write(path, name, reference(), fingerprint, version)))
+        try:
+            golden = load_golden(path, case=self._label(name), regen_hint=self.regen_command)
+            check_fresh(golden, op_version=version, fingerprint=fingerprint, seeds=[],
+                        regen_hint=self.regen_command, case=self._label(name), op=FIXTURE_DIR)
+        except GoldenError as exc:
+            # The message says it all; the user's traceback should end in their test.
+            raise exc.with_traceback(None) from None
+        return golden
+
+    def _write(
+        self,
+        path: Path,
+        name: str,
+        outputs: Mapping[str, torch.Tensor],
+        fingerprint: str,
+        version: int,
+    ) -> bool:
+        """Write the golden unless an equal one is there (no churn on a repeated regen)."""
+        tensors: dict[str, torch.Tensor] = {}
+        for key, t in outputs.items():
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(
+                    f"numcheck_golden: the reference of {self._label(name)} returned "
+                    f"{type(t).__name__}, expected a tensor"
+                )
+            # A selection check needs the golden score of any token a variant may pick, so
+            # its outputs are stored whole; a plain output is sampled when it is large.
+            tensors.update(pack_output(key, t, full=True if len(outputs) > 1 else None))
+        device = device_label(str(next(iter(outputs.values())).device))
+        meta = {"op": FIXTURE_DIR, "case": self._label(name), "op_version": version,
+                "fingerprint": fingerprint, "device": device, "seeds": [],
+                "test_id": self.test_id}
+        return write_if_changed(path, tensors, meta, case=self._label(name))
+
+    def _message(
+        self, name: str, violations: list[Violation], path: Path, report: TopkReport | None = None
+    ) -> str:
+        return verdict_message(
+            f"numcheck FAIL {self._label(name)}", violations, topk=report,
+            where=("golden:", str(path)),
+            commands=Commands(self.reproduce_command, self.regen_command),
+        )
+

@@ -1,0 +1,257 @@
+"""The numerics of one (case, variant, device) check: the variant against the golden, per seed.
+
+    golden, validated for the case once (numcheck.goldens.case_golden.CaseGolden)
+    variant(inputs on device) --> outputs --metrics / top-k vs the stored outputs--> violations
+
+:func:`numcheck.check.run_check` calls :func:`check` first, then the other gates. The golden
+arrives read and validated (format, freshness, every output's presence, shape and dtype);
+this module reads its stored outputs and never goes back to the file. Everything here is
+plain Python so it can be tested and scripted directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
+from typing import TYPE_CHECKING
+
+import torch
+
+from numcheck.cases import Case
+from numcheck.goldens.case_golden import CaseGolden
+from numcheck.goldens.files import dtype_name
+from numcheck.goldens.packing import STATS_FIELDS, StoredOutput, StoredPair
+from numcheck.inputs import to_device
+from numcheck.localize import failure as localize
+from numcheck.numerics.metric_names import MAX_FLIPS
+from numcheck.numerics.metrics import compare
+from numcheck.numerics.nonfinite import explain as explain_nonfinite
+from numcheck.numerics.run import (
+    CaseInputs,
+    envelope_key,
+    rounding_envelope_outputs,
+    run_variant,
+    yardstick,
+)
+from numcheck.numerics.topk import topk_agreement
+from numcheck.numerics.verdict import Violation, check_output, check_topk
+from numcheck.ops.spec import OpSpec, Outputs, VariantError
+from numcheck.precision import rounding_unit, ulp_dtype
+from numcheck.prepare import Preparations, Preparer, prepare
+from numcheck.result import CheckResult, SeedResult
+
+if TYPE_CHECKING:
+    from numcheck.numerics.budgets import OutputBudget
+    from numcheck.numerics.firstcall import FirstCallWatch
+
+__all__ = ["check"]
+
+
+def check(
+    op: OpSpec,
+    case: Case,
+    variant_name: str,
+    device: str,
+    golden: CaseGolden,
+    inputs: CaseInputs,
+    *,
+    max_flips: int = MAX_FLIPS,
+    keep_outputs: bool = False,
+    preparations: Preparations | None = None,
+    first_call: FirstCallWatch | None = None,
+) -> CheckResult:
+    """Compare one variant with the golden for every seed of the case.
+
+    ``golden`` is the case's golden as :mod:`numcheck.goldens.case_golden` validated it for
+    this case (its id and seeds; ValueError otherwise): a stale or malformed golden was
+    refused there, before anything ran. A variant with a one-time preparation is prepared once
+    per seed (``preparations`` keeps them for the rest of the check:
+    :func:`numcheck.check.run_check` times and audits on the same ones) and its calls on the
+    prepared inputs are what is compared.
+
+    Raises :class:`~numcheck.ops.spec.VariantError` when the variant misbehaves (and
+    :class:`~numcheck.goldens.files.GoldenFormatError` when the reference itself no longer
+    gives what the golden holds). ``first_call`` times the variant's first call (the first
+    seed's), apart from the rest.
+    """
+    golden.require(case)
+    preparations = preparations if preparations is not None else Preparations()
+    results: list[SeedResult] = []
+    for seed in case.seeds:
+        # Localize the first failing seed only: one place per check is what a reader needs.
+        results.append(_check_seed(
+            op, case, variant_name, device, golden, inputs, seed,
+            max_flips=max_flips, keep_outputs=keep_outputs,
+            localize_failure=not any(r.localization for r in results),
+            preparer=preparations.at(seed),
+            first_call=None if results else first_call,
+        ))
+    result = CheckResult(
+        case, variant_name, device, results, [v for r in results for v in r.violations],
+        first_call_s=None if first_call is None else first_call.seconds,
+    )
+    first = preparations.first(variant_name)
+    result.prepared = None if first is None else first.as_dict()
+    return result
+
+
+def _check_seed(
+    op: OpSpec,
+    case: Case,
+    variant_name: str,
+    device: str,
+    golden: CaseGolden,
+    inputs: CaseInputs,
+    seed: int,
+    *,
+    max_flips: int,
+    keep_outputs: bool,
+    localize_failure: bool = False,
+    preparer: Preparer = prepare,
+    first_call: FirstCallWatch | None = None,
+) -> SeedResult:
+    """Run the variant on one seed's inputs (prepared by ``preparer`` when it has a one-time
+    preparation); every output and the selection against the golden (and, with
+    ``localize_failure``, where a failure's error sits)."""
+    variant = op.variants[variant_name]
+    budget = case.budgets[variant_name]
+    cpu_inputs, _ = inputs.get(seed)
+    dev_inputs = to_device(cpu_inputs, device)
+    prepared = preparer(variant, dev_inputs, case.params, device)
+    with first_call if first_call is not None else contextlib.nullcontext():
+        out = run_variant(variant, op, dev_inputs, case, device, prepared=prepared)
+
+    def envelope(precision: str) -> list[Outputs]:
+        return inputs.envelope(
+            envelope_key(op, precision, seed, device),
+            partial(rounding_envelope_outputs, op, precision, dev_inputs, case, device,
+                    (variant_name, out), inputs.member_runs(seed, device, dev_inputs)),
+        )
+
+    result = SeedResult(seed)
+    if keep_outputs:
+        result.outputs = {name: t.detach().cpu() for name, t in out.items()}
+    stored = {name: golden.output(seed, name) for name in op.outputs}
+    for name in op.outputs:
+        _fits_reference(golden, stored[name], name, out[name], variant_name,
+                        reference=variant_name == op.reference)
+        if op.topk is not None and name == op.topk.indices:
+            continue
+        _check_output(result, name, out[name], stored[name], variant.precision,
+                      budget.outputs[name],
+                      honest=[h[name] for h in envelope(yardstick(op, variant.precision, name))])
+    if op.topk is not None and budget.topk is not None:
+        spec, tb = op.topk, budget.topk
+        report = topk_agreement(
+            stored[spec.indices].values,
+            out[spec.indices].cpu(),
+            stored[spec.scores].values,
+            band=tb.tie_band, band_kind=tb.tie_band_kind, max_flips=max_flips,
+        )
+        result.topk = report
+        result.violations += check_topk(spec.indices, report, tb, seed=seed)
+    if localize_failure and result.violations and localize.enabled():
+        try:
+            result.localization = localize.localize_failure(
+                op, case.params, cpu_inputs, out, stored, result.violations, budget, seed=seed,
+            )
+        except Exception as exc:  # noqa: BLE001 - a diagnostic never replaces the verdict
+            result.localization = [localize.failed(result.violations[0].output, seed, exc)]
+    return result
+
+
+def _check_output(
+    result: SeedResult,
+    name: str,
+    actual: torch.Tensor,
+    stored: StoredOutput,
+    precision: str,
+    ob: OutputBudget,
+    *,
+    honest: Sequence[torch.Tensor] = (),
+) -> None:
+    """One ordinary output of one seed: its metrics and violations, added to ``result``.
+    ``honest`` holds this output from each member of the op's rounding envelope at this
+    precision on the same inputs (the yardstick of ``max_err_ratio``); empty when the op
+    names none."""
+    seed = result.seed
+    pair = stored.pair(actual)
+    honest_actual = [stored.pair(h).actual for h in honest]
+    m = compare(
+        pair.actual, pair.expected,
+        ulp_dtype=ulp_dtype(precision, actual.dtype),
+        atol=ob.atol, rtol=ob.rtol,
+        unit_roundoff=rounding_unit(precision, actual.dtype),
+        rounding_ref=honest_actual or None,
+    )
+    result.metrics[name] = m
+    found = check_output(name, m, ob, seed=seed)
+    if m.nonfinite.mask_mismatch:
+        found = [_locate_mask(v, pair.actual, pair.expected) for v in found]
+    found = [explain_nonfinite(v, pair.actual, pair.expected, precision=precision) for v in found]
+    result.violations += found
+    if pair.sampled:
+        result.violations += _check_stats(name, pair, seed)
+
+
+def _locate_mask(v: Violation, actual: torch.Tensor, expected: torch.Tensor) -> Violation:
+    """Point an ``inf_mask`` violation at its first position: the usual cause is a mask
+    (context length) off by one, and the index shows which row and token."""
+    if v.metric != "inf_mask":
+        return v
+    a, e = actual.detach().cpu(), expected.detach().cpu()
+    differs = (torch.isposinf(a) != torch.isposinf(e)) | (torch.isneginf(a) != torch.isneginf(e))
+    first = tuple(int(i) for i in torch.nonzero(differs)[0].tolist())
+    detail = (
+        f"{v.detail}; first at index {first}: output {float(a[first]):.6g}, "
+        f"golden {float(e[first]):.6g}"
+    )
+    return replace(v, detail=detail, index=first)
+
+
+def _fits_reference(
+    golden: CaseGolden, stored: StoredOutput, output: str, actual: torch.Tensor, variant: str,
+    *, reference: bool,
+) -> None:
+    """The variant's output has the reference's shape and dtype, as the golden records them
+    (a golden without that record is held to its stored tensors by
+    :meth:`~numcheck.goldens.packing.StoredOutput.pair`)."""
+    if stored.recorded_shape is None or stored.recorded_dtype is None:
+        return
+    want_shape, want_dtype = list(stored.recorded_shape), stored.recorded_dtype
+    dtype = dtype_name(actual.dtype)
+    if list(actual.shape) == want_shape and dtype == want_dtype:
+        return
+    if reference:
+        # The reference defines the golden: a mismatch means the golden is the odd one out.
+        raise golden.format_error(
+            f"output {output!r} is stored as {want_dtype} {want_shape}, "
+            f"but the reference {variant!r} now gives {dtype} {list(actual.shape)}",
+            f"if the reference changed on purpose, regenerate it with: {golden.regen_hint}",
+        )
+    raise VariantError(
+        f"op {golden.meta.get('op', '')!r} variant {variant!r}: output {output!r} is {dtype} "
+        f"{list(actual.shape)}; the reference gives {want_dtype} {want_shape}. "
+        "Fix: return every output in the reference's shape and dtype (a cast belongs "
+        "inside the variant: it is part of its cost)"
+    )
+
+
+def _check_stats(name: str, pair: StoredPair, seed: int) -> list[Violation]:
+    """For sampled goldens: the non-finite counts of the whole output must still match."""
+    exp, act = pair.stats_expected, pair.stats_actual
+    found = []
+    # NaN too: a NaN outside the sampled positions is invisible to the elementwise metrics.
+    for label in ("nan", "posinf", "neginf"):
+        i = STATS_FIELDS.index(f"n_{label}")
+        if exp is not None and act is not None and int(exp[i]) != int(act[i]):
+            found.append(
+                Violation(
+                    name, f"{label}_count", abs(int(act[i]) - int(exp[i])), 0, seed=seed,
+                    detail=f"output has {int(act[i])}, golden has {int(exp[i])} (must match)",
+                )
+            )
+    return found
+

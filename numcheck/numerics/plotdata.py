@@ -1,0 +1,211 @@
+"""Compact plot data of one check, kept in its report record (``plots``).
+
+The HTML report (:mod:`numcheck.report.htmlpage`) draws a check's error distribution and
+its top-k flips from the record alone, so a saved ``--numcheck-report`` file can be turned into
+HTML later without the tensors. What is stored must therefore be small and complete:
+
+- ``errors``: per output, counts of ``|actual - golden|`` in log-spaced bins (four per
+  decade on one fixed grid, so seeds add up bin by bin), the exact zeros and the non-finite
+  positions apart, plus the 10/50/90th percentiles of ``|golden|`` and the unit roundoff
+  behind the honest-rounding reference (``u * |golden|``: what rounding the result once to
+  the variant's precision would cost).
+- ``flips``: per top-k output, every flipped token's ``(golden score - k-th score)`` in
+  units of its row's tie band, counted in fixed symmetric bins by direction. A count in
+  ``|m| <= 1`` is a near-tie the gate forgives; beyond it, a flip precision cannot explain.
+
+A record's ``plots`` is a few hundred numbers whatever the output size. Layout:
+docs/report.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from numcheck.precision import UNIT_ROUNDOFF, rounding_unit
+
+if TYPE_CHECKING:
+    from numcheck.goldens.case_golden import CaseGolden
+
+#: Bins per decade of |error|; bin k holds errors in [10**(k/B), 10**((k+1)/B)).
+BINS_PER_DECADE = 4
+
+#: Edges of |margin| / tie band for the flip bins (the last bin is open-ended).
+FLIP_EDGES: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0)
+
+
+def unit_roundoff(precision: str | None, dtype: torch.dtype) -> float:
+    """The coarser of the precision class's and the output dtype's unit roundoff
+    (:func:`numcheck.precision.rounding_unit`); an unknown class counts the dtype alone.
+
+    A bf16 variant with an fp32 output still rounded its products to bf16; an fp32 variant
+    with a bf16 output rounded its result to bf16: either way the coarser one is honest.
+    """
+    if precision in UNIT_ROUNDOFF:
+        return rounding_unit(precision, dtype)
+    return torch.finfo(dtype).eps / 2 if dtype.is_floating_point else 0.0
+
+
+def error_histogram(
+    actual: torch.Tensor, expected: torch.Tensor, *, roundoff: float, sampled: bool = False
+) -> dict[str, Any]:
+    """Log-binned ``|actual - expected|`` of one output of one seed (both any float dtype)."""
+    a = actual.detach().to("cpu", torch.float64).reshape(-1)
+    e = expected.detach().to("cpu", torch.float64).reshape(-1)
+    finite = torch.isfinite(a) & torch.isfinite(e)
+    err = (a[finite] - e[finite]).abs()
+    positive = err[err > 0]
+    out: dict[str, Any] = {
+        "n": int(a.numel()),
+        "zeros": int((err == 0).sum()),
+        "nonfinite": int((~finite).sum()),
+        "k0": 0,
+        "counts": [],
+        "per_decade": BINS_PER_DECADE,
+        "golden_abs": _quantiles(e[finite].abs()),
+        "unit_roundoff": roundoff,
+        "sampled": sampled,
+    }
+    if positive.numel():
+        k = torch.floor(torch.log10(positive) * BINS_PER_DECADE).to(torch.int64)
+        k0 = int(k.min())
+        out["k0"] = k0
+        out["counts"] = [int(c) for c in torch.bincount(k - k0).tolist()]
+    return out
+
+
+def _quantiles(values: torch.Tensor) -> list[float]:
+    if values.numel() == 0:
+        return [0.0, 0.0, 0.0]
+    # float64 quantile on at most ~1M values: a strided subsample keeps it cheap and fixed.
+    step = max(1, values.numel() // 1_000_000)
+    q = torch.quantile(values[::step], torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64))
+    return [float(x) for x in q.tolist()]
+
+
+def merge_histograms(hists: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Add the seeds' histograms of one output bin by bin (same grid); None for none."""
+    if not hists:
+        return None
+    first = hists[0]
+    filled = [h for h in hists if h["counts"]]
+    out = dict(first)
+    for key in ("n", "zeros", "nonfinite"):
+        out[key] = sum(int(h[key]) for h in hists)
+    out["sampled"] = any(h.get("sampled") for h in hists)
+    # Percentiles of |golden| do not add up; the widest range over seeds is the honest one.
+    out["golden_abs"] = [min(h["golden_abs"][0] for h in hists),
+                         sorted(h["golden_abs"][1] for h in hists)[len(hists) // 2],
+                         max(h["golden_abs"][2] for h in hists)]
+    if not filled:
+        out["k0"], out["counts"] = 0, []
+        return out
+    k0 = min(int(h["k0"]) for h in filled)
+    k1 = max(int(h["k0"]) + len(h["counts"]) for h in filled)
+    counts = [0] * (k1 - k0)
+    for h in filled:
+        for i, c in enumerate(h["counts"]):
+            counts[int(h["k0"]) - k0 + i] += int(c)
+    out["k0"], out["counts"] = k0, counts
+    return out
+
+
+def flip_histogram(
+    golden_idx: torch.Tensor,
+    variant_idx: torch.Tensor,
+    golden_scores: torch.Tensor,
+    *,
+    band: float,
+    band_kind: str,
+) -> dict[str, Any]:
+    """Every flipped token's distance to its row's k-th golden score, in tie bands.
+
+    Uses :func:`numcheck.numerics.topk.topk_agreement` with a zero band, which lists every flip not
+    exactly at the k-th score (with its margin) and counts the rest; the row's band width
+    comes from :func:`numcheck.numerics.topk.row_tolerance`, the same one the gate uses.
+    """
+    from numcheck.numerics.topk import row_tolerance, topk_agreement
+
+    scores = golden_scores.detach().to("cpu")
+    report = topk_agreement(golden_idx, variant_idx, scores, band=0.0, band_kind="abs",
+                            max_flips=golden_idx.numel() + variant_idx.numel())
+    tol = row_tolerance(scores, band, band_kind)
+    out: dict[str, Any] = {
+        "edges": list(FLIP_EDGES),
+        "out": [0] * len(FLIP_EDGES),
+        "in": [0] * len(FLIP_EDGES),
+        "out_neg": [0] * len(FLIP_EDGES),
+        "in_neg": [0] * len(FLIP_EDGES),
+        "masked": 0,
+        "n_flips": report.n_flips,
+        "band": band,
+        "band_kind": band_kind,
+    }
+    at_kth = report.n_flips - report.n_unexplained  # margin exactly 0
+    # A flip exactly at the k-th score: "out" by convention (its direction is not kept).
+    out["out"][0] += at_kth
+    for f in report.unexplained:
+        if not math.isfinite(f.margin):
+            out["masked"] += 1
+            continue
+        width = float(tol[f.row])
+        m = abs(f.margin) / width if width > 0 else math.inf
+        i = max(j for j, edge in enumerate(FLIP_EDGES) if m >= edge)
+        key = f.direction + ("_neg" if f.margin < 0 else "")
+        out[key][i] += 1
+    return out
+
+
+def merge_flips(flips: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Add the seeds' flip histograms (same edges); None for none."""
+    if not flips:
+        return None
+    out = dict(flips[0])
+    for key in ("out", "in", "out_neg", "in_neg"):
+        out[key] = [sum(f[key][i] for f in flips) for i in range(len(FLIP_EDGES))]
+    for key in ("masked", "n_flips"):
+        out[key] = sum(int(f[key]) for f in flips)
+    return out
+
+
+def check_plots(
+    op: Any, precision: str | None, seeds: Sequence[Any], golden: CaseGolden
+) -> dict[str, Any] | None:
+    """The ``plots`` section of a check's record, from the outputs each seed kept.
+
+    ``seeds`` are the runner's seed results (with ``outputs``); ``golden`` the case's golden
+    as validated for the check (:class:`numcheck.goldens.case_golden.CaseGolden`). None when
+    no seed kept its outputs (e.g. a perf-only check).
+    """
+    errors: dict[str, list[dict[str, Any]]] = {}
+    flips: list[dict[str, Any]] = []
+    for s in seeds:
+        outputs = getattr(s, "outputs", None)
+        if not outputs:
+            continue
+        for name, t in outputs.items():
+            if op.topk is not None and name == op.topk.indices:
+                continue
+            if not t.dtype.is_floating_point:
+                continue
+            pair = golden.output(s.seed, name).pair(t)
+            errors.setdefault(name, []).append(error_histogram(
+                pair.actual, pair.expected, roundoff=unit_roundoff(precision, t.dtype),
+                sampled=pair.sampled))
+        if op.topk is not None and s.topk is not None and op.topk.indices in outputs:
+            flips.append(flip_histogram(
+                golden.output(s.seed, op.topk.indices).values,
+                outputs[op.topk.indices].detach().cpu(),
+                golden.output(s.seed, op.topk.scores).values,
+                band=s.topk.band, band_kind=s.topk.band_kind,
+            ))
+    if not errors and not flips:
+        return None
+    merged = {name: merge_histograms(h) for name, h in errors.items()}
+    result: dict[str, Any] = {"errors": merged}
+    if flips:
+        result["flips"] = {op.topk.indices: merge_flips(flips)}
+    return result

@@ -1,0 +1,155 @@
+"""Running variants on a case's inputs: the inputs made once per seed, a variant's call
+checked for what it returns, and the rounding envelope a precision class is measured against.
+
+The numerics of a check (:mod:`numcheck.numerics.against_golden`), the speed gate, golden
+making (:mod:`numcheck.goldens.make`) and the self-tests all run variants through
+:func:`run_variant`, so a variant that raises or returns the wrong outputs is the same
+:class:`~numcheck.ops.spec.VariantError` everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+import torch
+
+from numcheck.cases import Case
+from numcheck.goldens.files import input_fingerprint
+from numcheck.ops.spec import Inputs, OpSpec, Outputs, Variant, VariantError, VariantFn
+from numcheck.precision import coarser
+from numcheck.precision.gemm_family import MemberRuns, envelope_members, member_name
+from numcheck.prepare import Prepared, prepare
+
+__all__ = ["CaseInputs", "envelope_key", "rounding_envelope_outputs", "run_variant", "yardstick"]
+
+
+class CaseInputs:
+    """The CPU inputs of one case, made once per seed and fingerprinted."""
+
+    def __init__(self, op: OpSpec, case: Case) -> None:
+        self.op = op
+        self.case = case
+        self._made: dict[int, tuple[Inputs, str]] = {}
+        self._envelopes: dict[tuple[Any, ...], list[Outputs]] = {}
+        self._members: dict[tuple[int, str], MemberRuns] = {}
+
+    def get(self, seed: int) -> tuple[Inputs, str]:
+        if seed not in self._made:
+            inputs = self.op.make_inputs(self.case.params, seed)
+            self._made[seed] = (inputs, input_fingerprint(inputs))
+        return self._made[seed]
+
+    def envelope(self, key: tuple[Any, ...], make: Callable[[], list[Outputs]]) -> list[Outputs]:
+        """The rounding envelope's outputs for ``key`` (seed, device, the envelope's members),
+        made once: every variant of a precision class is measured against the same ones."""
+        if key not in self._envelopes:
+            self._envelopes[key] = make()
+        return self._envelopes[key]
+
+    def member_runs(self, seed: int, device: str, dev_inputs: Inputs) -> MemberRuns:
+        """The op's GEMM members on this seed's inputs on ``device``, each run once for
+        every precision class and variant that measures against them."""
+        if (seed, device) not in self._members:
+            self._members[(seed, device)] = MemberRuns(self.op, dev_inputs, self.case.params)
+        return self._members[(seed, device)]
+
+    def fingerprint(self) -> str:
+        """One hash over every seed's input fingerprint, in seed order."""
+        joined = "|".join(f"{s}:{self.get(s)[1]}" for s in self.case.seeds)
+        return hashlib.sha256(joined.encode()).hexdigest()
+
+
+def run_variant(
+    variant: Variant, op: OpSpec, inputs: Inputs, case: Case, device: str,
+    *, prepared: Prepared | None = None,
+) -> Outputs:
+    """Call a variant and check what it returned has the op's output names on ``device``.
+
+    ``inputs`` are the op's inputs on ``device``. A variant with a one-time preparation is
+    called on them with ``prepared``'s tensors on top; without ``prepared`` its preparation
+    is made here first (:func:`numcheck.prepare.prepare`).
+    """
+    if variant.prepare is not None:
+        if prepared is None:
+            prepared = prepare(variant, inputs, case.params, device)
+        assert prepared is not None
+        inputs = prepared.call_inputs(inputs)
+    try:
+        out = variant.fn(inputs, case.params)
+    except Exception as exc:  # the variant's own failure is a verdict, not a crash
+        raise VariantError(f"variant {variant.name!r} raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(out, Mapping):
+        raise VariantError(
+            f"variant {variant.name!r} returned {type(out).__name__}; "
+            f"expected a dict of outputs {list(op.outputs)}"
+        )
+    if set(out) != set(op.outputs):
+        raise VariantError(
+            f"variant {variant.name!r} returned outputs {sorted(out)}; "
+            f"op {op.name!r} names {list(op.outputs)}"
+        )
+    for name, t in out.items():
+        if not isinstance(t, torch.Tensor):
+            raise VariantError(f"variant {variant.name!r}: output {name!r} is not a tensor")
+        if t.device.type != device:
+            raise VariantError(
+                f"variant {variant.name!r}: output {name!r} is on {t.device.type}, "
+                f"expected {device}"
+            )
+    return dict(out)
+
+
+def rounding_envelope_outputs(
+    op: OpSpec, precision: str, inputs: Inputs, case: Case, device: str,
+    own: tuple[str, Outputs], runs: MemberRuns | None = None,
+) -> list[Outputs]:
+    """The op's honest implementations at ``precision``, on the same inputs: its rounding
+    reference and rounding alternatives (when it names a reference that can run on
+    ``device``), and the envelope members derived from its ``gemm_site``
+    (numcheck.precision.gemm_family; ``runs`` keeps them across classes and checks). ``own`` is the
+    checked variant's name and outputs, used as they are when that variant is the reference.
+    Empty when the op has neither for ``precision``."""
+    envelope: list[Outputs] = []
+    name = op.rounding_reference.get(precision)
+    reference = op.variants.get(name) if name is not None else None
+    if reference is not None and device in reference.devices and not reference.unavailable:
+        envelope.append(own[1] if name == own[0]
+                        else run_variant(reference, op, inputs, case, device))
+        for label, fn in op.rounding_alternatives.get(precision, {}).items():
+            alternative = Variant(f"{label} (rounding alternative of {name!r})", fn, precision)
+            envelope.append(run_variant(alternative, op, inputs, case, device))
+    derived = envelope_members(op, precision, device)
+    if derived:
+        runs = runs if runs is not None else MemberRuns(op, inputs, case.params)
+        for impl in derived:
+            label = f"{member_name(impl)} (rounding envelope of {precision})"
+            envelope.append(runs.outputs(impl, run=partial(_run_member, label, precision, op,
+                                                           inputs, case, device)))
+        runs.release()
+    return envelope
+
+
+def _run_member(label: str, precision: str, op: OpSpec, inputs: Inputs, case: Case,
+                device: str, fn: VariantFn) -> Outputs:
+    """Run a derived member's function as a variant (its outputs checked like one's)."""
+    return run_variant(Variant(label, fn, precision), op, inputs, case, device)
+
+
+def yardstick(op: OpSpec, precision: str, output: str) -> str:
+    """The precision class whose rounding envelope ``output`` of a ``precision`` variant is
+    measured against: the coarser of the variant's class and the output's storage class (a
+    TF32 variant's bf16-stored mHC ``y`` differs from the golden by whole bf16 steps, which
+    only bf16 rounding explains)."""
+    return coarser(precision, op.output_precision.get(output, precision))
+
+
+def envelope_key(op: OpSpec, precision: str, seed: int, device: str) -> tuple[Any, ...]:
+    """What makes a rounding envelope the same one: the seed, device and class, and every
+    member it is made of (:meth:`CaseInputs.envelope` keeps one per key)."""
+    alternatives = op.rounding_alternatives.get(precision, {})
+    derived = tuple(g.label for g in envelope_members(op, precision, device))
+    return (seed, device, precision, op.rounding_reference.get(precision),
+            tuple(alternatives.items()), op.gemm_site, derived)

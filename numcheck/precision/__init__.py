@@ -1,0 +1,161 @@
+"""Precision classes, and matmul precision switches that always restore the process's own.
+
+Every variant names the precision class it computes in (``fp32``, ``tf32``, ``fp16``,
+``bf16``, ``e4m3``, ``e5m2``). The class decides four things, all read from
+:data:`PRECISION_CLASSES`:
+
+- which default budget row completes the variant's budget (``numcheck.numerics.budgets``),
+- in which dtype ULP errors are counted (:func:`ulp_dtype`: the coarser of the class's
+  compute dtype and the output's dtype),
+- the unit roundoff of the floor of its element-level error (``max_err_ratio``),
+- whether its GEMMs are meant for tensor cores, so that a CUDA-core GEMM is a failure of the
+  kernel audit (``numcheck.overhead.gate``).
+
+torch is imported inside the functions, so the names load without it.
+
+This package is the room of precision classes. This module holds the classes themselves;
+beside it, how each class is implemented as users run it:
+
+- :mod:`numcheck.precision.operand_rounding`: fp32 operands rounded to TF32 (to nearest, or
+  truncated), bf16 and fp16, bit for bit;
+- :mod:`numcheck.precision.gemm_impls`: the honest GEMMs of each class (emulated, and on
+  CUDA cuBLAS and a Triton kernel);
+- :mod:`numcheck.precision.gemm_family`: an op's members and rounding envelope per class,
+  derived from where its GEMM sits (``OpSpec.gemm_site``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class PrecisionClass:
+    """One precision class: its name, the torch dtype it computes in, its GEMM units."""
+
+    name: str
+    #: Name of the torch dtype the class's arithmetic rounds to (``torch.<compute>``).
+    compute: str
+    #: True when its GEMMs are meant for tensor cores (a CUDA-core GEMM is then a failure).
+    tensor_core: bool
+    #: Explicit mantissa bits of the values the class rounds to (its unit roundoff follows).
+    mantissa_bits: int
+    doc: str = ""
+
+    @property
+    def unit_roundoff(self) -> float:
+        """``u = 2^-(mantissa bits + 1)``: the largest relative error of one rounding."""
+        return 2.0 ** -(self.mantissa_bits + 1)
+
+
+#: Every precision class by name, from finest to coarsest (:func:`coarser` relies on the
+#: order: by unit roundoff, then this listing). A variant's ``precision`` must be one of these.
+PRECISION_CLASSES: dict[str, PrecisionClass] = {
+    c.name: c
+    for c in (
+        PrecisionClass("fp32", "float32", tensor_core=False, mantissa_bits=23,
+                       doc="IEEE fp32 arithmetic (TF32 off): the references"),
+        PrecisionClass("tf32", "float32", tensor_core=True, mantissa_bits=10,
+                       doc="fp32 tensors, GEMMs on tensor cores with 10-bit mantissa operands"),
+        PrecisionClass("fp16", "float16", tensor_core=True, mantissa_bits=10,
+                       doc="fp16 GEMM operands (11 significant bits), fp32 accumulation"),
+        PrecisionClass("bf16", "bfloat16", tensor_core=True, mantissa_bits=7,
+                       doc="bf16 GEMM operands (8 significant bits), fp32 accumulation"),
+        PrecisionClass("e4m3", "float8_e4m3fn", tensor_core=True, mantissa_bits=3,
+                       doc="fp8 e4m3 operands (4 significant bits), scaled"),
+        PrecisionClass("e5m2", "float8_e5m2", tensor_core=True, mantissa_bits=2,
+                       doc="fp8 e5m2 operands (3 significant bits), scaled"),
+    )
+}
+#: Names of the precision classes, in table order.
+PRECISIONS = tuple(PRECISION_CLASSES)
+#: Precision classes whose GEMMs are meant for tensor cores.
+TENSOR_CORE_PRECISIONS = tuple(n for n, c in PRECISION_CLASSES.items() if c.tensor_core)
+#: Unit roundoff of each class.
+UNIT_ROUNDOFF = {n: c.unit_roundoff for n, c in PRECISION_CLASSES.items()}
+#: The torch dtype (by attribute name) whose values each class rounds to. TF32 has no torch
+#: dtype: its values live in float32.
+DTYPE_NAMES = {n: c.compute for n, c in PRECISION_CLASSES.items()}
+
+
+def coarser(a: str, b: str) -> str:
+    """The coarser of two precision classes (``coarser("fp32", "bf16") == "bf16"``)."""
+    return max(a, b, key=PRECISIONS.index)
+
+
+def unit_roundoff(precision: str) -> float:
+    """``u`` of a precision class; ValueError names the known classes."""
+    try:
+        return UNIT_ROUNDOFF[precision]
+    except KeyError:
+        known = ", ".join(PRECISIONS)
+        raise ValueError(f"numcheck: unknown precision class {precision!r} (known: {known})") from None
+
+
+def compute_dtype(precision: str) -> torch.dtype:
+    """The torch dtype the precision class computes in (``KeyError`` for an unknown class)."""
+    import torch
+
+    return getattr(torch, PRECISION_CLASSES[precision].compute)
+
+
+def ulp_dtype(precision: str, output_dtype: torch.dtype) -> torch.dtype:
+    """The coarser of the precision class's compute dtype and the output's dtype.
+
+    ULPs are counted in what the variant claims to compute in, unless its output is stored
+    coarser still (a bf16 output of an fp32 computation is judged in bf16 ULPs).
+    """
+    import torch
+
+    compute = compute_dtype(precision)
+    if not output_dtype.is_floating_point:
+        return compute
+    return max(compute, output_dtype, key=lambda d: torch.finfo(d).eps)
+
+
+def rounding_unit(precision: str, output_dtype: torch.dtype) -> float:
+    """The unit roundoff ``max_err_ratio`` counts in: the coarser of the variant's
+    precision class and the output's dtype (a bf16 output carries bf16 rounding whatever
+    the variant computed in)."""
+    import torch
+
+    u = UNIT_ROUNDOFF[precision]
+    if output_dtype.is_floating_point:
+        u = max(u, torch.finfo(output_dtype).eps / 2)
+    return u
+
+
+def precision_of(dtype: torch.dtype) -> str:
+    """The precision class an output of ``dtype`` can be held to when none is named.
+
+    A half-precision output can only meet the bf16 row; anything finer is held to fp32.
+    """
+    import torch
+
+    return "bf16" if dtype in (torch.bfloat16, torch.float16) else "fp32"
+
+
+@contextmanager
+def matmul_precision(*, tf32: bool) -> Iterator[None]:
+    """Allow (``tf32=True``) or forbid TF32 for fp32 matmuls inside the block.
+
+    The FP32 references run under ``tf32=False`` so a caller who enabled TF32 globally
+    cannot leak it into a golden. Uses ``torch.set_float32_matmul_precision``, which
+    drives cuBLAS (and oneDNN where it has TF32) on every torch >= 2.4, and restores the
+    previous setting even when the body raises. On a CPU without TF32 hardware the
+    matmul stays IEEE fp32.
+    """
+    import torch
+
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)

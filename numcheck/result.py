@@ -1,0 +1,143 @@
+"""What one check gives: the verdict of a (case, variant, device), as every room fills it.
+
+The numerics (:func:`numcheck.numerics.against_golden.check`) make a :class:`CheckResult` with
+one :class:`SeedResult` per seed; :func:`numcheck.check.run_check` adds what the speed gate and
+the overhead audit measured and how a known-bad variant's expectation settled
+(:class:`Settled`); the report (:mod:`numcheck.report.records`) reads it into a record.
+
+This module sits below every room that fills or reads a result, so each can import it: it
+names the speed gate's and the overhead audit's parts by the little it needs of them
+(:class:`PerfPart`, :class:`OverheadPart`), never by importing those rooms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from numcheck.cases import Case
+from numcheck.localize.findings import Localization
+from numcheck.numerics.metrics import ErrorMetrics
+from numcheck.numerics.topk import TopkReport
+from numcheck.numerics.verdict import Violation, worst
+from numcheck.ops.spec import Outputs
+
+__all__ = ["CheckResult", "OverheadPart", "PerfPart", "SeedResult", "Settled", "display_id"]
+
+
+def display_id(case: Case, variant: str, device: str) -> str:
+    """``indexer::v4flash-b4-l2k::bf16[cpu]``: how a check is named in messages and tables."""
+    return f"{case.op}::{case.id}::{variant}[{device}]"
+
+
+class PerfPart(Protocol):
+    """What the speed gate leaves in a result (a :class:`numcheck.perf.measure.PerfResult`):
+    its violations and the record's ``timing`` section."""
+
+    def violations(self) -> list[Violation]: ...
+
+    def record_section(self) -> dict[str, Any]: ...
+
+
+class OverheadPart(Protocol):
+    """What the overhead audit leaves in a result (a
+    :class:`numcheck.overhead.gate.OverheadReport`): the record's ``casts`` section."""
+
+    def as_dict(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class Settled:
+    """How a known-bad variant's expected failures (``expect.<variant>.fails``) came out.
+
+    ``caught``: the expected failures seen. ``missed``: the expected failures of active gates
+    that caught nothing (each gate that should catch the variant must). ``xfail`` when none
+    was missed: the variant failed as expected.
+    """
+
+    caught: tuple[str, ...]
+    missed: tuple[str, ...]
+    reason: str
+
+    @property
+    def xfail(self) -> bool:
+        return not self.missed
+
+
+@dataclass
+class SeedResult:
+    """What one seed measured: metrics per output, the top-k report, and violations."""
+
+    seed: int
+    metrics: dict[str, ErrorMetrics] = field(default_factory=dict)
+    topk: TopkReport | None = None
+    violations: list[Violation] = field(default_factory=list)
+    #: The variant's outputs on the CPU, when the caller asked to keep them (calibration,
+    #: the report's plot data, a failure's obtained file).
+    outputs: Outputs | None = None
+    #: Where the error sits, per failing output (only on a check's first failing seed).
+    localization: list[Localization] = field(default_factory=list)
+
+
+@dataclass
+class CheckResult:
+    """The verdict of one (case, variant, device)."""
+
+    case: Case
+    variant: str
+    device: str
+    seeds: list[SeedResult]
+    violations: list[Violation]
+    #: Filled by the perf gate (speedup with its interval) and the cast ledger, when run:
+    #: the record's sections, and the measurements they come from.
+    timing: dict[str, Any] | None = None
+    casts: dict[str, Any] | None = None
+    perf: PerfPart | None = None
+    overhead: OverheadPart | None = None
+    #: A known-bad variant's expected failures, settled (None for an ordinary check).
+    settled: Settled | None = None
+    #: The record's compact plot data (numcheck.numerics.plotdata) and a note shown in its row.
+    plots: dict[str, Any] | None = None
+    note: str | None = None
+    #: Seconds of the check's first call of its variant (compile, warm-up), timed apart
+    #: (numcheck.numerics.firstcall); None when the check made no call of its own.
+    first_call_s: float | None = None
+    #: The variant's one-time preparation on the case's first seed, as the record's
+    #: ``prepared`` section (:meth:`numcheck.prepare.Prepared.as_dict`); None without one.
+    prepared: dict[str, Any] | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not self.violations
+
+    @property
+    def id(self) -> str:
+        return display_id(self.case, self.variant, self.device)
+
+    def worst(self) -> Violation | None:
+        return worst(self.violations)
+
+    def metric(self, output: str, name: str) -> float | None:
+        """Worst value of an error metric over seeds (None when not measured: no seed, or
+        ``max_err_ratio`` without a rounding reference)."""
+        values = [s.metrics[output].value(name) for s in self.seeds
+                  if output in s.metrics and s.metrics[output].measured(name)]
+        if any(math.isnan(v) for v in values):  # undefined on some seed: say so
+            return math.nan
+        return max(values) if values else None
+
+    def topk_value(self, name: str) -> float | None:
+        """Worst (lowest) value of a top-k statistic over seeds."""
+        values = [s.topk.value(name) for s in self.seeds if s.topk is not None]
+        return min(values) if values else None
+
+    @property
+    def localization(self) -> list[Localization]:
+        """Where the error of each failing output sits (empty for a pass)."""
+        return next((s.localization for s in self.seeds if s.localization), [])
+
+    def worst_topk(self) -> TopkReport | None:
+        """The seed's top-k report with the most unexplained flips."""
+        reports = [s.topk for s in self.seeds if s.topk is not None]
+        return max(reports, key=lambda r: (r.n_unexplained, -r.recall_min), default=None)
