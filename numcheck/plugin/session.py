@@ -505,8 +505,8 @@ class NumcheckSession:
         for line in lock_wait_lines(records, worker_count(self.config)):
             tr.write_line(line)
         if self.overhead_rows:
-            tr.write_sep("-", "numcheck casts and copies (cast ledger per check; README "
-                         "'Casts and kernels' explains the columns)")
+            tr.write_sep("-", "numcheck casts and copies (cast ledger per check; "
+                         "docs/usage.md explains the columns)")
             # The last cell is a variant's one-time preparation: a column only when a
             # checked variant has one.
             header, rows = OVERHEAD_HEADER, [r[:-1] for r in self.overhead_rows]
