@@ -115,7 +115,10 @@ def test_every_docs_path_named_in_the_repository_exists() -> None:
             text = path.read_text()
         except UnicodeDecodeError:
             continue
-        for mention in re.findall(r"(?<![\w/.])docs/[A-Za-z0-9_./*{}<>$-]*", text):
+        # Paths joined in Python (Path / "docs" / ...) count as mentions too.
+        joined = ["/".join(re.findall(r'"([^"]+)"', m)) for m in
+                  re.findall(r'"docs"(?:\s*/\s*(?:\(\s*)?"[^"]+")+', text.replace("\n", " "))]
+        for mention in re.findall(r"(?<![\w/.])docs/[A-Za-z0-9_./*{}<>$-]*", text) + joined:
             mention = mention.rstrip(".,;:)")
             if any(c in mention for c in "*{}<>$") or not mention.strip("/"):
                 continue
