@@ -89,9 +89,8 @@ def test_every_relative_link_resolves(doc: Path) -> None:
             continue
         path, _, anchor = target.partition("#")
         resolved = (doc.parent / path).resolve()
-        if not resolved.exists():
-            broken.append(target)
-        elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+        if not resolved.exists() or (anchor and resolved.suffix == ".md"
+                                     and anchor not in _anchors(resolved)):
             broken.append(target)
     assert not broken, broken
 
@@ -150,3 +149,27 @@ def test_every_evidence_folder_says_when_where_and_how_it_was_made() -> None:
                                re.MULTILINE))
         assert set(rows) == set(EVIDENCE_FIELDS), (folder.name, sorted(rows))
         assert rows["date"].startswith(folder.name[:10]), folder.name
+
+
+def test_the_readmes_failure_is_what_the_gate_prints(pytester: pytest.Pytester) -> None:
+    """The failure the README reads line by line, produced for real: the same case file and
+    planted bug, the message compared line for line."""
+    from test_plugin import CONFTEST, write_goldens
+
+    block = re.search(r"```\n(numcheck FAIL .*?)```",
+                      _section(README.read_text(), "A failure, line by line"), re.DOTALL)
+    assert block
+    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
+    pytester.mkdir("cases")
+    (pytester.path / "cases" / "indexer.toml").write_text(
+        '[tiny]\nop = "indexer"\nshape = { batch = 2, heads = 4, head_dim = 32, '
+        'max_context = 256, index_topk = 32, next_n = 1 }\nseeds = [0]\n'
+        'variants = ["far_flips"]\n')
+    pytester.makeconftest(CONFTEST)
+    write_goldens(pytester)
+    result = pytester.runpytest("--numcheck")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.lines
+    first = out.index("numcheck FAIL indexer::tiny::far_flips[cpu]")
+    last = next(i for i in range(first, len(out)) if out[i].startswith("  obtained:"))
+    assert out[first:last + 1] == block.group(1).rstrip("\n").splitlines()
