@@ -1,10 +1,12 @@
 """Two-sided calibration: the honest family's worst error per shipped case, and budgets from it.
 
     python benchmarks/honest_calibration.py [--seeds 40] [--first-seed 4000] [--device cpu]
-        [-k CASE_SUBSTRING] [--ops mhc_pre indexer] [--json docs/evidence/2026-12-01-cpu-honest-families/honest-calibration-cpu.json]
-    python benchmarks/honest_calibration.py --suggest docs/evidence/2026-12-01-cpu-honest-families/honest-calibration-cpu.json
-    python benchmarks/honest_calibration.py --apply docs/evidence/2026-12-01-cpu-honest-families/honest-calibration-cpu-100.json \
-        --note "100 CPU seeds"
+        [-k CASE_SUBSTRING] [--ops mhc_pre indexer] [--json out.json]
+    python benchmarks/honest_calibration.py --suggest A.json [B.json ...]
+    python benchmarks/honest_calibration.py --apply A.json [B.json ...] --note "60 CPU seeds"
+
+(the calibration files behind the shipped budgets are under docs/evidence/; cases/*.toml's
+headers name the --apply commands that wrote them)
 
 Measures every honest family of tests/honest.py (each shipped op at bf16 and tf32: the
 shipped variant of that class plus the test-only alternatives) on every shipped case, over the
@@ -17,10 +19,12 @@ them into cases/*.toml: bf16 and tf32 ``max_err_ratio`` set to 1.25x the worst p
 the op's cases (raised or lowered: it is relative to the rounding envelope, the same on
 every case; not on bf16-stored outputs, whose whole-ulp ratios are set by hand), top-k
 ``recall_min`` lowered to numcheck.calibrate's floor for the family's worst miss, every
-other family value only raised, each changed line commented with its old value (tomlkit,
-the calibrate extra). Seeds 4000+ are the calibration seeds; the held-out checks
-(benchmarks/reliability_report.py, ``python -m numcheck.heldout``) use 5000+ and later
-ranges (docs/reliability.md lists which).
+other family value only raised (tomlkit, the calibrate extra). Where the values come from is
+said once per case file: ``--apply`` names its command in the header (``# set by: ...``) and
+prints each change with its old value and why; a variant that takes another's budgets
+(``budget_like``) is covered by its lender's tables. Seeds 4000+ are the calibration seeds;
+the held-out checks (benchmarks/reliability_report.py, ``python -m numcheck.heldout``) use
+5000+ and later ranges (docs/reliability.md lists which).
 """
 
 
