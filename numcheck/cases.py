@@ -134,7 +134,7 @@ class Case:
     #: for every variant the case runs; see :mod:`numcheck.overhead.gate`.
     overhead: Mapping[str, OverheadBudget] = field(default_factory=dict)
     #: Variants whose budget tables are another variant's (``budget_like``): borrower ->
-    #: the variant it names, which sets tables of its own.
+    #: the variant it names (which does not borrow in turn).
     budget_like: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -612,9 +612,9 @@ def _budget_lenders(
 ) -> dict[str, str]:
     """``[<case>.budget.<variant>] budget_like = "<lender>"`` tables: borrower -> lender.
 
-    The borrower takes every budget table of the lender, which the case runs and which sets
-    its own tables: a key beside ``budget_like``, a lender that borrows in turn (a chain or a
-    cycle), the variant itself, or a variant the case does not run is an error.
+    The borrower takes every budget table of the lender, a variant the case runs that does not
+    borrow in turn: a key beside ``budget_like``, a lender that borrows (a chain or a cycle),
+    the variant itself, or a variant the case does not run is an error.
     """
     ordered = [v for v in op.variants if v in running]
     lenders: dict[str, str] = {}
