@@ -1,8 +1,8 @@
 """Cast ledger and kernel audit of every variant at production-ish shapes, on a GPU.
 
-The evidence behind docs/perf/: where each variant's time goes, by kernel class,
-with the bf16 copy kernel of mHC ``bf16_roundtrip`` and the CUDA-core GEMM of the fp32
-indexer reference named. No goldens: only the ledger, the profiler and CUDA-event timings.
+The evidence behind docs/evidence/2026-11-29-h200-gate-and-perf/: where each variant's time
+goes, by kernel class, with the bf16 copy kernel of mHC ``bf16_roundtrip`` and the CUDA-core
+GEMM of the fp32 indexer reference named. No goldens: only the ledger, the profiler and CUDA-event timings.
 
     python benchmarks/audit_h200.py --out "$OUT"        # on a CUDA machine
 

@@ -3,9 +3,9 @@ indexer case over fresh seeds, against a fresh CPU reference, held to its own bu
 numcheck.calibrate.honest measures a family, with the scheme as a family of one).
 
     python benchmarks/folded_calibration.py FIRST_SEED N OUT.json [cpu|cuda]
-    python benchmarks/folded_calibration.py 4000 100 docs/bf16-folded-calibration-cpu.json   # calibration
-    python benchmarks/folded_calibration.py 8000 50 docs/bf16-folded-heldout-cpu.json        # held out
-    python -m numcheck.heldout docs/bf16-folded-heldout-cpu.json
+    python benchmarks/folded_calibration.py 4000 100 docs/evidence/2026-12-01-cpu-honest-families/bf16-folded-calibration-cpu.json   # calibration
+    python benchmarks/folded_calibration.py 8000 50 docs/evidence/2026-12-01-cpu-honest-families/bf16-folded-heldout-cpu.json        # held out
+    python -m numcheck.heldout docs/evidence/2026-12-01-cpu-honest-families/bf16-folded-heldout-cpu.json
 
 docs/budgets.md ("Not in the bf16 family: the folded-scale indexer") has the policy.
 """

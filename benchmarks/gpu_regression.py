@@ -20,12 +20,27 @@ each in a fresh process, each writing its log and report under DIR:
   ``do_bench_cudagraph``): check, numcheck's speedup, the independent one, the difference.
   Off when a difference exceeds ``--tolerance`` (3%: the two timers replay differently,
   numcheck interleaves reference and variant in batches, do_bench_cudagraph replays each
-  alone; the shipped checks measured within 2.2% of each other, docs/perf/).
+  alone; the shipped checks measured within 2.2% of each other, docs/evidence/).
 
-Prints the independent table, then one short table of the steps last; exits 1 when any step
-is off or did not run within ``--budget-s``. DIR gets every log and report, packed as
-``regression.tgz`` after each step (a run killed at its limit keeps what it finished) plus
-``summary.txt``.
+Those six are the default. The evidence runs behind the docs are optional steps, named in
+``--steps`` beside them (``python3 benchmarks/gpu_regression.py --list`` prints them); each
+is one command with its own time limit, judged by what it wrote. They replace the lettered
+scripts ``benchmarks/h200_run_a.sh`` ... ``h200_run_j.sh`` and their wrappers; the evidence
+folders under docs/evidence/ name the steps that remake them. For example (each under 9
+minutes on one H200):
+
+    --steps env,install,honest,honest-heldout,catch     the honest families and held-out
+                                                        seeds on CUDA, the planted bugs
+    --steps env,install,calibrate,calibrate-heldout,false-fail,determinism
+    --steps env,install,gate,xdist,explain,audit,casts,casts-perf,html,example
+    --steps env,install,bench,fidelity,fused            the perf cases timed, checked twice
+    --steps env,install,speed-evidence,speed-xdist      the speed gate's fresh-run evidence
+    --steps env,install,liger-install,liger,liger-times examples/liger_mhc on CUDA
+
+Prints the independent table (and an optional step's short table), then one short table of
+the steps last; exits 1 when any step is off or did not run within ``--budget-s``. DIR gets
+every log and report, packed as ``regression.tgz`` after each step (a run killed at its
+limit keeps what it finished) plus ``summary.txt``.
 """
 
 from __future__ import annotations
@@ -35,11 +50,13 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -73,12 +90,15 @@ class Run:
     def left(self) -> float:
         return self.budget_s - (time.monotonic() - self.start)
 
-    def sh(self, name: str, cmd: list[str], limit: float) -> tuple[int, str, float]:
-        """Run ``cmd`` in the repo root, its output in WORK/name.txt; (rc, output, seconds)."""
+    def sh(self, name: str, cmd: list[str], limit: float, *, cwd: Path = ROOT,
+           env: dict[str, str] | None = None) -> tuple[int, str, float]:
+        """Run ``cmd`` in the repo root (or ``cwd``), its output in WORK/name.txt; (rc,
+        output, seconds). ``env``: variables added to the run's environment."""
         t0 = time.monotonic()
         log = self.work / f"{name}.txt"
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, env=self.env, capture_output=True, text=True,
+            proc = subprocess.run(cmd, cwd=cwd, env={**self.env, **(env or {})},
+                                  capture_output=True, text=True,
                                   timeout=max(limit, 1), check=False)
             rc, text = proc.returncode, proc.stdout + proc.stderr
         except subprocess.TimeoutExpired as exc:
@@ -251,6 +271,414 @@ def independent_table(rows: list[dict[str, Any]], tolerance: float) -> str:
     return "\n".join(lines)
 
 
+# -- optional steps: the evidence runs -------------------------------------------------------
+#
+# Each is one command (its argv built from the options and the work folder), a time limit,
+# and a judge that reads what the command wrote. They run only when named in --steps.
+
+Judge = Callable[["Run", "Extra", argparse.Namespace, int, str], tuple[bool, str]]
+
+
+@dataclass(frozen=True)
+class Extra:
+    """An optional step: what it does, its time limit, its command and how it is judged."""
+
+    name: str
+    what: str
+    limit_s: float
+    command: Callable[[argparse.Namespace, Path], list[str]]
+    judge: Judge
+    #: where it runs, relative to the repository root
+    cwd: str = ""
+    #: it writes OUT=<work> (benchmarks that take their folder from the environment)
+    out_env: bool = False
+
+
+def _pytest(*args: str) -> list[str]:
+    return [PY, "-m", "pytest", "-p", "no:cacheprovider", *args]
+
+
+def _bench(script: str, *args: str) -> list[str]:
+    return [PY, f"benchmarks/{script}", *args]
+
+
+def _judge_rc(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+              text: str) -> tuple[bool, str]:
+    """Ok when the command exits 0; its last summary line (pytest's, or the last line)."""
+    last = next((ln for ln in reversed(text.splitlines())
+                 if re.search(r"\d+ (passed|failed|error)", ln)), _tail(text, 1))
+    return rc == 0, f"rc {rc}: {last.strip('= ')}"
+
+
+def _judge_report(name: str) -> Judge:
+    """A pytest run with a JSON report: rc 0 and no failed or erroring record."""
+    def judge(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+              text: str) -> tuple[bool, str]:
+        report = run.work / name
+        if not report.exists():
+            return False, f"rc {rc}, no report: {_tail(text)}"
+        c = _statuses(report)
+        return rc == 0 and not c["fail"] and not c["error"], \
+            f"rc {rc}: {sum(c.values())} checks: {_counts(c)}"
+    return judge
+
+
+def _judge_written(name: str, then: Judge | None = None) -> Judge:
+    """A measurement: rc 0 and its file written (``name`` may be a glob pattern under the
+    work folder); ``then`` judges the file further."""
+    def judge(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+              text: str) -> tuple[bool, str]:
+        found = sorted(run.work.glob(name))
+        if not found:
+            return False, f"rc {rc}, {name} not written: {_tail(text)}"
+        if then is not None:
+            ok, detail = then(run, extra, opts, rc, text)
+            return rc == 0 and ok, detail
+        return rc == 0, f"rc {rc}: wrote {', '.join(str(f.relative_to(run.work)) for f in found)}"
+    return judge
+
+
+def _heldout(name: str) -> Judge:
+    """Held-out measurements judged against the case files: ``python -m numcheck.heldout``
+    lists every value over its budget and exits 1 if any."""
+    def judge(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+              text: str) -> tuple[bool, str]:
+        hrc, htext, _ = run.sh(f"{extra.name}-judged", [PY, "-m", "numcheck.heldout",
+                                                       str(run.work / name)], 120)
+        return hrc == 0, f"numcheck.heldout rc {hrc}: {_tail(htext, 1)}"
+    return _judge_written(name, judge)
+
+
+def _judge_false_failures(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+                          text: str) -> tuple[bool, str]:
+    rows = json.loads((run.work / "false-failures.json").read_text()).get("false_failures", [])
+    shipped = [r for r in rows if not r["honest"]]
+    honest = [r for r in rows if r["honest"]]
+    bad = [r for r in rows if not r["passed"]]
+    detail = (f"false failures: shipped {sum(not r['passed'] for r in shipped)} of "
+              f"{len(shipped)}, honest families {sum(not r['passed'] for r in honest)} of "
+              f"{len(honest)}")
+    if bad:
+        detail += "; " + ", ".join(f"{r['case']}::{r['variant']} seed {r['seed']}"
+                                   for r in bad[:3])
+    return bool(rows) and not bad, detail
+
+
+def _judge_catch(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+                 text: str) -> tuple[bool, str]:
+    """Every planted bug whose own error is at least 2x the honest family's worst caught
+    (docs/reliability.md's target); the others are reported."""
+    data = json.loads((run.work / "catch.json").read_text())
+    shipped, fresh = data.get("shipped_catch", []), data.get("fresh_catch", [])
+    big = [r for r in fresh if r.get("own_error", 0) >= 2]
+    missed = [r for r in big if not r["caught"]]
+    detail = (f"shipped cases {sum(r['caught'] for r in shipped)}/{len(shipped)}, fresh seeds "
+              f"{sum(r['caught'] for r in fresh)}/{len(fresh)}, own error >= 2x "
+              f"{len(big) - len(missed)}/{len(big)}")
+    if missed:
+        detail += "; missed: " + ", ".join(f"{r['bug']} seed {r['seed']}" for r in missed[:3])
+    return bool(shipped or fresh) and not missed, detail
+
+
+def _judge_honest(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+                  text: str) -> tuple[bool, str]:
+    """The families' worst per (op, class, output), with the member behind it, printed."""
+    print(honest_table(json.loads((run.work / "honest-calibration.json").read_text())))
+    return True, f"rc {rc}: honest-calibration.json ({_tail(text, 1)})"
+
+
+def honest_table(data: dict[str, Any]) -> str:
+    """Per op, class and output: the family's worst max_err_ratio and calc_diff over the
+    cases and seeds of a calibration file, and the member behind each."""
+    worst: dict[tuple[str, str, str, str], tuple[float, str]] = {}
+    for key, families in data.get("cases", {}).items():
+        op = key.split("::")[0]
+        for prec, res in families.items():
+            for member, outputs in res.get("by_variant", {}).items():
+                for output, metrics in outputs.items():
+                    for metric in ("max_err_ratio", "calc_diff"):
+                        if metric in metrics and metrics[metric] > worst.get(
+                                (op, prec, output, metric), (-1.0, ""))[0]:
+                            worst[(op, prec, output, metric)] = (metrics[metric], member)
+    lines = ["| op | class | output | worst max_err_ratio (member) | worst calc_diff (member) |",
+             "|---|---|---|---|---|"]
+    for op, prec, output in sorted({k[:3] for k in worst}):
+        cells = [f"{v:.3g} ({m})" for v, m in (worst.get((op, prec, output, metric),
+                                                         (float("nan"), "-"))
+                                               for metric in ("max_err_ratio", "calc_diff"))]
+        lines.append(f"| {op} | {prec} | {output} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
+def _judge_xdist(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+                 text: str) -> tuple[bool, str]:
+    """The gate with one xdist worker per GPU: it passes, and where the serial gate ran,
+    the same records (but for where each ran) and no drift between the two."""
+    ok, detail = _judge_report("gate-xdist.json")(run, extra, opts, rc, text)
+    serial = run.work / "gate.json"
+    if not ok or not serial.exists():
+        return ok, detail + ("" if serial.exists() else "; no serial gate to compare with")
+
+    def strip(report: Path) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items() if k not in ("worker", "device_index")}
+                for r in json.loads(report.read_text())["records"]]
+    same = strip(serial) == strip(run.work / "gate-xdist.json")
+    crc, _, _ = run.sh("xdist-compare", [PY, "-m", "numcheck", "compare", str(serial),
+                                         str(run.work / "gate-xdist.json")], 60)
+    return same and crc == 0, (f"{detail}; records as serial: {same}; compare rc {crc}")
+
+
+def _judge_html(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+                text: str) -> tuple[bool, str]:
+    page, report = run.work / "report.html", run.work / "html-report.json"
+    if not page.exists() or not report.exists():
+        return False, f"rc {rc}, no page or report: {_tail(text)}"
+    records = json.loads(report.read_text())["records"]
+    html = page.read_text()
+    missing = [r["id"] for r in records if r["id"] not in html]
+    return not missing, (f"rc {rc}: {len(records)} checks, page {len(html) / 1e6:.2f} MB, "
+                         f"{html.count('<svg')} plots" + (f"; not on it: {missing[:3]}"
+                                                          if missing else ""))
+
+
+def _judge_bench(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+                 text: str) -> tuple[bool, str]:
+    ok, detail = _judge_report("bench-report.json")(run, extra, opts, rc, text)
+    if (run.work / "bench.json").exists():
+        _, table, _ = run.sh("bench-table",
+                             _bench("perf_table.py", str(run.work / "bench.json")), 60)
+        print(table.strip())
+    return ok, detail
+
+
+def _judge_speed_calibration(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+                             text: str) -> tuple[bool, str]:
+    proposals = text[text.find("numcheck calibrate: suggested speedup_min"):] \
+        if "suggested speedup_min" in text else ""
+    print(proposals.strip())
+    return rc == 0 and bool(proposals), (f"rc {rc}: proposals in {extra.name}.txt and "
+                                         "perf.toml (the case file with them written in)")
+
+
+def _judge_speed_runs(tag: str) -> Judge:
+    def judge(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+              text: str) -> tuple[bool, str]:
+        runs_file = run.work / "speed" / f"{tag}-runs.json"
+        lines = json.loads(runs_file.read_text()) if runs_file.exists() else []
+        if not lines:
+            return False, f"rc {rc}, no run finished: {_tail(text)}"
+        n = len(lines)
+        clean = sum(not x["failed"] for x in lines)
+        slowed = sum(x["slowed_caught"] for x in lines)
+        trip = sum(x["roundtrip"] == "xfail" for x in lines)
+        detail = (f"{n} runs: 0 failed checks in {clean}/{n}, slowed variant caught "
+                  f"{slowed}/{n}, round trip caught {trip}/{n}")
+        if tag == "xdist":
+            serial = next((p for p in (run.work / "speed" / "evidence-1.json",
+                                       run.work / "perf-1.json") if p.exists()), None)
+            if serial is None:
+                return False, detail + "; no serial run to compare with (speed-evidence first)"
+            _, table, _ = run.sh("speed-xdist-compare", _bench(
+                "speed_gate.py", "xdist", str(serial), str(run.work / "speed" / "xdist-1.json")),
+                60)
+            print(table.strip())
+            detail += "; " + _tail(table, 1)
+        else:
+            _, table, _ = run.sh(f"{extra.name}-table", _bench(
+                "speed_gate.py", "table", str(run.work / "speed"), "--tag", tag), 60)
+            print(table.strip())
+        return clean == slowed == trip == n, detail
+    return judge
+
+
+def _seeds(opts: argparse.Namespace, held_out: bool = False) -> list[str]:
+    if held_out:
+        return ["--seeds", str(opts.heldout_seeds), "--first-seed", str(opts.heldout_first_seed)]
+    return ["--seeds", str(opts.seeds)]
+
+
+def _select(opts: argparse.Namespace) -> list[str]:
+    return ["-k", opts.select] if opts.select else []
+
+
+EXTRAS: tuple[Extra, ...] = (
+    Extra("calibrate", "every variant on calibration seeds 1000.. (--seeds), each against a "
+          "fresh CPU reference: python -m numcheck.calibrate", 150,
+          lambda o, w: [PY, "-m", "numcheck.calibrate", "--device", o.device, *_seeds(o),
+                        "--first-seed", "1000", "--json", str(w / "calibration.json")],
+          _judge_written("calibration.json")),
+    Extra("calibrate-heldout", "every variant on held-out seeds (--heldout-first-seed, "
+          "--heldout-seeds), judged by python -m numcheck.heldout", 100,
+          lambda o, w: [PY, "-m", "numcheck.calibrate", "--device", o.device,
+                        *_seeds(o, held_out=True), "--json",
+                        str(w / "calibration-heldout.json")],
+          _heldout("calibration-heldout.json")),
+    Extra("honest", "the honest families (tests/honest.py, the derived GEMM members, cuBLAS and "
+          "Triton on CUDA) on calibration seeds 4000.. (--seeds; -k --select), mHC first", 270,
+          lambda o, w: _bench("honest_calibration.py", "--device", o.device, "--ops", "mhc_pre",
+                              "indexer", *_seeds(o), "--first-seed", "4000", *_select(o),
+                              "--json", str(w / "honest-calibration.json")),
+          _judge_written("honest-calibration.json", _judge_honest)),
+    Extra("honest-heldout", "the honest families on held-out seeds, judged by python -m "
+          "numcheck.heldout against the case files", 130,
+          lambda o, w: _bench("honest_calibration.py", "--device", o.device, "--ops", "mhc_pre",
+                              "indexer", *_seeds(o, held_out=True), *_select(o), "--json",
+                              str(w / "honest-heldout.json")),
+          _heldout("honest-heldout.json")),
+    Extra("false-fail", "the two-sided self-test's false failures: shipped variants and honest "
+          "families on held-out seeds, every case", 200,
+          lambda o, w: _bench("reliability_report.py", "--device", o.device,
+                              *_seeds(o, held_out=True), "--skip", "shipped", "fresh",
+                              "--json", str(w / "false-failures.json")),
+          _judge_written("false-failures.json", _judge_false_failures)),
+    Extra("catch", "every planted bug on the shipped goldens and --catch-seeds fresh seeds, with "
+          "its own error against its class's honest family", 100,
+          lambda o, w: _bench("reliability_report.py", "--device", o.device, "--seeds",
+                              str(o.catch_seeds), "--first-seed", str(o.heldout_first_seed),
+                              "--skip", "false", "--json", str(w / "catch.json")),
+          _judge_written("catch.json", _judge_catch)),
+    Extra("determinism", "the FP32 reference and every variant run 10 times: bit-identical?",
+          60, lambda o, w: _bench("determinism.py", "--device", o.device, "--runs", "10",
+                                  "--json", str(w / "determinism.json")),
+          _judge_written("determinism.json")),
+    Extra("xdist", "the gate with one pytest-xdist worker per GPU (at least 2), against the "
+          "serial gate step's records and with python -m numcheck compare", 150,
+          lambda o, w: _pytest("--numcheck", "--numcheck-device", o.device, "-q", "-n",
+                               str(o.xdist_workers or _gpus()), "--numcheck-report",
+                               str(w / "gate-xdist.json"), "--numcheck-markdown",
+                               str(w / "gate-xdist.md"), "--junitxml", str(w / "junit.xml")),
+          _judge_xdist),
+    Extra("explain", "explain mode on two small cases: the cast ledger and kernel table", 60,
+          lambda o, w: _pytest("--numcheck", "--numcheck-device", o.device, "--numcheck-explain",
+                               "-q", "-k", "v4flash-t64 or v4flash-b2-l1k-contiguous"),
+          _judge_rc),
+    Extra("audit", "the kernel audit and cast ledger at production shapes "
+          "(benchmarks/audit_h200.py)", 120,
+          lambda o, w: _bench("audit_h200.py", "--out", str(w / "audit")),
+          _judge_written("audit/audit-*.json")),
+    Extra("casts", "cast ratios, input passes and copy shares of the CPU-sized cases, every "
+          "request at max_context (benchmarks/cast_ratios.py)", 90,
+          lambda o, w: _bench("cast_ratios.py", "--device", o.device, "--full-context",
+                              "--out", str(w / "casts")),
+          _judge_written("casts/cast_ratios-*.json")),
+    Extra("casts-perf", "the same for the perf cases at production shapes", 150,
+          lambda o, w: _bench("cast_ratios.py", "--device", o.device, "--perf",
+                              "--full-context", "--out", str(w / "casts-perf")),
+          _judge_written("casts-perf/cast_ratios-*.json")),
+    Extra("html", "the HTML report of a timed run of three cases, with plots and obtained files",
+          120, lambda o, w: _pytest(
+              "--numcheck", "--numcheck-device", o.device, "--numcheck-perf", "-q",
+              "cases/indexer.toml::v4flash-b4-l2k", "cases/mhc.toml::v4pro-t32",
+              "cases/perf.toml::perf-mhc-v4pro-t64-decode", "--numcheck-report",
+              str(w / "html-report.json"), "--numcheck-html", str(w / "report.html"),
+              "--numcheck-obtained", str(w / "obtained")),
+          _judge_html),
+    Extra("example", "examples/my_kernels' gate on CUDA (docs/extending.md's end state)", 60,
+          lambda o, w: _pytest("--numcheck", "--numcheck-device", o.device, "-q"),
+          _judge_rc, cwd="examples/my_kernels"),
+    Extra("bench", "the perf cases with pytest-benchmark's JSON and its table "
+          "(benchmarks/perf_table.py)", 250,
+          lambda o, w: _pytest("--numcheck", "--numcheck-perf", "--numcheck-device", o.device,
+                               "-rxXs", "cases/perf.toml", "--benchmark-json",
+                               str(w / "bench.json"), "--numcheck-report",
+                               str(w / "bench-report.json"),
+                               "--benchmark-columns=median,iqr,min,max,rounds"),
+          _judge_bench),
+    Extra("fidelity", "numcheck's speedups against triton's do_bench and the profiler's kernel "
+          "sums, 5 repeats (benchmarks/fidelity.py)", 90,
+          lambda o, w: _bench("fidelity.py", "--repeats", "5", "--json", str(w / "fidelity.json")),
+          _judge_written("fidelity.json")),
+    Extra("fused", "the fused Triton kernels at production shapes against the HBM floor "
+          "(benchmarks/fused_h200.py)", 150,
+          lambda o, w: _bench("fused_h200.py", "--budget-s", "110"),
+          _judge_written("fused_h200.json"), out_env=True),
+    Extra("folded", "bf16_folded against the rounding envelope on calibration seeds 4000.. "
+          "(--seeds; benchmarks/folded_calibration.py)", 240,
+          lambda o, w: _bench("folded_calibration.py", "4000", str(o.seeds),
+                              str(w / "bf16-folded-calibration.json"), o.device),
+          _judge_written("bf16-folded-calibration.json")),
+    Extra("folded-heldout", "bf16_folded on held-out seeds, judged by python -m numcheck.heldout",
+          120, lambda o, w: _bench("folded_calibration.py", str(o.heldout_first_seed),
+                                   str(o.heldout_seeds), str(w / "bf16-folded-heldout.json"),
+                                   o.device),
+          _heldout("bf16-folded-heldout.json")),
+    Extra("speed-calib", "speedup_min proposals from --speed-runs timings of every perf check "
+          "(--numcheck-calibrate-speed), written into a copy of cases/perf.toml", 450,
+          lambda o, w: _pytest("--numcheck", "--numcheck-perf", "--numcheck-device", o.device,
+                               "-q", "cases/perf.toml",
+                               f"--numcheck-calibrate-speed={o.speed_runs}",
+                               "--numcheck-calibrate-json", str(w / "speed-runs.json"),
+                               "--numcheck-calibrate-write"),
+          _judge_speed_calibration),
+    Extra("speed-evidence", "--evidence-runs fresh runs of the perf suite with a ~5%-slowed "
+          "variant (benchmarks/slowed_variant.py): failed checks, slowed and round trip caught",
+          545, lambda o, w: _bench("speed_gate.py", "runs", str(w / "speed"), "--tag",
+                                   "evidence", "--runs", str(o.evidence_runs), "--device",
+                                   o.device, "--slowed-min", str(o.slowed_min), "--budget-s",
+                                   "480"),
+          _judge_speed_runs("evidence")),
+    Extra("speed-xdist", "one run of that suite with -n 4 on one GPU, against a serial one "
+          "(speed-evidence's first run): same verdicts, overlapping intervals, lock waits", 150,
+          lambda o, w: _bench("speed_gate.py", "runs", str(w / "speed"), "--tag", "xdist",
+                              "--runs", "1", "-n", "4", "--device", o.device, "--slowed-min",
+                              str(o.slowed_min)),
+          _judge_speed_runs("xdist")),
+    Extra("liger-install", "liger-kernel for examples/liger_mhc (--liger: a version or a "
+          "carried wheel; pip install --no-deps)", 120,
+          lambda o, w: [PY, "-m", "pip", "install", "-q", "--no-deps", o.liger], _judge_rc),
+    Extra("liger", "examples/liger_mhc's gate on CUDA: liger-kernel's Triton mHC kernels, "
+          "both cases, report and HTML page", 360,
+          lambda o, w: _pytest("--numcheck", "--numcheck-device", o.device, "-rxs",
+                               "--durations=12", "--numcheck-report", str(w / "liger.json"),
+                               "--numcheck-html", str(w / "liger.html")),
+          _judge_report("liger.json"), cwd="examples/liger_mhc"),
+    Extra("liger-times", "liger-kernel's kernels per call, first call apart "
+          "(benchmarks/liger_mhc.py)", 100,
+          lambda o, w: _bench("liger_mhc.py", "--device", o.device, "--repeats", "20"),
+          _judge_rc),
+)
+EXTRA_NAMES = tuple(e.name for e in EXTRAS)
+
+
+def _gpus() -> int:
+    """One worker per GPU, at least two (one GPU: both pinned to it)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+        return max(2, len([ln for ln in out.stdout.splitlines() if ln.startswith("GPU")]))
+    except OSError:
+        return 2
+
+
+def step_extra(run: Run, extra: Extra, opts: argparse.Namespace) -> None:
+    """Run one optional step's command within its limit and the run's budget; judge it."""
+    if run.left() < 30:
+        run.record(extra.name, False, 0, f"not started: {run.left():.0f} s left in the budget")
+        return
+    backup = None
+    if extra.name == "speed-calib":  # --numcheck-calibrate-write: the tree's file comes back
+        backup = (ROOT / "cases" / "perf.toml").read_bytes()
+    try:
+        rc, text, s = run.sh(extra.name, extra.command(opts, run.work),
+                             min(extra.limit_s, run.left()), cwd=ROOT / extra.cwd,
+                             env={"OUT": str(run.work)} if extra.out_env else None)
+    finally:
+        if backup is not None:
+            shutil.copyfile(ROOT / "cases" / "perf.toml", run.work / "perf.toml")
+            (ROOT / "cases" / "perf.toml").write_bytes(backup)
+    try:
+        ok, detail = extra.judge(run, extra, opts, rc, text)
+    except (OSError, ValueError, KeyError) as exc:  # a file half written at a time limit
+        ok, detail = False, f"rc {rc}: cannot read what it wrote ({exc!r})"
+    run.record(extra.name, ok, s, detail)
+
+
+def list_steps() -> str:
+    """The step names and what each does, defaults first."""
+    lines = ["default steps (in this order): " + ", ".join(STEPS), "optional steps:"]
+    lines += [f"  {e.name:<18} {e.what} (limit {e.limit_s:.0f} s)" for e in EXTRAS]
+    return "\n".join(lines)
+
+
 def summary_table(steps: list[Step], total_s: float) -> str:
     width = max(len(s.name) for s in steps)
     lines = [f"{'step':<{width}}  result  {'time':>5}  detail"]
@@ -266,19 +694,52 @@ def _tail(text: str, n: int = 3) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    return run_steps(ap, args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: the default run's options, then the optional steps'."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/numcheck-out")))
     ap.add_argument("--steps", default=",".join(STEPS),
-                    help=f"comma-separated, in this order: {','.join(STEPS)}")
+                    help=f"comma-separated; they run in this order: {','.join(STEPS)}, then "
+                    f"the optional steps in --list's order")
+    ap.add_argument("--list", action="store_true", help="print the steps and exit")
     ap.add_argument("--perf-runs", type=int, default=3)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--budget-s", type=float, default=520.0)
     ap.add_argument("--tolerance", type=float, default=0.03)
-    args = ap.parse_args(argv)
+    extra = ap.add_argument_group("optional steps")
+    extra.add_argument("--device", default="cuda",
+                       help="where the optional steps run (cpu tries their plumbing)")
+    extra.add_argument("--seeds", type=int, default=20, help="calibration seeds")
+    extra.add_argument("--heldout-first-seed", type=int, default=11000,
+                       help="first held-out seed (the catch's fresh seeds start there too)")
+    extra.add_argument("--heldout-seeds", type=int, default=10)
+    extra.add_argument("--catch-seeds", type=int, default=3)
+    extra.add_argument("--select", default="", help="-k for the honest-family steps")
+    extra.add_argument("--xdist-workers", type=int, default=0,
+                       help="xdist step's workers (default: one per GPU, at least 2)")
+    extra.add_argument("--speed-runs", type=int, default=5, help="speed-calib's timings")
+    extra.add_argument("--evidence-runs", type=int, default=10, help="speed-evidence's runs")
+    extra.add_argument("--slowed-min", type=float, default=1.08,
+                       help="the slowed variant's threshold (bf16 passes it, slowed fails)")
+    extra.add_argument("--liger", default="liger-kernel==0.8.5",
+                       help="liger-install's requirement or wheel")
+    return ap
+
+
+def run_steps(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run the steps ``args`` names; 0 when every one was ok."""
+    if args.list:
+        print(list_steps())
+        return 0
     steps = [s for s in args.steps.split(",") if s]
-    unknown = set(steps) - set(STEPS)
+    unknown = set(steps) - set(STEPS) - set(EXTRA_NAMES)
     if unknown:
-        ap.error(f"unknown steps {sorted(unknown)}; known: {', '.join(STEPS)}")
+        ap.error(f"unknown steps {sorted(unknown)}; known: {', '.join(STEPS + EXTRA_NAMES)}")
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.out / "regression"
     work.mkdir(exist_ok=True)
@@ -302,6 +763,9 @@ def main(argv: list[str] | None = None) -> int:
             if last is None and (work / f"perf-{args.perf_runs}.json").exists():
                 last = work / f"perf-{args.perf_runs}.json"
             step_independent(run, last, args.tolerance)
+    for spec in EXTRAS:
+        if spec.name in steps:
+            step_extra(run, spec, args)
     table = summary_table(run.steps, time.monotonic() - run.start)
     (work / "summary.txt").write_text(table + "\n")
     (args.out / "summary.txt").write_text(table + "\n")

@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-GATE = ROOT / "docs/perf/h200-2026-11-29/gate-cuda-report.json"
-TIMED = ROOT / "docs/perf/h200-2026-12-01/calibration/calib-1.json"
+GATE = ROOT / "docs/evidence/2026-11-29-h200-gate-and-perf/gate-cuda-report.json"
+TIMED = ROOT / "docs/evidence/2026-12-01-h200-speed-gate/calibration/calib-1.json"
 CLASSES = ("NVIDIA H200", "NVIDIA B200")
 STEPPED = 5  # checks whose calc_diff steps up once
 

@@ -1,10 +1,12 @@
 """Two-sided calibration: the honest family's worst error per shipped case, and budgets from it.
 
     python benchmarks/honest_calibration.py [--seeds 40] [--first-seed 4000] [--device cpu]
-        [-k CASE_SUBSTRING] [--ops mhc_pre indexer] [--json docs/honest-calibration-cpu.json]
-    python benchmarks/honest_calibration.py --suggest docs/honest-calibration-cpu.json
-    python benchmarks/honest_calibration.py --apply docs/honest-calibration-cpu-100.json \
-        --note "100 CPU seeds"
+        [-k CASE_SUBSTRING] [--ops mhc_pre indexer] [--json out.json]
+    python benchmarks/honest_calibration.py --suggest A.json [B.json ...]
+    python benchmarks/honest_calibration.py --apply A.json [B.json ...] --note "60 CPU seeds"
+
+(the calibration files behind the shipped budgets are under docs/evidence/; cases/*.toml's
+headers name the --apply commands that wrote them)
 
 Measures every honest family of tests/honest.py (each shipped op at bf16 and tf32: the
 shipped variant of that class plus the test-only alternatives) on every shipped case, over the
@@ -17,18 +19,22 @@ them into cases/*.toml: bf16 and tf32 ``max_err_ratio`` set to 1.25x the worst p
 the op's cases (raised or lowered: it is relative to the rounding envelope, the same on
 every case; not on bf16-stored outputs, whose whole-ulp ratios are set by hand), top-k
 ``recall_min`` lowered to numcheck.calibrate's floor for the family's worst miss, every
-other family value only raised, each changed line commented with its old value (tomlkit,
-the calibrate extra). Seeds 4000+ are the calibration seeds; the held-out checks
-(benchmarks/reliability_report.py, ``python -m numcheck.heldout``) use 5000+ and later
-ranges (docs/reliability.md lists which).
+other family value only raised (tomlkit, the calibrate extra). Where the values come from is
+said once per case file: ``--apply`` names its command in the header (``# set by: ...``) and
+prints each change with its old value and why; a variant that takes another's budgets
+(``budget_like``) is covered by its lender's tables. Seeds 4000+ are the calibration seeds;
+the held-out checks (benchmarks/reliability_report.py, ``python -m numcheck.heldout``) use
+5000+ and later ranges (docs/reliability.md lists which).
 """
 
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -81,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         print(suggest(merge(args.suggest), cases))
         return 0
     if args.apply:
-        for change in apply(merge(args.apply), cases, args.note):
+        command = shlex.join(["python", "benchmarks/honest_calibration.py", "--apply",
+                              *(_shown(p) for p in args.apply), "--note", args.note])
+        for change in apply(merge(args.apply), cases, args.note, command=command):
             print(change)
         return 0
 
@@ -132,7 +140,15 @@ def merge(paths: list[Path]) -> dict[str, Any]:
 
 #: Shipped variants held to the bf16 family's budget (a known-bad variant whose numerics
 #: equal bf16's: its budget must be bf16's so that only the cast ledger's verdict differs).
+#: The shipped case files say so with ``budget_like = "bf16"``, so writing bf16's tables
+#: covers them; a case file that still keeps copies has them written alike.
 HELD_AS_BF16 = {"mhc_pre": ("bf16_roundtrip",)}
+
+
+def _shown(path: Path) -> str:
+    """A path as the case file's header names it: relative to the repository when inside."""
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def pool_key(case: Any, output: str) -> tuple[Any, ...]:
@@ -147,9 +163,13 @@ def describe_pool(key: tuple[Any, ...]) -> str:
     return f"the {op} cases with {scale_fmt} scales" if scale_fmt else f"the {op} cases"
 
 
-def apply(merged: dict[str, Any], cases: list[Any], note: str) -> list[str]:
+def apply(merged: dict[str, Any], cases: list[Any], note: str,
+          command: str = "benchmarks/honest_calibration.py --apply") -> list[str]:
     """Write the family budgets into the case files (the policy in the module docstring),
-    through numcheck.calibrate.casewriter: each changed line commented with why and old value."""
+    through numcheck.calibrate.casewriter. Where the values come from is said once per file, in its
+    header (``# set by: <command> (<date>)``); a changed line loses its own comment, which
+    described the old value. A variant that takes bf16's budgets (``budget_like``) is
+    covered by bf16's tables and never written as copies."""
     pooled: dict[tuple[Any, ...], float] = {}  # (class, pool key) -> worst max_err_ratio
     for case in cases:
         for prec in ENVELOPE_CLASSES:
@@ -159,23 +179,28 @@ def apply(merged: dict[str, Any], cases: list[Any], note: str) -> list[str]:
                     key = (prec, *pool_key(case, output))
                     pooled[key] = max(pooled.get(key, 0.0), row["max_err_ratio"])
     edits: dict[Path, list[Edit]] = {}
+    whys: dict[str, str] = {}  # what each value is, printed beside its change
     for case in cases:
         for prec, res in merged.get(f"{case.op}::{case.id}", {}).items():
-            variants = (prec, *HELD_AS_BF16.get(case.op, ())) if prec == "bf16" else (prec,)
+            held = [v for v in HELD_AS_BF16.get(case.op, ()) if v in case.budgets
+                    and case.budget_like.get(v) != prec] if prec == "bf16" else []
+            variants = (prec, *held)
             for output, worst in res["worst"].items():
                 found = (_recall_floor(case, prec, worst, note) if "recall_min" in worst
                          else _family_values(case, prec, output, worst, pooled, note))
                 for metric, value, old, why in found:
-                    was = "none" if old is None else f"{old:g}"
                     for variant in variants:
-                        held = "" if variant == prec else "as bf16's; "
                         edits.setdefault(case.source, []).append(
                             Edit((case.id, "budget", variant, output), metric, value,
-                                 comment=f"{held}{why}; was {was}"))
+                                 comment=""))
+                        whys[f"{case.id}.budget.{variant}.{output}.{metric}"] = why
     changes: list[str] = []
+    when = datetime.date.today().isoformat()
     for path, file_edits in edits.items():
-        written, _ = write_edits(path, file_edits)
-        changes += [f"{path.name} {change.describe()}" for change in written]
+        written, skipped = write_edits(path, file_edits, (command, when))
+        changes += [f"{path.name} {change.describe()}: {whys[change.where]}"
+                    for change in written]
+        changes += [f"{path.name} not written: {change.describe()}" for change in skipped]
     return changes
 
 

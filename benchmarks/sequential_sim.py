@@ -1,4 +1,4 @@
-"""The stopping rule's error rates on synthetic paired samples (docs/perf/README.md's table).
+"""The stopping rule's error rates on synthetic paired samples (docs/speed.md's table).
 
     PYTHONPATH=. python benchmarks/sequential_sim.py --trials 1000
 

@@ -1,7 +1,7 @@
 """Evidence for the speedup gate (GPU): fresh runs, thresholds, an independent timer, -n 4.
 
-Subcommands (run from the repo root with PYTHONPATH=.; ``benchmarks/h200_speed_gate.sh``
-strings them together):
+Subcommands (run from the repo root with PYTHONPATH=.; ``benchmarks/gpu_regression.py``'s
+``independent``, ``speed-evidence`` and ``speed-xdist`` steps string them together):
 
     runs DIR --runs K [-n N] [--device cuda] [--slowed-min X]
         K fresh pytest processes of the perf suite (cases/perf.toml plus the evidence-only

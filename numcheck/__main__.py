@@ -7,7 +7,7 @@
     python -m numcheck matrix REPORTS...            # one column per device class
     python -m numcheck history REPORTS_OR_DIR... --html OUT.html   # across commits
 
-Exit codes (documented in the README, "Gating merges in CI"):
+Exit codes (documented in docs/ci.md, "Drift against a baseline"):
     0  no regression (compare, history) / the report's gate passed (summary, html, merge) /
        matrix always
     1  at least one regression (compare; history: the newest run of a device class against

@@ -12,6 +12,9 @@ One top-level table per case id::
     [v4flash-b4-l2k.budget.bf16.logits]
     calc_diff = 1e-5
 
+    [v4flash-b4-l2k.budget.bf16_roundtrip]
+    budget_like = "bf16"      # read as if bf16's budget tables were written here
+
 Every mistake is a :class:`CaseFileError` naming the file, the case, the dotted key and the
 fix, because a case file is written by hand and read by a merge gate. Budgets left out are
 completed from :data:`numcheck.numerics.budgets.DEFAULT_BUDGETS`. Nothing here imports pytest.
@@ -51,6 +54,9 @@ CASE_KEYS = (
 CASE_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]*")
 #: The ini key naming the case folder (read by the plugin; named here for error messages).
 CASES_INI_KEY = "numcheck_cases"
+#: ``[<case>.budget.<variant>] budget_like = "<other>"``: the variant takes the other's budget
+#: tables, read as if they were written under its own name (see :func:`_budget_lenders`).
+BUDGET_LIKE = "budget_like"
 
 OpLookup = Callable[[str], OpSpec]
 
@@ -127,6 +133,9 @@ class Case:
     #: Cast/copy and kernel limits per variant (``[<case>.overhead.<variant>]``), complete
     #: for every variant the case runs; see :mod:`numcheck.overhead.gate`.
     overhead: Mapping[str, OverheadBudget] = field(default_factory=dict)
+    #: Variants whose budget tables are another variant's (``budget_like``): borrower ->
+    #: the variant it names (which does not borrow in turn).
+    budget_like: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -249,7 +258,7 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
     seeds = _parse_seeds(where, body)
     devices = _parse_devices(where, body)
     variants = _parse_variants(where, body, op)
-    budgets = _parse_budgets(where, body, op, variants)
+    budgets, budget_like = _parse_budgets(where, body, op, variants)
     expect = _parse_expect(where, body, op, variants)
     perf = _parse_perf(where, body, op, variants)
     perf_only = body.get("perf_only", False)
@@ -272,6 +281,7 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
         perf=perf,
         perf_only=perf_only,
         overhead=overhead,
+        budget_like=budget_like,
     )
 
 
@@ -540,7 +550,8 @@ def _parse_variants(where: _Where, body: Mapping[str, Any], op: OpSpec) -> tuple
 
 def _parse_budgets(
     where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...]
-) -> dict[str, VariantBudget]:
+) -> tuple[dict[str, VariantBudget], dict[str, str]]:
+    """Every running variant's complete budget, and the variants that borrow theirs."""
     given = body.get("budget", {})
     if not isinstance(given, dict):
         raise where.error(
@@ -571,6 +582,10 @@ def _parse_budgets(
                 f"write [{where.case}.budget.{name}.<output>] tables, outputs among: "
                 f"{', '.join(op.outputs)}",
             )
+    lenders = _budget_lenders(where, given, op, running)
+    # A borrower reads its lender's tables as its own: the same as copies kept in step, so
+    # the missing keys still come from the borrower's own precision row.
+    tables = {name: given.get(lenders.get(name, name), {}) for name in running}
     topk_output = op.topk.indices if op.topk is not None else None
     budgets: dict[str, VariantBudget] = {}
     for name in op.variants:
@@ -580,15 +595,75 @@ def _parse_budgets(
             precision = op.variants[name].precision
             budgets[name] = complete_budget(
                 precision,
-                coarse_output_tables(precision, given.get(name, {}), given,
+                coarse_output_tables(precision, tables[name], tables,
                                      op.output_precision, op.rounding_reference),
                 outputs=op.outputs,
                 topk_output=topk_output,
                 output_precision=op.output_precision,
             )
         except BudgetError as exc:
-            raise where.error(f"budget.{name}.{exc.key}", exc.problem, exc.fix) from None
-    return budgets
+            key = f"budget.{lenders.get(name, name)}.{exc.key}"
+            raise where.error(key, exc.problem, exc.fix) from None
+    return budgets, lenders
+
+
+def _budget_lenders(
+    where: _Where, given: Mapping[str, Mapping[str, Any]], op: OpSpec, running: set[str]
+) -> dict[str, str]:
+    """``[<case>.budget.<variant>] budget_like = "<lender>"`` tables: borrower -> lender.
+
+    The borrower takes every budget table of the lender, a variant the case runs that does not
+    borrow in turn: a key beside ``budget_like``, a lender that borrows (a chain or a cycle),
+    the variant itself, or a variant the case does not run is an error.
+    """
+    ordered = [v for v in op.variants if v in running]
+    lenders: dict[str, str] = {}
+    for name, table in given.items():
+        if BUDGET_LIKE not in table:
+            continue
+        key = f"budget.{name}.{BUDGET_LIKE}"
+        lender = table[BUDGET_LIKE]
+        others = [v for v in ordered if v != name]
+        if not isinstance(lender, str):
+            raise where.error(key, f"expected a variant name, got {describe(lender)}",
+                              f'write {BUDGET_LIKE} = "<variant>" with one of: '
+                              f"{', '.join(others)}")
+        beside = [k for k in table if k != BUDGET_LIKE]
+        if beside:
+            raise where.error(
+                f"budget.{name}.{beside[0]}",
+                f"'{name}' takes {lender}'s budgets ({BUDGET_LIKE} = \"{lender}\"), so its "
+                f"table cannot also set {', '.join(repr(k) for k in beside)}",
+                f"set it in [{where.case}.budget.{lender}.{beside[0]}] (it then holds for "
+                f"both), or remove {BUDGET_LIKE} and give '{name}' budget tables of its own")
+        if lender == name:
+            raise where.error(key, f"'{name}' names itself",
+                              f"name the variant whose budgets it takes, one of: "
+                              f"{', '.join(others)}")
+        if lender not in op.variants:
+            raise where.error(key, f"unknown variant '{lender}' for op '{op.name}'",
+                              f"use one of: {', '.join(others)}")
+        if lender not in running:
+            raise where.error(key, f"'{lender}' is not a variant this case runs",
+                              f"add '{lender}' to variants, or give '{name}' budget tables "
+                              "of its own")
+        lenders[name] = lender
+    for name, lender in lenders.items():
+        if lender not in lenders:
+            continue
+        chain = [name, lender]
+        while chain[-1] in lenders and chain[-1] not in chain[:-1]:
+            chain.append(lenders[chain[-1]])
+        path = " -> ".join(chain)
+        if chain[-1] in chain[:-1]:
+            raise where.error(f"budget.{name}.{BUDGET_LIKE}",
+                              f"{BUDGET_LIKE} goes round in a cycle: {path}",
+                              "give one of them budget tables of its own")
+        raise where.error(f"budget.{name}.{BUDGET_LIKE}",
+                          f"'{lender}' takes its budgets from another variant in turn: {path}",
+                          f'write {BUDGET_LIKE} = "{chain[-1]}": borrow from the variant that '
+                          "sets the tables")
+    return lenders
 
 
 def _string_list(where: _Where, key: str, value: Any, fix: str) -> list[str]:

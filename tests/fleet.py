@@ -8,8 +8,8 @@ from typing import Any
 
 from numcheck.report.records import Record, Report, write_json
 
-GPU_REPORT = (Path(__file__).resolve().parent.parent / "docs" / "perf" / "h200-2026-11-29"
-              / "gate-cuda-report.json")
+GPU_REPORT = (Path(__file__).resolve().parent.parent / "docs" / "evidence"
+              / "2026-11-29-h200-gate-and-perf" / "gate-cuda-report.json")
 
 
 def rec(variant: str = "bf16", *, case: str = "tiny", op: str = "indexer",

@@ -64,6 +64,21 @@ def test_budget_location_from_the_file_or_the_defaults(tmp_path: Path) -> None:
         "cases/c.toml:6 [b]; set [b.budget.bf16.logits] frac_outside to override)")
 
 
+def test_a_borrowed_budget_points_at_the_lenders_key_and_the_budget_like_line(
+        tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(TOML + '\n[b.budget.bf16_folded]\nbudget_like = "bf16"\n')
+    assert budget_location(path, "cases/c.toml", "b", "bf16_folded", "logits", "rel_fro",
+                           precision="bf16", value=2e-3) == (
+        "cases/c.toml:9 ([b.budget.bf16.logits] rel_fro = 0.002; bf16_folded takes bf16's "
+        "budgets: budget_like at cases/c.toml:22)")
+    assert budget_location(path, "cases/c.toml", "b", "bf16_folded", "logits", "frac_outside",
+                           precision="bf16", value=0.01) == (
+        "frac_outside = 0.01: default for bf16 from numcheck/numerics/budgets.py (bf16_folded takes "
+        "bf16's budgets: budget_like at cases/c.toml:22; no key in cases/c.toml:6 [b]; set "
+        "[b.budget.bf16.logits] frac_outside to override)")
+
+
 def _failing_run(pytester: pytest.Pytester, budget: str) -> pytest.RunResult:
     make_project(pytester, variants='"bf16"', extra=budget)
     write_goldens(pytester)
@@ -105,4 +120,20 @@ def test_a_default_budget_miss_names_the_defaults_row(pytester: pytest.Pytester)
         "(no key in cases/indexer.toml:2 [[]tiny[]]; set [[]tiny.budget.no_kv_scale.logits[]] "
         "frac_outside to override)"),
         "  next step:   my change is wrong -> fix the variant, then run 'reproduce'",
+    ])
+
+
+def test_a_borrowed_budget_miss_names_the_lender_in_the_message(
+        pytester: pytest.Pytester) -> None:
+    make_project(pytester, variants='"bf16", "bf16_folded"',
+                 extra=('[tiny.budget.bf16.logits]\nrel_fro = 1e-9\n'
+                        '[tiny.budget.bf16_folded]\nbudget_like = "bf16"\n'))
+    write_goldens(pytester)
+    result = pytester.runpytest("--numcheck", "-k", "bf16_folded")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "numcheck FAIL indexer::tiny::bf16_folded[[]cpu[]]",
+        "  worst: logits.rel_fro = * > budget 1e-09*",
+        ("  budget:      cases/indexer.toml:8 ([[]tiny.budget.bf16.logits[]] rel_fro = 1e-09; "
+         "bf16_folded takes bf16's budgets: budget_like at cases/indexer.toml:10)"),
     ])

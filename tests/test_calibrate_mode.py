@@ -158,11 +158,19 @@ def test_write_round_trips_comments(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["numcheck calibrate: cases/dot.toml: * value(s) changed",
                                  "  small.budget.bf16.y.rel_fro: 0.01 -> *"])
     after = path.read_text()
+    # The run names itself once, in the header, not on the lines it changed.
+    (entry,) = provenance(after)
+    assert entry.startswith("pytest --numcheck --numcheck-calibrate=2 "
+                            "--numcheck-calibrate-write"), entry
+    assert entry.endswith(", cpu, torch " + torch_version() + ")"), entry
+    assert after.splitlines()[1].startswith("# set by: pytest --numcheck")
     # Every line of the file is still there, in order, comments included: a changed line
     # differs only in its value (its comment stays, at the same column); added lines are
     # budget tables and their keys.
-    ops = difflib.SequenceMatcher(a=before.splitlines(), b=after.splitlines()).get_opcodes()
-    old_lines, new_lines = before.splitlines(), after.splitlines()
+    after_lines = [ln for ln in after.splitlines()
+                   if not ln.startswith(("# set by: ", "#   "))]
+    ops = difflib.SequenceMatcher(a=before.splitlines(), b=after_lines).get_opcodes()
+    old_lines, new_lines = before.splitlines(), after_lines
     replaced = 0
     for tag, i1, i2, j1, j2 in ops:
         assert tag != "delete", old_lines[i1:i2]
@@ -199,6 +207,58 @@ def test_write_round_trips_comments(pytester: pytest.Pytester) -> None:
                                "--numcheck-calibrate-write")
     again.stdout.fnmatch_lines(["numcheck calibrate: cases/dot.toml: 0 value(s) changed"])
     assert path.read_text() == after
+
+
+def provenance(text: str) -> list[str]:
+    """The ``# set by:`` entries of a case file's header, continuation lines joined."""
+    entries: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("# set by: "):
+            entries.append(line[len("# set by: "):])
+        elif line.startswith("#   ") and entries:
+            entries[-1] += " " + line[4:].strip()
+        elif not line.startswith("#"):
+            break
+    return entries
+
+
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+@needs_tomlkit
+def test_a_borrowed_budget_is_pooled_into_its_lender_and_never_copied(
+        pytester: pytest.Pytester) -> None:
+    """bf16_splitk takes bf16's budgets (budget_like): calibration budgets bf16 for the worst
+    of both, writes bf16's table only, and leaves the borrowing line as it is."""
+    path = project(pytester, CASE.replace(
+        '[small.budget.off.y]', '[small.budget.bf16_splitk]\nbudget_like = "bf16"\n'
+        '[small.budget.off.y]'))
+    result = pytester.runpytest("--numcheck", "--numcheck-calibrate=2", "-k", "small",
+                                "--numcheck-calibrate-write")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines([
+        "[[]small.budget.bf16.y[]]  # pooled: worst of bf16, bf16_splitk",
+        "rel_fro = *",
+        ("# small: bf16_splitk takes bf16's budgets (budget_like): its measurements are pooled "
+         "into that table"),
+        "numcheck calibrate: cases/dot.toml: * value(s) changed",
+    ])
+    assert "[[]small.budget.bf16_splitk.y[]]" not in result.stdout.str()
+    data = tomllib.loads(path.read_text())
+    assert data["small"]["budget"]["bf16_splitk"] == {"budget_like": "bf16"}
+    # Alone (not pooled), bf16's suggestion would be narrower: split-K rounds twice.
+    alone = pytester.runpytest("--numcheck", "--numcheck-calibrate=2", "-k",
+                               "small and bf16 and not splitk")
+    wrote = data["small"]["budget"]["bf16"]["y"]["rel_fro"]
+    line = next(ln for ln in alone.stdout.lines if ln.startswith("rel_fro = "))
+    assert float(line.split("=")[1].split("#")[0]) < wrote
+    # The lender not selected: nothing is suggested for the borrower, and it says why.
+    only = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", "small and splitk")
+    only.stdout.fnmatch_lines([("# small: bf16_splitk takes bf16's budgets (budget_like): "
+                                "select bf16 too to budget both: nothing suggested")])
 
 
 def test_outside_a_cases_folder_is_a_clear_error(pytester: pytest.Pytester) -> None:

@@ -455,3 +455,94 @@ def test_mhc_y_of_fp32_and_fused_is_held_to_the_case_bf16_budget_on_y(tmp_path: 
     assert case.budgets["tf32"].outputs["mixes"].limits["max_err_ratio"] == \
         DEFAULT_BUDGETS["tf32"]["max_err_ratio"]
     assert case.budgets["fp32"].outputs["mixes"].limits["rel_fro"] < 1e-3  # not a coarse output
+
+
+# --- budget_like: a variant that takes another variant's budgets ----------------------------
+
+BORROWED = """
+    [c1]
+    op = "tiny"
+    [c1.budget.bf16.scores]
+    calc_diff = 1e-5
+    max_abs = 0.5
+    [c1.budget.bf16.idx]
+    recall_min = 0.98
+    tie_band_abs = 0.25
+    [c1.budget.tf32]
+    budget_like = "bf16"
+"""
+
+
+def test_budget_like_reads_the_lenders_tables_as_copies_would(tmp_path: Path) -> None:
+    """``budget_like = "bf16"`` gives tf32 exactly what copies of bf16's tables gave it: the
+    keys written there, the rest from tf32's own defaults row (as copies kept in step by hand
+    would)."""
+    borrowed = load_one(tmp_path, BORROWED)
+    copied = load_one(tmp_path, BORROWED.replace(
+        '[c1.budget.tf32]\n    budget_like = "bf16"',
+        "[c1.budget.tf32.scores]\n    calc_diff = 1e-5\n    max_abs = 0.5\n"
+        "    [c1.budget.tf32.idx]\n    recall_min = 0.98\n    tie_band_abs = 0.25"))
+    assert borrowed.budget_like == {"tf32": "bf16"} and copied.budget_like == {}
+    assert borrowed.budgets == copied.budgets
+    tf32 = borrowed.budgets["tf32"].outputs["scores"]
+    assert (tf32.limits["calc_diff"], tf32.limits["max_abs"]) == (1e-5, 0.5)
+    assert tf32.atol == DEFAULT_BUDGETS["tf32"]["atol"]  # the borrower's own row
+    assert borrowed.budgets["bf16"].outputs["scores"].atol == DEFAULT_BUDGETS["bf16"]["atol"]
+
+
+def test_budget_like_may_name_the_reference(tmp_path: Path) -> None:
+    case = load_one(tmp_path, '[c1]\nop = "tiny"\n[c1.budget.fp32.scores]\nrel_fro = 3e-7\n'
+                    '[c1.budget.bf16]\nbudget_like = "fp32"\n')
+    assert case.budgets["bf16"].outputs["scores"].limits["rel_fro"] == 3e-7
+
+
+def test_a_budget_error_in_a_lent_table_names_the_lenders_key(tmp_path: Path) -> None:
+    err = error(tmp_path, '[c1]\nop = "tiny"\n[c1.budget.tf32]\nbudget_like = "bf16"\n'
+                '[c1.budget.bf16.scores]\nrel_frob = 1\n')
+    check(err, case="c1", key="budget.bf16.scores.rel_frob", fragment="unknown metric")
+
+
+BUDGET_LIKE_ERRORS = [
+    ("[c1.budget.tf32]\nbudget_like = 3", "budget.tf32.budget_like",
+     "expected a variant name, got integer 3",
+     ('write budget_like = "<variant>" with one of: fp32, bf16')),
+    ('[c1.budget.tf32]\nbudget_like = "tf32"', "budget.tf32.budget_like", "'tf32' names itself",
+     "name the variant whose budgets it takes, one of: fp32, bf16"),
+    ('[c1.budget.tf32]\nbudget_like = "fp8"', "budget.tf32.budget_like",
+     "unknown variant 'fp8' for op 'tiny'", "use one of: fp32, bf16"),
+    ('variants = ["tf32"]\n[c1.budget.tf32]\nbudget_like = "bf16"', "budget.tf32.budget_like",
+     "'bf16' is not a variant this case runs",
+     "add 'bf16' to variants, or give 'tf32' budget tables of its own"),
+    ('[c1.budget.tf32]\nbudget_like = "bf16"\nscores = { calc_diff = 1e-6 }',
+     "budget.tf32.scores",
+     ("'tf32' takes bf16's budgets (budget_like = \"bf16\"), so its table cannot also set "
+      "'scores'"),
+     ("set it in [c1.budget.bf16.scores] (it then holds for both), or remove budget_like and "
+      "give 'tf32' budget tables of its own")),
+    ('[c1.budget.tf32]\nbudget_like = "bf16"\n[c1.budget.bf16]\nbudget_like = "fp32"',
+     "budget.tf32.budget_like",
+     "'bf16' takes its budgets from another variant in turn: tf32 -> bf16 -> fp32",
+     'write budget_like = "fp32": borrow from the variant that sets the tables'),
+    ('[c1.budget.tf32]\nbudget_like = "bf16"\n[c1.budget.bf16]\nbudget_like = "tf32"',
+     "budget.tf32.budget_like", "budget_like goes round in a cycle: tf32 -> bf16 -> tf32",
+     "give one of them budget tables of its own"),
+]
+
+
+@pytest.mark.parametrize(("body", "key", "problem", "fix"), BUDGET_LIKE_ERRORS)
+def test_budget_like_errors(tmp_path: Path, body: str, key: str, problem: str,
+                            fix: str) -> None:
+    err = error(tmp_path, f'[c1]\nop = "tiny"\n{body}\n')
+    check(err, case="c1", key=key, fragment=problem)
+    assert err.fix == fix
+
+
+def test_the_shipped_round_trip_takes_bf16s_budgets() -> None:
+    """mHC's known-bad bf16_roundtrip is held to bf16's numerics (its cast ledger fails it):
+    every shipped case with numerics says so with budget_like, none with copies."""
+    cases = [c for c in load_cases(Path(__file__).resolve().parent.parent / "cases")
+             if "bf16_roundtrip" in c.variants and not c.perf_only]
+    assert cases
+    for case in cases:
+        assert case.budget_like == {"bf16_roundtrip": "bf16"}, case.id
+        assert case.budgets["bf16_roundtrip"] == case.budgets["bf16"]

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("tomlkit", reason="tomlkit (the calibrate extra) writes case files")
 
-from numcheck.calibrate.casewriter import CaseWriteError, Edit, apply_edits, write_edits
+from numcheck.calibrate.casewriter import CaseWriteError, Edit, apply_edits, with_provenance, write_edits
 
 CASE = """\
 # A header comment that must survive.
@@ -111,3 +111,60 @@ def test_broken_file_is_an_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(CaseWriteError, match=r"bad.toml: not valid TOML"):
         write_edits(path, [Edit(LOGITS, "rel_fro", 1e-3)])
     assert path.read_text() == "[tiny\nop = 1\n"
+
+
+def test_an_empty_comment_drops_the_lines_comment() -> None:
+    out, _, _ = apply_edits(CASE, [Edit(LOGITS, "rel_fro", 0.0041, comment="")])
+    assert "\nrel_fro = 0.0041\ncalc_diff" in out
+
+
+BORROWED = CASE.replace("[tiny.perf.bf16]", '[tiny.budget.tf32]\nbudget_like = "bf16"\n\n'
+                        "[tiny.perf.bf16]")
+
+
+def test_a_borrowed_budget_is_not_written_as_copies() -> None:
+    """tf32 takes bf16's tables (budget_like): its edits are skipped, once per variant, with
+    where to write instead; bf16's own edit still lands."""
+    tf32 = ("tiny", "budget", "tf32", "logits")
+    out, changes, skipped = apply_edits(BORROWED, [
+        Edit(tf32, "rel_fro", 1e-6), Edit(tf32, "calc_diff", 1e-12),
+        Edit(LOGITS, "rel_fro", 0.005)])
+    assert [c.describe() for c in skipped] == [
+        ("tiny.budget.tf32: takes bf16's budgets (budget_like = \"bf16\"): not written as "
+         "copies; set [tiny.budget.bf16] to change both")]
+    assert [c.where for c in changes] == ["tiny.budget.bf16.logits.rel_fro"]
+    assert tomllib.loads(out)["tiny"]["budget"]["tf32"] == {"budget_like": "bf16"}
+
+
+def test_the_writer_names_its_command_once_in_the_header() -> None:
+    out, _, _ = apply_edits(CASE, [Edit(LOGITS, "rel_fro", 0.005)],
+                            provenance=("python tool.py --apply a.json", "2026-12-03"))
+    assert out.startswith("# A header comment that must survive.\n"
+                          "# set by: python tool.py --apply a.json (2026-12-03)\n\n[tiny]\n")
+    # Another command goes first; the same command again replaces its own line.
+    out, _, _ = apply_edits(out, [Edit(LOGITS, "rel_fro", 0.006)],
+                            provenance=("pytest --numcheck --numcheck-calibrate-write",
+                                        "2026-12-04, cpu, torch 2.13.0+cpu"))
+    out, _, _ = apply_edits(out, [Edit(LOGITS, "rel_fro", 0.007)],
+                            provenance=("python tool.py --apply a.json", "2026-12-05"))
+    assert out.startswith(
+        "# A header comment that must survive.\n"
+        "# set by: python tool.py --apply a.json (2026-12-05)\n"
+        "# set by: pytest --numcheck --numcheck-calibrate-write (2026-12-04, cpu, torch "
+        "2.13.0+cpu)\n\n[tiny]\n")
+    # Nothing changed: the header is left alone.
+    same, changes, _ = apply_edits(out, [Edit(LOGITS, "rel_fro", 0.007)],
+                                   provenance=("other", "now"))
+    assert same == out and changes == []
+
+
+def test_a_long_command_wraps_and_is_still_recognised() -> None:
+    command = "python tool.py --apply " + " ".join(f"docs/evidence/run-{i}/x.json"
+                                                   for i in range(6))
+    out = with_provenance("[a]\nx = 1\n", command, "one")
+    assert out.splitlines()[1].startswith("#   ") and all(
+        len(line) <= 96 for line in out.splitlines())
+    again = with_provenance(out, command, "two")
+    assert again.count("# set by:") == 1 and again.rstrip().endswith("x = 1")
+    assert "(two)" in again and "(one)" not in again
+    assert tomllib.loads(again) == {"a": {"x": 1}}

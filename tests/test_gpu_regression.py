@@ -4,12 +4,13 @@ not run) makes it exit 1. The GPU steps themselves run on the GPU machine only."
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import gpu_regression as reg  # noqa: E402
+import gpu_regression as reg
 
 
 def test_the_independent_table_flags_a_difference_over_the_tolerance() -> None:
@@ -42,3 +43,118 @@ def test_unknown_steps_are_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
         reg.main(["--out", str(tmp_path), "--steps", "gate,coffee"])
     assert exc.value.code == 2
+
+
+# --- the optional steps (the evidence runs the lettered scripts made) ------------------------
+
+def _opts(*argv: str) -> object:
+    return reg.build_parser().parse_args(["--device", "cpu", *argv])
+
+
+def test_the_default_run_is_the_six_steps_and_nothing_more() -> None:
+    assert reg.STEPS == ("env", "install", "gate", "perf", "unit", "independent")
+    assert reg.build_parser().parse_args([]).steps == ",".join(reg.STEPS)
+    assert not set(reg.EXTRA_NAMES) & set(reg.STEPS)
+    assert len(set(reg.EXTRA_NAMES)) == len(reg.EXTRAS)
+
+
+def test_every_optional_step_runs_something_that_exists(tmp_path: Path) -> None:
+    import importlib.util
+
+    opts = _opts()
+    for extra in reg.EXTRAS:
+        cmd = extra.command(opts, tmp_path)
+        assert cmd[0] == sys.executable, extra.name
+        if cmd[1] == "-m":
+            assert importlib.util.find_spec(cmd[2]) is not None or cmd[2] == "pip", extra.name
+        else:
+            assert (reg.ROOT / cmd[1]).is_file(), (extra.name, cmd[1])
+        assert (reg.ROOT / extra.cwd).is_dir() and extra.limit_s <= 545, extra.name
+        # --device reaches every step that takes one (cpu here: the plumbing on a CPU)
+        assert "cuda" not in cmd, (extra.name, cmd)
+        assert extra.name in reg.list_steps()
+
+
+def _fake(extra: str, script: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``extra``'s command replaced by a Python one-liner run in the work folder's place."""
+    spec = next(e for e in reg.EXTRAS if e.name == extra)
+    fake = replace(spec, command=lambda o, w: [sys.executable, "-c",
+                                                               script.replace("W", repr(str(w)))])
+    monkeypatch.setattr(reg, "EXTRAS", tuple(fake if e.name == extra else e
+                                             for e in reg.EXTRAS))
+
+
+def test_a_false_failure_turns_the_step_off(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = [{"case": "mhc_pre::t", "variant": "bf16", "seed": 11000, "passed": True,
+             "honest": False},
+            {"case": "mhc_pre::t", "variant": "honest_split_k2", "seed": 11003, "passed": False,
+             "honest": True}]
+    _fake("false-fail", "import json, pathlib; pathlib.Path(W, 'false-failures.json')"
+          f".write_text(json.dumps({{'false_failures': {rows!r}}}))", monkeypatch)
+    assert reg.main(["--out", str(tmp_path), "--steps", "false-fail", "--device", "cpu"]) == 1
+    line = " ".join((tmp_path / "summary.txt").read_text().splitlines()[1].split())
+    assert line == ("false-fail OFF 0s false failures: shipped 0 of 1, honest families 1 of 1; "
+                    "mhc_pre::t::honest_split_k2 seed 11003")
+
+
+def test_the_catch_step_wants_every_bug_of_twice_the_honest_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def run(fresh: list[dict[str, object]]) -> str:
+        data = {"shipped_catch": [{"caught": True}], "fresh_catch": fresh}
+        _fake("catch", f"import json, pathlib; pathlib.Path(W, 'catch.json')"
+              f".write_text(json.dumps({data!r}))", monkeypatch)
+        reg.main(["--out", str(tmp_path), "--steps", "catch", "--device", "cpu"])
+        return " ".join((tmp_path / "summary.txt").read_text().splitlines()[1].split())
+    small_miss = {"bug": "mhc_pre::sinkhorn_row_last", "seed": 11001, "caught": False,
+                  "own_error": 0.9}
+    caught = {"bug": "indexer::no_kv_scale", "seed": 11000, "caught": True, "own_error": 40.0}
+    assert run([small_miss, caught]).startswith(
+        "catch ok 0s shipped cases 1/1, fresh seeds 1/2, own error >= 2x 1/1")
+    big_miss = {**small_miss, "own_error": 2.5}
+    assert run([big_miss, caught]).endswith(
+        "own error >= 2x 1/2; missed: mhc_pre::sinkhorn_row_last seed 11001")
+
+
+def test_a_step_killed_at_its_limit_is_off_and_the_run_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake("fidelity", "import time; time.sleep(30)", monkeypatch)
+    spec = next(e for e in reg.EXTRAS if e.name == "fidelity")
+    monkeypatch.setattr(reg, "EXTRAS", tuple(
+        replace(e, limit_s=1) if e.name == "fidelity" else e
+        for e in reg.EXTRAS))
+    assert spec.limit_s > 1
+    assert reg.main(["--out", str(tmp_path), "--steps", "fidelity", "--device", "cpu"]) == 1
+    assert "fidelity  OFF" in (tmp_path / "summary.txt").read_text()
+    assert "[killed after 1 s]" in (tmp_path / "regression" / "fidelity.txt").read_text()
+
+
+def test_speed_calib_keeps_the_written_file_and_restores_the_trees(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree = tmp_path / "tree"
+    (tree / "cases").mkdir(parents=True)
+    (tree / "cases" / "perf.toml").write_text("[a]\nop = 'x'\n")
+    monkeypatch.setattr(reg, "ROOT", tree)
+    _fake("speed-calib", "import pathlib; p = pathlib.Path('cases/perf.toml'); "
+          "p.write_text(p.read_text() + 'speedup_min = 1\\n'); "
+          "print('numcheck calibrate: suggested speedup_min (cuda, 5 runs each)')", monkeypatch)
+    out = tmp_path / "out"
+    assert reg.main(["--out", str(out), "--steps", "speed-calib", "--device", "cpu"]) == 0
+    assert (tree / "cases" / "perf.toml").read_text() == "[a]\nop = 'x'\n"
+    assert (out / "regression" / "perf.toml").read_text().endswith("speedup_min = 1\n")
+
+
+def test_the_honest_table_names_the_worst_member() -> None:
+    data = {"cases": {"mhc_pre::a": {"tf32": {"by_variant": {
+        "tf32": {"mixes": {"max_err_ratio": 1.0, "calc_diff": 2e-8}},
+        "gemm_triton_tf32": {"mixes": {"max_err_ratio": 1.19, "calc_diff": 1.2e-7}}}}}}}
+    assert reg.honest_table(data).splitlines()[-1] == (
+        "| mhc_pre | tf32 | mixes | 1.19 (gemm_triton_tf32) | 1.2e-07 (gemm_triton_tf32) |")
+
+
+@pytest.mark.slow
+def test_an_optional_step_runs_for_real_on_the_cpu(tmp_path: Path) -> None:
+    """The casts step (benchmarks/cast_ratios.py) end to end, with --device cpu."""
+    assert reg.main(["--out", str(tmp_path), "--steps", "casts", "--device", "cpu"]) == 0
+    assert "casts  ok" in (tmp_path / "summary.txt").read_text()
+    assert (tmp_path / "regression" / "casts" / "cast_ratios-cpu.json").exists()

@@ -1,4 +1,4 @@
-"""Obtained files: a failed check's outputs, kept for diffing; README's "Debug a failure"."""
+"""Obtained files: a failed check's outputs, kept for diffing; docs/usage.md's "Debug a failure"."""
 
 from __future__ import annotations
 
@@ -17,20 +17,20 @@ from test_plugin import TESTS, golden, make_project, write_goldens
 from numcheck.goldens.obtained import write_obtained
 from numcheck.report.records import load_report
 
-README = TESTS.parent / "README.md"
+USAGE = TESTS.parent / "docs" / "usage.md"
 OBTAINED = Path(".numcheck") / "obtained" / "indexer" / "tiny.no_kv_scale.obtained.safetensors"
 
 
-def readme_debug_snippet() -> str:
-    """The Python block of README's "Debug a failure" section, exactly as written there."""
-    text = README.read_text()
+def usage_debug_snippet() -> str:
+    """The Python block of docs/usage.md's "Debug a failure" section, exactly as written."""
+    text = USAGE.read_text()
     section = text.split("## Debug a failure", 1)[1].split("\n## ", 1)[0]
     match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match, "README's 'Debug a failure' section has no python block"
+    assert match, "docs/usage.md's 'Debug a failure' section has no python block"
     return match.group(1)
 
 
-def test_failed_check_keeps_its_outputs_and_the_readme_lines_show_the_worst(
+def test_failed_check_keeps_its_outputs_and_the_documented_lines_show_the_worst(
     pytester: pytest.Pytester,
 ) -> None:
     make_project(pytester, variants='"no_kv_scale", "tf32"', planted=True)
@@ -58,7 +58,7 @@ def test_failed_check_keeps_its_outputs_and_the_readme_lines_show_the_worst(
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(readme_debug_snippet(), {})  # noqa: S102  (README's own lines, in the project)
+        exec(usage_debug_snippet(), {})  # noqa: S102  (the doc's own lines, in the project)
     lines = out.getvalue().splitlines()
     assert len(lines) == 5
     errors = [float(line.rsplit("|error| ", 1)[1]) for line in lines]

@@ -65,7 +65,7 @@ def test_cpu_summary_layout(pytester: pytest.Pytester) -> None:
         "indexer::tiny*tf32*cpu*PASS (tf32 = fp32 bit for bit on cpu)",
         "mhc_pre::tiny-mhc*tf32 *cpu*PASS (tf32 = fp32 bit for bit on cpu)",
         "3 perf-only checks need CUDA (1 case; skipped)",
-        "*numcheck casts and copies (cast ledger per check; README 'Casts and kernels'*",
+        "*numcheck casts and copies (cast ledger per check; docs/usage.md explains the columns)*",
     ])
     out = result.stdout.str()
     # A tf32 variant that differs from fp32 on the CPU gets no note: its metrics speak.

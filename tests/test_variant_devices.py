@@ -19,7 +19,8 @@ from numcheck.prepare import with_preparation
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Variants the meta device cannot run at all (they read values: data-dependent shapes,
-#: .item(), a compiled kernel); the CUDA runs cover them (benchmarks/h200_run_d.sh).
+#: .item(), a compiled kernel); the CUDA runs cover them (benchmarks/gpu_regression.py: the
+#: gate, false-fail and catch steps).
 NEEDS_DATA = {"fused", "far_flips", "near_flips", "nan_one_row", "inf_one_row",
               "one_element_8x", "raises", "gemm_triton_tf32", "gemm_triton_bf16",
               "gemm_triton_fp32"}

@@ -13,7 +13,7 @@ Two front ends share calibration:
   selected checks, with the ops that conftest hooks and entry points register, print (and
   with ``--numcheck-calibrate-write`` write) budget tables;
 - ``python -m numcheck.calibrate`` (:func:`main`): the built-in ops over a cases folder,
-  with a JSON file of every number (how docs/calibration-*.json were made).
+  with a JSON file of every number (how docs/evidence/2026-11-29-*/calibration-*.json were made).
 
 The measurement: each seed is one check of the variant (:func:`numcheck.check.run_check`,
 numerics only, as the gate measures it) against a golden made on the spot from the op's

@@ -13,6 +13,7 @@ the gate itself only reads case files (with the standard library's tomllib).
 from __future__ import annotations
 
 import re
+import textwrap
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,12 @@ from numcheck.goldens.atomic import atomic_write
 
 #: How to install what writing needs.
 INSTALL_HINT = "pip install tomlkit (or the calibrate extra: pip install 'numcheck[calibrate]')"
+#: The header comment line naming a command that set values in the file (see
+#: :func:`with_provenance`); a longer entry continues on lines starting ``#   ``.
+PROVENANCE = "# set by: "
+_CONTINUED = "#   "
+#: numcheck.cases.BUDGET_LIKE (not imported: numcheck.cases imports torch).
+_BUDGET_LIKE = "budget_like"
 
 
 class CaseWriteError(Exception):
@@ -42,8 +49,8 @@ class Edit:
     key: str
     value: float | None
     sub: str | None = None
-    #: The comment the changed line gets instead of the one it had (a why, with the old
-    #: value); None keeps the line's own comment.
+    #: The comment the changed line gets instead of the one it had; "" drops the line's
+    #: comment (it described the old value); None keeps it.
     comment: str | None = None
 
     @property
@@ -63,6 +70,8 @@ class Change:
     def describe(self) -> str:
         def show(v: float | None) -> str:
             return "(none)" if v is None else format_number(v)
+        if self.old is None and self.new is None and self.note:
+            return f"{self.where}: {self.note}"  # a whole table left alone, and why
         text = f"{self.where}: {show(self.old)} -> {show(self.new)}"
         return f"{text} ({self.note})" if self.note else text
 
@@ -80,12 +89,16 @@ def format_number(value: float) -> str:
     return f"{value:.4g}"
 
 
-def apply_edits(text: str, edits: Sequence[Edit]) -> tuple[str, list[Change], list[Change]]:
+def apply_edits(
+    text: str, edits: Sequence[Edit], provenance: tuple[str, str] | None = None
+) -> tuple[str, list[Change], list[Change]]:
     """Apply ``edits`` to a case file's text: ``(new text, changes, skipped)``.
 
     Pure (text in, text out). An edit whose value equals the file's is no change. A
     ``tie_band_rel`` edit on a table that uses ``tie_band_abs`` is skipped (a budget takes
-    one of the two), and so is a value the file does not hold as a number.
+    one of the two), and so is a value the file does not hold as a number. Edits of a
+    variant whose budget is borrowed (``budget_like``) are skipped, one entry per variant.
+    ``provenance`` (command, when): named in the header when anything changed.
     """
     import tomlkit
     from tomlkit.exceptions import TOMLKitError
@@ -97,7 +110,17 @@ def apply_edits(text: str, edits: Sequence[Edit]) -> tuple[str, list[Change], li
     changes: list[Change] = []
     skipped: list[Change] = []
     created: list[Any] = []
+    borrowers: set[str] = set()
     for edit in edits:
+        lender = _lender(doc, edit.table)
+        if lender is not None:
+            where = ".".join(edit.table[:3])
+            if where not in borrowers:
+                borrowers.add(where)
+                skipped.append(Change(where, None, None, (
+                    f"takes {lender}'s budgets ({_BUDGET_LIKE} = \"{lender}\"): not written "
+                    f"as copies; set [{edit.table[0]}.budget.{lender}] to change both")))
+            continue
         table = _table(doc, edit.table, create=edit.value is not None, created=created)
         if table is None:
             continue
@@ -142,27 +165,89 @@ def apply_edits(text: str, edits: Sequence[Edit]) -> tuple[str, list[Change], li
         out = re.sub(r"\n{3,}", "\n\n", out)
     if created and not text.endswith("\n\n"):
         out = out.rstrip("\n") + "\n"
+    if changes and provenance is not None:
+        out = with_provenance(out, *provenance)
     tomllib.loads(out)  # never write what the gate could not read back
     return out, changes, skipped
 
 
-def write_edits(path: Path, edits: Sequence[Edit]) -> tuple[list[Change], list[Change]]:
+def write_edits(
+    path: Path, edits: Sequence[Edit], provenance: tuple[str, str] | None = None
+) -> tuple[list[Change], list[Change]]:
     """Apply ``edits`` to the case file at ``path`` in place: ``(changes, skipped)``.
 
     The file is replaced atomically (a temporary file renamed over it), and only when
-    something changed.
+    something changed; ``provenance`` as for :func:`apply_edits`.
     """
     try:
         text = path.read_text()
     except OSError as exc:
         raise CaseWriteError(f"{path}: cannot read it ({exc})") from exc
     try:
-        new, changes, skipped = apply_edits(text, edits)
+        new, changes, skipped = apply_edits(text, edits, provenance)
     except CaseWriteError as exc:
         raise CaseWriteError(f"{path}: {exc}") from exc
     if changes:
         atomic_write(path, new.encode(), mode=path.stat().st_mode & 0o777)
     return changes, skipped
+
+
+def with_provenance(text: str, command: str, when: str, *, width: int = 96) -> str:
+    """``text`` with ``# set by: <command> (<when>)`` first among the ``# set by:`` lines of
+    its header (the comment lines before the first table), wrapped at ``width``; an older
+    entry of the same command is dropped, so each command is named once, newest first."""
+    command, when = " ".join(command.split()), " ".join(when.split())
+    lines = text.split("\n")
+    header = 0
+    while header < len(lines) and (not lines[header].strip()
+                                   or lines[header].lstrip().startswith("#")):
+        header += 1
+    header = min(header, len(lines) - 1) if lines[-1] == "" else header
+    kept: list[str] = []
+    first: int | None = None
+    i = 0
+    while i < header:
+        if not lines[i].startswith(PROVENANCE):
+            kept.append(lines[i])
+            i += 1
+            continue
+        entry = [lines[i][len(PROVENANCE):]]
+        i += 1
+        while i < header and lines[i].startswith(_CONTINUED):
+            entry.append(lines[i][len(_CONTINUED):].strip())
+            i += 1
+        joined = " ".join(entry)
+        if joined == command or joined.startswith(command + " ("):
+            continue  # the same command, run again: replaced below
+        if first is None:
+            first = len(kept)
+        kept.extend(_provenance_lines(joined, width))
+    if first is None:  # after the header's comments, before the blank lines that end it
+        first = len(kept)
+        while first and not kept[first - 1].strip():
+            first -= 1
+    new = _provenance_lines(f"{command} ({when})", width)
+    if not any(line.strip() for line in kept):
+        new.append("")  # a file without a header comment: a blank line before the first table
+    return "\n".join([*kept[:first], *new, *kept[first:], *lines[header:]])
+
+
+def _provenance_lines(entry: str, width: int) -> list[str]:
+    parts = textwrap.wrap(entry, width - len(PROVENANCE), break_long_words=False,
+                          break_on_hyphens=False) or [""]
+    return [PROVENANCE + parts[0], *(_CONTINUED + part for part in parts[1:])]
+
+
+def _lender(doc: Any, keys: tuple[str, ...]) -> str | None:
+    """The variant whose budgets the edited budget table's variant takes, if it borrows."""
+    if len(keys) < 3 or keys[1] != "budget":
+        return None
+    node: Any = doc
+    for key in keys[:3]:
+        node = node.get(key) if isinstance(node, dict) else None
+    if isinstance(node, dict) and _BUDGET_LIKE in node:
+        return str(node[_BUDGET_LIKE])
+    return None
 
 
 def _table(doc: Any, keys: tuple[str, ...], *, create: bool, created: list[Any]) -> Any:
@@ -201,8 +286,9 @@ def _set(holder: Any, key: str, value: float, comment: str | None = None) -> Non
     trivia = getattr(old, "trivia", None)
     inline = isinstance(holder, tomlkit.items.InlineTable)
     if comment is not None and not inline:
-        new.comment(comment)
-        new.trivia.comment_ws = "  "
+        if comment:
+            new.comment(comment)
+            new.trivia.comment_ws = "  "
         if trivia is not None:
             new.trivia.indent, new.trivia.trail = trivia.indent, trivia.trail
     elif trivia is not None and not inline:
@@ -215,6 +301,10 @@ def _set(holder: Any, key: str, value: float, comment: str | None = None) -> Non
             ws = ws[: max(1, len(ws) - grow)] if grow > 0 else ws + " " * -grow
         new.trivia.comment_ws = ws
     holder[key] = new
+    if comment == "" and not inline:
+        # tomlkit carries a replaced item's comment over to the new one: drop it here.
+        holder[key].trivia.comment = ""
+        holder[key].trivia.comment_ws = ""
 
 
 def _tidy_inline(table: Any, key: str) -> None:

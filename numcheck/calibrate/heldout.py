@@ -9,7 +9,7 @@ the worst count of elements outside (``n_outside``, recorded since max_outside e
 the budget's ``max_outside`` (with ``max_outside_rows``, the count beyond the worst row); a
 file without counts is judged on the fraction alone. Pure of pytest::
 
-    python -m numcheck.heldout docs/numerics/h200-2026-12-01/*heldout*.json [--cases cases]
+    python -m numcheck.heldout docs/evidence/2026-12-01-h200-numerics/*heldout*.json [--cases cases]
 
 Exits 1 when a value exceeds its budget, printing one line per excess.
 """

@@ -100,8 +100,9 @@ DEFAULT_CAST_BYTES_RATIO: dict[str, float] = {
 }
 #: Default ``max_copy_share`` per precision class. Only the kernels gate reads it, and that
 #: gate runs on CUDA only. Conservative: at production shapes on an H200 the shipped naive
-#: variants spent 22-54% of their GPU time in cast/copy kernels (docs/perf/h200-2026-11-29.md,
-#: section 4); 0.75 fails a variant dominated by copies without failing those. Tighten from
+#: variants spent 22-54% of their GPU time in cast/copy kernels
+#: (docs/evidence/2026-11-29-h200-gate-and-perf/README.md, section 4); 0.75 fails a variant
+#: dominated by copies without failing those. Tighten from
 #: ``benchmarks/cast_ratios.py --device cuda``.
 DEFAULT_COPY_SHARE: dict[str, float] = {"fp32": 0.75, "tf32": 0.75, "bf16": 0.75, "fp16": 0.75}
 

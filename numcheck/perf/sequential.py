@@ -35,7 +35,7 @@ pair cancels in the ratio. With too few samples for the asked confidence (fewer 
 
 Pure: numpy, and the binomial ranks in exact integer arithmetic (no scipy, nothing rounded);
 the clock and the sampler are passed in, so the rule is tested on synthetic samples and a
-fake clock (``docs/perf/README.md`` has the simulation table).
+fake clock (``docs/speed.md`` has the simulation table).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ check K times (:mod:`numcheck.plugin.calibration`) and hands the K point speedup
 :func:`propose_speedup_min`. Pure: no clock, no torch, so the rule is tested on synthetic
 samples.
 
-The rule (docs/perf/README.md, "Setting thresholds"):
+The rule (docs/speed.md, "Setting thresholds"):
 
 - an honest variant gets ``threshold = q_low x (1 - margin)``, rounded down to three
   significant digits, where ``q_low`` is the lower ``quantile`` of the K speedups (with

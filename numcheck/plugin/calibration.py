@@ -14,7 +14,8 @@ works) and the controller prints the suggestions at the end:
 - speed (:mod:`numcheck.perf.thresholds`): K timing runs per check, turned into
   ``speedup_min`` proposals for this device class.
 
-Writing goes through :mod:`numcheck.calibrate.casewriter`.
+Writing goes through :mod:`numcheck.calibrate.casewriter`, which names this run's command once in each
+written file's header (``# set by: pytest ... (<date>, <device>, torch <version>)``).
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ class CalibrationMode:
         expect = case.expect.get(variant)
         base = {**common, "kind": "numerics", "seeds": list(seeds),
                 "k": int(case.params.get("index_topk", 0) or 0), "topk_output": topk,
-                "gated": gated, "reference": op.reference, "reference_device": refs.device}
+                "gated": gated, "reference": op.reference, "reference_device": refs.device,
+                "budget_like": case.budget_like.get(variant)}
         out = [{**base, "variant": variant, "runs": True,
                 "expect": list(expect.fails) if expect else [],
                 "table": _table_out(measure_variant(op, case, variant, device, seeds, refs))}]
@@ -239,10 +241,11 @@ class CalibrationMode:
             return
         if not edits:
             tr.write_line("numcheck calibrate: no value to write")
+        provenance = (_command(self.config), _when(payloads))
         for path, file_edits in edits.items():
             shown = _rel(Path(path), self.config.rootpath)
             try:
-                changes, skipped = write_edits(Path(path), file_edits)
+                changes, skipped = write_edits(Path(path), file_edits, provenance)
             except CaseWriteError as exc:
                 tr.write_line(f"numcheck calibrate: {exc}: nothing written to it")
                 continue
@@ -323,16 +326,30 @@ def numerics_section(
             measured.setdefault(p["variant"], []).append(p)
         for variant, found in list(measured.items()):
             found += before.get((group.source, group.case, variant), [])
+        # A variant that takes another's budgets (budget_like) shares that one table: its
+        # measurements are pooled into the lender's suggestion, never written as copies.
+        borrowers: dict[str, list[str]] = {}
+        for p in group.payloads:
+            if p["runs"] and p.get("budget_like") and not _known_bad(p):
+                borrowers.setdefault(p["budget_like"], []).append(p["variant"])
         for p in group.payloads:
             if not p["runs"]:
                 continue
             variant = p["variant"]
-            known_bad = [f for f in p["expect"] if f.partition(".")[0] in p["table"]]
+            known_bad = _known_bad(p)
             if known_bad:
                 lines.append(f"# {group.case}: {variant} is known-bad (expect: "
                              f"{', '.join(known_bad)}): not budgeted")
                 continue
+            lender = p.get("budget_like")
+            if lender:
+                pooled = ("its measurements are pooled into that table" if lender in measured
+                          else f"select {lender} too to budget both: nothing suggested")
+                lines.append(f"# {group.case}: {variant} takes {lender}'s budgets "
+                             f"(budget_like): {pooled}")
+                continue
             members = _pool_of(variant, settings.pools, measured)
+            members += [b for b in borrowers.get(variant, []) if b not in members]
             parts = [q for m in members for q in measured[m] if _informative(q)]
             if not parts:
                 lines.append(f"# {group.case}: {variant} is the reference, computed on "
@@ -360,6 +377,11 @@ def numerics_section(
                     edits.setdefault(group.path, []).append(
                         Edit((group.case, "budget", variant, output), key, value))
     return lines, edits
+
+
+def _known_bad(payload: dict[str, Any]) -> list[str]:
+    """The expected failures of a known-bad variant that name one of its outputs."""
+    return [f for f in payload["expect"] if f.partition(".")[0] in payload["table"]]
 
 
 def _exact(table: WorstTable) -> bool:
@@ -496,6 +518,21 @@ def save_run(path: Path, payloads: list[dict[str, Any]]) -> None:
 def _merge(into: dict[str, list[Edit]], more: dict[str, list[Edit]]) -> None:
     for path, found in more.items():
         into.setdefault(path, []).extend(found)
+
+
+def _command(config: pytest.Config) -> str:
+    """This run's command line, as the case file's header names it."""
+    import shlex
+
+    return "pytest " + shlex.join(config.invocation_params.args)
+
+
+def _when(payloads: list[dict[str, Any]]) -> str:
+    """``2026-12-03, cpu, torch 2.13.0+cpu``: the date, the devices measured, torch."""
+    from datetime import date
+
+    devices = ", ".join(sorted({p["device"] for p in payloads})) or "-"
+    return f"{date.today().isoformat()}, {devices}, torch {_torch()}"
 
 
 def _device(payloads: list[dict[str, Any]]) -> str:

@@ -119,7 +119,7 @@ def run_gates(device: str, *, perf: bool, explain: bool) -> set[str]:
     instead; the speedup gate with --numcheck-perf. A timing run leaves the kernel audit
     off: it attaches CUPTI through torch.profiler, and launches stay slower after it (H200,
     torch 2.11: the fp32 indexer timed 0.95 ms before the first audit and 1.26 ms after;
-    docs/perf/h200-2026-11-29.md).
+    docs/evidence/2026-11-29-h200-gate-and-perf/README.md).
     """
     gates = set() if explain else default_gates(device)
     if perf:
@@ -517,8 +517,8 @@ class NumcheckSession:
         for line in lock_wait_lines(records, worker_count(self.config)):
             tr.write_line(line)
         if self.overhead_rows:
-            tr.write_sep("-", "numcheck casts and copies (cast ledger per check; README "
-                         "'Casts and kernels' explains the columns)")
+            tr.write_sep("-", "numcheck casts and copies (cast ledger per check; "
+                         "docs/usage.md explains the columns)")
             # The last cell is a variant's one-time preparation: a column only when a
             # checked variant has one.
             header, rows = OVERHEAD_HEADER, [r[:-1] for r in self.overhead_rows]

@@ -5,7 +5,9 @@ wrong (fix the variant), the budget is too tight for a correct variant (calibrat
 reference itself changed (regenerate the golden). The failure message names the budget's
 location so the reader can tell which: the case file and line of the key
 (``cases/indexer.toml:24``), or, for a value nobody wrote, the defaults row it comes from
-(``default for bf16 from numcheck/numerics/budgets.py``).
+(``default for bf16 from numcheck/numerics/budgets.py``). A variant whose table says ``budget_like =
+"bf16"`` is held to bf16's tables: the location is then bf16's key, and the message names the
+``budget_like`` line too, since that is where the two are tied.
 
 tomllib keeps no line numbers, so :func:`locate_key` reads the case file's lines itself: it
 follows table headers and dotted keys (``[c.budget.bf16.logits]`` then ``calc_diff = ...``,
@@ -17,11 +19,15 @@ from __future__ import annotations
 
 import re
 import shlex
+import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 #: Where the per-precision default budgets live, as the message names it.
 DEFAULTS_SOURCE = "numcheck/numerics/budgets.py"
+#: The case-file key that borrows another variant's budgets (numcheck.cases.BUDGET_LIKE; not
+#: imported from there, which would import torch).
+BUDGET_LIKE = "budget_like"
 
 _HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
 _KEY = re.compile(r"^\s*((?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')"
@@ -80,6 +86,20 @@ def locate_key_header(path: Path, key: Sequence[str]) -> int | None:
     return None
 
 
+def budget_lender(path: Path, case: str, variant: str) -> tuple[str, int] | None:
+    """The variant whose budgets ``variant`` takes (``budget_like``) and the line that says
+    so, or None when the variant sets its own."""
+    line = locate_key(path, [case, "budget", variant, BUDGET_LIKE])
+    if line is None:
+        return None
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    lender = data.get(case, {}).get("budget", {}).get(variant, {}).get(BUDGET_LIKE)
+    return (lender, line) if isinstance(lender, str) else None
+
+
 def budget_location(
     source: Path,
     shown_source: str,
@@ -93,14 +113,21 @@ def budget_location(
 ) -> str:
     """``cases/indexer.toml:24 ([tiny.budget.bf16.logits] calc_diff = 3.8e-06)``, or
     ``calc_diff = 0.0001: default for bf16 from numcheck/numerics/budgets.py (no key in
-    cases/indexer.toml:12 [tiny])`` when the case file does not set it."""
-    line = locate_key(source, [case, "budget", variant, output, metric])
+    cases/indexer.toml:12 [tiny])`` when the case file does not set it. For a variant that
+    borrows its budgets (``budget_like``), the lender's key, and the ``budget_like`` line."""
+    lender = budget_lender(source, case, variant)
+    tables = variant if lender is None else lender[0]
+    tied = "" if lender is None else (f"{variant} takes {tables}'s budgets: {BUDGET_LIKE} at "
+                                      f"{shown_source}:{lender[1]}")
+    line = locate_key(source, [case, "budget", tables, output, metric])
     if line is not None:
-        return f"{shown_source}:{line} ([{case}.budget.{variant}.{output}] {metric} = {value:g})"
+        where = f"{shown_source}:{line} ([{case}.budget.{tables}.{output}] {metric} = {value:g})"
+        return f"{where[:-1]}; {tied})" if tied else where
     table = locate_table(source, case)
     at = f"{shown_source}:{table}" if table is not None else shown_source
-    return (f"{metric} = {value:g}: default for {precision} from {DEFAULTS_SOURCE} (no key in "
-            f"{at} [{case}]; set [{case}.budget.{variant}.{output}] {metric} to override)")
+    return (f"{metric} = {value:g}: default for {precision} from {DEFAULTS_SOURCE} ("
+            f"{tied + '; ' if tied else ''}no key in {at} [{case}]; set "
+            f"[{case}.budget.{tables}.{output}] {metric} to override)")
 
 
 def calibrate_command(case_nodeid: str, device: str) -> str:

@@ -1,0 +1,107 @@
+"""What the gate checks for every shipped case, as plain data: the snapshot of loaded budgets.
+
+Every (case, variant, output) budget after loading (defaults filled in, coarse outputs
+completed, borrowed budgets resolved), every overhead limit, perf option and expectation,
+flattened to ``{"<op>::<case> <variant> <output>": {key: value}}``. tests/test_budget_snapshot.py
+compares the shipped case files with tests/data/shipped-budgets.json, so that a change to a
+case file's layout (comments, ``budget_like`` instead of copies) provably changes nothing the
+gate checks, and a budget change on purpose shows as a diff of that file in review.
+
+    python tests/budget_snapshot.py            # compare; exit 1 and list what differs
+    python tests/budget_snapshot.py --write    # after changing budgets on purpose
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SNAPSHOT = ROOT / "tests" / "data" / "shipped-budgets.json"
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in sorted(value.items())}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def snapshot(cases_dir: Path = ROOT / "cases") -> dict[str, dict[str, Any]]:
+    """Every loaded value the gate checks, keyed ``"<op>::<case> <variant> <part>"``."""
+    from numcheck.cases import load_cases
+
+    out: dict[str, dict[str, Any]] = {}
+    for case in load_cases(cases_dir):
+        name = f"{case.op}::{case.id}"
+        for variant, budget in case.budgets.items():
+            for output, ob in budget.outputs.items():
+                out[f"{name} {variant} {output}"] = _plain(ob)
+            if budget.topk is not None:
+                out[f"{name} {variant} topk"] = _plain(budget.topk)
+        for variant, limits in case.overhead.items():
+            out[f"{name} {variant} overhead"] = _plain(limits)
+        for variant, spec in case.perf.items():
+            out[f"{name} {variant} perf"] = _plain(spec)
+        for variant, expect in case.expect.items():
+            out[f"{name} {variant} expect"] = _plain(expect)
+        out[f"{name} - case"] = {"seeds": list(case.seeds), "devices": list(case.devices),
+                                 "variants": list(case.variants), "perf_only": case.perf_only,
+                                 "params": _plain(dict(case.params))}
+    return out
+
+
+def _flat(entry: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"limits": {"rel_fro": 1e-3}}`` -> ``{"limits.rel_fro": 1e-3}``."""
+    out: dict[str, Any] = {}
+    for key, value in entry.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def differences(now: dict[str, dict[str, Any]], stored: dict[str, dict[str, Any]]) -> list[str]:
+    """Every (entry, key) whose value differs, one line each (nested keys dotted)."""
+    lines = []
+    for entry in sorted(set(now) | set(stored)):
+        if entry not in now or entry not in stored:
+            lines.append(f"{entry}: {'only in the snapshot' if entry in stored else 'new'}")
+            continue
+        a, b = _flat(now[entry]), _flat(stored[entry])
+        for key in sorted(set(a) | set(b)):
+            if a.get(key, "(absent)") != b.get(key, "(absent)"):
+                lines.append(f"{entry} {key}: snapshot {b.get(key, '(absent)')!r}, "
+                             f"now {a.get(key, '(absent)')!r}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="write the snapshot from cases/")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    now = snapshot()
+    if args.write:
+        SNAPSHOT.parent.mkdir(exist_ok=True)
+        # One entry a line: a budget changed on purpose is a one-line diff in review.
+        body = ",\n".join(f"{json.dumps(k)}: {json.dumps(v, sort_keys=True)}"
+                          for k, v in sorted(now.items()))
+        SNAPSHOT.write_text("{\n" + body + "\n}\n")
+        print(f"wrote {SNAPSHOT.relative_to(ROOT)}: {len(now)} entries")
+        return 0
+    diff = differences(now, json.loads(SNAPSHOT.read_text()))
+    print("\n".join(diff) or f"identical: {len(now)} entries")
+    return 1 if diff else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

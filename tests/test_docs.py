@@ -1,0 +1,175 @@
+"""The docs where they are checkable: the README's size and commands, every option documented,
+links and paths that resolve, evidence kept apart from the guides and each run described."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from numcheck.plugin import options
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+EVIDENCE = DOCS / "evidence"
+#: What every evidence folder's README states (its header table's rows).
+EVIDENCE_FIELDS = ("date", "machine", "torch", "commit", "made by")
+
+
+def _markdown_files() -> list[Path]:
+    files = [README, ROOT / "benchmarks" / "README.md", *DOCS.rglob("*.md"),
+             *(ROOT / "examples").glob("*/README.md")]
+    return sorted(files)
+
+
+def _section(text: str, heading: str) -> str:
+    return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_reads_in_five_minutes() -> None:
+    assert len(README.read_bytes()) <= 12 * 1024
+
+
+def test_the_quickstart_commands_are_the_ones_ci_runs() -> None:
+    """The README's two commands, exactly as written, are what .ci/run runs (it adds only
+    -q), so a clean clone is tested the way the README tells a reader to start."""
+    block = re.search(r"```bash\n(.*?)```", _section(README.read_text(), "Quickstart"), re.DOTALL)
+    assert block
+    commands = [line.split("#", 1)[0].strip() for line in block.group(1).splitlines()]
+    commands = [c for c in commands if c]
+    assert commands == ['pip install -e . && pytest --numcheck',
+                        'pip install -e ".[test,fused]" && pytest -n 2 -m "not slow"']
+    ci = {" ".join(t for t in shlex.split(line, posix=False) if t != "-q")
+          for line in (ROOT / ".ci" / "run").read_text().splitlines()}
+    for command in commands:
+        assert " ".join(shlex.split(command, posix=False)) in ci, command
+
+
+def _option_names() -> set[str]:
+    return {v for k, v in vars(options).items()
+            if isinstance(v, str) and k.endswith(("OPTION", "_INI"))}
+
+
+def _first_cells(table: str) -> set[str]:
+    """The option names in the first cell of each row of a markdown table."""
+    cells = [row.split("|")[1] for row in table.splitlines() if row.startswith("| ")]
+    return {name for cell in cells
+            for name in re.findall(r"`(--numcheck[a-z-]*|numcheck_[a-z_]+)", cell)}
+
+
+def test_every_option_and_ini_key_is_in_the_usage_table() -> None:
+    documented = _first_cells(_section((DOCS / "usage.md").read_text(), "Options"))
+    assert _option_names() <= documented, sorted(_option_names() - documented)
+    assert documented <= _option_names(), sorted(documented - _option_names())
+
+
+def test_the_readmes_first_options_exist() -> None:
+    named = _first_cells(_section(README.read_text(), "The options you need first"))
+    assert named and named <= _option_names(), sorted(named - _option_names())
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a markdown file's headings."""
+    out = set()
+    for heading in re.findall(r"^#+ (.+)$", path.read_text(), re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        out.add(slug)
+    return out
+
+
+@pytest.mark.parametrize("doc", _markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(doc: Path) -> None:
+    text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.DOTALL)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if "://" in target or target.startswith(("mailto:", "#")):
+            continue
+        path, _, anchor = target.partition("#")
+        resolved = (doc.parent / path).resolve()
+        if not resolved.exists() or (anchor and resolved.suffix == ".md"
+                                     and anchor not in _anchors(resolved)):
+            broken.append(target)
+    assert not broken, broken
+
+
+def _text_files() -> list[Path]:
+    folders = ("numcheck", "benchmarks", "tests", "cases", "docs", "examples", ".github", ".ci")
+    files = [README, ROOT / "pyproject.toml"]
+    for folder in folders:
+        files += [p for p in (ROOT / folder).rglob("*") if p.is_file() and p.suffix in
+                  (".py", ".md", ".toml", ".yml", ".sh", "") and "evidence" not in p.parts
+                  and "data" not in p.parts and "__pycache__" not in p.parts]
+    return files
+
+
+def test_every_docs_path_named_in_the_repository_exists() -> None:
+    """A path under docs/ named in code, case files or guides (not in the evidence folders'
+    own raw files) exists: moving a file means following every mention."""
+    missing = []
+    for path in _text_files():
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        # Paths joined in Python (Path / "docs" / ...) count as mentions too.
+        joined = ["/".join(re.findall(r'"([^"]+)"', m)) for m in
+                  re.findall(r'"docs"(?:\s*/\s*(?:\(\s*)?"[^"]+")+', text.replace("\n", " "))]
+        for mention in re.findall(r"(?<![\w/.])docs/[A-Za-z0-9_./*{}<>$-]*", text) + joined:
+            mention = mention.rstrip(".,;:)")
+            if any(c in mention for c in "*{}<>$") or not mention.strip("/"):
+                continue
+            if not (ROOT / mention).exists():
+                missing.append(f"{path.relative_to(ROOT)}: {mention}")
+    assert not missing, missing
+
+
+def test_docs_holds_guides_and_the_evidence_folder_only() -> None:
+    entries = {p.name for p in DOCS.iterdir()}
+    assert {p for p in entries if not p.endswith(".md")} == {"evidence"}, entries
+
+
+def test_every_guide_is_in_the_readmes_index() -> None:
+    index = _section(README.read_text(), "Documentation") + _section(README.read_text(), "Layout")
+    for guide in DOCS.glob("*.md"):
+        assert f"docs/{guide.name}" in index, guide.name
+
+
+def test_every_evidence_folder_says_when_where_and_how_it_was_made() -> None:
+    index = (EVIDENCE / "README.md").read_text()
+    folders = sorted(p for p in EVIDENCE.iterdir() if p.is_dir())
+    assert folders
+    for folder in folders:
+        assert re.match(r"\d{4}-\d{2}-\d{2}-", folder.name), folder.name
+        assert f"]({folder.name}/README.md)" in index, folder.name
+        text = (folder / "README.md").read_text()
+        rows = dict(re.findall(r"^\| (date|machine|torch|commit|made by) \| (.+) \|$", text,
+                               re.MULTILINE))
+        assert set(rows) == set(EVIDENCE_FIELDS), (folder.name, sorted(rows))
+        assert rows["date"].startswith(folder.name[:10]), folder.name
+
+
+def test_the_readmes_failure_is_what_the_gate_prints(pytester: pytest.Pytester) -> None:
+    """The failure the README reads line by line, produced for real: the same case file and
+    planted bug, the message compared line for line."""
+    from test_plugin import CONFTEST, write_goldens
+
+    block = re.search(r"```\n(numcheck FAIL .*?)```",
+                      _section(README.read_text(), "A failure, line by line"), re.DOTALL)
+    assert block
+    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
+    pytester.mkdir("cases")
+    (pytester.path / "cases" / "indexer.toml").write_text(
+        '[tiny]\nop = "indexer"\nshape = { batch = 2, heads = 4, head_dim = 32, '
+        'max_context = 256, index_topk = 32, next_n = 1 }\nseeds = [0]\n'
+        'variants = ["far_flips"]\n')
+    pytester.makeconftest(CONFTEST)
+    write_goldens(pytester)
+    result = pytester.runpytest("--numcheck")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.lines
+    first = out.index("numcheck FAIL indexer::tiny::far_flips[cpu]")
+    last = next(i for i in range(first, len(out)) if out[i].startswith("  obtained:"))
+    assert out[first:last + 1] == block.group(1).rstrip("\n").splitlines()
