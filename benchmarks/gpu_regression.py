@@ -18,9 +18,11 @@ each in a fresh process, each writing its log and report under DIR:
 - ``independent``: every gated speedup of the last perf run timed again by an independent
   graph-replay timer (``benchmarks/speed_gate.py independent``: triton's
   ``do_bench_cudagraph``): check, numcheck's speedup, the independent one, the difference.
-  Off when a difference exceeds ``--tolerance`` (3%: the two timers replay differently,
-  numcheck interleaves reference and variant in batches, do_bench_cudagraph replays each
-  alone; the shipped checks measured within 2.2% of each other, docs/evidence/).
+  Off when numcheck's speedup exceeds the independent one by more than ``--tolerance`` (3%),
+  or the two fall on opposite sides of the check's ``speedup_min``. A numcheck speedup
+  lower by more than that is listed as conservative, not off: numcheck replays one call
+  per graph replay, interleaving reference and variant, so a few-microsecond kernel
+  carries each replay's launch cost that do_bench_cudagraph amortises (:func:`judge`).
 
 Those six are the default. The evidence runs behind the docs are optional steps, named in
 ``--steps`` beside them (``python3 benchmarks/gpu_regression.py --list`` prints them); each
@@ -247,27 +249,59 @@ def step_independent(run: Run, report: Path | None, tolerance: float) -> None:
         run.record("independent", False, s, f"rc {rc}: {_tail(text)}")
         return
     rows = json.loads(out.read_text())
+    thresholds = {r["id"]: (r.get("timing") or {}).get("speedup_min")
+                  for r in json.loads(report.read_text())["records"]}
+    for r in rows:
+        r["speedup_min"] = thresholds.get(r["id"])
     print(independent_table(rows, tolerance))
-    off = [r for r in rows if not abs(r["diff"]) <= tolerance]
+    off = [r for r in rows if judge(r, tolerance) == "off"]
+    lower = [r for r in rows if judge(r, tolerance) == "conservative"]
     within2 = sum(abs(r["diff"]) <= 0.02 for r in rows)
     largest = max(rows, key=lambda r: abs(r["diff"]), default=None)
     detail = f"{within2}/{len(rows)} gated speedups within 2%"
     if largest is not None:
         detail += f", largest {largest['diff']:+.1%} ({largest['id']})"
+    if lower:
+        detail += (f"; numcheck lower by over {tolerance:.0%} (conservative, same verdict): "
+                   + ", ".join(r["id"] for r in lower))
     if off:
-        detail += f"; over {tolerance:.0%}: " + ", ".join(r["id"] for r in off)
+        detail += "; OFF: " + ", ".join(r["id"] for r in off)
     run.record("independent", bool(rows) and not off, s, detail)
 
 
+def judge(row: dict[str, Any], tolerance: float) -> str:
+    """``ok``; ``conservative`` (numcheck's speedup lower than the independent timer's by more
+    than ``tolerance``, with the same verdict against the threshold); or ``off``: numcheck's
+    speedup higher by more than ``tolerance`` (the gate would pass what is not that fast),
+    or the two on opposite sides of the check's ``speedup_min``.
+
+    The asymmetry is the timers': numcheck replays a graph of one call per replay,
+    interleaving reference and variant, so a few-microsecond kernel carries each replay's
+    launch cost; do_bench_cudagraph captures many calls in one graph and times each member
+    alone. On a launch-bound op (mHC's fused kernel at 64 tokens, ~5 us a call) numcheck's
+    speedup is therefore the lower one: conservative, and the threshold was set from it.
+    """
+    threshold = row.get("speedup_min")
+    if threshold is not None and (row["numcheck"] >= threshold) != (
+            row["independent"] >= threshold):
+        return "off"
+    if row["diff"] < -tolerance:
+        return "off"
+    if row["diff"] > tolerance:
+        return "conservative"
+    return "ok"
+
+
 def independent_table(rows: list[dict[str, Any]], tolerance: float) -> str:
-    """check | numcheck's speedup [interval] | independent | difference."""
+    """check | numcheck's speedup [interval] | independent | difference (| flag)."""
     width = max((len(r["id"]) for r in rows), default=5)
     lines = [f"{'check':<{width}}  {'numcheck':>26}  {'independent':>11}  {'diff':>7}"]
+    flags = {"ok": "", "conservative": f"  numcheck lower by over {tolerance:.0%}",
+             "off": "  OFF"}
     for r in rows:
-        flag = "" if abs(r["diff"]) <= tolerance else f"  over {tolerance:.0%}"
         interval = f"{r['numcheck']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]"
         lines.append(f"{r['id']:<{width}}  {interval:>26}  {r['independent']:>11.3f}  "
-                     f"{r['diff']:>+7.1%}{flag}")
+                     f"{r['diff']:>+7.1%}{flags[judge(r, tolerance)]}")
     return "\n".join(lines)
 
 

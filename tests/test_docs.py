@@ -127,7 +127,10 @@ def test_every_docs_path_named_in_the_repository_exists() -> None:
 
 
 def test_docs_holds_guides_and_the_evidence_folder_only() -> None:
-    entries = {p.name for p in DOCS.iterdir()}
+    # Folders without a file are left out: git keeps none, but a copy of the tree made over
+    # an older one (the GPU machine's) can keep the empty folders of moved files.
+    entries = {p.name for p in DOCS.iterdir()
+               if p.is_file() or any(f.is_file() for f in p.rglob("*"))}
     assert {p for p in entries if not p.endswith(".md")} == {"evidence"}, entries
 
 

@@ -15,12 +15,23 @@ import gpu_regression as reg
 
 def test_the_independent_table_flags_a_difference_over_the_tolerance() -> None:
     rows = [{"id": "indexer::p::bf16[cuda]", "numcheck": 1.115, "ci": [1.101, 1.128],
-             "independent": 1.12, "diff": 1.12 / 1.115 - 1},
+             "independent": 1.12, "diff": 1.12 / 1.115 - 1, "speedup_min": 1.06},
             {"id": "mhc_pre::p::fused[cuda]", "numcheck": 6.8, "ci": [6.7, 6.9],
-             "independent": 7.61, "diff": 7.61 / 6.8 - 1}]
+             "independent": 7.61, "diff": 7.61 / 6.8 - 1, "speedup_min": 6.28},
+            {"id": "mhc_pre::p::tf32[cuda]", "numcheck": 1.10, "ci": [1.09, 1.11],
+             "independent": 1.05, "diff": 1.05 / 1.10 - 1, "speedup_min": 1.0}]
     lines = reg.independent_table(rows, 0.03).splitlines()
     assert lines[1].endswith("+0.4%")
-    assert lines[2].endswith("+11.9%  over 3%")
+    assert lines[2].endswith("+11.9%  numcheck lower by over 3%")  # conservative, not off
+    assert lines[3].endswith("-4.5%  OFF")  # numcheck's speedup the higher one: off
+
+
+def test_the_independent_timer_is_off_when_the_verdicts_disagree() -> None:
+    row = {"numcheck": 1.07, "independent": 1.045, "diff": 1.045 / 1.07 - 1}
+    assert reg.judge({**row, "speedup_min": 1.05}, 0.03) == "off"  # 1.07 passes, 1.045 not
+    assert reg.judge({**row, "speedup_min": 1.0}, 0.03) == "ok"
+    assert reg.judge({"numcheck": 6.7, "independent": 7.9, "diff": 7.9 / 6.7 - 1,
+                      "speedup_min": 6.28}, 0.03) == "conservative"
 
 
 def test_the_summary_says_pass_only_when_every_step_is_ok() -> None:
