@@ -538,3 +538,21 @@ def test_two_ledgers_keep_their_own_entries() -> None:
     assert [e.op for e in prepared.entries] == ["flip"]
     assert [(e.op, e.input) for e in call.entries] == [("_to_copy", "w")]
     assert prepared.input_passes() == {"x": 1.0} and call.input_passes() == {"w": 1.0}
+
+
+def test_uninitialized_memory_holding_an_input_s_bits_is_no_copy() -> None:
+    """``torch.empty_like(x)`` reads nothing: on an H200 the caching allocator handed it the
+    block a freed ``x * 1`` had held, x's bits exactly, and the by-value rule called it a
+    copy. The ledger is shown that very result here, so the test needs no allocator luck."""
+    x = _x()
+    blocks = [x.clone() for _ in range(3)]  # what the allocator hands out: x's bits, unseen
+    with CastLedger(inputs={"x": x}) as ledger:
+        x * 1  # a computed copy counts (and arms the by-value check)
+        for block, (op, args) in zip(blocks, (
+                (torch.ops.aten.empty_like.default, (x,)),
+                (torch.ops.aten.new_empty.default, (x, list(x.shape))),
+                (torch.ops.aten.empty_strided.default, (list(x.shape), list(x.stride())))),
+                strict=True):
+            ledger._observe(op, args, {}, block)  # the result holds x's bits
+        x + 0  # and so does one after them
+    assert [(e.op, e.input) for e in ledger.entries if e.by_value] == [("mul", "x"), ("add", "x")]

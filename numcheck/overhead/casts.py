@@ -118,6 +118,13 @@ VALUE_SAMPLES = 64
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+#: Ops whose result is memory they never wrote (``torch.empty_like``...): its bits are
+#: whatever the allocator's block last held, which can be a freed copy of an input (seen on
+#: an H200: ``torch.empty_like(x)`` right after ``x * 1`` was freed held x's bits). They
+#: read no element, so they are never a copy by value.
+UNINITIALIZED = ("empty", "new_empty", "_empty")
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """``bf16``, ``fp32``, ``e4m3``... or torch's own name (``int32``)."""
     return SHORT_DTYPES.get(dtype, str(dtype).removeprefix("torch."))
@@ -406,7 +413,7 @@ class CastLedger:
             self._record(func, args, kwargs, out)
         elif cls.kind in (movement.MOVE, movement.UNKNOWN):
             self._record_move(cls, func, args, kwargs, out)
-        elif self.by_value and self._copy_values:
+        elif self.by_value and self._copy_values and not cls.name.startswith(UNINITIALIZED):
             # Only a result of an input's dtype and size can be a copy of it: one dict
             # lookup per call, the comparison itself only on a match.
             if isinstance(out, torch.Tensor):
