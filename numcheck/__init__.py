@@ -23,8 +23,9 @@ Names load on first use: ``import numcheck`` (and so ``pytest --help``) never im
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from numcheck._lazy import lazy_exports as _lazy_exports
 
 from numcheck._version import __version__
 
@@ -120,14 +121,4 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
     from numcheck.precision.gemm_family import add_gemm_members
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'numcheck' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = _lazy_exports(__name__, globals(), _EXPORTS)
