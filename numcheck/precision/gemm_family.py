@@ -122,8 +122,8 @@ class MemberRuns:
     ``run(member)`` (optional, for :meth:`outputs`) runs a member's function on the inputs:
     numcheck passes its own :func:`numcheck.numerics.run.run_variant`, so a member's outputs are
     checked like a variant's. The operands of a GEMM call, as each format reads them, are
-    made once for every member that reaches that call the same way; :meth:`release` drops
-    them (the outputs stay).
+    made once for every member that reaches that call the same way, and kept as long as this
+    object is (numcheck makes one per envelope).
     """
 
     op: OpSpec
@@ -193,10 +193,6 @@ class MemberRuns:
                     (canonical[0], "exact") if _same_bits(rounded, canonical[0])
                     else (rounded, fmt))
         return self.operands[(prefix, position, fmt)]
-
-    def release(self) -> None:
-        """Drop the operand copies (large for a long K); the members' outputs stay."""
-        self.operands.clear()
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
