@@ -32,6 +32,7 @@ from typing import Any
 
 from numcheck.gates import GATES, OUTPUT_METRICS, TOPK_METRICS
 from numcheck.numerics.budgets import (
+    BUDGET_LIKE,
     BudgetError,
     VariantBudget,
     coarse_output_tables,
@@ -54,9 +55,6 @@ CASE_KEYS = (
 CASE_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]*")
 #: The ini key naming the case folder (read by the plugin; named here for error messages).
 CASES_INI_KEY = "numcheck_cases"
-#: ``[<case>.budget.<variant>] budget_like = "<other>"``: the variant takes the other's budget
-#: tables, read as if they were written under its own name (see :func:`_budget_lenders`).
-BUDGET_LIKE = "budget_like"
 
 OpLookup = Callable[[str], OpSpec]
 

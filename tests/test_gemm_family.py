@@ -152,6 +152,25 @@ def test_the_tf32_envelope_rounds_on_the_cpu(tmp_path: Path) -> None:
     assert alone.seeds[0].metrics["mixes"].honest_max_abs == 0.0  # the reference alone: exact
 
 
+def test_each_class_envelope_is_made_once_per_seed_for_every_variant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The case's inputs keep each class's envelope: a second bf16 variant runs no member,
+    and a tf32 variant runs TF32's two while its bf16-stored y reuses bf16's three."""
+    case = _case(tmp_path, '[tiny]\nop = "mhc_pre"\nshape = { tokens = 8, hidden = 256 }\n'
+                 'variants = ["bf16", "bf16_roundtrip", "tf32"]\n')
+    golden, inputs = fresh_golden(mhc.OP, case)
+    done = _counted(monkeypatch)
+    check(mhc.OP, case, "bf16", "cpu", golden, inputs)
+    assert done == ["bf16", "bf16", "bf16"]  # bf16_out, its split-2 and split-4-tree twins
+    check(mhc.OP, case, "bf16_roundtrip", "cpu", golden, inputs)
+    assert len(done) == 3
+    check(mhc.OP, case, "tf32", "cpu", golden, inputs)
+    assert done[3:] == ["tf32_rn", "tf32_trunc"]
+    check(mhc.OP, case, "tf32", "cpu", golden, CaseInputs(mhc.OP, case))  # other inputs: anew
+    assert done[5:] == ["tf32_rn", "tf32_trunc", "bf16", "bf16", "bf16"]
+
+
 # -- a user's op: declare the GEMM site, get the members and the envelope --------------------
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from numcheck.goldens.atomic import atomic_write
+from numcheck.numerics.budgets import BUDGET_LIKE
 
 #: How to install what writing needs.
 INSTALL_HINT = "pip install tomlkit (or the calibrate extra: pip install 'numcheck[calibrate]')"
@@ -28,8 +29,6 @@ INSTALL_HINT = "pip install tomlkit (or the calibrate extra: pip install 'numche
 #: :func:`with_provenance`); a longer entry continues on lines starting ``#   ``.
 PROVENANCE = "# set by: "
 _CONTINUED = "#   "
-#: numcheck.cases.BUDGET_LIKE (not imported: numcheck.cases imports torch).
-_BUDGET_LIKE = "budget_like"
 
 
 class CaseWriteError(Exception):
@@ -118,7 +117,7 @@ def apply_edits(
             if where not in borrowers:
                 borrowers.add(where)
                 skipped.append(Change(where, None, None, (
-                    f"takes {lender}'s budgets ({_BUDGET_LIKE} = \"{lender}\"): not written "
+                    f"takes {lender}'s budgets ({BUDGET_LIKE} = \"{lender}\"): not written "
                     f"as copies; set [{edit.table[0]}.budget.{lender}] to change both")))
             continue
         table = _table(doc, edit.table, create=edit.value is not None, created=created)
@@ -245,8 +244,8 @@ def _lender(doc: Any, keys: tuple[str, ...]) -> str | None:
     node: Any = doc
     for key in keys[:3]:
         node = node.get(key) if isinstance(node, dict) else None
-    if isinstance(node, dict) and _BUDGET_LIKE in node:
-        return str(node[_BUDGET_LIKE])
+    if isinstance(node, dict) and BUDGET_LIKE in node:
+        return str(node[BUDGET_LIKE])
     return None
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, field
+from functools import cached_property, partial
 from pathlib import Path
 from typing import NoReturn
 
@@ -147,14 +147,22 @@ class StoredPair:
 
     ``actual`` and ``expected`` have the same shape and are on CPU (both are 1-D when the golden
     holds a sample). ``stats_*`` are :func:`summary_stats` of the whole outputs when sampled,
-    ``None`` otherwise.
+    ``None`` otherwise; ``stats_actual`` is computed from ``whole_actual`` when first read
+    (a pass over the whole output that only the sampled count check needs: the outputs of
+    the rounding envelope are paired for their sampled values alone).
     """
 
     actual: torch.Tensor
     expected: torch.Tensor
     sampled: bool
     stats_expected: torch.Tensor | None
-    stats_actual: torch.Tensor | None
+    #: The variant's whole output (CPU) when sampled, for :attr:`stats_actual`.
+    whole_actual: torch.Tensor | None = field(default=None, repr=False)
+
+    @cached_property
+    def stats_actual(self) -> torch.Tensor | None:
+        """:func:`summary_stats` of the variant's whole output when sampled, else None."""
+        return None if self.whole_actual is None else summary_stats(self.whole_actual)
 
 
 def seed_key(seed: int, output: str) -> str:
@@ -313,7 +321,7 @@ def _sampled_pair(
         expected=val,
         sampled=True,
         stats_expected=stats,
-        stats_actual=summary_stats(act),
+        whole_actual=act,
     )
 
 

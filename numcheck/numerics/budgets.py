@@ -34,6 +34,10 @@ OUTPUT_KEYS = (*ERROR_METRICS, *BAND_KEYS, OUTSIDE_KEY, OUTSIDE_ROWS_KEY, "allow
 TIE_BAND_KEYS = ("tie_band_rel", "tie_band_abs")
 #: Keys the top-k output budget accepts.
 TOPK_KEYS = (*TOPK_LIMITS, *TIE_BAND_KEYS)
+#: ``[<case>.budget.<variant>] budget_like = "<other>"``: the variant takes the other's budget
+#: tables, read as if they were written under its own name (numcheck.cases checks it). Named
+#: here, without torch, for the case-file writers and the failure message too.
+BUDGET_LIKE = "budget_like"
 
 # docs/budgets.md explains each number. Any key of ERROR_METRICS or TOPK_LIMITS added to a
 # row becomes gated by default for that precision; atol, rtol and one of tie_band_rel /

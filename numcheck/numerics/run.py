@@ -34,7 +34,6 @@ class CaseInputs:
         self.case = case
         self._made: dict[int, tuple[Inputs, str]] = {}
         self._envelopes: dict[tuple[Any, ...], list[Outputs]] = {}
-        self._members: dict[tuple[int, str], MemberRuns] = {}
 
     def get(self, seed: int) -> tuple[Inputs, str]:
         if seed not in self._made:
@@ -48,13 +47,6 @@ class CaseInputs:
         if key not in self._envelopes:
             self._envelopes[key] = make()
         return self._envelopes[key]
-
-    def member_runs(self, seed: int, device: str, dev_inputs: Inputs) -> MemberRuns:
-        """The op's GEMM members on this seed's inputs on ``device``, each run once for
-        every precision class and variant that measures against them."""
-        if (seed, device) not in self._members:
-            self._members[(seed, device)] = MemberRuns(self.op, dev_inputs, self.case.params)
-        return self._members[(seed, device)]
 
     def fingerprint(self) -> str:
         """One hash over every seed's input fingerprint, in seed order."""
@@ -104,14 +96,16 @@ def run_variant(
 
 def rounding_envelope_outputs(
     op: OpSpec, precision: str, inputs: Inputs, case: Case, device: str,
-    own: tuple[str, Outputs], runs: MemberRuns | None = None,
+    own: tuple[str, Outputs],
 ) -> list[Outputs]:
     """The op's honest implementations at ``precision``, on the same inputs: its rounding
     reference and rounding alternatives (when it names a reference that can run on
     ``device``), and the envelope members derived from its ``gemm_site``
-    (numcheck.precision.gemm_family; ``runs`` keeps them across classes and checks). ``own`` is the
-    checked variant's name and outputs, used as they are when that variant is the reference.
-    Empty when the op has neither for ``precision``."""
+    (numcheck.precision.gemm_family; members that provably compute the same are run once,
+    :class:`~numcheck.precision.gemm_family.MemberRuns`). ``own`` is the checked variant's
+    name and outputs, used as they are when that variant is the reference. Empty when the op
+    has neither for ``precision``. :meth:`CaseInputs.envelope` keeps the result for every
+    other variant of the class on these inputs."""
     envelope: list[Outputs] = []
     name = op.rounding_reference.get(precision)
     reference = op.variants.get(name) if name is not None else None
@@ -123,12 +117,14 @@ def rounding_envelope_outputs(
             envelope.append(run_variant(alternative, op, inputs, case, device))
     derived = envelope_members(op, precision, device)
     if derived:
-        runs = runs if runs is not None else MemberRuns(op, inputs, case.params)
+        # A member of one class never computes what a member of another does (each writes
+        # its result or its partials in its own class's format): the runs serve this call
+        # only, and CaseInputs.envelope keeps their outputs for every variant of the class.
+        runs = MemberRuns(op, inputs, case.params)
         for impl in derived:
             label = f"{member_name(impl)} (rounding envelope of {precision})"
             envelope.append(runs.outputs(impl, run=partial(_run_member, label, precision, op,
                                                            inputs, case, device)))
-        runs.release()
     return envelope
 
 

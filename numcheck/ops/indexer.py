@@ -31,7 +31,6 @@ from numcheck.ops.spec import (
     TopkSpec,
     Variant,
 )
-from numcheck.ops.splitk import split_k_matmul
 from numcheck.ops.structure import Grouping, Structure
 from numcheck.precision import matmul_precision
 
@@ -277,25 +276,6 @@ def bf16(inputs: Inputs, p: Params) -> Outputs:
     """bf16 bmm with bf16 output (the public change): per-head scores rounded to bf16."""
     q, kt, k_scale = _operands(inputs, p, torch.bfloat16)
     return _outputs(torch.bmm(q, kt), inputs, k_scale, p)
-
-
-def bf16_split_d(inputs: Inputs, p: Params, parts: int, *, tree: bool) -> Outputs:
-    """The bf16 path with its GEMM split over ``parts`` slices of the head dim, each slice's
-    scores written in bf16 and added in fp32 (:func:`numcheck.ops.splitk.split_k_matmul`)."""
-    q, kt, k_scale = _operands(inputs, p, torch.bfloat16)
-    return _outputs(split_k_matmul(q, kt, parts, tree=tree), inputs, k_scale, p)
-
-
-def bf16_split_d2(inputs: Inputs, p: Params) -> Outputs:
-    """Split-K over the head dim: two bf16 GEMMs over D/2, their bf16 scores added in fp32
-    (torch's bf16 GEMM; a member of the test-only honest family)."""
-    return bf16_split_d(inputs, p, 2, tree=False)
-
-
-def bf16_split_d4_tree(inputs: Inputs, p: Params) -> Outputs:
-    """Split-K over four slices of the head dim, bf16 partials added as a pairwise tree
-    (torch's bf16 GEMM; not a variant)."""
-    return bf16_split_d(inputs, p, 4, tree=True)
 
 
 def bf16_fp32out(inputs: Inputs, p: Params) -> Outputs:

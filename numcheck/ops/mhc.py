@@ -20,7 +20,6 @@ import torch
 
 from numcheck.inputs import normal, rng
 from numcheck.ops.spec import Gemm, Inputs, OpSpec, Outputs, Params, ParamSpec, Variant
-from numcheck.ops.splitk import split_k_matmul
 from numcheck.ops.structure import Grouping, Structure
 from numcheck.precision import matmul_precision
 
@@ -111,27 +110,6 @@ def bf16(inputs: Inputs, p: Params) -> Outputs:
     mm = x @ inputs["hc_fn"].to(torch.bfloat16).T
     m = mm.float() * _rms_inv(xf, norm_eps(p))
     return _epilogue(m, xf, inputs, p)
-
-
-def bf16_split_k(inputs: Inputs, p: Params, parts: int, *, tree: bool) -> Outputs:
-    """The bf16 path with its projection split over ``parts`` slices of K, each slice's
-    result written in bf16 and added in fp32 (:func:`numcheck.ops.splitk.split_k_matmul`)."""
-    x = inputs["x"].flatten(1)
-    xf = x.float()
-    mm = split_k_matmul(x, inputs["hc_fn"].to(torch.bfloat16).T, parts, tree=tree)
-    return _epilogue(mm * _rms_inv(xf, norm_eps(p)), xf, inputs, p)
-
-
-def bf16_split_k2(inputs: Inputs, p: Params) -> Outputs:
-    """Split-K: two bf16 GEMMs over the halves of K, bf16 partials added in fp32 (torch's
-    bf16 GEMM; a member of the test-only honest family)."""
-    return bf16_split_k(inputs, p, 2, tree=False)
-
-
-def bf16_split_k4_tree(inputs: Inputs, p: Params) -> Outputs:
-    """Split-K over four K slices, bf16 partials added as a pairwise tree (torch's bf16
-    GEMM; a member of the test-only honest family)."""
-    return bf16_split_k(inputs, p, 4, tree=True)
 
 
 def bf16_roundtrip(inputs: Inputs, p: Params) -> Outputs:

@@ -29,7 +29,13 @@ from typing import Any
 import torch
 
 from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, Variant, VariantFn
-from numcheck.precision.gemm_impls import EmulatedGemm, GemmImpl, canonical_operand, gemms_for
+from numcheck.precision.gemm_impls import (
+    EmulatedGemm,
+    GemmImpl,
+    canonical_operand,
+    gemms_for,
+    honest_gemms,
+)
 from numcheck.precision.operand_rounding import holds_exactly, to_format
 
 __all__ = ["MEMBER_PREFIX", "MemberRuns", "add_gemm_members", "envelope_members",
@@ -73,21 +79,14 @@ def member_fn(op: OpSpec, impl: GemmImpl) -> VariantFn:
 
 def member_variants(op: OpSpec, precisions: Sequence[str] | None = None) -> list[Variant]:
     """The op's members as variants (``gemm_<label>``, the class of their GEMM), for
-    ``precisions`` (default: every class with honest GEMMs)."""
-    out = []
-    for impl in _impls(precisions):
-        if op.gemm_site is None:
-            break
-        out.append(Variant(member_name(impl), member_fn(op, impl), impl.precision,
-                           devices=impl.devices, doc=f"honest {impl.precision} member: {impl.doc}",
-                           unavailable=impl.unavailable))
-    return out
-
-
-def _impls(precisions: Sequence[str] | None) -> list[GemmImpl]:
-    from numcheck.precision.gemm_impls import honest_gemms
-
-    return [g for g in honest_gemms() if precisions is None or g.precision in precisions]
+    ``precisions`` (default: every class with honest GEMMs); none without a ``gemm_site``."""
+    if op.gemm_site is None:
+        return []
+    return [Variant(member_name(impl), member_fn(op, impl), impl.precision,
+                    devices=impl.devices, doc=f"honest {impl.precision} member: {impl.doc}",
+                    unavailable=impl.unavailable)
+            for impl in honest_gemms()
+            if precisions is None or impl.precision in precisions]
 
 
 def add_gemm_members(op_name: str, precisions: Sequence[str] | None = None) -> list[str]:
@@ -122,8 +121,8 @@ class MemberRuns:
     ``run(member)`` (optional, for :meth:`outputs`) runs a member's function on the inputs:
     numcheck passes its own :func:`numcheck.numerics.run.run_variant`, so a member's outputs are
     checked like a variant's. The operands of a GEMM call, as each format reads them, are
-    made once for every member that reaches that call the same way; :meth:`release` drops
-    them (the outputs stay).
+    made once for every member that reaches that call the same way, and kept as long as this
+    object is (numcheck makes one per envelope).
     """
 
     op: OpSpec
@@ -193,10 +192,6 @@ class MemberRuns:
                     (canonical[0], "exact") if _same_bits(rounded, canonical[0])
                     else (rounded, fmt))
         return self.operands[(prefix, position, fmt)]
-
-    def release(self) -> None:
-        """Drop the operand copies (large for a long K); the members' outputs stay."""
-        self.operands.clear()
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

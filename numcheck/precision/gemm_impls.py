@@ -31,6 +31,7 @@ from functools import cache
 
 import torch
 
+from numcheck.ops.spec import Gemm
 from numcheck.ops.splitk import split_k_matmul
 from numcheck.precision import PRECISIONS, matmul_precision
 from numcheck.precision.operand_rounding import FORMATS, holds_exactly, to_format
@@ -114,9 +115,6 @@ class EmulatedGemm:
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return self.product(self.operand(a), self.operand(b))
-
-
-Gemm = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,10 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from numcheck.numerics.budgets import BUDGET_LIKE
+
 #: Where the per-precision default budgets live, as the message names it.
 DEFAULTS_SOURCE = "numcheck/numerics/budgets.py"
-#: The case-file key that borrows another variant's budgets (numcheck.cases.BUDGET_LIKE; not
-#: imported from there, which would import torch).
-BUDGET_LIKE = "budget_like"
 
 _HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
 _KEY = re.compile(r"^\s*((?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')"
