@@ -85,11 +85,6 @@ from numcheck.overhead import movement
 from numcheck.overhead.movement import OpClass, bind, classify, tensors_in
 
 _aten = torch.ops.aten
-#: aten overload packets recorded as conversions (dtype changes, round trips); data
-#: movement is recorded too (:mod:`numcheck.overhead.movement`), without round trips.
-WATCHED = (_aten._to_copy, _aten.copy_, _aten.clone)
-#: The conversions of :data:`WATCHED` that name no other op in messages (``bf16 copy``).
-PLAIN_COPIES = frozenset({"_to_copy", "copy_", "clone"})
 
 #: Short dtype names for messages (``bf16 -> fp32``); anything else keeps torch's name.
 SHORT_DTYPES = {
@@ -244,7 +239,7 @@ class LedgerEntry:
         index``, ``bf16 copy by mul`` (an op that gave back an input's bits)."""
         if self.by_value:
             return f"{dtype_name(self.dst_dtype)} copy by {self.op}"
-        if self.op not in PLAIN_COPIES:
+        if self.op not in movement.CONVERSIONS:  # data movement: named after its op
             return f"{dtype_name(self.dst_dtype)} {self.op}"
         if self.src_dtype == self.dst_dtype:
             return f"{dtype_name(self.src_dtype)} copy"

@@ -47,7 +47,8 @@ MOVE = "move"
 COMPUTE = "compute"
 UNKNOWN = "unknown"
 
-#: The ledger's conversions: their own recording path (dtype changes, round trips).
+#: The ledger's conversions: their own recording path (dtype changes, round trips); their
+#: entries read ``bf16 -> fp32`` or ``fp32 copy``, where data movement names its op.
 CONVERSIONS = frozenset({"_to_copy", "copy_", "clone"})
 
 #: Data movement that no rule below recognises by itself (names without a trailing ``_``).
