@@ -28,6 +28,8 @@ What counts (every entry is a separate pass over memory):
   ``repeat`` reads its source once); index, mask and repeat tensors are metadata.
 - **copy by value**: any other op whose result is bit for bit an input (or a copy of one)
   of the same dtype and size, of at least :data:`VALUE_MIN_BYTES`: ``x * 1``, ``x + 0``.
+  Creation ops read no element (``empty_like``, ``arange``): never a copy, whatever bits
+  their result holds.
 
 Every entry that reads an input, a view of it, or a *copy* of it (a conversion-free copy:
 ``clone``, ``copy_``, ``.to(copy=True)``, or any result holding exactly the input's bits)
@@ -111,13 +113,6 @@ VALUE_SAMPLES = 64
 # Same-size integer dtypes: values are compared bit for bit through them (NaN equals NaN,
 # -0 differs from +0), e4m3 and other dtypes without comparison kernels included.
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-#: Ops whose result is memory they never wrote (``torch.empty_like``...): its bits are
-#: whatever the allocator's block last held, which can be a freed copy of an input (seen on
-#: an H200: ``torch.empty_like(x)`` right after ``x * 1`` was freed held x's bits). They
-#: read no element, so they are never a copy by value.
-UNINITIALIZED = ("empty", "new_empty", "_empty")
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -401,14 +396,19 @@ class CastLedger:
 
     def _observe(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> None:
         """Every aten call: conversions, data movement, and (by value) any other op whose
-        result is a copy of an input. Views return at once; so does compute whose results
-        match no input's (dtype, size), which is almost every call."""
+        result is a copy of an input. Creation ops return at once; so do compute and views
+        whose results match no input's (dtype, size), which is almost every call."""
         cls = classify(func)
         if cls.kind == movement.CONVERT:
             self._record(func, args, kwargs, out)
         elif cls.kind in (movement.MOVE, movement.UNKNOWN):
             self._record_move(cls, func, args, kwargs, out)
-        elif self.by_value and self._copy_values and not cls.name.startswith(UNINITIALIZED):
+        elif cls.kind == movement.CREATE:
+            # Reads no element (empty, arange, zeros_like...), so it copies no input,
+            # whatever its result holds: on an H200 the caching allocator handed
+            # torch.empty_like(x) the block a freed x * 1 had held, x's bits exactly.
+            return
+        elif self.by_value and self._copy_values:
             # Only a result of an input's dtype and size can be a copy of it: one dict
             # lookup per call, the comparison itself only on a match.
             if isinstance(out, torch.Tensor):
