@@ -242,6 +242,38 @@ def _prepared_form(variant: Variant, name: str = "w") -> Variant:
     return replace(variant, fn=call, prepare=lambda i, p: {name: i["hc_fn"].clone()})
 
 
+def _x_read_thrice(variant: Variant, name: str) -> Variant:
+    """``variant`` on x cloned twice (three passes over x with its own upcast)."""
+    fn = variant.fn
+
+    def call(inputs: dict[str, torch.Tensor], p: object) -> dict[str, torch.Tensor]:
+        return fn({**inputs, "x": inputs["x"].clone().clone()}, p)  # type: ignore[arg-type]
+
+    return replace(variant, name=name, fn=call)
+
+
+def test_the_reference_passes_are_counted_after_its_preparation(tmp_path: Path) -> None:
+    """A variant over its static input_copies limit is weighed against the op's reference,
+    which runs as every variant runs: after its one-time preparation (it raised KeyError
+    on its prepared name before). The passes are remembered per reference: another
+    reference registered under the op's name is measured anew."""
+    fp32 = get_op("mhc_pre").variants["fp32"]
+    registry.set_variant("mhc_pre", _x_read_thrice(fp32, "x_thrice"))
+    registry.set_variant("mhc_pre", _prepared_form(fp32))
+    case = tiny(tmp_path, '"x_thrice"')
+    report, found = gate.check_overhead(get_op("mhc_pre"), case, "x_thrice", "cpu",
+                                        _inputs(case), gates={"casts"})
+    assert report.reference_passes == {"x": 1.0}  # the call's upcast; w, hc_fn: no copy
+    (v,) = [v for v in found if v.key == "casts.input_copies"]
+    assert (v.value, v.limit) == (3.0, 1.0)
+    # A reference that reads x three times sets the limit for this variant to 3.
+    registry.set_variant("mhc_pre", _prepared_form(_x_read_thrice(fp32, "fp32")))
+    report, found = gate.check_overhead(get_op("mhc_pre"), case, "x_thrice", "cpu",
+                                        _inputs(case), gates={"casts"})
+    assert report.reference_passes == {"x": 3.0}
+    assert [v.key for v in found if v.key == "casts.input_copies"] == []
+
+
 def test_golden_envelope_and_tf32_note_run_prepared_variants(tmp_path: Path) -> None:
     op = get_op("mhc_pre")
     # The reference and the bf16 rounding reference, each with a preparation.

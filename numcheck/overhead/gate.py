@@ -480,37 +480,44 @@ def check_overhead(
     from numcheck.inputs import to_device
     from numcheck.prepare import prepare
 
+    preparer = preparer or prepare
     declared = op.min_bytes(case.params) if op.min_bytes is not None else None
     spec = op.variants[variant]
     budget = case.overhead.get(variant) or default_overhead(spec.precision)
     _check_input_names(budget, cpu_inputs, case, variant)
     inputs = to_device(dict(cpu_inputs), device)
-    prepared = (preparer or prepare)(spec, inputs, case.params, device)
+    prepared = preparer(spec, inputs, case.params, device)
     report = audit_variant(spec.fn, inputs, case.params, kernels=kernels, min_bytes=declared,
                            prepared=prepared)
     if CASTS_GATE.name in gates and report.gated_input_copies(budget) is not None:
         # Over the static limit: the reference's own passes may allow it (an input the
         # op's reference gathers from a copy too). Measured only here, once per case.
-        report.reference_passes = reference_passes(op, case, device, inputs, declared)
+        report.reference_passes = reference_passes(op, case, device, inputs, preparer)
     return report, overhead_violations(report, budget, gates)
 
 
-#: (op, case, device, seed, params) -> the reference's passes over each input.
+#: (reference fn and preparation, op, case, device, seed, params) -> the reference's
+#: passes over each input.
 _REFERENCE_PASSES: dict[tuple[Any, ...], dict[str, float]] = {}
 
 
 def reference_passes(
-    op: Any, case: Any, device: str, inputs: Mapping[str, torch.Tensor],
-    min_bytes: float | None,
+    op: Any, case: Any, device: str, inputs: Mapping[str, torch.Tensor], preparer: Preparer,
 ) -> dict[str, float]:
-    """Passes the op's reference variant makes over each input (its ledger on ``inputs``),
-    remembered per case, device and first seed."""
-    key = (op.name, case.id, device, case.seeds[0] if case.seeds else None,
+    """Passes the op's reference variant makes over each input: its per-call ledger on
+    ``inputs``, after its one-time preparation (from ``preparer``) as for any variant.
+    Remembered per reference, case, device and first seed; the bytes it moves are not
+    needed, so no minimum bytes are asked for."""
+    reference = op.variants[op.reference]
+    # The reference's functions are in the key: a test or a plugin that registers another
+    # reference under the op's name must not be answered with the first one's passes.
+    key = (reference.fn, reference.prepare, op.name, case.id, device,
+           case.seeds[0] if case.seeds else None,
            tuple(sorted((k, repr(v)) for k, v in case.params.items())))
     found = _REFERENCE_PASSES.get(key)
     if found is None:
-        report = audit_variant(op.variants[op.reference].fn, inputs, case.params,
-                               min_bytes=min_bytes)
+        report = audit_variant(reference.fn, inputs, case.params,
+                               prepared=preparer(reference, inputs, case.params, device))
         found = report.ledger.input_passes()
         if len(_REFERENCE_PASSES) > 256:  # a long session of many cases: keep it small
             _REFERENCE_PASSES.clear()
