@@ -33,9 +33,11 @@ What counts (every entry is a separate pass over memory):
 
 Every entry that reads an input, a view of it, or a *copy* of it (a conversion-free copy:
 ``clone``, ``copy_``, ``.to(copy=True)``, or any result holding exactly the input's bits)
-counts as a pass over that input (:meth:`CastLedger.input_passes`), at most one whole input
-per entry. A re-arrangement (a page gather, a padded or reordered result) is a new tensor:
-later passes over it are charged to the bytes, not to the input.
+counts as a pass over that input (:meth:`CastLedger.input_passes`), at most what its source
+holds of the input per entry (one whole input at most): a gather whose indices repeat a row
+counts that row once, so the whole entries a variant makes bound its passes on every seed,
+whatever its indices. A re-arrangement (a page gather, a padded or reordered result) is a
+new tensor: later passes over it are charged to the bytes, not to the input.
 - **no-op conversion**: a ``_to_copy`` that changed nothing (same dtype, device and strides):
   bytes moved for nothing. (``.to(dtype)`` to the dtype a tensor already has returns the
   tensor itself and costs nothing, so it never reaches aten and is not one.)

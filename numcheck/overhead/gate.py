@@ -126,9 +126,13 @@ METADATA_SHARE = 0.005
 #: each a whole pass), and a variant that gathers through a page table re-reads part of a
 #: pass as a matter of course (the pages of a short request's padding blocks, a tile's
 #: halo): examples/my_kernels' page-at-a-time indexer reads its KV cache 2.10 times where
-#: the reference's single gather counts 2.00. Half a pass is far from both: the bytes of a
-#: partial re-read still count in ``cast_bytes_ratio``, whose limits sit 2% over what each
-#: case measured.
+#: the reference's single gather counts 2.00. They read the same pages: the ledger charges
+#: an entry at most what its source holds of the input, so one gather counts page 0 once
+#: however many padding slots name it, while one gather per page column counts it in each.
+#: That cap makes whole passes a bound that holds on every seed, whatever its context
+#: lengths; the gate, not the ledger, tells a partial re-read from a copy. Half a pass
+#: is far from both: the bytes of a partial re-read still count in ``cast_bytes_ratio``,
+#: whose limits sit 2% over what each case measured.
 HALF_PASS = 0.5
 
 
