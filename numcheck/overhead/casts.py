@@ -75,7 +75,7 @@ import linecache
 import os
 import sys
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -643,28 +643,8 @@ class CastLedger:
 
     def _copy_of_value(self, t: torch.Tensor) -> str | None:
         """The input whose bits ``t`` holds (``t`` compared with the inputs and their copies
-        of its dtype and size: a sample first, the whole tensor on a sampled match)."""
-        bucket = self._copy_values.get((t.dtype, t.numel()))
-        if not bucket or t.device.type == "meta":
-            return None
-        positions = _positions(t)
-        mine = _sample(_bits(t), positions)
-        if bool((mine == mine[0]).all()):  # constant: equal by construction, not a copy
-            return None
-        storage = StorageWeakRef(t.untyped_storage())
-        for key, (ref, name) in list(bucket.items()):
-            other = ref()
-            if other is None:
-                del bucket[key]
-                continue
-            if other.device != t.device or StorageWeakRef(other.untyped_storage()) == storage:
-                continue
-            if not torch.equal(_sample(_bits(other), positions), mine):
-                continue
-            self.value_comparisons += 1
-            if torch.equal(_bits(other).reshape(-1), _bits(t).reshape(-1)):
-                return name
-        return None
+        of its dtype and size)."""
+        return self._equal_in(self._copy_values.get((t.dtype, t.numel())), t, _bits)
 
     def _see(
         self, t: torch.Tensor, where: Where | None, name: str | None, role: str = "converted"
@@ -689,26 +669,37 @@ class CastLedger:
         """A live tensor seen earlier, of dst's dtype, holding exactly dst's values."""
         if not dst.is_floating_point() or dst.numel() * dst.element_size() < VALUE_MIN_BYTES:
             return None
-        bucket = self._seen.get((dst.dtype, dst.numel()))
-        if not bucket:
+        return self._equal_in(self._seen.get((dst.dtype, dst.numel())), dst, _as_is)
+
+    def _equal_in(
+        self, bucket: dict[int, tuple[Any, Any]] | None, t: torch.Tensor,
+        compared: Callable[[torch.Tensor], torch.Tensor],
+    ) -> Any:
+        """What ``bucket`` (weak reference and payload by tensor id) holds beside the first
+        live tensor equal to ``t`` in another storage on t's device, as ``compared`` shows
+        both (:func:`_bits`: bit for bit; :func:`_as_is`: by value). A sample of
+        :data:`VALUE_SAMPLES` elements first, the whole tensor only on a sampled match
+        (counted in :attr:`value_comparisons`). None for a constant ``t``: equal by
+        construction (zeros, ones), neither a copy nor a round trip."""
+        if not bucket or t.device.type == "meta":
             return None
-        positions = torch.linspace(0, dst.numel() - 1, VALUE_SAMPLES, device=dst.device).long()
-        mine = _sample(dst, positions)
-        if bool((mine == mine[0]).all()):  # constant: equal by construction, not a trip
+        positions = _positions(t)
+        mine = _sample(compared(t), positions)
+        if bool((mine == mine[0]).all()):
             return None
-        storage = dst.untyped_storage().data_ptr()
-        for key, (ref, seen) in list(bucket.items()):
-            t = ref()
-            if t is None:
+        storage = StorageWeakRef(t.untyped_storage())
+        for key, (ref, payload) in list(bucket.items()):
+            other = ref()
+            if other is None:
                 del bucket[key]
                 continue
-            if t.device != dst.device or t.untyped_storage().data_ptr() == storage:
+            if other.device != t.device or StorageWeakRef(other.untyped_storage()) == storage:
                 continue
-            if not torch.equal(_sample(t, positions), mine):
+            if not torch.equal(_sample(compared(other), positions), mine):
                 continue
             self.value_comparisons += 1
-            if torch.equal(t.reshape(-1), dst.reshape(-1)):
-                return seen
+            if torch.equal(compared(other).reshape(-1), compared(t).reshape(-1)):
+                return payload
         return None
 
     def _lookup(self, t: torch.Tensor) -> _Origin | None:
@@ -772,6 +763,11 @@ class _LedgerMode(TorchDispatchMode):
 def _positions(t: torch.Tensor) -> torch.Tensor:
     """:data:`VALUE_SAMPLES` row-major positions, evenly spaced over ``t``."""
     return torch.linspace(0, t.numel() - 1, VALUE_SAMPLES, device=t.device).long()
+
+
+def _as_is(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself: compared by value (a round trip by value: -0 equals 0)."""
+    return t
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
