@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from numcheck.ops.spec import Inputs, Outputs, Params, Variant, VariantError, VariantFn
-from numcheck.overhead.casts import CastLedger, LedgerEntry, dtype_name, ledger_table, megabytes
+from numcheck.overhead.casts import CastLedger, dtype_name, ledger_table, megabytes
 
 #: The column of the casts table that shows a check's preparation ("-" without one).
 PREPARED_COLUMN = "prepared once"
@@ -133,7 +133,7 @@ class Prepared:
             "copies": len(led.copies),
             "cast_bytes": led.bytes_moved,
             "input_passes": led.input_passes(),
-            "entries": [_entry_dict(e) for e in led.entries],
+            "entries": [e.as_dict() for e in led.entries],
             "text": self.summary(),
         }
 
@@ -141,12 +141,6 @@ class Prepared:
 def _count(n: int, word: str) -> str:
     plural = {"copy": "copies"}.get(word, word + "s")
     return f"{n} {word if n == 1 else plural}"
-
-
-def _entry_dict(e: LedgerEntry) -> dict[str, Any]:
-    return {"kind": e.kind, "conversion": e.conversion, "shape": list(e.shape),
-            "bytes_read": e.bytes_read, "bytes_written": e.bytes_written,
-            "where": str(e.where), "code": e.where.code, "input": e.input}
 
 
 def prepare(variant: Variant, inputs: Inputs, params: Params, device: str) -> Prepared | None:

@@ -177,6 +177,10 @@ def test_a_check_prepares_once_per_seed_whatever_gates_run(tmp_path: Path) -> No
     assert result.overhead is not None and result.overhead.prepared is not None
     # The per-call ledger holds the call only: no copy of hc_fn.
     assert "hc_fn" not in result.overhead.ledger.input_passes()
+    # The record's two ledgers list their entries alike (docs/report.md).
+    assert result.casts is not None and result.casts["entries"]
+    assert result.prepared["entries"][0].keys() == result.casts["entries"][0].keys()
+    assert result.prepared["entries"][0]["op"] == "clone"
 
 
 def test_the_per_call_ledger_names_prepared_tensors_as_inputs(tmp_path: Path) -> None:

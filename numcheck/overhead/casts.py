@@ -247,6 +247,18 @@ class LedgerEntry:
         return (f"{self.conversion} of {list(self.shape)} at {self.where} "
                 f"({megabytes(self.bytes_moved)})")
 
+    def as_dict(self) -> dict[str, Any]:
+        """The entry in a report (``casts.entries`` and ``prepared.entries``, docs/report.md)."""
+        return {
+            "kind": self.kind, "op": self.op, "conversion": self.conversion,
+            "shape": list(self.shape), "bytes_read": self.bytes_read,
+            "bytes_written": self.bytes_written, "where": str(self.where),
+            "code": self.where.code, "round_trip_of": self.round_trip_of, "no_op": self.no_op,
+            "input": self.input, "input_bytes": self.input_bytes, "by_value": self.by_value,
+            "same_value_as": (None if self.same_value_as is None
+                              else self.same_value_as.describe()),
+        }
+
 
 @dataclass(frozen=True)
 class _Origin:

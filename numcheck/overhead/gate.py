@@ -331,16 +331,7 @@ class OverheadReport:
                  "share_of_min_bytes": r.share}
                 for r in self.input_reads()
             ],
-            "entries": [
-                {"kind": e.kind, "op": e.op, "conversion": e.conversion, "shape": list(e.shape),
-                 "bytes_read": e.bytes_read, "bytes_written": e.bytes_written,
-                 "where": str(e.where), "code": e.where.code,
-                 "round_trip_of": e.round_trip_of, "no_op": e.no_op, "input": e.input,
-                 "input_bytes": e.input_bytes, "by_value": e.by_value,
-                 "same_value_as": (None if e.same_value_as is None
-                                   else e.same_value_as.describe())}
-                for e in led.entries
-            ],
+            "entries": [e.as_dict() for e in led.entries],
             "kernels": self.kernels.as_dict() if self.kernels is not None else None,
         }
 
