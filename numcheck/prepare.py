@@ -199,8 +199,8 @@ class Preparations:
     """
 
     def __init__(self) -> None:
+        # (variant, its preparation, seed, device) -> what it made, in the order made.
         self._made: dict[tuple[str, Any, int, str], Prepared | None] = {}
-        self._first: dict[str, Prepared] = {}
 
     def at(self, seed: int) -> Preparer:
         """A :data:`Preparer` for the inputs of ``seed``."""
@@ -211,10 +211,7 @@ class Preparations:
                 return None
             key = (variant.name, variant.prepare, seed, device)
             if key not in self._made:
-                made = prepare(variant, inputs, params, device)
-                self._made[key] = made
-                if made is not None:
-                    self._first.setdefault(variant.name, made)
+                self._made[key] = prepare(variant, inputs, params, device)
             return self._made[key]
 
         return preparer
@@ -222,7 +219,8 @@ class Preparations:
     def first(self, variant: str) -> Prepared | None:
         """The first preparation made for ``variant`` (the record shows one seed's, like
         the per-call ledger, which audits the case's first seed)."""
-        return self._first.get(variant)
+        return next((made for (name, *_), made in self._made.items()
+                     if name == variant and made is not None), None)
 
 
 def with_preparation(variant: Variant) -> VariantFn:
