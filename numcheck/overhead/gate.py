@@ -136,6 +136,13 @@ METADATA_SHARE = 0.005
 HALF_PASS = 0.5
 
 
+def whole_passes(passes: float) -> float:
+    """``passes`` rounded up to whole passes: the limit that a variant's ops make an exact
+    bound on every seed, since the ledger charges each entry at most what its source holds
+    of the input (casts.py)."""
+    return float(math.ceil(passes - 1e-9))
+
+
 def default_overhead(precision: str) -> OverheadBudget:
     """Round trips and no-op conversions forbidden everywhere; CUDA-core GEMM only in fp32;
     the precision class's cast-bytes ceiling and (CUDA) copy share."""
@@ -275,7 +282,7 @@ class OverheadReport:
         reference = (self.reference_passes or {}).get(name)
         if base is None or reference is None:
             return base, False
-        whole = float(math.ceil(reference - 1e-9))  # each entry reads at most one input
+        whole = whole_passes(reference)
         return (whole, True) if whole > base else (base, False)
 
     def gated_input_copies(
