@@ -278,6 +278,33 @@ def test_the_reference_passes_are_counted_after_its_preparation(tmp_path: Path) 
     assert [v.key for v in found if v.key == "casts.input_copies"] == []
 
 
+def test_a_per_input_limit_may_name_a_tensor_the_preparation_adds(tmp_path: Path) -> None:
+    """The per-call ledger names a prepared tensor of a new name as an input, so a case may
+    give it a limit of its own; a name neither the op nor the preparation has is an error."""
+    bf16 = get_op("mhc_pre").variants["bf16"]
+    twice = _prepared_form(bf16)
+    call = twice.fn
+    registry.set_variant("mhc_pre", replace(
+        twice, name="w_twice", fn=lambda i, p: call({**i, "w": i["w"].clone().clone()}, p)))
+    path = tmp_path / "mhc.toml"
+    # w: cloned twice, then the bf16 path's own cast of the second clone.
+    for limit, expected in (("w = 3", []), ("w = 2", ["casts.input_copies"])):
+        path.write_text(TINY.format(variants='"w_twice"')
+                        + f"[tiny-mhc.overhead.w_twice]\nmax_input_copies = {{ {limit} }}\n")
+        (case,) = load_case_file(path)
+        report, found = gate.check_overhead(get_op("mhc_pre"), case, "w_twice", "cpu",
+                                            _inputs(case), gates={"casts"})
+        assert report.ledger.input_passes()["w"] == 3.0
+        assert [v.key for v in found] == expected, limit
+    path.write_text(TINY.format(variants='"w_twice"')
+                    + "[tiny-mhc.overhead.w_twice]\nmax_input_copies = { ww = 2 }\n")
+    (case,) = load_case_file(path)
+    with pytest.raises(ValueError, match="'ww' is not an input of op 'mhc_pre'. Fix: use one "
+                       "of: x, hc_fn, hc_scale, hc_base, w"):
+        gate.check_overhead(get_op("mhc_pre"), case, "w_twice", "cpu", _inputs(case),
+                            gates={"casts"})
+
+
 def test_golden_envelope_and_tf32_note_run_prepared_variants(tmp_path: Path) -> None:
     op = get_op("mhc_pre")
     # The reference and the bf16 rounding reference, each with a preparation.

@@ -486,9 +486,11 @@ def check_overhead(
     declared = op.min_bytes(case.params) if op.min_bytes is not None else None
     spec = op.variants[variant]
     budget = case.overhead.get(variant) or default_overhead(spec.precision)
-    _check_input_names(budget, cpu_inputs, case, variant)
     inputs = to_device(dict(cpu_inputs), device)
     prepared = preparer(spec, inputs, case.params, device)
+    # A prepared tensor of a new name is an input of the call too (its ledger names it).
+    _check_input_names(budget, inputs if prepared is None else prepared.call_inputs(inputs),
+                       case, variant)
     report = audit_variant(spec.fn, inputs, case.params, kernels=kernels, min_bytes=declared,
                            prepared=prepared)
     if CASTS_GATE.name in gates and report.gated_input_copies(budget) is not None:
@@ -530,9 +532,10 @@ def reference_passes(
 def _check_input_names(
     budget: OverheadBudget, inputs: Mapping[str, Any], case: Any, variant: str
 ) -> None:
-    """A per-input ``max_input_copies`` must name one of the op's inputs: a misspelt name
-    would otherwise leave that input at the default without a word. (Checked here, where
-    the inputs are known; the message reads like a case-file error.)"""
+    """A per-input ``max_input_copies`` must name one of the call's inputs (the op's, and
+    those its preparation adds): a misspelt name would otherwise leave that input at the
+    default without a word. (Checked here, where the inputs are known; the message reads
+    like a case-file error.)"""
     for name, _ in budget.max_input_copies_of:
         if name not in inputs:
             raise ValueError(
