@@ -42,7 +42,12 @@ import torch
 from numcheck.cases import load_cases
 from numcheck.inputs import to_device
 from numcheck.ops.registry import get_op
-from numcheck.overhead.gate import DEFAULT_INPUT_COPIES, METADATA_SHARE, audit_variant
+from numcheck.overhead.gate import (
+    DEFAULT_INPUT_COPIES,
+    METADATA_SHARE,
+    audit_variant,
+    whole_passes,
+)
 from numcheck.overhead.kernels import COPY
 
 #: The case files' policy: 2% over the measured worst, at least this much.
@@ -55,17 +60,12 @@ def suggested_ratio(measured: float) -> float:
     return max(FLOOR, math.ceil(measured * HEADROOM * 100) / 100)
 
 
-def suggested_passes(passes: float) -> float:
-    """A per-input ``max_input_copies``: the passes rounded up to a whole pass. Each entry
-    reads at most one whole input, so a variant's structure (two passes over the cache)
-    is an exact bound that a short-context seed reaches (1.97 at full context, 2.00 at the
-    case's own seeds)."""
-    return float(math.ceil(passes - 1e-9))
-
-
 def suggested_input_limits(reads: dict[str, Any]) -> str:
     """``{ kv_cache = 2 }`` for the meaningful inputs read more than the default allows."""
-    over = {name: suggested_passes(r["passes"]) for name, r in reads.items()
+    # The passes rounded up to a whole pass: a variant's structure (two passes over the
+    # cache) is an exact bound that a short-context seed reaches (1.97 at full context,
+    # 2.00 at the case's own seeds).
+    over = {name: whole_passes(r["passes"]) for name, r in reads.items()
             if r["share"] >= METADATA_SHARE and r["passes"] > DEFAULT_INPUT_COPIES}
     if not over:
         return ""

@@ -1,6 +1,7 @@
 """Planted copies made by data-movement ops, against every shipped case (docs/overhead.md).
 
     PYTHONPATH=. python benchmarks/copy_evidence.py [--out DIR]
+    PYTHONPATH=. python benchmarks/copy_evidence.py --ratios
 
 Each planted copy of tests/planted.py (``DATA_MOVEMENT_COPIES``: ``torch.cat`` of x's
 streams, a flip flipped back, ``torch.where(isfinite(x), x, 0)``, an ``index_select`` of all
@@ -9,6 +10,11 @@ of hc_fn or of the KV cache, ``torch.cat`` of the cache's halves, a padded cache
 CPU-sized case of its op, held to that case's ``bf16`` limits. Prints one row per (bug,
 case): the verdict of ``casts.input_copies`` and its message, and, last, how many of the
 rows failed that gate. ``$OUT`` (or --out) gets the rows as JSON.
+
+``--ratios``: what one extra full copy does to ``cast_bytes_ratio`` instead: per shipped
+case, the ``bf16`` variant's ratio and that of its planted extra copy (``kt_contiguous``: a
+``.contiguous()`` of the indexer's K^T, a derived operand and no input; ``x_copy``: a second
+copy of mHC's x), against the case's ``bf16`` limit.
 """
 
 from __future__ import annotations
@@ -31,10 +37,14 @@ from numcheck.overhead.gate import audit_variant, overhead_violations
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", ""))
+    parser.add_argument("--ratios", action="store_true",
+                        help="the bytes ratio of bf16 and of its planted extra copy instead")
     args = parser.parse_args(argv)
     import planted
 
     planted.register_all()
+    if args.ratios:
+        return ratios()
     rows = []
     for case in load_cases(ROOT / "cases"):
         if case.perf_only:
@@ -57,6 +67,34 @@ def main(argv: list[str] | None = None) -> int:
     failed = sum(r["failed"] for r in rows)
     print(f"casts.input_copies failed {failed} of {len(rows)} (planted copy, shipped case) pairs")
     return 0 if failed == len(rows) else 1
+
+
+#: Per op: the planted extra full copy whose bytes ``--ratios`` shows (tests/planted.py).
+EXTRA_COPY = {"indexer": "kt_contiguous", "mhc_pre": "x_copy"}
+
+
+def ratios() -> int:
+    """``cast_bytes_ratio`` of bf16 and of its planted extra copy on each shipped case."""
+    print(f"{'case':<38} {'extra copy':<14} {'bf16':>6} {'copy':>6} {'added':>6} {'limit':>6}  "
+          "cast_bytes_ratio")
+    missed = 0
+    for case in load_cases(ROOT / "cases"):
+        if case.perf_only:
+            continue
+        op = get_op(case.op)
+        inputs = op.make_inputs(case.params, case.seeds[0])
+        declared = op.min_bytes(case.params) if op.min_bytes is not None else None
+        bug = EXTRA_COPY[case.op]
+        bf16, copy = (audit_variant(op.variants[v].fn, inputs, case.params,
+                                    min_bytes=declared).cast_bytes_ratio for v in ("bf16", bug))
+        limit = case.overhead["bf16"].max_cast_bytes_ratio
+        failed = limit is not None and copy > limit
+        missed += not failed
+        print(f"{case.op + '::' + case.id:<38} {bug:<14} {bf16:>6.2f} {copy:>6.2f} "
+              f"{copy - bf16:>+6.2f} {limit if limit is not None else '-':>6}  "
+              f"{'FAIL' if failed else 'pass'}")
+    print("bytes over the op's minimum, each case's first seed; limits: the case's bf16")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from numcheck.ops.spec import Inputs, Outputs, Params, Variant, VariantError, VariantFn
-from numcheck.overhead.casts import CastLedger, LedgerEntry, dtype_name, ledger_table, megabytes
+from numcheck.overhead.casts import CastLedger, dtype_name, ledger_table, megabytes
 
 #: The column of the casts table that shows a check's preparation ("-" without one).
 PREPARED_COLUMN = "prepared once"
@@ -133,7 +133,7 @@ class Prepared:
             "copies": len(led.copies),
             "cast_bytes": led.bytes_moved,
             "input_passes": led.input_passes(),
-            "entries": [_entry_dict(e) for e in led.entries],
+            "entries": [e.as_dict() for e in led.entries],
             "text": self.summary(),
         }
 
@@ -141,12 +141,6 @@ class Prepared:
 def _count(n: int, word: str) -> str:
     plural = {"copy": "copies"}.get(word, word + "s")
     return f"{n} {word if n == 1 else plural}"
-
-
-def _entry_dict(e: LedgerEntry) -> dict[str, Any]:
-    return {"kind": e.kind, "conversion": e.conversion, "shape": list(e.shape),
-            "bytes_read": e.bytes_read, "bytes_written": e.bytes_written,
-            "where": str(e.where), "code": e.where.code, "input": e.input}
 
 
 def prepare(variant: Variant, inputs: Inputs, params: Params, device: str) -> Prepared | None:
@@ -205,8 +199,8 @@ class Preparations:
     """
 
     def __init__(self) -> None:
+        # (variant, its preparation, seed, device) -> what it made, in the order made.
         self._made: dict[tuple[str, Any, int, str], Prepared | None] = {}
-        self._first: dict[str, Prepared] = {}
 
     def at(self, seed: int) -> Preparer:
         """A :data:`Preparer` for the inputs of ``seed``."""
@@ -217,10 +211,7 @@ class Preparations:
                 return None
             key = (variant.name, variant.prepare, seed, device)
             if key not in self._made:
-                made = prepare(variant, inputs, params, device)
-                self._made[key] = made
-                if made is not None:
-                    self._first.setdefault(variant.name, made)
+                self._made[key] = prepare(variant, inputs, params, device)
             return self._made[key]
 
         return preparer
@@ -228,7 +219,8 @@ class Preparations:
     def first(self, variant: str) -> Prepared | None:
         """The first preparation made for ``variant`` (the record shows one seed's, like
         the per-call ledger, which audits the case's first seed)."""
-        return self._first.get(variant)
+        return next((made for (name, *_), made in self._made.items()
+                     if name == variant and made is not None), None)
 
 
 def with_preparation(variant: Variant) -> VariantFn:

@@ -484,9 +484,10 @@ def test_classification_from_schema_tags_and_names() -> None:
         aten.cat.default, aten.permute_copy.default, aten.select_scatter.default,
         aten.index_copy.default, aten.where.self, aten.masked_fill.Scalar,
         aten.mm.default, aten.add.Tensor, aten.sum.dim_IntList, aten.topk.default,
-        aten.sort.default, aten.empty.memory_format, aten.zeros_like.default)}
+        aten.sort.default, aten.empty.memory_format, aten.zeros_like.default,
+        aten.arange.default, aten.new_empty.default, aten.empty_strided.default)}
     assert [k for k in kinds.values()] == (
-        ["view"] * 4 + ["convert"] * 3 + ["move"] * 6 + ["compute"] * 7)
+        ["view"] * 4 + ["convert"] * 3 + ["move"] * 6 + ["compute"] * 5 + ["create"] * 5)
     put = classify(aten.index_put_.default)
     assert (put.kind, put.name, put.mutated, put.data_args) == ("move", "index_put", "self",
                                                                 ("values",))
@@ -515,6 +516,11 @@ def test_every_aten_op_the_shipped_variants_call_is_classified() -> None:
     moves = {n for n in seen if classify(
         getattr(getattr(torch.ops.aten, n.partition(".")[0]), n.partition(".")[2])).kind == "move"}
     assert moves == {"index.Tensor", "masked_fill.Scalar", "where.self"}
+    creates = {n for n in seen if classify(
+        getattr(getattr(torch.ops.aten, n.partition(".")[0]), n.partition(".")[2])).kind
+        == "create"}
+    assert creates == {"arange.default", "empty.memory_format", "new_empty.default",
+                       "scalar_tensor.default"}
 
 
 def test_inputs_sharing_one_buffer_are_charged_apart() -> None:
@@ -556,3 +562,15 @@ def test_uninitialized_memory_holding_an_input_s_bits_is_no_copy() -> None:
             ledger._observe(op, args, {}, block)  # the result holds x's bits
         x + 0  # and so does one after them
     assert [(e.op, e.input) for e in ledger.entries if e.by_value] == [("mul", "x"), ("add", "x")]
+
+
+def test_a_creation_op_is_no_copy_whatever_its_result_holds() -> None:
+    """Ops that read no tensor's elements (no tensor argument, or a template's shape only)
+    copy no input, even when their result equals one: positions made by ``torch.arange``
+    beside an input that holds the same positions. A computed copy of it still counts."""
+    pos = torch.arange(1024)  # 8 kB of int64: above VALUE_MIN_BYTES
+    with CastLedger(inputs={"pos": pos}) as ledger:
+        torch.arange(1024)  # the same bits, made from nothing
+        torch.full_like(pos, 7)
+        pos + 0  # a copy by value
+    assert [(e.op, e.input) for e in ledger.entries] == [("add", "pos")]

@@ -177,6 +177,10 @@ def test_a_check_prepares_once_per_seed_whatever_gates_run(tmp_path: Path) -> No
     assert result.overhead is not None and result.overhead.prepared is not None
     # The per-call ledger holds the call only: no copy of hc_fn.
     assert "hc_fn" not in result.overhead.ledger.input_passes()
+    # The record's two ledgers list their entries alike (docs/report.md).
+    assert result.casts is not None and result.casts["entries"]
+    assert result.prepared["entries"][0].keys() == result.casts["entries"][0].keys()
+    assert result.prepared["entries"][0]["op"] == "clone"
 
 
 def test_the_per_call_ledger_names_prepared_tensors_as_inputs(tmp_path: Path) -> None:
@@ -240,6 +244,65 @@ def _prepared_form(variant: Variant, name: str = "w") -> Variant:
         return fn({**rest, "hc_fn": inputs[name]}, p)  # type: ignore[arg-type]
 
     return replace(variant, fn=call, prepare=lambda i, p: {name: i["hc_fn"].clone()})
+
+
+def _x_read_thrice(variant: Variant, name: str) -> Variant:
+    """``variant`` on x cloned twice (three passes over x with its own upcast)."""
+    fn = variant.fn
+
+    def call(inputs: dict[str, torch.Tensor], p: object) -> dict[str, torch.Tensor]:
+        return fn({**inputs, "x": inputs["x"].clone().clone()}, p)  # type: ignore[arg-type]
+
+    return replace(variant, name=name, fn=call)
+
+
+def test_the_reference_passes_are_counted_after_its_preparation(tmp_path: Path) -> None:
+    """A variant over its static input_copies limit is weighed against the op's reference,
+    which runs as every variant runs: after its one-time preparation (it raised KeyError
+    on its prepared name before). The passes are remembered per reference: another
+    reference registered under the op's name is measured anew."""
+    fp32 = get_op("mhc_pre").variants["fp32"]
+    registry.set_variant("mhc_pre", _x_read_thrice(fp32, "x_thrice"))
+    registry.set_variant("mhc_pre", _prepared_form(fp32))
+    case = tiny(tmp_path, '"x_thrice"')
+    report, found = gate.check_overhead(get_op("mhc_pre"), case, "x_thrice", "cpu",
+                                        _inputs(case), gates={"casts"})
+    assert report.reference_passes == {"x": 1.0}  # the call's upcast; w, hc_fn: no copy
+    (v,) = [v for v in found if v.key == "casts.input_copies"]
+    assert (v.value, v.limit) == (3.0, 1.0)
+    # A reference that reads x three times sets the limit for this variant to 3.
+    registry.set_variant("mhc_pre", _prepared_form(_x_read_thrice(fp32, "fp32")))
+    report, found = gate.check_overhead(get_op("mhc_pre"), case, "x_thrice", "cpu",
+                                        _inputs(case), gates={"casts"})
+    assert report.reference_passes == {"x": 3.0}
+    assert [v.key for v in found if v.key == "casts.input_copies"] == []
+
+
+def test_a_per_input_limit_may_name_a_tensor_the_preparation_adds(tmp_path: Path) -> None:
+    """The per-call ledger names a prepared tensor of a new name as an input, so a case may
+    give it a limit of its own; a name neither the op nor the preparation has is an error."""
+    bf16 = get_op("mhc_pre").variants["bf16"]
+    twice = _prepared_form(bf16)
+    call = twice.fn
+    registry.set_variant("mhc_pre", replace(
+        twice, name="w_twice", fn=lambda i, p: call({**i, "w": i["w"].clone().clone()}, p)))
+    path = tmp_path / "mhc.toml"
+    # w: cloned twice, then the bf16 path's own cast of the second clone.
+    for limit, expected in (("w = 3", []), ("w = 2", ["casts.input_copies"])):
+        path.write_text(TINY.format(variants='"w_twice"')
+                        + f"[tiny-mhc.overhead.w_twice]\nmax_input_copies = {{ {limit} }}\n")
+        (case,) = load_case_file(path)
+        report, found = gate.check_overhead(get_op("mhc_pre"), case, "w_twice", "cpu",
+                                            _inputs(case), gates={"casts"})
+        assert report.ledger.input_passes()["w"] == 3.0
+        assert [v.key for v in found] == expected, limit
+    path.write_text(TINY.format(variants='"w_twice"')
+                    + "[tiny-mhc.overhead.w_twice]\nmax_input_copies = { ww = 2 }\n")
+    (case,) = load_case_file(path)
+    with pytest.raises(ValueError, match="'ww' is not an input of op 'mhc_pre'. Fix: use one "
+                       "of: x, hc_fn, hc_scale, hc_base, w"):
+        gate.check_overhead(get_op("mhc_pre"), case, "w_twice", "cpu", _inputs(case),
+                            gates={"casts"})
 
 
 def test_golden_envelope_and_tf32_note_run_prepared_variants(tmp_path: Path) -> None:

@@ -28,12 +28,16 @@ What counts (every entry is a separate pass over memory):
   ``repeat`` reads its source once); index, mask and repeat tensors are metadata.
 - **copy by value**: any other op whose result is bit for bit an input (or a copy of one)
   of the same dtype and size, of at least :data:`VALUE_MIN_BYTES`: ``x * 1``, ``x + 0``.
+  Creation ops read no element (``empty_like``, ``arange``): never a copy, whatever bits
+  their result holds.
 
 Every entry that reads an input, a view of it, or a *copy* of it (a conversion-free copy:
 ``clone``, ``copy_``, ``.to(copy=True)``, or any result holding exactly the input's bits)
-counts as a pass over that input (:meth:`CastLedger.input_passes`), at most one whole input
-per entry. A re-arrangement (a page gather, a padded or reordered result) is a new tensor:
-later passes over it are charged to the bytes, not to the input.
+counts as a pass over that input (:meth:`CastLedger.input_passes`), at most what its source
+holds of the input per entry (one whole input at most): a gather whose indices repeat a row
+counts that row once, so the whole entries a variant makes bound its passes on every seed,
+whatever its indices. A re-arrangement (a page gather, a padded or reordered result) is a
+new tensor: later passes over it are charged to the bytes, not to the input.
 - **no-op conversion**: a ``_to_copy`` that changed nothing (same dtype, device and strides):
   bytes moved for nothing. (``.to(dtype)`` to the dtype a tensor already has returns the
   tensor itself and costs nothing, so it never reaches aten and is not one.)
@@ -71,7 +75,7 @@ import linecache
 import os
 import sys
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -85,11 +89,6 @@ from numcheck.overhead import movement
 from numcheck.overhead.movement import OpClass, bind, classify, tensors_in
 
 _aten = torch.ops.aten
-#: aten overload packets recorded as conversions (dtype changes, round trips); data
-#: movement is recorded too (:mod:`numcheck.overhead.movement`), without round trips.
-WATCHED = (_aten._to_copy, _aten.copy_, _aten.clone)
-#: The conversions of :data:`WATCHED` that name no other op in messages (``bf16 copy``).
-PLAIN_COPIES = frozenset({"_to_copy", "copy_", "clone"})
 
 #: Short dtype names for messages (``bf16 -> fp32``); anything else keeps torch's name.
 SHORT_DTYPES = {
@@ -116,13 +115,6 @@ VALUE_SAMPLES = 64
 # Same-size integer dtypes: values are compared bit for bit through them (NaN equals NaN,
 # -0 differs from +0), e4m3 and other dtypes without comparison kernels included.
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-#: Ops whose result is memory they never wrote (``torch.empty_like``...): its bits are
-#: whatever the allocator's block last held, which can be a freed copy of an input (seen on
-#: an H200: ``torch.empty_like(x)`` right after ``x * 1`` was freed held x's bits). They
-#: read no element, so they are never a copy by value.
-UNINITIALIZED = ("empty", "new_empty", "_empty")
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -244,7 +236,7 @@ class LedgerEntry:
         index``, ``bf16 copy by mul`` (an op that gave back an input's bits)."""
         if self.by_value:
             return f"{dtype_name(self.dst_dtype)} copy by {self.op}"
-        if self.op not in PLAIN_COPIES:
+        if self.op not in movement.CONVERSIONS:  # data movement: named after its op
             return f"{dtype_name(self.dst_dtype)} {self.op}"
         if self.src_dtype == self.dst_dtype:
             return f"{dtype_name(self.src_dtype)} copy"
@@ -254,6 +246,18 @@ class LedgerEntry:
         """``bf16 -> fp32 of [64, 16384] at numcheck/ops/mhc.py:97 (6.29 MB)``."""
         return (f"{self.conversion} of {list(self.shape)} at {self.where} "
                 f"({megabytes(self.bytes_moved)})")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The entry in a report (``casts.entries`` and ``prepared.entries``, docs/report.md)."""
+        return {
+            "kind": self.kind, "op": self.op, "conversion": self.conversion,
+            "shape": list(self.shape), "bytes_read": self.bytes_read,
+            "bytes_written": self.bytes_written, "where": str(self.where),
+            "code": self.where.code, "round_trip_of": self.round_trip_of, "no_op": self.no_op,
+            "input": self.input, "input_bytes": self.input_bytes, "by_value": self.by_value,
+            "same_value_as": (None if self.same_value_as is None
+                              else self.same_value_as.describe()),
+        }
 
 
 @dataclass(frozen=True)
@@ -406,14 +410,19 @@ class CastLedger:
 
     def _observe(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> None:
         """Every aten call: conversions, data movement, and (by value) any other op whose
-        result is a copy of an input. Views return at once; so does compute whose results
-        match no input's (dtype, size), which is almost every call."""
+        result is a copy of an input. Creation ops return at once; so do compute and views
+        whose results match no input's (dtype, size), which is almost every call."""
         cls = classify(func)
         if cls.kind == movement.CONVERT:
             self._record(func, args, kwargs, out)
         elif cls.kind in (movement.MOVE, movement.UNKNOWN):
             self._record_move(cls, func, args, kwargs, out)
-        elif self.by_value and self._copy_values and not cls.name.startswith(UNINITIALIZED):
+        elif cls.kind == movement.CREATE:
+            # Reads no element (empty, arange, zeros_like...), so it copies no input,
+            # whatever its result holds: on an H200 the caching allocator handed
+            # torch.empty_like(x) the block a freed x * 1 had held, x's bits exactly.
+            return
+        elif self.by_value and self._copy_values:
             # Only a result of an input's dtype and size can be a copy of it: one dict
             # lookup per call, the comparison itself only on a match.
             if isinstance(out, torch.Tensor):
@@ -646,28 +655,8 @@ class CastLedger:
 
     def _copy_of_value(self, t: torch.Tensor) -> str | None:
         """The input whose bits ``t`` holds (``t`` compared with the inputs and their copies
-        of its dtype and size: a sample first, the whole tensor on a sampled match)."""
-        bucket = self._copy_values.get((t.dtype, t.numel()))
-        if not bucket or t.device.type == "meta":
-            return None
-        positions = _positions(t)
-        mine = _sample(_bits(t), positions)
-        if bool((mine == mine[0]).all()):  # constant: equal by construction, not a copy
-            return None
-        storage = StorageWeakRef(t.untyped_storage())
-        for key, (ref, name) in list(bucket.items()):
-            other = ref()
-            if other is None:
-                del bucket[key]
-                continue
-            if other.device != t.device or StorageWeakRef(other.untyped_storage()) == storage:
-                continue
-            if not torch.equal(_sample(_bits(other), positions), mine):
-                continue
-            self.value_comparisons += 1
-            if torch.equal(_bits(other).reshape(-1), _bits(t).reshape(-1)):
-                return name
-        return None
+        of its dtype and size)."""
+        return self._equal_in(self._copy_values.get((t.dtype, t.numel())), t, _bits)
 
     def _see(
         self, t: torch.Tensor, where: Where | None, name: str | None, role: str = "converted"
@@ -692,26 +681,37 @@ class CastLedger:
         """A live tensor seen earlier, of dst's dtype, holding exactly dst's values."""
         if not dst.is_floating_point() or dst.numel() * dst.element_size() < VALUE_MIN_BYTES:
             return None
-        bucket = self._seen.get((dst.dtype, dst.numel()))
-        if not bucket:
+        return self._equal_in(self._seen.get((dst.dtype, dst.numel())), dst, _as_is)
+
+    def _equal_in(
+        self, bucket: dict[int, tuple[Any, Any]] | None, t: torch.Tensor,
+        compared: Callable[[torch.Tensor], torch.Tensor],
+    ) -> Any:
+        """What ``bucket`` (weak reference and payload by tensor id) holds beside the first
+        live tensor equal to ``t`` in another storage on t's device, as ``compared`` shows
+        both (:func:`_bits`: bit for bit; :func:`_as_is`: by value). A sample of
+        :data:`VALUE_SAMPLES` elements first, the whole tensor only on a sampled match
+        (counted in :attr:`value_comparisons`). None for a constant ``t``: equal by
+        construction (zeros, ones), neither a copy nor a round trip."""
+        if not bucket or t.device.type == "meta":
             return None
-        positions = torch.linspace(0, dst.numel() - 1, VALUE_SAMPLES, device=dst.device).long()
-        mine = _sample(dst, positions)
-        if bool((mine == mine[0]).all()):  # constant: equal by construction, not a trip
+        positions = _positions(t)
+        mine = _sample(compared(t), positions)
+        if bool((mine == mine[0]).all()):
             return None
-        storage = dst.untyped_storage().data_ptr()
-        for key, (ref, seen) in list(bucket.items()):
-            t = ref()
-            if t is None:
+        storage = StorageWeakRef(t.untyped_storage())
+        for key, (ref, payload) in list(bucket.items()):
+            other = ref()
+            if other is None:
                 del bucket[key]
                 continue
-            if t.device != dst.device or t.untyped_storage().data_ptr() == storage:
+            if other.device != t.device or StorageWeakRef(other.untyped_storage()) == storage:
                 continue
-            if not torch.equal(_sample(t, positions), mine):
+            if not torch.equal(_sample(compared(other), positions), mine):
                 continue
             self.value_comparisons += 1
-            if torch.equal(t.reshape(-1), dst.reshape(-1)):
-                return seen
+            if torch.equal(compared(other).reshape(-1), compared(t).reshape(-1)):
+                return payload
         return None
 
     def _lookup(self, t: torch.Tensor) -> _Origin | None:
@@ -775,6 +775,11 @@ class _LedgerMode(TorchDispatchMode):
 def _positions(t: torch.Tensor) -> torch.Tensor:
     """:data:`VALUE_SAMPLES` row-major positions, evenly spaced over ``t``."""
     return torch.linspace(0, t.numel() - 1, VALUE_SAMPLES, device=t.device).long()
+
+
+def _as_is(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself: compared by value (a round trip by value: -0 equals 0)."""
+    return t
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

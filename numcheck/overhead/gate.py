@@ -126,10 +126,21 @@ METADATA_SHARE = 0.005
 #: each a whole pass), and a variant that gathers through a page table re-reads part of a
 #: pass as a matter of course (the pages of a short request's padding blocks, a tile's
 #: halo): examples/my_kernels' page-at-a-time indexer reads its KV cache 2.10 times where
-#: the reference's single gather counts 2.00. Half a pass is far from both: the bytes of a
-#: partial re-read still count in ``cast_bytes_ratio``, whose limits sit 2% over what each
-#: case measured.
+#: the reference's single gather counts 2.00. They read the same pages: the ledger charges
+#: an entry at most what its source holds of the input, so one gather counts page 0 once
+#: however many padding slots name it, while one gather per page column counts it in each.
+#: That cap makes whole passes a bound that holds on every seed, whatever its context
+#: lengths; the gate, not the ledger, tells a partial re-read from a copy. Half a pass
+#: is far from both: the bytes of a partial re-read still count in ``cast_bytes_ratio``,
+#: whose limits sit 2% over what each case measured.
 HALF_PASS = 0.5
+
+
+def whole_passes(passes: float) -> float:
+    """``passes`` rounded up to whole passes: the limit that a variant's ops make an exact
+    bound on every seed, since the ledger charges each entry at most what its source holds
+    of the input (casts.py)."""
+    return float(math.ceil(passes - 1e-9))
 
 
 def default_overhead(precision: str) -> OverheadBudget:
@@ -271,7 +282,7 @@ class OverheadReport:
         reference = (self.reference_passes or {}).get(name)
         if base is None or reference is None:
             return base, False
-        whole = float(math.ceil(reference - 1e-9))  # each entry reads at most one input
+        whole = whole_passes(reference)
         return (whole, True) if whole > base else (base, False)
 
     def gated_input_copies(
@@ -327,16 +338,7 @@ class OverheadReport:
                  "share_of_min_bytes": r.share}
                 for r in self.input_reads()
             ],
-            "entries": [
-                {"kind": e.kind, "op": e.op, "conversion": e.conversion, "shape": list(e.shape),
-                 "bytes_read": e.bytes_read, "bytes_written": e.bytes_written,
-                 "where": str(e.where), "code": e.where.code,
-                 "round_trip_of": e.round_trip_of, "no_op": e.no_op, "input": e.input,
-                 "input_bytes": e.input_bytes, "by_value": e.by_value,
-                 "same_value_as": (None if e.same_value_as is None
-                                   else e.same_value_as.describe())}
-                for e in led.entries
-            ],
+            "entries": [e.as_dict() for e in led.entries],
             "kernels": self.kernels.as_dict() if self.kernels is not None else None,
         }
 
@@ -480,37 +482,46 @@ def check_overhead(
     from numcheck.inputs import to_device
     from numcheck.prepare import prepare
 
+    preparer = preparer or prepare
     declared = op.min_bytes(case.params) if op.min_bytes is not None else None
     spec = op.variants[variant]
     budget = case.overhead.get(variant) or default_overhead(spec.precision)
-    _check_input_names(budget, cpu_inputs, case, variant)
     inputs = to_device(dict(cpu_inputs), device)
-    prepared = (preparer or prepare)(spec, inputs, case.params, device)
+    prepared = preparer(spec, inputs, case.params, device)
+    # A prepared tensor of a new name is an input of the call too (its ledger names it).
+    _check_input_names(budget, inputs if prepared is None else prepared.call_inputs(inputs),
+                       case, variant)
     report = audit_variant(spec.fn, inputs, case.params, kernels=kernels, min_bytes=declared,
                            prepared=prepared)
     if CASTS_GATE.name in gates and report.gated_input_copies(budget) is not None:
         # Over the static limit: the reference's own passes may allow it (an input the
         # op's reference gathers from a copy too). Measured only here, once per case.
-        report.reference_passes = reference_passes(op, case, device, inputs, declared)
+        report.reference_passes = reference_passes(op, case, device, inputs, preparer)
     return report, overhead_violations(report, budget, gates)
 
 
-#: (op, case, device, seed, params) -> the reference's passes over each input.
+#: (reference fn and preparation, op, case, device, seed, params) -> the reference's
+#: passes over each input.
 _REFERENCE_PASSES: dict[tuple[Any, ...], dict[str, float]] = {}
 
 
 def reference_passes(
-    op: Any, case: Any, device: str, inputs: Mapping[str, torch.Tensor],
-    min_bytes: float | None,
+    op: Any, case: Any, device: str, inputs: Mapping[str, torch.Tensor], preparer: Preparer,
 ) -> dict[str, float]:
-    """Passes the op's reference variant makes over each input (its ledger on ``inputs``),
-    remembered per case, device and first seed."""
-    key = (op.name, case.id, device, case.seeds[0] if case.seeds else None,
+    """Passes the op's reference variant makes over each input: its per-call ledger on
+    ``inputs``, after its one-time preparation (from ``preparer``) as for any variant.
+    Remembered per reference, case, device and first seed; the bytes it moves are not
+    needed, so no minimum bytes are asked for."""
+    reference = op.variants[op.reference]
+    # The reference's functions are in the key: a test or a plugin that registers another
+    # reference under the op's name must not be answered with the first one's passes.
+    key = (reference.fn, reference.prepare, op.name, case.id, device,
+           case.seeds[0] if case.seeds else None,
            tuple(sorted((k, repr(v)) for k, v in case.params.items())))
     found = _REFERENCE_PASSES.get(key)
     if found is None:
-        report = audit_variant(op.variants[op.reference].fn, inputs, case.params,
-                               min_bytes=min_bytes)
+        report = audit_variant(reference.fn, inputs, case.params,
+                               prepared=preparer(reference, inputs, case.params, device))
         found = report.ledger.input_passes()
         if len(_REFERENCE_PASSES) > 256:  # a long session of many cases: keep it small
             _REFERENCE_PASSES.clear()
@@ -521,9 +532,10 @@ def reference_passes(
 def _check_input_names(
     budget: OverheadBudget, inputs: Mapping[str, Any], case: Any, variant: str
 ) -> None:
-    """A per-input ``max_input_copies`` must name one of the op's inputs: a misspelt name
-    would otherwise leave that input at the default without a word. (Checked here, where
-    the inputs are known; the message reads like a case-file error.)"""
+    """A per-input ``max_input_copies`` must name one of the call's inputs (the op's, and
+    those its preparation adds): a misspelt name would otherwise leave that input at the
+    default without a word. (Checked here, where the inputs are known; the message reads
+    like a case-file error.)"""
     for name, _ in budget.max_input_copies_of:
         if name not in inputs:
             raise ValueError(

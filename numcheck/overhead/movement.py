@@ -4,7 +4,7 @@ The ledger (:mod:`numcheck.overhead.casts`) sees every aten call a variant makes
 is not only ``.clone()``: ``torch.cat`` of x's streams, ``kv_cache[idx]``, ``x.flip(0)``,
 ``torch.where(mask, x, 0)`` each write a new tensor whose elements are the input's,
 re-arranged, selected, replicated or padded: a full pass over memory that computes
-nothing. :func:`classify` puts every aten overload in one of five classes, from torch's
+nothing. :func:`classify` puts every aten overload in one of six classes, from torch's
 own schema and tags first and a curated list second, so an op nobody listed still lands
 somewhere sensible:
 
@@ -22,8 +22,11 @@ somewhere sensible:
   they write.
 - ``compute``: ops torch tags ``pointwise`` or ``reduction`` (except the data-movement
   ones above, which torch tags pointwise too: ``where``, ``masked_fill``, ``clone``),
-  :data:`COMPUTE_OPS` (GEMMs, softmax, norms, sorts and selections that compare values),
-  creation ops (no tensor argument, ``*_like``, ``new_*``).
+  :data:`COMPUTE_OPS` (GEMMs, softmax, norms, sorts and selections that compare values).
+- ``create``: ops that read no tensor's elements: no tensor argument (``empty``,
+  ``arange``, ``full``), or one read for its shape and dtype only (``*_like``, ``new_*``).
+  Whatever their result holds, it is no copy of an input: ``torch.empty_like(x)`` may be
+  handed a freed block that held x's bits (the caching allocator does that on CUDA).
 - ``unknown``: anything else. The ledger decides these at run time by value: a result
   whose sampled elements all occur among one argument's elements (of its dtype) is data
   movement of that argument (:class:`numcheck.overhead.casts.CastLedger`).
@@ -45,9 +48,11 @@ VIEW = "view"
 CONVERT = "convert"
 MOVE = "move"
 COMPUTE = "compute"
+CREATE = "create"
 UNKNOWN = "unknown"
 
-#: The ledger's conversions: their own recording path (dtype changes, round trips).
+#: The ledger's conversions: their own recording path (dtype changes, round trips); their
+#: entries read ``bf16 -> fp32`` or ``fp32 copy``, where data movement names its op.
 CONVERSIONS = frozenset({"_to_copy", "copy_", "clone"})
 
 #: Data movement that no rule below recognises by itself (names without a trailing ``_``).
@@ -166,9 +171,12 @@ def _is_compute(name: str, tags: set[Any]) -> bool:
         or torch.Tag.reduction in tags
         or name in COMPUTE_OPS
         or name.startswith(COMPUTE_PREFIXES)
-        or name.endswith("_like")
-        or name.startswith("new_")
     )
+
+
+def _is_creation(name: str, tensors: list[Any]) -> bool:
+    """Reads no tensor's elements: no tensor argument, or only a template's metadata."""
+    return not tensors or name.endswith("_like") or name.startswith("new_")
 
 
 @cache
@@ -189,7 +197,9 @@ def classify(func: Any) -> OpClass:
     tags = _tags_of_packet(packet)
     if _is_move(name, tags):
         return OpClass(MOVE, name, data, mutated)
-    if not tensors or _is_compute(name, tags):
+    if _is_creation(name, tensors):
+        return OpClass(CREATE, name)
+    if _is_compute(name, tags):
         return OpClass(COMPUTE, name)
     if mutated is not None:  # an unlisted in-place op (resize_, set_, fill_): writes, moves none
         return OpClass(COMPUTE, name)
