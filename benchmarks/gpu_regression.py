@@ -453,13 +453,18 @@ def _judge_xdist(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
     if not ok or not serial.exists():
         return ok, detail + ("" if serial.exists() else "; no serial gate to compare with")
 
-    def strip(report: Path) -> list[dict[str, Any]]:
-        return [{k: v for k, v in r.items() if k not in ("worker", "device_index")}
-                for r in json.loads(report.read_text())["records"]]
-    same = strip(serial) == strip(run.work / "gate-xdist.json")
+    xdist = run.work / "gate-xdist.json"
+    # numcheck's own rule for "the same check with the same result": merge refuses (exit 2)
+    # two reports that hold one check with different results, where and how long its first
+    # call ran aside (numcheck.history.merge.WHERE_FIELDS), naming the first difference.
+    mrc, mtext, _ = run.sh("xdist-merge", [PY, "-m", "numcheck", "merge", str(serial),
+                                           str(xdist), "-o", str(run.work / "gate-both.json")],
+                           60)
+    same = mrc in (0, 1)  # 1: the merged gate failed, which the serial gate step reports
     crc, _, _ = run.sh("xdist-compare", [PY, "-m", "numcheck", "compare", str(serial),
-                                         str(run.work / "gate-xdist.json")], 60)
-    return same and crc == 0, (f"{detail}; records as serial: {same}; compare rc {crc}")
+                                         str(xdist)], 60)
+    why = "" if same else f" ({_tail(mtext, 1)})"
+    return same and crc == 0, f"{detail}; records as serial: {same}{why}; compare rc {crc}"
 
 
 def _judge_html(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,

@@ -155,6 +155,37 @@ def test_speed_calib_keeps_the_written_file_and_restores_the_trees(
     assert (out / "regression" / "perf.toml").read_text().endswith("speedup_min = 1\n")
 
 
+def test_the_xdist_step_compares_results_not_where_or_how_long_a_check_ran(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Serial and xdist records differ in worker, device index and first-call seconds (every
+    check's, from one run to the next): the same results. A metric that differs is not."""
+    from fleet import rec, write_run
+
+    serial = [replace(rec(v, device="cuda", device_name="NVIDIA H200"), first_call_s=0.5)
+              for v in ("bf16", "tf32")]
+    where = [replace(r, worker=f"gw{i}", device_index=i, first_call_s=0.05 * (i + 1))
+             for i, r in enumerate(serial)]
+    work = tmp_path / "out" / "regression"
+    commit = {"commit": "a" * 40, "device": "cuda"}
+    write_run(work / "gate.json", serial, **commit)
+
+    def run(records: list[object]) -> str:
+        write_run(tmp_path / "xdist.json", records, **commit)
+        _fake("xdist", f"import shutil; shutil.copy({str(tmp_path / 'xdist.json')!r}, "
+              "W + '/gate-xdist.json')", monkeypatch)
+        reg.main(["--out", str(tmp_path / "out"), "--steps", "xdist", "--device", "cpu"])
+        return " ".join((tmp_path / "out" / "summary.txt").read_text().splitlines()[1].split())
+
+    assert run(where) == ("xdist ok 0s rc 0: 2 checks: 2 pass; records as serial: True; "
+                          "compare rc 0")
+    worse = [where[0], replace(where[1], metrics={"logits": {"calc_diff": 2e-6,
+                                                             "rel_fro": 1e-3}})]
+    line = run(worse)
+    assert line.startswith("xdist OFF 0s rc 0: 2 checks: 2 pass; records as serial: False (")
+    assert "both hold the check indexer::tiny::tf32[cuda] with different results (metrics:" in line
+    assert line.endswith("compare rc 1")  # calc_diff 2x on the same device: drift too
+
+
 def test_the_honest_table_names_the_worst_member() -> None:
     data = {"cases": {"mhc_pre::a": {"tf32": {"by_variant": {
         "tf32": {"mixes": {"max_err_ratio": 1.0, "calc_diff": 2e-8}},
