@@ -35,8 +35,6 @@ from numcheck.report.records import (
     ReportError,
     check_version_of,
     is_report_document,
-    load_report,
-    report_from_document,
 )
 
 #: Record fields a run keeps as they are.
@@ -82,6 +80,13 @@ class Run:
             return "no commit"
         sha = self.commit.removesuffix("-dirty")
         return sha[:10] + ("-dirty" if self.commit.endswith("-dirty") else "")
+
+    def as_report(self) -> Report:
+        """The run as a report of its lean records: everything
+        :func:`numcheck.report.drift.compare` reads of a report (the records' verdicts and
+        headline numbers, the exit status), without reading the file again."""
+        return Report(self.records, self.environment, created=self.created,
+                      exitstatus=self.exitstatus)
 
     def record_classes(self) -> list[tuple[str, Record]]:
         """``(device class, record)`` for each record."""
@@ -168,20 +173,6 @@ def _parse(data: bytes) -> Any:
         return json.loads(b"".join(parts))
     except (json.JSONDecodeError, UnicodeDecodeError):
         return json.loads(data)
-
-
-def read_report(path: Path) -> Report:
-    """A whole report, as :func:`numcheck.report.records.load_report` reads it, less the
-    sections :func:`_parse` leaves out (nothing :func:`numcheck.report.drift.compare`
-    reads): what the history's newest-vs-previous comparison needs, in half the time."""
-    try:
-        data = _parse(path.read_bytes())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return load_report(path)  # its own message for what went wrong
-    if not is_report_document(data):
-        return load_report(path)
-    check_version_of(path, data)
-    return report_from_document(path, data)
 
 
 def _read(item: tuple[str, bool]) -> dict[str, Any]:
