@@ -35,6 +35,7 @@ from numcheck.report.records import (
     ReportError,
     check_version_of,
     is_report_document,
+    read_document,
 )
 
 #: Record fields a run keeps as they are.
@@ -182,23 +183,24 @@ def _read(item: tuple[str, bool]) -> dict[str, Any]:
         return _read_file(item)
 
 
+#: What the fast read gives for a file it cannot parse (``None`` is a JSON document).
+_UNREADABLE = object()
+
+
 def _read_file(item: tuple[str, bool]) -> dict[str, Any]:
     name, named = item
     path = Path(name)
     try:
         data = _parse(path.read_bytes())
-    except FileNotFoundError:
-        return {"error": str(ReportError(path, "no such report file",
-                                         "pass the path a run wrote with --numcheck-report"))}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return {"error": str(ReportError(path, f"not readable as JSON ({exc})",
-                                         "pass a file written by --numcheck-report"))}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = _UNREADABLE
     if not is_report_document(data):
-        if not named:  # found in a folder: some other tool's JSON
+        if data is not _UNREADABLE and not named:  # found in a folder: another tool's JSON
             return {"skipped": name}
-        return {"error": str(ReportError(
-            path, "not a numcheck report (no \"schema\": \"numcheck-report\")",
-            "pass a file written by --numcheck-report"))}
+        try:  # the report reader's own words for what is wrong (missing, not JSON, not ours)
+            data = read_document(path, check_version=False)
+        except ReportError as exc:
+            return {"error": str(exc)}
     try:
         check_version_of(path, data)
         records = [lean_record(r) for r in data["records"]]
