@@ -153,7 +153,7 @@ def render_history(history: History, *, plots: bool | None = None,
                    jobs: int | None = None) -> str:
     """The whole page. ``plots=None`` draws plots when matplotlib is installed; ``jobs``
     worker processes draw them (:func:`numcheck.history.pool.parallel_map`)."""
-    from numcheck.history.svgseries import available
+    from numcheck.report.svgplots import available
 
     if plots is None:
         plots = available()
