@@ -18,7 +18,7 @@ import html
 from dataclasses import asdict
 from pathlib import Path
 
-from numcheck.history.matrix import closest_ratio
+from numcheck.history.matrix import cell_text, closest_ratio
 from numcheck.history.pool import collector_paused, parallel_map
 from numcheck.history.series import History, Series
 from numcheck.history.summary import GATE_HEADER, MOVED_HEADER, gate_row, headline, moved_rows
@@ -135,8 +135,6 @@ def _moves_table(history: History, series: Series) -> str:
 
 def _latest_table(series: Series) -> str:
     """The newest value of each metric per device class."""
-    from numcheck.history.matrix import cell_text
-
     rows = [[_e(cls), _e(cell_text(points[-1].record))] for cls, points in
             series.lines.items() if points]
     return _table(["device", "newest run: verdict, budget used, calc_diff, speedup"], rows)
