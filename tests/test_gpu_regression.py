@@ -43,6 +43,23 @@ def test_the_summary_says_pass_only_when_every_step_is_ok() -> None:
     assert table[-1] == "GPU regression run: FAIL (201 s)"
 
 
+def test_a_run_with_a_report_is_judged_by_its_records(tmp_path: Path) -> None:
+    """The gate, each perf run and every optional pytest step: ok only with exit code 0 and
+    no failed or erroring record; the failed ones named."""
+    from fleet import rec, write_run
+
+    report = write_run(tmp_path / "r.json", [rec("bf16"), rec("tf32", status="fail"),
+                                             rec("fused", status="skip"),
+                                             rec("mine", status="xfail")])
+    assert reg.report_verdict(report, 1, "") == (
+        False, "rc 1: 4 checks: 1 pass, 1 fail, 1 xfail, 1 skip; failed: indexer::tiny::tf32[cpu]")
+    ok = write_run(tmp_path / "ok.json", [rec("bf16"), rec("fused", status="skip")])
+    assert reg.report_verdict(ok, 0, "") == (True, "rc 0: 2 checks: 1 pass, 1 skip")
+    assert reg.report_verdict(ok, 2, "") == (False, "rc 2: 2 checks: 1 pass, 1 skip")
+    assert reg.report_verdict(tmp_path / "none.json", 4, "a\nERROR: usage") == (
+        False, "rc 4, no report: a | ERROR: usage")
+
+
 def test_a_step_that_cannot_run_makes_the_run_fail(tmp_path: Path) -> None:
     assert reg.main(["--out", str(tmp_path), "--steps", "independent"]) == 1
     summary = (tmp_path / "summary.txt").read_text()
