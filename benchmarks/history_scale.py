@@ -20,7 +20,8 @@ them: two device classes (H200, B200), 250 commits a day apart each run on both;
 constant from run to run (they are deterministic on one device) except 5 checks whose
 calc_diff steps up 1.6x at one commit (in perf-only checks, which have no numerics, the
 speedup drops 10% instead): moves the page must mark (the history's exit code is 0 unless a
-step falls on the newest commit); speedups noisy by 1% (a new interval every run). The folder is kept only with ``--out``; ``--reuse`` times the reports already there.
+step falls on the newest commit); speedups noisy by 1% (a new interval every run). The
+folder is kept only with ``--out``; ``--reuse`` times the reports already there.
 
 ``--phases`` then shows where history's time goes, each phase run in this process (reading,
 the series and moves, the page with its figures), as CPU seconds of the worker processes

@@ -388,7 +388,8 @@ def test_history_and_matrix_commands(tmp_path: Path, capsys: pytest.CaptureFixtu
     text = capsys.readouterr().out
     assert "numcheck matrix: 3 checks on 2 device class(es) (cpu, H200)" in text
     summary = step.read_text()
-    assert summary.count("## numcheck history: ") == 4 and summary.count("## numcheck matrix: ") == 1
+    assert summary.count("## numcheck history: ") == 4
+    assert summary.count("## numcheck matrix: ") == 1
 
 
 @pytest.mark.parametrize("command", ["history", "matrix"])
