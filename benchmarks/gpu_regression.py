@@ -451,9 +451,10 @@ def _judge_xdist(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
     # numcheck's own rule for "the same check with the same result": merge refuses (exit 2)
     # two reports that hold one check with different results, where and how long its first
     # call ran aside (numcheck.history.merge.WHERE_FIELDS), naming the first difference.
-    mrc, mtext, _ = run.sh("xdist-merge", [PY, "-m", "numcheck", "merge", str(serial),
-                                           str(xdist), "-o", str(run.work / "gate-both.json")],
-                           60)
+    # In the work folder: its message names the files by their short names.
+    mrc, mtext, _ = run.sh("xdist-merge", [PY, "-m", "numcheck", "merge", serial.name,
+                                           xdist.name, "-o", "gate-both.json"], 60,
+                           cwd=run.work)
     same = mrc in (0, 1)  # 1: the merged gate failed, which the serial gate step reports
     crc, _, _ = run.sh("xdist-compare", [PY, "-m", "numcheck", "compare", str(serial),
                                          str(xdist)], 60)

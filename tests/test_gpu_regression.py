@@ -198,8 +198,9 @@ def test_the_xdist_step_compares_results_not_where_or_how_long_a_check_ran(
     worse = [where[0], replace(where[1], metrics={"logits": {"calc_diff": 2e-6,
                                                              "rel_fro": 1e-3}})]
     line = run(worse)
-    assert line.startswith("xdist OFF 0s rc 0: 2 checks: 2 pass; records as serial: False (")
-    assert "both hold the check indexer::tiny::tf32[cuda] with different results (metrics:" in line
+    assert line.startswith("xdist OFF 0s rc 0: 2 checks: 2 pass; records as serial: False "
+                           "(numcheck merge: gate.json and gate-xdist.json: both hold the check "
+                           "indexer::tiny::tf32[cuda] with different results (metrics: ")
     assert line.endswith("compare rc 1")  # calc_diff 2x on the same device: drift too
 
 
