@@ -3,7 +3,8 @@
     python3 benchmarks/gpu_regression.py --out DIR [--steps env,install,gate,perf,unit,independent]
         [--perf-runs 3] [--budget-s 520] [--workers 8] [--tolerance 0.03]
 
-Run from the repository root on a CUDA machine (about 6-7 minutes on one H200). Named steps,
+Run from the repository root on a CUDA machine (395 s on one H200, the run in
+docs/evidence/2026-12-02-h200-regression). Named steps,
 each in a fresh process, each writing its log and report under DIR:
 
 - ``env``: date, GPU and driver, torch / CUDA / triton versions, the commit (``$COMMIT``
@@ -175,13 +176,22 @@ def step_install(run: Run) -> None:
                f"pip install --no-deps --no-build-isolation -e . (rc {rc})")
 
 
-def _statuses(report: Path) -> Counter[str]:
-    return Counter(r["status"] for r in json.loads(report.read_text())["records"])
-
-
 def _counts(c: Counter[str]) -> str:
     order = ("pass", "fail", "error", "xfail", "skip")
     return ", ".join(f"{c[s]} {s}" for s in order if c[s]) or "no checks"
+
+
+def report_verdict(report: Path, rc: int, text: str) -> tuple[bool, str]:
+    """A pytest run that wrote a JSON report: ok when it exited 0 and no record failed or
+    erred; the detail counts the records by status and names the failed ones."""
+    if not report.exists():
+        return False, f"rc {rc}, no report: {_tail(text)}"
+    records = json.loads(report.read_text())["records"]
+    failed = [r["id"] for r in records if r["status"] in ("fail", "error")]
+    detail = f"rc {rc}: {len(records)} checks: {_counts(Counter(r['status'] for r in records))}"
+    if failed:
+        detail += "; failed: " + ", ".join(failed)
+    return rc == 0 and not failed, detail
 
 
 def step_gate(run: Run) -> None:
@@ -190,12 +200,8 @@ def step_gate(run: Run) -> None:
                                   "-p", "no:cacheprovider", "-q", "--numcheck-report",
                                   str(report), "--numcheck-markdown",
                                   str(run.work / "gate.md")], run.left())
-    if not report.exists():
-        run.record("gate", False, s, f"rc {rc}, no report: {_tail(text)}")
-        return
-    c = _statuses(report)
-    run.record("gate", rc == 0 and not c["fail"] and not c["error"], s,
-               f"rc {rc}: {sum(c.values())} checks: {_counts(c)}")
+    ok, detail = report_verdict(report, rc, text)
+    run.record("gate", ok, s, detail)
 
 
 def step_perf(run: Run, runs: int) -> list[Path]:
@@ -212,17 +218,10 @@ def step_perf(run: Run, runs: int) -> list[Path]:
                                     "-rxXs", "--numcheck-report", str(report),
                                     "cases/perf.toml"], run.left())
         longest = max(longest, s)
-        if not report.exists():
-            run.record(name, False, s, f"rc {rc}, no report: {_tail(text)}")
-            continue
-        c = _statuses(report)
-        failed = [r["id"] for r in json.loads(report.read_text())["records"]
-                  if r["status"] in ("fail", "error")]
-        detail = f"rc {rc}: {sum(c.values())} checks: {_counts(c)}"
-        if failed:
-            detail += "; failed: " + ", ".join(failed)
-        run.record(name, rc == 0 and not failed, s, detail)
-        reports.append(report)
+        ok, detail = report_verdict(report, rc, text)
+        run.record(name, ok, s, detail)
+        if report.exists():
+            reports.append(report)
     return reports
 
 
@@ -348,12 +347,7 @@ def _judge_report(name: str) -> Judge:
     """A pytest run with a JSON report: rc 0 and no failed or erroring record."""
     def judge(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
               text: str) -> tuple[bool, str]:
-        report = run.work / name
-        if not report.exists():
-            return False, f"rc {rc}, no report: {_tail(text)}"
-        c = _statuses(report)
-        return rc == 0 and not c["fail"] and not c["error"], \
-            f"rc {rc}: {sum(c.values())} checks: {_counts(c)}"
+        return report_verdict(run.work / name, rc, text)
     return judge
 
 
@@ -453,13 +447,19 @@ def _judge_xdist(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
     if not ok or not serial.exists():
         return ok, detail + ("" if serial.exists() else "; no serial gate to compare with")
 
-    def strip(report: Path) -> list[dict[str, Any]]:
-        return [{k: v for k, v in r.items() if k not in ("worker", "device_index")}
-                for r in json.loads(report.read_text())["records"]]
-    same = strip(serial) == strip(run.work / "gate-xdist.json")
+    xdist = run.work / "gate-xdist.json"
+    # numcheck's own rule for "the same check with the same result": merge refuses (exit 2)
+    # two reports that hold one check with different results, where and how long its first
+    # call ran aside (numcheck.history.merge.WHERE_FIELDS), naming the first difference.
+    # In the work folder: its message names the files by their short names.
+    mrc, mtext, _ = run.sh("xdist-merge", [PY, "-m", "numcheck", "merge", serial.name,
+                                           xdist.name, "-o", "gate-both.json"], 60,
+                           cwd=run.work)
+    same = mrc in (0, 1)  # 1: the merged gate failed, which the serial gate step reports
     crc, _, _ = run.sh("xdist-compare", [PY, "-m", "numcheck", "compare", str(serial),
-                                         str(run.work / "gate-xdist.json")], 60)
-    return same and crc == 0, (f"{detail}; records as serial: {same}; compare rc {crc}")
+                                         str(xdist)], 60)
+    why = "" if same else f" ({_tail(mtext, 1)})"
+    return same and crc == 0, f"{detail}; records as serial: {same}{why}; compare rc {crc}"
 
 
 def _judge_html(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,

@@ -1,7 +1,7 @@
 """history and matrix at scale: 500 reports of 100 checks each (issue 28, "Scale").
 
     PYTHONPATH=. python benchmarks/history_scale.py [--kind worst|gate|perf] [--reports 500]
-        [--checks 100] [--out DIR [--reuse]] [--repeat N]
+        [--checks 100] [--out DIR [--reuse]] [--repeat N] [--phases]
 
 Writes a history folder of synthetic but full-size reports, then times, as a user would run
 them (a fresh ``python -m numcheck`` each):
@@ -20,7 +20,13 @@ them: two device classes (H200, B200), 250 commits a day apart each run on both;
 constant from run to run (they are deterministic on one device) except 5 checks whose
 calc_diff steps up 1.6x at one commit (in perf-only checks, which have no numerics, the
 speedup drops 10% instead): moves the page must mark (the history's exit code is 0 unless a
-step falls on the newest commit); speedups noisy by 1% (a new interval every run). The folder is kept only with ``--out``; ``--reuse`` times the reports already there.
+step falls on the newest commit); speedups noisy by 1% (a new interval every run). The
+folder is kept only with ``--out``; ``--reuse`` times the reports already there.
+
+``--phases`` then shows where history's time goes, each phase run in this process (reading,
+the series and moves, the page with its figures), as CPU seconds of the worker processes
+and of this one, and the cut parse of numcheck's report reader against parsing whole files
+(on the first 40 reports, scaled to all of them).
 """
 
 from __future__ import annotations
@@ -154,6 +160,44 @@ def timed(argv: list[str]) -> tuple[float, float, int]:
     return wall, cpu, proc.returncode
 
 
+def _cpu() -> tuple[float, float]:
+    """CPU seconds so far: of the worker processes this one has waited for, and of this one."""
+    kids, me = (resource.getrusage(who) for who in (resource.RUSAGE_CHILDREN,
+                                                     resource.RUSAGE_SELF))
+    return kids.ru_utime + kids.ru_stime, me.ru_utime + me.ru_stime
+
+
+def phases(reports: Path, n_parse: int = 40) -> list[tuple[str, float, float]]:
+    """``(phase, CPU s of workers, CPU s here)`` of ``history --html`` on ``reports``, each
+    phase called as the command calls it; then the reader's cut parse against a whole one."""
+    sys.path.insert(0, str(ROOT))
+    from numcheck.history.page import render_history
+    from numcheck.history.runs import _parse, load_runs
+    from numcheck.history.series import build_history
+    from numcheck.history.store import find_reports
+
+    rows = []
+    state: dict[str, Any] = {}
+    steps = (("reading", lambda: state.update(runs=load_runs([reports]).runs)),
+             ("series and moves", lambda: state.update(h=build_history(state["runs"]))),
+             ("page and figures", lambda: render_history(state["h"])))
+    for name, step in steps:
+        before = _cpu()
+        step()
+        after = _cpu()
+        rows.append((name, after[0] - before[0], after[1] - before[1]))
+    files = [p for p, _ in find_reports([reports])]
+    sample = [p.read_bytes() for p in files[:n_parse]]
+    scale = len(files) / max(len(sample), 1)
+    for name, parse in (("parse, sections cut (all reports)", _parse),
+                        ("parse, whole files (all reports)", json.loads)):
+        t0 = time.process_time()
+        for data in sample:
+            parse(data)
+        rows.append((name, 0.0, (time.process_time() - t0) * scale))
+    return rows
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -174,6 +218,8 @@ def main() -> int:
     ap.add_argument("--reuse", action="store_true",
                     help="time the reports already under --out (no writing)")
     ap.add_argument("--repeat", type=int, default=1, help="time each command this often")
+    ap.add_argument("--phases", action="store_true",
+                    help="then where history's time goes, phase by phase (in this process)")
     args = ap.parse_args()
     folder = args.out or Path(tempfile.mkdtemp(prefix="numcheck-history-"))
     reports = folder / "history"
@@ -199,6 +245,10 @@ def main() -> int:
     print(f"{'command':<28} {'wall s':>7} {'CPU s':>7} {'page MB':>8} {'exit':>5}")
     for name, wall, cpu, page, code in rows:
         print(f"{name:<28} {wall:>7.2f} {cpu:>7.2f} {page / 1e6:>8.2f} {code:>5}")
+    if args.phases:
+        print(f"{'history --html, phase':<36} {'workers CPU s':>13} {'here CPU s':>10}")
+        for name, workers, here in phases(reports):
+            print(f"{name:<36} {workers:>13.2f} {here:>10.2f}")
     if args.out is None:
         shutil.rmtree(folder)
     return 0

@@ -19,14 +19,15 @@ def rec(variant: str = "bf16", *, case: str = "tiny", op: str = "indexer",
         calc_budget: float | None = 1e-5) -> Record:
     """One check's record; ``closest``: how much of its rel_fro budget it uses."""
     return Record(
-        id=f"{op}::{case}::{variant}[{device}]", nodeid=f"cases/{op}.toml::{case}::{variant}[{device}]",
+        id=f"{op}::{case}::{variant}[{device}]",
+        nodeid=f"cases/{op}.toml::{case}::{variant}[{device}]",
         op=op, case=case, variant=variant, device=device, status=status,
         reason="" if status in ("pass", "skip") else "logits.rel_fro = 1 > budget 0.1",
         metrics={} if status == "skip" else {"logits": {"calc_diff": calc_diff, "rel_fro": 1e-3}},
         topk=None if recall is None or status == "skip" else
         {"recall_min": recall, "tie_recall_min": 1.0},
-        budget={} if calc_budget is None else {"logits": {"calc_diff": calc_budget, "rel_fro": 2e-3},
-                                               "topk": {"recall_min": 0.99}},
+        budget={} if calc_budget is None else {
+            "logits": {"calc_diff": calc_budget, "rel_fro": 2e-3}, "topk": {"recall_min": 0.99}},
         closest=None if closest is None or status == "skip" else
         {"output": "logits", "metric": "rel_fro", "value": closest * 2e-3, "limit": 2e-3},
         timing=timing, device_name=None if status == "skip" else device_name,

@@ -55,6 +55,17 @@ def test_calc_diff_growth_over_the_factor_fails() -> None:
                  calc_diff_factor=3).regressions == []
 
 
+def test_reasons_follow_the_outputs_order_in_every_process() -> None:
+    """Eight outputs grown 3x: the reasons list them in the record's order, not in the
+    order of a set of their names (which changes with the hash seed from run to run)."""
+    names = ["mixes", "post", "pre", "comb", "y", "logits", "scores", "rms"]
+    base, new = rec(), rec(calc_diff=3e-6)
+    base.metrics = {n: {"calc_diff": 1e-6} for n in names}
+    new.metrics = {n: {"calc_diff": 3e-6} for n in names}
+    (line,) = drift([base], [new]).regressions
+    assert [r.split(".calc_diff")[0] for r in line.split(": ", 1)[1].split("; ")] == names
+
+
 def test_same_device_growth_uses_the_tight_factor() -> None:
     # The bf16 indexer with its weights scaled by 1.0015 on the same
     # device made calc_diff 1.7x larger; the old 2x rule called it "same".

@@ -43,6 +43,23 @@ def test_the_summary_says_pass_only_when_every_step_is_ok() -> None:
     assert table[-1] == "GPU regression run: FAIL (201 s)"
 
 
+def test_a_run_with_a_report_is_judged_by_its_records(tmp_path: Path) -> None:
+    """The gate, each perf run and every optional pytest step: ok only with exit code 0 and
+    no failed or erroring record; the failed ones named."""
+    from fleet import rec, write_run
+
+    report = write_run(tmp_path / "r.json", [rec("bf16"), rec("tf32", status="fail"),
+                                             rec("fused", status="skip"),
+                                             rec("mine", status="xfail")])
+    assert reg.report_verdict(report, 1, "") == (
+        False, "rc 1: 4 checks: 1 pass, 1 fail, 1 xfail, 1 skip; failed: indexer::tiny::tf32[cpu]")
+    ok = write_run(tmp_path / "ok.json", [rec("bf16"), rec("fused", status="skip")])
+    assert reg.report_verdict(ok, 0, "") == (True, "rc 0: 2 checks: 1 pass, 1 skip")
+    assert reg.report_verdict(ok, 2, "") == (False, "rc 2: 2 checks: 1 pass, 1 skip")
+    assert reg.report_verdict(tmp_path / "none.json", 4, "a\nERROR: usage") == (
+        False, "rc 4, no report: a | ERROR: usage")
+
+
 def test_a_step_that_cannot_run_makes_the_run_fail(tmp_path: Path) -> None:
     assert reg.main(["--out", str(tmp_path), "--steps", "independent"]) == 1
     summary = (tmp_path / "summary.txt").read_text()
@@ -153,6 +170,38 @@ def test_speed_calib_keeps_the_written_file_and_restores_the_trees(
     assert reg.main(["--out", str(out), "--steps", "speed-calib", "--device", "cpu"]) == 0
     assert (tree / "cases" / "perf.toml").read_text() == "[a]\nop = 'x'\n"
     assert (out / "regression" / "perf.toml").read_text().endswith("speedup_min = 1\n")
+
+
+def test_the_xdist_step_compares_results_not_where_or_how_long_a_check_ran(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Serial and xdist records differ in worker, device index and first-call seconds (every
+    check's, from one run to the next): the same results. A metric that differs is not."""
+    from fleet import rec, write_run
+
+    serial = [replace(rec(v, device="cuda", device_name="NVIDIA H200"), first_call_s=0.5)
+              for v in ("bf16", "tf32")]
+    where = [replace(r, worker=f"gw{i}", device_index=i, first_call_s=0.05 * (i + 1))
+             for i, r in enumerate(serial)]
+    work = tmp_path / "out" / "regression"
+    commit = {"commit": "a" * 40, "device": "cuda"}
+    write_run(work / "gate.json", serial, **commit)
+
+    def run(records: list[object]) -> str:
+        write_run(tmp_path / "xdist.json", records, **commit)
+        _fake("xdist", f"import shutil; shutil.copy({str(tmp_path / 'xdist.json')!r}, "
+              "W + '/gate-xdist.json')", monkeypatch)
+        reg.main(["--out", str(tmp_path / "out"), "--steps", "xdist", "--device", "cpu"])
+        return " ".join((tmp_path / "out" / "summary.txt").read_text().splitlines()[1].split())
+
+    assert run(where) == ("xdist ok 0s rc 0: 2 checks: 2 pass; records as serial: True; "
+                          "compare rc 0")
+    worse = [where[0], replace(where[1], metrics={"logits": {"calc_diff": 2e-6,
+                                                             "rel_fro": 1e-3}})]
+    line = run(worse)
+    assert line.startswith("xdist OFF 0s rc 0: 2 checks: 2 pass; records as serial: False "
+                           "(numcheck merge: gate.json and gate-xdist.json: both hold the check "
+                           "indexer::tiny::tf32[cuda] with different results (metrics: ")
+    assert line.endswith("compare rc 1")  # calc_diff 2x on the same device: drift too
 
 
 def test_the_honest_table_names_the_worst_member() -> None:

@@ -17,13 +17,19 @@ from numcheck.__main__ import main
 from numcheck.history import devclass, store
 from numcheck.history.matrix import build_matrix, cell_text, to_html, to_markdown
 from numcheck.history.page import render_history
-from numcheck.history.runs import _parse, lean_record, load_runs, read_report
+from numcheck.history.runs import _parse, lean_record, load_runs
 from numcheck.history.series import build_history
 from numcheck.history.summary import text_lines
 from numcheck.history.summary import to_markdown as history_markdown
 from numcheck.report.drift import compare, compare_records
 from numcheck.report.drift_result import Rules
-from numcheck.report.records import Report, ReportError, load_report, record_to_dict
+from numcheck.report.records import (
+    Report,
+    ReportError,
+    load_report,
+    record_to_dict,
+    write_json,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -163,12 +169,21 @@ def test_parse_drops_only_what_runs_never_read(tmp_path: Path) -> None:
         {k: v for k, v in whole.items() if k != "records"}
     compact = json.dumps(whole).encode()  # another tool's layout: parsed whole
     assert _parse(compact) == whole
-    # The newest-vs-previous gate reads reports this way: compare sees no difference.
-    full, cut_report = load_report(GPU_REPORT), read_report(GPU_REPORT)
+
+
+def test_the_gate_on_real_reports_is_compare_of_the_whole_files(tmp_path: Path) -> None:
+    """The newest-vs-previous gate compares the runs' lean records: on a real GPU report and
+    a worse copy of it (checks failing, one gone) the drift compare gives for the files."""
+    full = load_report(GPU_REPORT)
     worse = replace(full, records=[replace(r, status="fail") if r.variant == "bf16" else r
-                                   for r in full.records[1:]])
-    assert compare(cut_report, worse) == compare(full, worse)
-    assert compare(cut_report, worse).regressions  # and there is something to see
+                                   for r in full.records[1:]],
+                    environment={**full.environment, "git_commit": "f" * 40,
+                                 "git_commit_date": "2030-01-01T00:00:00+00:00"})
+    write_json(tmp_path / "worse.json", worse)
+    (gate,) = build_history(load_runs([GPU_REPORT, tmp_path / "worse.json"], jobs=1).runs).gates
+    expect = compare(full, load_report(tmp_path / "worse.json"), baseline=str(GPU_REPORT))
+    assert gate.drift == expect
+    assert expect.regressions  # and there is something to see
 
 
 def test_runs_are_ordered_by_commit_date_then_git_then_creation(tmp_path: Path) -> None:
@@ -373,7 +388,8 @@ def test_history_and_matrix_commands(tmp_path: Path, capsys: pytest.CaptureFixtu
     text = capsys.readouterr().out
     assert "numcheck matrix: 3 checks on 2 device class(es) (cpu, H200)" in text
     summary = step.read_text()
-    assert summary.count("## numcheck history: ") == 4 and summary.count("## numcheck matrix: ") == 1
+    assert summary.count("## numcheck history: ") == 4
+    assert summary.count("## numcheck matrix: ") == 1
 
 
 @pytest.mark.parametrize("command", ["history", "matrix"])

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from numcheck.report.drift_result import Rules
+from numcheck.report.htmlpage import write_page
 from numcheck.report.markdown import headline as report_headline
 from numcheck.report.markdown import to_markdown as report_markdown
 from numcheck.report.records import write_json
@@ -57,8 +58,7 @@ def matrix(args: argparse.Namespace) -> int:
         args.markdown.write_text(text)
     append_step_summary(text)
     if args.html is not None:
-        args.html.parent.mkdir(parents=True, exist_ok=True)
-        args.html.write_text(mx.to_html(m), encoding="utf-8")
+        write_page(args.html, mx.to_html(m))
     print(f"numcheck {mx.headline(m)}")
     for line in mx.source_lines(m):
         print(f"  {line}")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from numcheck.history.devclass import sort_classes
 from numcheck.history.runs import Run
 from numcheck.history.series import CheckKey, check_key, check_label
-from numcheck.report.htmlpage import CSP, CSS, bar, budget_ratio
+from numcheck.report.htmlpage import bar, budget_ratio, page_start
 from numcheck.report.markdown import md_table
 from numcheck.report.records import Record
 
@@ -198,11 +198,7 @@ def to_html(matrix: Matrix) -> str:
         cells = "".join(f"<td>{_cell_html(row.cells.get(c))}</td>" for c in matrix.classes)
         body.append(f"<tr{cls}><td><code>{_e(row.label)}</code></td><td>{flag}</td>{cells}</tr>")
     return "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        (f"<title>numcheck {_e(title)}</title><style>{CSS}tr.differs td{{background:#fff4e5}}"
-         "</style></head><body>"),
+        *page_start(f"numcheck {title}", "tr.differs td{background:#fff4e5}"),
         "<h1>numcheck device matrix</h1>",
         (f'<p class="headline {"gate-fail" if matrix.differing else "gate-pass"}">'
          f"{_e(title)}</p>"),

@@ -27,6 +27,7 @@ sees only its own checks and lists the others as removed: compare the merged rep
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +64,7 @@ def merge_reports(paths: Sequence[Path | str]) -> Report:
     """
     files = [Path(p) for p in paths]
     docs = [read_document(p, check_version=False) for p in files]
-    for (pa, da), (pb, db) in zip(zip(files, docs, strict=True),
-                                  zip(files[1:], docs[1:], strict=True), strict=False):
+    for (pa, da), (pb, db) in pairwise(zip(files, docs, strict=True)):
         if da.get("schema_version") != db.get("schema_version"):
             raise ReportError(
                 _pair(pa, pb), f"schema versions {da.get('schema_version')!r} and "
@@ -107,8 +107,6 @@ def _check_one_run(files: Sequence[Path], reports: Sequence[Report]) -> None:
             raise ReportError(
                 _pair(first_path, path), f"ran at different commits ({first_commit} and "
                 f"{commit}): not shards of one run", "run every shard on the same checkout")
-
-
 
 
 def result_fields(record: Record) -> dict[str, Any]:

@@ -14,13 +14,11 @@ extra); without it the page has every table.
 
 from __future__ import annotations
 
-import base64
 import html
-import os
 from dataclasses import asdict
 from pathlib import Path
 
-from numcheck.history.matrix import closest_ratio
+from numcheck.history.matrix import cell_text, closest_ratio
 from numcheck.history.pool import collector_paused, parallel_map
 from numcheck.history.series import History, Series
 from numcheck.history.summary import GATE_HEADER, MOVED_HEADER, gate_row, headline, moved_rows
@@ -32,7 +30,7 @@ from numcheck.history.svgseries import (
     draw_check,
     preload,
 )
-from numcheck.report.htmlpage import CSP, CSS, EXTRA_HINT
+from numcheck.report.htmlpage import EXTRA_HINT, page_start, svg_img, write_page
 
 #: Commit ids printed under each plot's x axis, at most.
 MAX_TICKS = 5
@@ -120,11 +118,6 @@ def plot_data(history: History, series: Series, palette: dict[str, str]) -> Chec
                      n_x, ticks, marks)
 
 
-def _img(svg: str, alt: str) -> str:
-    data = base64.b64encode(svg.encode()).decode("ascii")
-    return f'<img alt="{_e(alt)}" src="data:image/svg+xml;base64,{data}">'
-
-
 def _anchor(i: int) -> str:
     return f"check-{i}"
 
@@ -142,8 +135,6 @@ def _moves_table(history: History, series: Series) -> str:
 
 def _latest_table(series: Series) -> str:
     """The newest value of each metric per device class."""
-    from numcheck.history.matrix import cell_text
-
     rows = [[_e(cls), _e(cell_text(points[-1].record))] for cls, points in
             series.lines.items() if points]
     return _table(["device", "newest run: verdict, budget used, calc_diff, speedup"], rows)
@@ -153,7 +144,7 @@ def render_history(history: History, *, plots: bool | None = None,
                    jobs: int | None = None) -> str:
     """The whole page. ``plots=None`` draws plots when matplotlib is installed; ``jobs``
     worker processes draw them (:func:`numcheck.history.pool.parallel_map`)."""
-    from numcheck.history.svgseries import available
+    from numcheck.report.svgplots import available
 
     if plots is None:
         plots = available()
@@ -173,10 +164,7 @@ def render_history(history: History, *, plots: bool | None = None,
     legend = "".join(f'<span class="swatch" style="background:{c}"></span>{_e(cls)}'
                      for cls, c in palette.items())
     out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        f"<title>numcheck {_e(title)}</title><style>{CSS}{_EXTRA_CSS}</style></head><body>",
+        *page_start(f"numcheck {title}", _EXTRA_CSS),
         "<h1>numcheck history</h1>",
         f'<p class="headline {"gate-pass" if history.passed else "gate-fail"}">{_e(title)}</p>',
         f"<p>device classes: {legend}</p>",
@@ -220,7 +208,7 @@ def render_history(history: History, *, plots: bool | None = None,
             out.append(_moves_table(history, series))
         out.append(_latest_table(series))
         if i in svgs:
-            out.append(f'<div class="plots">{_img(svgs[i], series.label + " across commits")}'
+            out.append(f'<div class="plots">{svg_img(svgs[i], series.label + " across commits")}'
                        "</div>")
         elif plots:
             out.append('<p class="hint">nothing to draw: no run measured this check '
@@ -247,9 +235,5 @@ def _runs_section(history: History) -> str:
 
 def write_history(path: Path | str, history: History, *, plots: bool | None = None,
                   jobs: int | None = None) -> None:
-    """Write the page (to a temporary file, then renamed)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(render_history(history, plots=plots, jobs=jobs), encoding="utf-8")
-    os.replace(tmp, path)
+    """Write the page (:func:`numcheck.report.htmlpage.write_page`)."""
+    write_page(path, render_history(history, plots=plots, jobs=jobs))

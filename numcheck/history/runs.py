@@ -35,8 +35,7 @@ from numcheck.report.records import (
     ReportError,
     check_version_of,
     is_report_document,
-    load_report,
-    report_from_document,
+    read_document,
 )
 
 #: Record fields a run keeps as they are.
@@ -82,6 +81,13 @@ class Run:
             return "no commit"
         sha = self.commit.removesuffix("-dirty")
         return sha[:10] + ("-dirty" if self.commit.endswith("-dirty") else "")
+
+    def as_report(self) -> Report:
+        """The run as a report of its lean records: everything
+        :func:`numcheck.report.drift.compare` reads of a report (the records' verdicts and
+        headline numbers, the exit status), without reading the file again."""
+        return Report(self.records, self.environment, created=self.created,
+                      exitstatus=self.exitstatus)
 
     def record_classes(self) -> list[tuple[str, Record]]:
         """``(device class, record)`` for each record."""
@@ -170,20 +176,6 @@ def _parse(data: bytes) -> Any:
         return json.loads(data)
 
 
-def read_report(path: Path) -> Report:
-    """A whole report, as :func:`numcheck.report.records.load_report` reads it, less the
-    sections :func:`_parse` leaves out (nothing :func:`numcheck.report.drift.compare`
-    reads): what the history's newest-vs-previous comparison needs, in half the time."""
-    try:
-        data = _parse(path.read_bytes())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return load_report(path)  # its own message for what went wrong
-    if not is_report_document(data):
-        return load_report(path)
-    check_version_of(path, data)
-    return report_from_document(path, data)
-
-
 def _read(item: tuple[str, bool]) -> dict[str, Any]:
     """One report file, trimmed (runs in a worker process: returns plain data or an error
     message, since an exception with its own constructor does not cross processes)."""
@@ -191,23 +183,24 @@ def _read(item: tuple[str, bool]) -> dict[str, Any]:
         return _read_file(item)
 
 
+#: What the fast read gives for a file it cannot parse (``None`` is a JSON document).
+_UNREADABLE = object()
+
+
 def _read_file(item: tuple[str, bool]) -> dict[str, Any]:
     name, named = item
     path = Path(name)
     try:
         data = _parse(path.read_bytes())
-    except FileNotFoundError:
-        return {"error": str(ReportError(path, "no such report file",
-                                         "pass the path a run wrote with --numcheck-report"))}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return {"error": str(ReportError(path, f"not readable as JSON ({exc})",
-                                         "pass a file written by --numcheck-report"))}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = _UNREADABLE
     if not is_report_document(data):
-        if not named:  # found in a folder: some other tool's JSON
+        if data is not _UNREADABLE and not named:  # found in a folder: another tool's JSON
             return {"skipped": name}
-        return {"error": str(ReportError(
-            path, "not a numcheck report (no \"schema\": \"numcheck-report\")",
-            "pass a file written by --numcheck-report"))}
+        try:  # the report reader's own words for what is wrong (missing, not JSON, not ours)
+            data = read_document(path, check_version=False)
+        except ReportError as exc:
+            return {"error": str(exc)}
     try:
         check_version_of(path, data)
         records = [lean_record(r) for r in data["records"]]

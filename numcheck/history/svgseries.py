@@ -12,18 +12,20 @@ hundreds: numerics on one device are deterministic, so most series are flat), an
 noisy series keeps, per bucket of the axis, its lowest and highest point (the envelope a
 line at this width shows), its interval band the bucket's widest extent. Each worker process
 keeps one figure per panel count and clears it between checks: building a figure's axes
-costs as much as drawing them. The same choices as :mod:`numcheck.report.svgplots`:
-the object API only, text kept as text, no date in the file.
+costs as much as drawing them. Written as :mod:`numcheck.report.svgplots` writes its plots
+(:func:`~numcheck.report.svgplots.svg_text`): the object API only, text kept as text, no
+date in the file.
 """
 
 from __future__ import annotations
 
 import importlib
-import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from numcheck.report.svgplots import svg_text
 
 #: Line colours of the device classes, in class order; red is kept for budgets.
 PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#8172b3", "#937860", "#da8bc3", "#8c8c8c",
@@ -67,13 +69,6 @@ class CheckPlot:
     ticks: list[tuple[int, str]]
     #: First moves: (x, commit label, device class).
     marks: list[tuple[int, str, str]] = field(default_factory=list)
-
-
-def available() -> bool:
-    """True when matplotlib can be imported (the ``html`` extra)."""
-    from numcheck.report.svgplots import available as mpl
-
-    return mpl()
 
 
 def preload() -> None:
@@ -131,15 +126,6 @@ def _finite(points: Sequence[XY], log: bool) -> tuple[list[XY], int]:
         return keep, 0
     positive = [p for p in keep if p[1] > 0]
     return positive, len(keep) - len(positive)
-
-
-def _svg(fig: object) -> str:
-    import matplotlib
-
-    buf = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "numcheck"}):
-        fig.savefig(buf, format="svg", metadata={"Date": None})  # type: ignore[attr-defined]
-    return buf.getvalue()
 
 
 #: Per panel count, the figure this process draws with (and clears between checks).
@@ -243,4 +229,4 @@ def draw_check(plot: CheckPlot) -> str:
         if handles:
             axes[0].legend(handles, labels, fontsize=6, loc="lower left", frameon=False,
                            ncols=min(len(labels), 4))
-    return _svg(fig)
+    return svg_text(fig)

@@ -37,7 +37,6 @@ DRIFT_HEADER = ["check", "calc_diff (base -> new)", "rel_fro (base -> new)",
                 "recall (base -> new)", "speedup (base -> new)", "drift", "why"]
 
 
-
 def compare(base: Report, new: Report, rules: Rules | None = None, *,
             baseline: str = "") -> Drift:
     """The drift of ``new`` against ``base``: one row per check, and the regressions."""
@@ -117,7 +116,9 @@ def _judge(base: Record, new: Record, rules: Rules) -> tuple[list[str], list[str
         worse.append(f"verdict {new.verdict} (was {base.verdict})")
     elif not base.passed:
         better.append(f"verdict {new.verdict} (was {base.verdict})")
-    for output in new.metrics.keys() & base.metrics.keys():
+    # In the new record's order of outputs: the reasons read the same in every process (a set
+    # of names iterates in an order that changes with Python's hash seed).
+    for output in [o for o in new.metrics if o in base.metrics]:
         b = base.metrics[output].get("calc_diff")
         n = new.metrics[output].get("calc_diff")
         if b is None or n is None:

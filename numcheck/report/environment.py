@@ -28,6 +28,7 @@ def environment(
     """Where a run happened. The driver comes from ``nvidia-smi`` and the commit from
     ``git``, each only when the tool is there (None otherwise). ``git_commit_date`` is the
     commit's committer date (ISO 8601): ``python -m numcheck history`` orders runs by it."""
+    commit, commit_date = _git_head(rootdir) if rootdir is not None else (None, None)
     return {
         "numcheck": __version__,
         "python": platform.python_version(),
@@ -37,8 +38,8 @@ def environment(
         "device": device,
         "device_names": sorted(set(device_names)),
         "driver": _driver() if device == "cuda" else None,
-        "git_commit": _git_commit(rootdir) if rootdir is not None else None,
-        "git_commit_date": _git_commit_date(rootdir) if rootdir is not None else None,
+        "git_commit": commit,
+        "git_commit_date": commit_date,
         "workers": workers,
         "argv": list(sys.argv[1:]),
     }
@@ -60,15 +61,13 @@ def _driver() -> str | None:
     return None if out is None else out.splitlines()[0].strip()
 
 
-def _git_commit(rootdir: Path) -> str | None:
-    commit = _run(["git", "rev-parse", "HEAD"], cwd=rootdir)
-    if commit is None:
-        return None
+def _git_head(rootdir: Path) -> tuple[str | None, str | None]:
+    """HEAD's commit (``-dirty`` when tracked files changed) and its committer date, the
+    date of when the commit was made where it now sits (a rebase or a merge updates it; the
+    author date would keep a rebased commit in its old place). One ``git log`` for both."""
+    head = _run(["git", "log", "-1", "--format=%H %cI", "HEAD"], cwd=rootdir)
+    if head is None:
+        return None, None
+    commit, _, date = head.partition(" ")
     dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=rootdir)
-    return commit + ("-dirty" if dirty else "")
-
-
-def _git_commit_date(rootdir: Path) -> str | None:
-    # The committer date: when the commit was made where it now sits (a rebase or a merge
-    # updates it; the author date would keep a rebased commit in its old place).
-    return _run(["git", "log", "-1", "--format=%cI", "HEAD"], cwd=rootdir)
+    return commit + ("-dirty" if dirty else ""), date or None

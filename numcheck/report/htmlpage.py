@@ -213,7 +213,9 @@ def _metric_rows(record: Record) -> list[list[str]]:
     return rows
 
 
-def _img(svg: str, alt: str) -> str:
+def svg_img(svg: str, alt: str) -> str:
+    """An SVG document as an inline image (a ``data:`` URI: its ids cannot collide with
+    another plot's, and nothing is fetched)."""
     data = base64.b64encode(svg.encode()).decode("ascii")
     return f'<img alt="{_e(alt)}" src="data:image/svg+xml;base64,{data}">'
 
@@ -237,17 +239,17 @@ def _plots(record: Record, plots: bool) -> str:
                          "non-finite, not compared).</p>")
         elif hist:
             budget = record.budget.get(output) if isinstance(record.budget, Mapping) else None
-            parts.append(_img(svgplots.error_histogram(hist, budget, output=output),
+            parts.append(svg_img(svgplots.error_histogram(hist, budget, output=output),
                               f"{record.id} {output} error histogram"))
     for output, fl in flips.items():
         if fl and fl.get("n_flips"):
-            parts.append(_img(svgplots.flip_histogram(fl, output=output),
+            parts.append(svg_img(svgplots.flip_histogram(fl, output=output),
                               f"{record.id} {output} flips"))
         elif fl:
             parts.append(f"<p>{_e(output)}: no flipped tokens.</p>")
     if timed:
         assert record.timing is not None
-        parts.append(_img(svgplots.speedup_interval(record.timing), f"{record.id} speedup"))
+        parts.append(svg_img(svgplots.speedup_interval(record.timing), f"{record.id} speedup"))
     return '<div class="plots">' + "".join(parts) + "</div>"
 
 
@@ -338,11 +340,7 @@ def render_html(report: Report, *, plots: bool | None = None) -> str:
     ran = [r for r in records if r.status != "skip"]
     skipped = [r for r in records if r.status == "skip"]
     out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        # No network, ever: the page may only use what it carries.
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        f"<title>{_e(title)}</title><style>{CSS}</style></head><body>",
+        *page_start(title),
         "<h1>numcheck report</h1>",
         f'<p class="headline {gate}">{_e(title)}</p>',
     ]
@@ -379,9 +377,27 @@ def render_html(report: Report, *, plots: bool | None = None) -> str:
 
 
 def write_html(path: Path | str, report: Report, *, plots: bool | None = None) -> None:
-    """Write the page (to a temporary file, then renamed)."""
+    """Write the page (:func:`write_page`)."""
+    write_page(path, render_html(report, plots=plots))
+
+
+def page_start(title: str, extra_css: str = "") -> list[str]:
+    """The first lines of every numcheck page (this report, the device matrix, the
+    history): the content security policy, the title, the styles and ``extra_css``."""
+    return [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        # No network, ever: the page may only use what it carries.
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+        f"<title>{_e(title)}</title><style>{CSS}{extra_css}</style></head><body>",
+    ]
+
+
+def write_page(path: Path | str, text: str) -> None:
+    """Write a page to a temporary file beside ``path``, then rename it over ``path``: a
+    reader (a browser, a CI upload) never sees half a page."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(render_html(report, plots=plots), encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

@@ -48,7 +48,8 @@ def _log_x(ax: Any) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def _svg(fig: Any) -> str:
+def svg_text(fig: Any) -> str:
+    """A figure as an SVG document (the history page's plots are written the same way)."""
     import matplotlib
 
     buf = io.StringIO()
@@ -110,7 +111,7 @@ def error_histogram(
     ax.tick_params(labelsize=7)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="upper left", frameon=False)
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def flip_histogram(flips: Mapping[str, Any], *, output: str) -> str:
@@ -154,7 +155,7 @@ def flip_histogram(flips: Mapping[str, Any], *, output: str) -> str:
                  f"({band_text}){masked}", fontsize=9)
     ax.tick_params(axis="y", labelsize=7)
     ax.legend(fontsize=7, loc="upper left", frameon=False)
-    return _svg(fig)
+    return svg_text(fig)
 
 
 def speedup_interval(timing: Mapping[str, Any]) -> str:
@@ -180,4 +181,4 @@ def speedup_interval(timing: Mapping[str, Any]) -> str:
     ax.tick_params(labelsize=7)
     ax.legend(fontsize=7, loc="upper left", frameon=False, ncols=3,
               bbox_to_anchor=(0, 1.35))
-    return _svg(fig)
+    return svg_text(fig)
