@@ -23,7 +23,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -32,6 +34,18 @@ sys.path.insert(0, str(ROOT / "tests"))
 from numcheck.cases import load_cases
 from numcheck.ops.registry import get_op
 from numcheck.overhead.gate import audit_variant, overhead_violations
+
+
+def shipped_cases() -> Iterator[tuple[Any, Any, Any, int | None]]:
+    """Each shipped case that runs on a CPU, with its op, its first seed's inputs and the
+    op's declared minimum bytes (None where the op declares none)."""
+    for case in load_cases(ROOT / "cases"):
+        if case.perf_only:
+            continue
+        op = get_op(case.op)
+        inputs = op.make_inputs(case.params, case.seeds[0])
+        declared = op.min_bytes(case.params) if op.min_bytes is not None else None
+        yield case, op, inputs, declared
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,12 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.ratios:
         return ratios()
     rows = []
-    for case in load_cases(ROOT / "cases"):
-        if case.perf_only:
-            continue
-        op = get_op(case.op)
-        inputs = op.make_inputs(case.params, case.seeds[0])
-        declared = op.min_bytes(case.params) if op.min_bytes is not None else None
+    for case, op, inputs, declared in shipped_cases():
         for bug, name in planted.DATA_MOVEMENT_COPIES[case.op].items():
             report = audit_variant(op.variants[bug].fn, inputs, case.params, min_bytes=declared)
             found = [v for v in overhead_violations(report, case.overhead["bf16"], {"casts"})
@@ -78,12 +87,7 @@ def ratios() -> int:
     print(f"{'case':<38} {'extra copy':<14} {'bf16':>6} {'copy':>6} {'added':>6} {'limit':>6}  "
           "cast_bytes_ratio")
     missed = 0
-    for case in load_cases(ROOT / "cases"):
-        if case.perf_only:
-            continue
-        op = get_op(case.op)
-        inputs = op.make_inputs(case.params, case.seeds[0])
-        declared = op.min_bytes(case.params) if op.min_bytes is not None else None
+    for case, op, inputs, declared in shipped_cases():
         bug = EXTRA_COPY[case.op]
         bf16, copy = (audit_variant(op.variants[v].fn, inputs, case.params,
                                     min_bytes=declared).cast_bytes_ratio for v in ("bf16", bug))
