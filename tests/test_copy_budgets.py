@@ -53,7 +53,8 @@ def test_input_copies_counts_copies_of_an_input_as_reads_of_it() -> None:
     good = audit_variant(op.variants["bf16"].fn, inputs, p)
     bad = audit_variant(op.variants["x_copy"].fn, inputs, p)
     assert good.ledger.input_passes() == {"x": 1.0, "hc_fn": 1.0}
-    assert bad.input_copies == ("x", 2.0)  # x.clone(), then .float() of the clone
+    top = bad.input_reads()[0]  # the input read most
+    assert (top.name, top.passes) == ("x", 2.0)  # x.clone(), then .float() of the clone
     (v,) = overhead_violations(bad, default_overhead("bf16"), {"casts"})
     assert v.key == "casts.input_copies" and v.limit == 1.0
     assert v.detail.startswith("input 'x' was read 2.00 times over by casts/copies (bf16 copy of "
@@ -100,7 +101,7 @@ def test_one_extra_full_copy_of_the_largest_input_fails(case: object) -> None:
     for bug, key in COPY_BUGS[case.op]:  # type: ignore[attr-defined]
         bad = audit_variant(op.variants[bug].fn, inputs, p, min_bytes=declared)
         found = [v.key for v in overhead_violations(bad, budget, {"casts"})]
-        assert key in found, (bug, bad.cast_bytes_ratio, bad.input_copies)
+        assert key in found, (bug, bad.cast_bytes_ratio, bad.input_reads())
     # Copies made by data-movement ops (torch.cat, index_select, flip, where, pad, repeat):
     # each fails input_copies, naming the input, the op and the planted line.
     for bug, name in planted.DATA_MOVEMENT_COPIES[case.op].items():  # type: ignore[attr-defined]

@@ -151,14 +151,19 @@ def _e4m3_weight(inputs: dict[str, torch.Tensor], p: object) -> dict[str, torch.
     return {"hc_fn": ((w / scale).to(torch.float8_e4m3fn).float() * scale).bfloat16()}
 
 
-def test_the_numerics_judge_what_the_preparation_did(tmp_path: Path) -> None:
+def _checked(tmp_path: Path, *variants: str, gates: tuple[str, ...] = ()) -> list[CheckResult]:
+    """Each of ``variants`` checked on the tiny case against its fresh golden, with
+    ``coarse_prepare`` (a preparation to e4m3: :func:`_e4m3_weight`) registered."""
     registry.set_variant("mhc_pre", Variant("coarse_prepare", prepared_variants.projection_kernel,
                                             "bf16", prepare=_e4m3_weight))
-    case = tiny(tmp_path, '"prepared_bf16", "coarse_prepare"')
+    case = tiny(tmp_path, ", ".join(f'"{v}"' for v in variants))
     op = get_op("mhc_pre")
     golden, inputs = fresh_golden(op, case)
-    good = run_check(op, case, "prepared_bf16", "cpu", inputs, golden)
-    bad = run_check(op, case, "coarse_prepare", "cpu", inputs, golden)
+    return [run_check(op, case, v, "cpu", inputs, golden, gates=gates) for v in variants]
+
+
+def test_the_numerics_judge_what_the_preparation_did(tmp_path: Path) -> None:
+    good, bad = _checked(tmp_path, "prepared_bf16", "coarse_prepare")
     assert good.passed
     assert {v.key for v in bad.violations} >= {"mixes.rel_fro", "mixes.max_err_ratio"}
     assert bad.localization  # a failure of a prepared variant is localized like any other
@@ -366,17 +371,8 @@ def test_preparations_are_kept_per_seed_and_device(tmp_path: Path) -> None:
 # -- what readers see --------------------------------------------------------------------
 
 
-def _failed(tmp_path: Path) -> CheckResult:
-    registry.set_variant("mhc_pre", Variant("coarse_prepare", prepared_variants.projection_kernel,
-                                            "bf16", prepare=_e4m3_weight))
-    case = tiny(tmp_path, '"coarse_prepare"')
-    op = get_op("mhc_pre")
-    golden, inputs = fresh_golden(op, case)
-    return run_check(op, case, "coarse_prepare", "cpu", inputs, golden, gates={"casts"})
-
-
 def test_failure_message_record_and_page_carry_the_preparation(tmp_path: Path) -> None:
-    result = _failed(tmp_path)
+    (result,) = _checked(tmp_path, "coarse_prepare", gates=("casts",))
     message = failure_message(result, Commands("repro", "regen"), "cases/mhc.toml")
     assert ("\n  prepared once: hc_fn bf16 [256, 24] (was fp32 [24, 256]), 12.3 kB held; "
             "3 casts, 1 copy, 147.5 kB moved (fp32 copy of [256, 24] at ") in message

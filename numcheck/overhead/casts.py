@@ -425,18 +425,9 @@ class CastLedger:
         elif self.by_value and self._copy_values:
             # Only a result of an input's dtype and size can be a copy of it: one dict
             # lookup per call, the comparison itself only on a match.
-            if isinstance(out, torch.Tensor):
-                if (out.dtype, out.numel()) not in self._copy_values:
-                    return
-                outs = [out]
-            else:
-                outs = [t for t in tensors_in(out) if (t.dtype, t.numel()) in self._copy_values]
-                if not outs:
-                    return
-            if cls.kind == movement.VIEW:
-                self._view_by_value(outs)
-            else:
-                self._record_copy_by_value(cls, outs)
+            if isinstance(out, torch.Tensor) and (out.dtype, out.numel()) not in self._copy_values:
+                return
+            self._copies_by_value(cls, tensors_in(out), entry=cls.kind != movement.VIEW)
 
     def _record(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> None:
         where = user_frame(self.skip)
@@ -513,7 +504,7 @@ class CastLedger:
             sources = self._moved_from(dsts, sources)
             if not sources:
                 if self.by_value and self._copy_values:
-                    self._record_copy_by_value(cls, dsts)
+                    self._copies_by_value(cls, dsts)
                 return
         if not sources:
             return
@@ -550,43 +541,36 @@ class CastLedger:
                 if match is not None:
                     self._copied(d, match, self.input_bytes(match))
 
-    def _record_copy_by_value(self, cls: OpClass, outs: list[torch.Tensor]) -> None:
-        """A computing op whose result is bit for bit an input (or a copy of one): ``x * 1``,
-        ``torch.mul(x, 1, out=buf)``, or in place into a fresh buffer (``buf.add_(x)``)."""
-        outs = [t for t in outs if (t.dtype, t.numel()) in self._copy_values]
-        if not outs:  # almost every call: no input has this dtype and size
-            return
+    def _copies_by_value(
+        self, cls: OpClass, outs: list[torch.Tensor], *, entry: bool = True
+    ) -> None:
+        """Results that are bit for bit an input (or a copy of one) become copies of it.
+
+        A computing op's (``entry``) is an entry: ``x * 1``, ``torch.mul(x, 1, out=buf)``, or
+        in place into a fresh buffer (``buf.add_(x)``). A view's moved nothing itself, but
+        reveals its storage as a copy of that input (``x.repeat(2, 1, 1)[:T]``): no entry,
+        later reads of it count."""
         for out in outs:
+            if (out.dtype, out.numel()) not in self._copy_values:
+                continue  # almost every call: no input has this dtype and size
             key = StorageWeakRef(out.untyped_storage())
             if key in self._input_storages or key in self._input_copies:
                 continue  # the input itself, or a copy already counted (x.mul_(1) of a clone)
             match = self._copy_of_value(out)
             if match is None:
                 continue
-            where = user_frame(self.skip)
-            if where.file.endswith(EMULATION_FILES):
-                return
-            size = out.numel() * out.element_size()
-            self.entries.append(LedgerEntry(
-                index=len(self.entries), kind="copy", op=cls.name, src_dtype=out.dtype,
-                dst_dtype=out.dtype, shape=tuple(out.shape), bytes_read=size,
-                bytes_written=size, where=where, input=match,
-                input_bytes=min(size, self.input_bytes(match)), by_value=True,
-            ))
+            if entry:
+                where = user_frame(self.skip)
+                if where.file.endswith(EMULATION_FILES):
+                    return
+                size = out.numel() * out.element_size()
+                self.entries.append(LedgerEntry(
+                    index=len(self.entries), kind="copy", op=cls.name, src_dtype=out.dtype,
+                    dst_dtype=out.dtype, shape=tuple(out.shape), bytes_read=size,
+                    bytes_written=size, where=where, input=match,
+                    input_bytes=min(size, self.input_bytes(match)), by_value=True,
+                ))
             self._copied(out, match, self.input_bytes(match))
-
-    def _view_by_value(self, views: list[torch.Tensor]) -> None:
-        """A view that shows an input's exact bits (``x.repeat(2, 1, 1)[:T]``) moved nothing
-        itself, but reveals its storage as a copy of that input: later reads of it count."""
-        for view in views:
-            if (view.dtype, view.numel()) not in self._copy_values:
-                continue
-            key = StorageWeakRef(view.untyped_storage())
-            if key in self._input_storages or key in self._input_copies:
-                continue
-            match = self._copy_of_value(view)
-            if match is not None:
-                self._copied(view, match, self.input_bytes(match))
 
     def _moved_from(
         self, outs: list[torch.Tensor], sources: list[torch.Tensor]

@@ -252,15 +252,6 @@ class OverheadReport:
     def cast_bytes_ratio(self) -> float:
         return self.ledger.bytes_moved / self.min_bytes if self.min_bytes else math.inf
 
-    @property
-    def input_copies(self) -> tuple[str, float]:
-        """The input read most by casts and copies, and how many full passes that was."""
-        passes = self.ledger.input_passes()
-        if not passes:
-            return "", 0.0
-        name = max(passes, key=lambda k: passes[k])
-        return name, passes[name]
-
     def input_reads(self) -> list[InputReads]:
         """Every input casts, copies or data movement read, most passes first."""
         rows = [InputReads(name, passes, self.ledger.input_bytes(name), self.min_bytes)
