@@ -144,6 +144,50 @@ def test_the_catch_step_wants_every_bug_of_twice_the_honest_error(
         "own error >= 2x 1/2; missed: mhc_pre::sinkhorn_row_last seed 11001")
 
 
+def test_the_speed_evidence_step_wants_every_run_clean_and_both_slowdowns_caught(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each fresh run of the perf suite: no failed check, the ~5%-slowed variant caught (its
+    xfail, with bf16 passing the same threshold) and the round trip caught; one run short of
+    any turns the step off."""
+    def run(lines: list[dict[str, object]]) -> str:
+        _fake("speed-evidence", "import json, pathlib; d = pathlib.Path(W, 'speed'); "
+              f"d.mkdir(exist_ok=True); (d / 'evidence-runs.json').write_text(json.dumps("
+              f"{lines!r}))", monkeypatch)
+        reg.main(["--out", str(tmp_path), "--steps", "speed-evidence", "--device", "cpu"])
+        return " ".join((tmp_path / "summary.txt").read_text().splitlines()[1].split())
+    clean = {"failed": [], "slowed_caught": True, "roundtrip": "xfail"}
+    assert run([clean, clean]) == ("speed-evidence ok 0s 2 runs: 0 failed checks in 2/2, "
+                                   "slowed variant caught 2/2, round trip caught 2/2")
+    for off, counts in (({"slowed_caught": False}, "2/2, slowed variant caught 1/2, round "
+                         "trip caught 2/2"),
+                        ({"roundtrip": "pass"}, "2/2, slowed variant caught 2/2, round trip "
+                         "caught 1/2"),
+                        ({"failed": ["mhc_pre::p::fused[cuda]"]}, "1/2, slowed variant "
+                         "caught 2/2, round trip caught 2/2")):
+        assert run([clean, {**clean, **off}]) == (
+            f"speed-evidence OFF 0s 2 runs: 0 failed checks in {counts}")
+    assert run([]).startswith("speed-evidence OFF 0s rc 0, no run finished")
+
+
+def test_the_html_step_wants_every_check_on_the_page(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet import rec, write_run
+
+    report = write_run(tmp_path / "r.json", [rec("bf16"), rec("tf32")])
+
+    def run(page: str) -> str:
+        _fake("html", f"import shutil, pathlib; shutil.copy({str(report)!r}, "
+              f"W + '/html-report.json'); pathlib.Path(W, 'report.html').write_text({page!r})",
+              monkeypatch)
+        reg.main(["--out", str(tmp_path / "out"), "--steps", "html", "--device", "cpu"])
+        return " ".join((tmp_path / "out" / "summary.txt").read_text().splitlines()[1].split())
+    both = "<svg>indexer::tiny::bf16[cpu]</svg> indexer::tiny::tf32[cpu]"
+    assert run(both) == "html ok 0s rc 0: 2 checks, page 0.00 MB, 1 plots"
+    assert run("<svg>indexer::tiny::bf16[cpu]</svg>") == (
+        "html OFF 0s rc 0: 2 checks, page 0.00 MB, 1 plots; not on it: "
+        "['indexer::tiny::tf32[cpu]']")
+
+
 def test_a_step_killed_at_its_limit_is_off_and_the_run_goes_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake("fidelity", "import time; time.sleep(30)", monkeypatch)
