@@ -60,6 +60,37 @@ def test_a_run_with_a_report_is_judged_by_its_records(tmp_path: Path) -> None:
         False, "rc 4, no report: a | ERROR: usage")
 
 
+def test_the_independent_step_judges_each_speedup_against_its_checks_threshold(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The independent timer's rows carry no threshold: the step takes each check's
+    speedup_min from the perf report, so a timer that puts the speedup on the other side of
+    it turns the step off although the two differ by under the tolerance."""
+    import json
+
+    from fleet import rec, timing, write_run
+
+    perf = write_run(tmp_path / "perf-3.json", [
+        rec("bf16", device="cuda", timing=timing(1.07, speedup_min=1.05)),
+        rec("tf32", device="cuda", timing=timing(1.07, speedup_min=1.0))])
+    ids = ["indexer::tiny::bf16[cuda]", "indexer::tiny::tf32[cuda]"]
+
+    def fake_sh(self: object, name: str, cmd: list[str], limit: float,
+                **_: object) -> tuple[int, str, float]:
+        assert cmd[1:4] == ["benchmarks/speed_gate.py", "independent", str(perf)]
+        Path(cmd[cmd.index("--json") + 1]).write_text(json.dumps([
+            {"id": i, "numcheck": 1.07, "ci": [1.06, 1.08], "independent": 1.045,
+             "diff": 1.045 / 1.07 - 1} for i in ids]))
+        return 0, "", 0.0
+    monkeypatch.setattr(reg.Run, "sh", fake_sh)
+    (tmp_path / "work").mkdir()
+    run = reg.Run(tmp_path, tmp_path / "work", 100)
+    reg.step_independent(run, perf, 0.03)
+    (step,) = run.steps
+    assert not step.ok
+    assert step.detail == ("0/2 gated speedups within 2%, largest -2.3% "
+                           "(indexer::tiny::bf16[cuda]); OFF: indexer::tiny::bf16[cuda]")
+
+
 def test_a_step_that_cannot_run_makes_the_run_fail(tmp_path: Path) -> None:
     assert reg.main(["--out", str(tmp_path), "--steps", "independent"]) == 1
     summary = (tmp_path / "summary.txt").read_text()
