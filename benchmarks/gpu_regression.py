@@ -105,9 +105,12 @@ class Run:
                                   timeout=max(limit, 1), check=False)
             rc, text = proc.returncode, proc.stdout + proc.stderr
         except subprocess.TimeoutExpired as exc:
+            # What it printed before the kill, both streams (raw bytes, possibly cut
+            # inside a character: decoded leniently).
             rc = 124
-            text = ((exc.stdout or b"").decode() if isinstance(exc.stdout, bytes)
-                    else exc.stdout or "") + f"\n[killed after {limit:.0f} s]"
+            text = "".join(part.decode(errors="replace") if isinstance(part, bytes)
+                           else part or "" for part in (exc.stdout, exc.stderr))
+            text += f"\n[killed after {limit:.0f} s]"
         log.write_text(f"$ {shlex.join(cmd)}\n{text}")
         return rc, text, time.monotonic() - t0
 

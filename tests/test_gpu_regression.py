@@ -221,7 +221,9 @@ def test_the_html_step_wants_every_check_on_the_page(tmp_path: Path,
 
 def test_a_step_killed_at_its_limit_is_off_and_the_run_goes_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake("fidelity", "import time; time.sleep(30)", monkeypatch)
+    _fake("fidelity", "import sys, time; print('timing', flush=True); sys.stdout.buffer.write("
+          "'µs'.encode()[:1]); sys.stdout.flush(); print('fidelity: do_bench unavailable', "
+          "file=sys.stderr, flush=True); time.sleep(30)", monkeypatch)
     spec = next(e for e in reg.EXTRAS if e.name == "fidelity")
     monkeypatch.setattr(reg, "EXTRAS", tuple(
         replace(e, limit_s=1) if e.name == "fidelity" else e
@@ -229,7 +231,11 @@ def test_a_step_killed_at_its_limit_is_off_and_the_run_goes_on(
     assert spec.limit_s > 1
     assert reg.main(["--out", str(tmp_path), "--steps", "fidelity", "--device", "cpu"]) == 1
     assert "fidelity  OFF" in (tmp_path / "summary.txt").read_text()
-    assert "[killed after 1 s]" in (tmp_path / "regression" / "fidelity.txt").read_text()
+    log = (tmp_path / "regression" / "fidelity.txt").read_text()
+    assert "[killed after 1 s]" in log
+    # What it printed before the kill stays in its log: both streams, even a character cut
+    # in two by the kill.
+    assert "timing\n\ufffd" in log and "fidelity: do_bench unavailable" in log
 
 
 def test_speed_calib_keeps_the_written_file_and_restores_the_trees(
