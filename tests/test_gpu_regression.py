@@ -189,12 +189,11 @@ def test_the_speed_evidence_step_wants_every_run_clean_and_both_slowdowns_caught
     clean = {"failed": [], "slowed_caught": True, "roundtrip": "xfail"}
     assert run([clean, clean]) == ("speed-evidence ok 0s 2 runs: 0 failed checks in 2/2, "
                                    "slowed variant caught 2/2, round trip caught 2/2")
-    for off, counts in (({"slowed_caught": False}, "2/2, slowed variant caught 1/2, round "
-                         "trip caught 2/2"),
-                        ({"roundtrip": "pass"}, "2/2, slowed variant caught 2/2, round trip "
-                         "caught 1/2"),
-                        ({"failed": ["mhc_pre::p::fused[cuda]"]}, "1/2, slowed variant "
-                         "caught 2/2, round trip caught 2/2")):
+    for off, counts in (
+            ({"slowed_caught": False}, "2/2, slowed variant caught 1/2, round trip caught 2/2"),
+            ({"roundtrip": "pass"}, "2/2, slowed variant caught 2/2, round trip caught 1/2"),
+            ({"failed": ["mhc_pre::p::fused[cuda]"]},
+             "1/2, slowed variant caught 2/2, round trip caught 2/2")):
         assert run([clean, {**clean, **off}]) == (
             f"speed-evidence OFF 0s 2 runs: 0 failed checks in {counts}")
     assert run([]).startswith("speed-evidence OFF 0s rc 0, no run finished")

@@ -23,7 +23,6 @@ from numcheck.history.summary import text_lines
 from numcheck.history.summary import to_markdown as history_markdown
 from numcheck.report.drift import compare, compare_records
 from numcheck.report.drift_result import Rules
-from numcheck.report.render import speedup_cell
 from numcheck.report.records import (
     Report,
     ReportError,
@@ -31,6 +30,7 @@ from numcheck.report.records import (
     record_to_dict,
     write_json,
 )
+from numcheck.report.render import speedup_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 
