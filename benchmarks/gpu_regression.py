@@ -105,9 +105,12 @@ class Run:
                                   timeout=max(limit, 1), check=False)
             rc, text = proc.returncode, proc.stdout + proc.stderr
         except subprocess.TimeoutExpired as exc:
+            # What it printed before the kill, both streams (raw bytes, possibly cut
+            # inside a character: decoded leniently).
             rc = 124
-            text = ((exc.stdout or b"").decode() if isinstance(exc.stdout, bytes)
-                    else exc.stdout or "") + f"\n[killed after {limit:.0f} s]"
+            text = "".join(part.decode(errors="replace") if isinstance(part, bytes)
+                           else part or "" for part in (exc.stdout, exc.stderr))
+            text += f"\n[killed after {limit:.0f} s]"
         log.write_text(f"$ {shlex.join(cmd)}\n{text}")
         return rc, text, time.monotonic() - t0
 
@@ -325,6 +328,9 @@ class Extra:
     cwd: str = ""
     #: it writes OUT=<work> (benchmarks that take their folder from the environment)
     out_env: bool = False
+    #: a file of the tree the command rewrites (relative to the repository root): what it
+    #: wrote is kept in the work folder, and the tree gets its own file back
+    rewrites: str = ""
 
 
 def _pytest(*args: str) -> list[str]:
@@ -643,7 +649,7 @@ EXTRAS: tuple[Extra, ...] = (
                                f"--numcheck-calibrate-speed={o.speed_runs}",
                                "--numcheck-calibrate-json", str(w / "speed-runs.json"),
                                "--numcheck-calibrate-write"),
-          _judge_speed_calibration),
+          _judge_speed_calibration, rewrites="cases/perf.toml"),
     Extra("speed-evidence", "--evidence-runs fresh runs of the perf suite with a ~5%-slowed "
           "variant (benchmarks/slowed_variant.py): failed checks, slowed and round trip caught",
           545, lambda o, w: _bench("speed_gate.py", "runs", str(w / "speed"), "--tag",
@@ -688,17 +694,16 @@ def step_extra(run: Run, extra: Extra, opts: argparse.Namespace) -> None:
     if run.left() < 30:
         run.record(extra.name, False, 0, f"not started: {run.left():.0f} s left in the budget")
         return
-    backup = None
-    if extra.name == "speed-calib":  # --numcheck-calibrate-write: the tree's file comes back
-        backup = (ROOT / "cases" / "perf.toml").read_bytes()
+    rewritten = ROOT / extra.rewrites if extra.rewrites else None
+    backup = rewritten.read_bytes() if rewritten is not None else b""
     try:
         rc, text, s = run.sh(extra.name, extra.command(opts, run.work),
                              min(extra.limit_s, run.left()), cwd=ROOT / extra.cwd,
                              env={"OUT": str(run.work)} if extra.out_env else None)
     finally:
-        if backup is not None:
-            shutil.copyfile(ROOT / "cases" / "perf.toml", run.work / "perf.toml")
-            (ROOT / "cases" / "perf.toml").write_bytes(backup)
+        if rewritten is not None:
+            shutil.copyfile(rewritten, run.work / rewritten.name)
+            rewritten.write_bytes(backup)
     try:
         ok, detail = extra.judge(run, extra, opts, rc, text)
     except (OSError, ValueError, KeyError) as exc:  # a file half written at a time limit

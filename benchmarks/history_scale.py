@@ -148,13 +148,12 @@ def write_reports(folder: Path, n_reports: int, n_checks: int, kind: str,
 def timed(argv: list[str]) -> tuple[float, float, int]:
     """Wall seconds, CPU seconds of the command and its worker processes, exit code."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = _cpu()[0]
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "numcheck", *argv], env=env,
                           capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu = _cpu()[0] - before
     if proc.returncode not in (0, 1):
         sys.exit(f"numcheck {argv[0]} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     return wall, cpu, proc.returncode

@@ -69,11 +69,11 @@ def test_a_borrowed_budget_points_at_the_lenders_key_and_the_budget_like_line(
     path = tmp_path / "c.toml"
     path.write_text(TOML + '\n[b.budget.bf16_folded]\nbudget_like = "bf16"\n')
     assert budget_location(path, "cases/c.toml", "b", "bf16_folded", "logits", "rel_fro",
-                           precision="bf16", value=2e-3) == (
+                           precision="bf16", value=2e-3, lender="bf16") == (
         "cases/c.toml:9 ([b.budget.bf16.logits] rel_fro = 0.002; bf16_folded takes bf16's "
         "budgets: budget_like at cases/c.toml:22)")
     assert budget_location(path, "cases/c.toml", "b", "bf16_folded", "logits", "frac_outside",
-                           precision="bf16", value=0.01) == (
+                           precision="bf16", value=0.01, lender="bf16") == (
         "frac_outside = 0.01: default for bf16 from numcheck/numerics/budgets.py (bf16_folded takes "
         "bf16's budgets: budget_like at cases/c.toml:22; no key in cases/c.toml:6 [b]; set "
         "[b.budget.bf16.logits] frac_outside to override)")

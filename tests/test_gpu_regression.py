@@ -60,6 +60,37 @@ def test_a_run_with_a_report_is_judged_by_its_records(tmp_path: Path) -> None:
         False, "rc 4, no report: a | ERROR: usage")
 
 
+def test_the_independent_step_judges_each_speedup_against_its_checks_threshold(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The independent timer's rows carry no threshold: the step takes each check's
+    speedup_min from the perf report, so a timer that puts the speedup on the other side of
+    it turns the step off although the two differ by under the tolerance."""
+    import json
+
+    from fleet import rec, timing, write_run
+
+    perf = write_run(tmp_path / "perf-3.json", [
+        rec("bf16", device="cuda", timing=timing(1.07, speedup_min=1.05)),
+        rec("tf32", device="cuda", timing=timing(1.07, speedup_min=1.0))])
+    ids = ["indexer::tiny::bf16[cuda]", "indexer::tiny::tf32[cuda]"]
+
+    def fake_sh(self: object, name: str, cmd: list[str], limit: float,
+                **_: object) -> tuple[int, str, float]:
+        assert cmd[1:4] == ["benchmarks/speed_gate.py", "independent", str(perf)]
+        Path(cmd[cmd.index("--json") + 1]).write_text(json.dumps([
+            {"id": i, "numcheck": 1.07, "ci": [1.06, 1.08], "independent": 1.045,
+             "diff": 1.045 / 1.07 - 1} for i in ids]))
+        return 0, "", 0.0
+    monkeypatch.setattr(reg.Run, "sh", fake_sh)
+    (tmp_path / "work").mkdir()
+    run = reg.Run(tmp_path, tmp_path / "work", 100)
+    reg.step_independent(run, perf, 0.03)
+    (step,) = run.steps
+    assert not step.ok
+    assert step.detail == ("0/2 gated speedups within 2%, largest -2.3% "
+                           "(indexer::tiny::bf16[cuda]); OFF: indexer::tiny::bf16[cuda]")
+
+
 def test_a_step_that_cannot_run_makes_the_run_fail(tmp_path: Path) -> None:
     assert reg.main(["--out", str(tmp_path), "--steps", "independent"]) == 1
     summary = (tmp_path / "summary.txt").read_text()
@@ -144,9 +175,54 @@ def test_the_catch_step_wants_every_bug_of_twice_the_honest_error(
         "own error >= 2x 1/2; missed: mhc_pre::sinkhorn_row_last seed 11001")
 
 
+def test_the_speed_evidence_step_wants_every_run_clean_and_both_slowdowns_caught(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each fresh run of the perf suite: no failed check, the ~5%-slowed variant caught (its
+    xfail, with bf16 passing the same threshold) and the round trip caught; one run short of
+    any turns the step off."""
+    def run(lines: list[dict[str, object]]) -> str:
+        _fake("speed-evidence", "import json, pathlib; d = pathlib.Path(W, 'speed'); "
+              f"d.mkdir(exist_ok=True); (d / 'evidence-runs.json').write_text(json.dumps("
+              f"{lines!r}))", monkeypatch)
+        reg.main(["--out", str(tmp_path), "--steps", "speed-evidence", "--device", "cpu"])
+        return " ".join((tmp_path / "summary.txt").read_text().splitlines()[1].split())
+    clean = {"failed": [], "slowed_caught": True, "roundtrip": "xfail"}
+    assert run([clean, clean]) == ("speed-evidence ok 0s 2 runs: 0 failed checks in 2/2, "
+                                   "slowed variant caught 2/2, round trip caught 2/2")
+    for off, counts in (
+            ({"slowed_caught": False}, "2/2, slowed variant caught 1/2, round trip caught 2/2"),
+            ({"roundtrip": "pass"}, "2/2, slowed variant caught 2/2, round trip caught 1/2"),
+            ({"failed": ["mhc_pre::p::fused[cuda]"]},
+             "1/2, slowed variant caught 2/2, round trip caught 2/2")):
+        assert run([clean, {**clean, **off}]) == (
+            f"speed-evidence OFF 0s 2 runs: 0 failed checks in {counts}")
+    assert run([]).startswith("speed-evidence OFF 0s rc 0, no run finished")
+
+
+def test_the_html_step_wants_every_check_on_the_page(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet import rec, write_run
+
+    report = write_run(tmp_path / "r.json", [rec("bf16"), rec("tf32")])
+
+    def run(page: str) -> str:
+        _fake("html", f"import shutil, pathlib; shutil.copy({str(report)!r}, "
+              f"W + '/html-report.json'); pathlib.Path(W, 'report.html').write_text({page!r})",
+              monkeypatch)
+        reg.main(["--out", str(tmp_path / "out"), "--steps", "html", "--device", "cpu"])
+        return " ".join((tmp_path / "out" / "summary.txt").read_text().splitlines()[1].split())
+    both = "<svg>indexer::tiny::bf16[cpu]</svg> indexer::tiny::tf32[cpu]"
+    assert run(both) == "html ok 0s rc 0: 2 checks, page 0.00 MB, 1 plots"
+    assert run("<svg>indexer::tiny::bf16[cpu]</svg>") == (
+        "html OFF 0s rc 0: 2 checks, page 0.00 MB, 1 plots; not on it: "
+        "['indexer::tiny::tf32[cpu]']")
+
+
 def test_a_step_killed_at_its_limit_is_off_and_the_run_goes_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake("fidelity", "import time; time.sleep(30)", monkeypatch)
+    _fake("fidelity", "import sys, time; print('timing', flush=True); sys.stdout.buffer.write("
+          "'µs'.encode()[:1]); sys.stdout.flush(); print('fidelity: do_bench unavailable', "
+          "file=sys.stderr, flush=True); time.sleep(30)", monkeypatch)
     spec = next(e for e in reg.EXTRAS if e.name == "fidelity")
     monkeypatch.setattr(reg, "EXTRAS", tuple(
         replace(e, limit_s=1) if e.name == "fidelity" else e
@@ -154,7 +230,11 @@ def test_a_step_killed_at_its_limit_is_off_and_the_run_goes_on(
     assert spec.limit_s > 1
     assert reg.main(["--out", str(tmp_path), "--steps", "fidelity", "--device", "cpu"]) == 1
     assert "fidelity  OFF" in (tmp_path / "summary.txt").read_text()
-    assert "[killed after 1 s]" in (tmp_path / "regression" / "fidelity.txt").read_text()
+    log = (tmp_path / "regression" / "fidelity.txt").read_text()
+    assert "[killed after 1 s]" in log
+    # What it printed before the kill stays in its log: both streams, even a character cut
+    # in two by the kill.
+    assert "timing\n\ufffd" in log and "fidelity: do_bench unavailable" in log
 
 
 def test_speed_calib_keeps_the_written_file_and_restores_the_trees(

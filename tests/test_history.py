@@ -30,6 +30,7 @@ from numcheck.report.records import (
     record_to_dict,
     write_json,
 )
+from numcheck.report.render import speedup_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -307,6 +308,22 @@ def test_matrix_flags_verdicts_that_differ_across_devices(tmp_path: Path) -> Non
     page = to_html(m)
     assert external_references(page) == [] and "Content-Security-Policy" in page
     assert page.count('class="differs"') == 1
+
+
+def test_matrix_shows_a_speedup_as_the_summary_table_does(tmp_path: Path) -> None:
+    """An ungated speedup whose interval never got narrow is 'too noisy', never a bare
+    number (docs/speed.md), in the matrix as in the run's own summary table: the runs' lean
+    records keep what that rule reads."""
+    noisy = {**timing(1.05, 0.1, None), "gate": "not gated", "stopped": "time cap"}
+    write_run(tmp_path / "cpu.json", [rec("bf16", timing=timing(1.2)),
+                                      rec("tf32", timing=noisy)], commit="2" * 40,
+              date="2026-01-02T00:00:00+00:00")
+    m = build_matrix(load_runs([tmp_path], jobs=1).runs)
+    cells = {r.key[2]: r.cells["cpu"] for r in m.rows}
+    assert cell_text(cells["bf16"]) == "PASS 50% 1.00e-06 1.20x [1.19, 1.21]"
+    assert cell_text(cells["tf32"]) == "PASS 50% 1.00e-06 too noisy [0.95, 1.15]"
+    assert cell_text(cells["tf32"]).split(" ", 3)[-1] == speedup_cell(cells["tf32"])
+    assert "<br>too noisy [0.95, 1.15]</td>" in to_html(m)
 
 
 # -- the page ----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from numcheck.history.series import CheckKey, check_key, check_label
 from numcheck.report.htmlpage import bar, budget_ratio, page_start
 from numcheck.report.markdown import md_table
 from numcheck.report.records import Record
+from numcheck.report.render import speedup_cell
 
 
 @dataclass
@@ -97,21 +98,11 @@ def _percent(ratio: float | None) -> str:
     return "over (inf)" if math.isinf(ratio) else f"{ratio:.0%}"
 
 
-def speedup_text(record: Record) -> str:
-    """``1.12x [1.10, 1.14]``, or ``-`` when not timed."""
-    t = record.timing or {}
-    s = t.get("speedup")
-    if not isinstance(s, (int, float)):
-        return "-"
-    lo, hi = t.get("ci_low"), t.get("ci_high")
-    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
-        return f"{s:.2f}x [{lo:.2f}, {hi:.2f}]"
-    return f"{s:.2f}x"
-
-
 def cell_text(record: Record | None) -> str:
     """``PASS 48% 1.73e-06 1.12x [1.10, 1.14]``: verdict, share of the budget the closest
-    metric uses, calc_diff, speedup. ``-`` for a check the column's run does not have."""
+    metric uses, calc_diff, speedup (as the run's summary table gives it: an ungated figure
+    that never got narrow is ``too noisy``). ``-`` for a check the column's run does not
+    have."""
     if record is None:
         return "-"
     if record.status == "skip":
@@ -119,7 +110,7 @@ def cell_text(record: Record | None) -> str:
     calc = record.key_metric("calc_diff")
     parts = [record.verdict, _percent(closest_ratio(record)),
              "-" if calc is None else f"{calc:.2e}"]
-    speed = speedup_text(record)
+    speed = speedup_cell(record)
     if speed != "-":
         parts.append(speed)
     return " ".join(parts)
@@ -177,7 +168,7 @@ def _cell_html(record: Record | None) -> str:
     calc = record.key_metric("calc_diff")
     if calc is not None:
         out += f"<br>calc_diff {calc:.2e}"
-    speed = speedup_text(record)
+    speed = speedup_cell(record)
     if speed != "-":
         out += f"<br>{_e(speed)}"
     return out

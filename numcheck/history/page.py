@@ -151,7 +151,7 @@ def render_history(history: History, *, plots: bool | None = None,
     title = headline(history)
     palette = colors(history)
     ordered = history.moved + [s for s in history.series if not s.moves]
-    index = {id(s): i for i, s in enumerate(ordered)}
+    anchors = {s.key: _anchor(i) for i, s in enumerate(ordered)}  # a check's section
     svgs: dict[int, str] = {}
     if plots:
         preload()
@@ -177,8 +177,7 @@ def render_history(history: History, *, plots: bool | None = None,
     if moved:
         rows = []
         for move, cells in moved:
-            series = next(s for s in history.moved if s.key == move.key)
-            link = f'<a href="#{_anchor(index[id(series)])}"><code>{_e(cells[0])}</code></a>'
+            link = f'<a href="#{anchors[move.key]}"><code>{_e(cells[0])}</code></a>'
             rows.append([link, *(_e(c) for c in cells[1:])])
         out.append(_table(MOVED_HEADER, rows, [m.status for m, _ in moved]))
     else:

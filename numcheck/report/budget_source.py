@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -85,20 +84,6 @@ def locate_key_header(path: Path, key: Sequence[str]) -> int | None:
     return None
 
 
-def budget_lender(path: Path, case: str, variant: str) -> tuple[str, int] | None:
-    """The variant whose budgets ``variant`` takes (``budget_like``) and the line that says
-    so, or None when the variant sets its own."""
-    line = locate_key(path, [case, "budget", variant, BUDGET_LIKE])
-    if line is None:
-        return None
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError):
-        return None
-    lender = data.get(case, {}).get("budget", {}).get(variant, {}).get(BUDGET_LIKE)
-    return (lender, line) if isinstance(lender, str) else None
-
-
 def budget_location(
     source: Path,
     shown_source: str,
@@ -109,15 +94,19 @@ def budget_location(
     *,
     precision: str,
     value: float,
+    lender: str | None = None,
 ) -> str:
     """``cases/indexer.toml:24 ([tiny.budget.bf16.logits] calc_diff = 3.8e-06)``, or
     ``calc_diff = 0.0001: default for bf16 from numcheck/numerics/budgets.py (no key in
     cases/indexer.toml:12 [tiny])`` when the case file does not set it. For a variant that
-    borrows its budgets (``budget_like``), the lender's key, and the ``budget_like`` line."""
-    lender = budget_lender(source, case, variant)
-    tables = variant if lender is None else lender[0]
-    tied = "" if lender is None else (f"{variant} takes {tables}'s budgets: {BUDGET_LIKE} at "
-                                      f"{shown_source}:{lender[1]}")
+    borrows its budgets (``lender``: the loaded case's ``budget_like`` of the variant), the
+    lender's key, and the ``budget_like`` line."""
+    tables = lender or variant
+    tied = ""
+    if lender is not None:
+        tie = locate_key(source, [case, "budget", variant, BUDGET_LIKE])
+        tied = (f"{variant} takes {lender}'s budgets: {BUDGET_LIKE} at {shown_source}"
+                + ("" if tie is None else f":{tie}"))
     line = locate_key(source, [case, "budget", tables, output, metric])
     if line is not None:
         where = f"{shown_source}:{line} ([{case}.budget.{tables}.{output}] {metric} = {value:g})"

@@ -72,7 +72,8 @@ def _budget_line(result: CheckResult, top: Violation | None, source: str) -> str
         precision = budget_precision(top.output, op.variants[variant].precision,
                                      op.output_precision)
         return budget_location(case.source, source, case.id, variant, top.output, top.metric,
-                               precision=precision, value=limits[top.metric])
+                               precision=precision, value=limits[top.metric],
+                               lender=case.budget_like.get(variant))
     table = {"casts": "overhead", "kernels": "overhead", "perf": "perf"}.get(top.output)
     if table is None:
         return ""  # a rule, not a budget (a NaN, the -inf mask): nothing to tune
