@@ -107,6 +107,35 @@ def test_json_report_schema(pytester: pytest.Pytester) -> None:
     assert skip["status"] == "skip" and "runs on cuda only" in skip["reason"]
 
 
+def test_the_environment_is_asked_only_for_a_report_written(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's environment starts git (and nvidia-smi on CUDA): a run that writes nothing
+    never builds it, whatever its verdict (the gate's verdict reads records only), and a run
+    that writes a report, a markdown summary and a saved copy builds it once for all three."""
+    from numcheck.plugin import session
+
+    calls: list[str] = []
+    real = session.environment
+
+    def counted(**kwargs: Any) -> dict[str, Any]:
+        calls.append(kwargs["device"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(session, "environment", counted)
+    make_project(pytester, variants='"bf16", "far_flips"', planted=True)
+    write_goldens(pytester)
+    pytester.runpytest("--numcheck").assert_outcomes(passed=2, failed=1)
+    pytester.runpytest("--numcheck", "-k", "bf16").assert_outcomes(passed=1)
+    assert calls == []
+    pytester.runpytest("--numcheck", "--numcheck-report", "out/r.json",
+                       "--numcheck-markdown", "out/r.md",
+                       "--numcheck-save-dir", "runs").assert_outcomes(passed=2, failed=1)
+    assert calls == ["cpu"]
+    assert json.loads((pytester.path / "out" / "r.json").read_text())["environment"][
+        "device"] == "cpu"
+
+
 def test_report_names_errors_without_verdict(pytester: pytest.Pytester) -> None:
     make_project(pytester)  # no golden yet
     pytester.runpytest("--numcheck", "--numcheck-report", "r.json")

@@ -435,25 +435,30 @@ class NumcheckSession:
         return result
 
     def report(self, exitstatus: int | None = None) -> Report:
-        """Everything collected so far, in collection order."""
-        records = order_records(self.records.values(), self.order)
-        env = environment(
-            torch_version=torch.__version__,
-            cuda_version=torch.version.cuda,
-            device=self.device,
-            device_names=[r.device_name for r in records if r.device_name],
-            rootdir=self.config.rootpath,
-            workers=worker_count(self.config),
-        )
-        env.update(self.sections.environment(worker_count(self.config), records))
+        """Everything collected so far, in collection order, without the run's environment:
+        the gate's verdict and the drift comparison read records only, and the environment
+        asks git (and nvidia-smi on CUDA), so only a report that is written gets it
+        (:meth:`with_environment`)."""
         return Report(
-            records=records,
-            environment=env,
+            records=order_records(self.records.values(), self.order),
             created=now(),
             exitstatus=exitstatus,
             goldens_regenerated=dict(sorted(self.goldens_written.items())),
             drift=self.drift,
         )
+
+    def with_environment(self, report: Report) -> Report:
+        """``report`` with where the run happened (docs/report.md's environment fields)."""
+        env = environment(
+            torch_version=torch.__version__,
+            cuda_version=torch.version.cuda,
+            device=self.device,
+            device_names=[r.device_name for r in report.records if r.device_name],
+            rootdir=self.config.rootpath,
+            workers=worker_count(self.config),
+        )
+        env.update(self.sections.environment(worker_count(self.config), report.records))
+        return replace(report, environment=env)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker or self.config.option.collectonly:
@@ -469,10 +474,12 @@ class NumcheckSession:
                               + ("no numcheck check ran" if not report.records
                                  else "a check did not pass") + "; exit status 1")
             report = self.report(int(session.exitstatus))
+        if (self.save_to is None and self.report_path is None and self.markdown_path is None
+                and self.html_path is None):
+            return
+        report = self.with_environment(report)
         if self.save_to is not None:
             self.saved = save_report(self.save_to[0], report, mark_ignored=self.save_to[1])
-        if self.report_path is None and self.markdown_path is None and self.html_path is None:
-            return
         if self.report_path is not None:
             write_json(self.report_path, report)
         if self.html_path is not None:
