@@ -158,24 +158,6 @@ def stats_difference(
     return Difference(n_differ, max_abs, rel, exact, outside)
 
 
-def compare_stored(
-    old: Mapping[str, torch.Tensor],
-    new: Mapping[str, torch.Tensor],
-    *,
-    stats_suffix: str = STATS_SUFFIX,
-    factor: float = REFERENCE_EPS_FACTOR,
-) -> Difference | None:
-    """The difference between two golden tensor sets; None when their layout differs
-    (other tensor names, shapes or dtypes: that is never a reproducibility matter)."""
-    by_dtype = compare_by_dtype(old, new, stats_suffix=stats_suffix, factor=factor)
-    if by_dtype is None:
-        return None
-    total = Difference()
-    for d in by_dtype.values():
-        total = total.merge(d)
-    return total
-
-
 def compare_by_dtype(
     old: Mapping[str, torch.Tensor],
     new: Mapping[str, torch.Tensor],
@@ -183,9 +165,10 @@ def compare_by_dtype(
     stats_suffix: str = STATS_SUFFIX,
     factor: float = REFERENCE_EPS_FACTOR,
 ) -> dict[str, Difference] | None:
-    """:func:`compare_stored` per stored dtype name (``float32``, ``bfloat16``, ``int64``),
-    so a message can say how far fp32 values moved and how many bf16 values rounded the
-    other way; None when the layouts differ."""
+    """The difference between two golden tensor sets, per stored dtype name (``float32``,
+    ``bfloat16``, ``int64``), so a message can say how far fp32 values moved and how many
+    bf16 values rounded the other way; None when their layout differs (other tensor names,
+    shapes or dtypes: that is never a reproducibility matter)."""
     if set(old) != set(new):
         return None
     out: dict[str, Difference] = {}
