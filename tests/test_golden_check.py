@@ -218,6 +218,20 @@ def test_large_outputs_are_sampled(tmp_path: Path) -> None:
         GoldenCheck(tmp_path, "t.py::test").check(x * 1.1, reference_fn=lambda: x, name="big")
 
 
+def test_a_nan_outside_a_sampled_golden_fails_the_fixture(tmp_path: Path) -> None:
+    """A large output is compared at its golden's sample; a NaN elsewhere shows only in the
+    whole output's counts, which the fixture checks as a case's numerics do."""
+    from numcheck.goldens.packing import pack_output
+
+    x = torch.randn(520, 520)  # just over FULL_LIMIT: sampled
+    GoldenCheck(tmp_path, "t.py::test", regen=True).check(x, reference_fn=lambda: x, name="big")
+    sampled = set(pack_output("big", x)["big.idx"].tolist())
+    bad = x.clone()
+    bad.view(-1)[next(i for i in range(x.numel()) if i not in sampled)] = float("nan")
+    with pytest.raises(GoldenCheckFailure, match=r"big\.nan_count = 1 > budget 0"):
+        GoldenCheck(tmp_path, "t.py::test").check(bad, reference_fn=lambda: x, name="big")
+
+
 def test_topk_reference_may_give_its_own_selection(tmp_path: Path) -> None:
     scores = torch.arange(10.0).view(1, 10)
     golden_idx = torch.tensor([[9, 8, 7]])

@@ -37,12 +37,13 @@ from numcheck.goldens.files import (
     write_if_changed,
 )
 from numcheck.goldens.freshness import check_fresh
-from numcheck.goldens.packing import pack_output, unpack_pair
+from numcheck.goldens.packing import pack_output, stored_output
+from numcheck.numerics.against_golden import judge_output
 from numcheck.numerics.budgets import complete_budget
-from numcheck.numerics.metrics import ErrorMetrics, compare
+from numcheck.numerics.metrics import ErrorMetrics
 from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement
-from numcheck.numerics.verdict import Violation, check_output, check_topk
-from numcheck.precision import precision_of, rounding_unit, ulp_dtype
+from numcheck.numerics.verdict import Violation, check_topk
+from numcheck.precision import precision_of
 from numcheck.report.render import Commands, verdict_message
 
 #: Sub-folder of the goldens folder that holds fixture goldens (no op name starts with "_").
@@ -146,12 +147,10 @@ class GoldenCheck:
         ob = complete_budget(precision, {name: dict(budget or {})}, outputs=(name,),
                              topk_output=None).outputs[name]
         golden = self._golden(name, inputs, version, lambda: {name: reference_fn()})
-        pair = unpack_pair(name, actual, golden.tensors, path=golden.path,
-                           case=self._label(name), regen_hint=self.regen_command)
-        metrics = compare(pair.actual, pair.expected,
-                          ulp_dtype=ulp_dtype(precision, actual.dtype), atol=ob.atol, rtol=ob.rtol,
-                          unit_roundoff=rounding_unit(precision, actual.dtype))
-        violations = check_output(name, metrics, ob)
+        stored = stored_output(name, golden.tensors, path=golden.path, case=self._label(name),
+                               regen_hint=self.regen_command)
+        # Judged as a case's output is: a sampled golden's non-finite counts included.
+        metrics, violations = judge_output(name, actual, stored, precision, ob)
         if violations:
             raise GoldenCheckFailure(self._message(name, violations, golden.path))
         return metrics

@@ -30,12 +30,13 @@ from numcheck.cases import Case
 from numcheck.goldens.files import Golden, GoldenError, GoldenStale, load_golden, save_golden
 from numcheck.goldens.freshness import GoldenNote, check_fresh
 from numcheck.goldens.locking import exclusive
-from numcheck.goldens.packing import STATS_SUFFIX
+from numcheck.goldens.packing import STATS_FIELDS, STATS_SUFFIX, seed_key
 from numcheck.goldens.reproducibility import compare_by_dtype, describe_unchanged
 from numcheck.ops.spec import OpSpec
 
 #: Index of the NaN, +Inf and -Inf counts in a summary-statistics tensor.
-_STAT_COUNTS = {"nan": 5, "+inf": 6, "-inf": 7}
+_STAT_COUNTS = {kind: STATS_FIELDS.index(f"n_{field}")
+                for kind, field in (("nan", "nan"), ("+inf", "posinf"), ("-inf", "neginf"))}
 
 
 class GoldenRefused(GoldenError):
@@ -63,7 +64,7 @@ def nonfinite_counts(name: str, tensors: Mapping[str, torch.Tensor]) -> dict[str
         return {"nan": int(torch.isnan(x).sum()), "+inf": int(torch.isposinf(x).sum()),
                 "-inf": int(torch.isneginf(x).sum())}
     stats = tensors.get(name + STATS_SUFFIX)
-    if stats is None or stats.numel() < 8:
+    if stats is None or stats.numel() < len(STATS_FIELDS):
         return {}
     return {kind: int(stats[i]) for kind, i in _STAT_COUNTS.items()}
 
@@ -76,7 +77,7 @@ def refuse_nonfinite(
     for seed in case.seeds:
         for output in op.outputs:
             allowed = op.nonfinite.get(output, ())
-            counts = nonfinite_counts(f"s{seed}/{output}", tensors)
+            counts = nonfinite_counts(seed_key(seed, output), tensors)
             bad = {k: n for k, n in counts.items() if n and k not in allowed}
             if bad:
                 what = ", ".join(f"{n} {k.upper() if k == 'nan' else k}" for k, n in bad.items())

@@ -26,6 +26,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from numcheck.goldens.files import dtype_name
+from numcheck.goldens.packing import STATS_FIELDS, STATS_SUFFIX
+
 #: Multiples of float32's eps (times the output's scale) the reference may move between
 #: settings. Measured worst: see docs/reliability.md; this leaves a wide margin above it while
 #: staying far below any budget (the tightest fp32 budget is rel_fro 1e-6 ~ 8 eps).
@@ -33,8 +36,11 @@ REFERENCE_EPS_FACTOR = 64.0
 
 _F32_EPS = torch.finfo(torch.float32).eps
 
-#: Entries of goldens.STATS_FIELDS that are counts (exact) vs sums/extremes (tolerant).
-_STATS_EXACT = (0, 5, 6, 7)
+#: Entries of :data:`~numcheck.goldens.packing.STATS_FIELDS` that are counts (exact); the
+#: sums and extremes are tolerant.
+_STATS_EXACT = tuple(STATS_FIELDS.index(f) for f in ("numel", "n_nan", "n_posinf", "n_neginf"))
+_NUMEL, _SUM, _SUM_SQ, _MIN, _MAX = (STATS_FIELDS.index(f)
+                                     for f in ("numel", "sum", "sum_sq", "min", "max"))
 
 
 @dataclass(frozen=True)
@@ -130,54 +136,39 @@ def stats_difference(
     and the sum of squares by what every element moving within the bound can add up to.
     """
     a, b = old.to(torch.float64), new.to(torch.float64)
-    if a.shape != b.shape or a.numel() < 8:
+    if a.shape != b.shape or a.numel() < len(STATS_FIELDS):
         return difference(old, new, factor=factor)
     if torch.equal(a, b):
         return Difference()
     exact = sum(int(a[i] != b[i]) for i in _STATS_EXACT)
-    numel = float(a[0])
-    scale = max(abs(float(a[3])), abs(float(a[4]))) if bool(torch.isfinite(a[3:5]).all()) else 0.0
+    numel = float(a[_NUMEL])
+    extremes = a[[_MIN, _MAX]]
+    scale = float(extremes.abs().max()) if bool(torch.isfinite(extremes).all()) else 0.0
     step = factor * _F32_EPS * scale + float(_ulp(torch.tensor([scale]), torch.float32)[0])
-    limits = {1: numel * step, 2: numel * (2 * scale * step + step * step), 3: step, 4: step}
+    limits = {_SUM: numel * step, _SUM_SQ: numel * (2 * scale * step + step * step),
+              _MIN: step, _MAX: step}
     outside, max_abs = 0, 0.0
     for i, limit in limits.items():
         d = abs(float(a[i]) - float(b[i]))
         if not d <= limit * (1 + 1e-12):  # NaN compares false: a NaN sum is outside
             outside += 1
-        max_abs = max(max_abs, d) if i in (3, 4) else max_abs
+        max_abs = max(max_abs, d) if i in (_MIN, _MAX) else max_abs
     n_differ = int((a != b).sum())
     rel = max_abs / scale if scale > 0 else 0.0
     return Difference(n_differ, max_abs, rel, exact, outside)
-
-
-def compare_stored(
-    old: Mapping[str, torch.Tensor],
-    new: Mapping[str, torch.Tensor],
-    *,
-    stats_suffix: str = ".stats",
-    factor: float = REFERENCE_EPS_FACTOR,
-) -> Difference | None:
-    """The difference between two golden tensor sets; None when their layout differs
-    (other tensor names, shapes or dtypes: that is never a reproducibility matter)."""
-    by_dtype = compare_by_dtype(old, new, stats_suffix=stats_suffix, factor=factor)
-    if by_dtype is None:
-        return None
-    total = Difference()
-    for d in by_dtype.values():
-        total = total.merge(d)
-    return total
 
 
 def compare_by_dtype(
     old: Mapping[str, torch.Tensor],
     new: Mapping[str, torch.Tensor],
     *,
-    stats_suffix: str = ".stats",
+    stats_suffix: str = STATS_SUFFIX,
     factor: float = REFERENCE_EPS_FACTOR,
 ) -> dict[str, Difference] | None:
-    """:func:`compare_stored` per stored dtype name (``float32``, ``bfloat16``, ``int64``),
-    so a message can say how far fp32 values moved and how many bf16 values rounded the
-    other way; None when the layouts differ."""
+    """The difference between two golden tensor sets, per stored dtype name (``float32``,
+    ``bfloat16``, ``int64``), so a message can say how far fp32 values moved and how many
+    bf16 values rounded the other way; None when their layout differs (other tensor names,
+    shapes or dtypes: that is never a reproducibility matter)."""
     if set(old) != set(new):
         return None
     out: dict[str, Difference] = {}
@@ -189,7 +180,7 @@ def compare_by_dtype(
             d = stats_difference(o, t, factor=factor)
         else:
             d = difference(o, t, factor=factor)
-        key = str(t.dtype).removeprefix("torch.")
+        key = dtype_name(t.dtype)
         out[key] = out.get(key, Difference()).merge(d)
     return out
 

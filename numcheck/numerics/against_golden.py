@@ -26,7 +26,7 @@ from numcheck.goldens.packing import STATS_FIELDS, StoredOutput, StoredPair
 from numcheck.inputs import to_device
 from numcheck.localize import failure as localize
 from numcheck.numerics.metric_names import MAX_FLIPS
-from numcheck.numerics.metrics import compare
+from numcheck.numerics.metrics import ErrorMetrics, compare
 from numcheck.numerics.nonfinite import explain as explain_nonfinite
 from numcheck.numerics.run import (
     CaseInputs,
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from numcheck.numerics.budgets import OutputBudget
     from numcheck.numerics.firstcall import FirstCallWatch
 
-__all__ = ["check"]
+__all__ = ["check", "judge_output"]
 
 
 def check(
@@ -139,9 +139,11 @@ def _check_seed(
                         reference=variant_name == op.reference)
         if op.topk is not None and name == op.topk.indices:
             continue
-        _check_output(result, name, out[name], stored[name], variant.precision,
-                      budget.outputs[name],
-                      honest=[h[name] for h in envelope(yardstick(op, variant.precision, name))])
+        m, found = judge_output(
+            name, out[name], stored[name], variant.precision, budget.outputs[name], seed=seed,
+            honest=[h[name] for h in envelope(yardstick(op, variant.precision, name))])
+        result.metrics[name] = m
+        result.violations += found
     if op.topk is not None and budget.topk is not None:
         spec, tb = op.topk, budget.topk
         report = topk_agreement(
@@ -162,21 +164,23 @@ def _check_seed(
     return result
 
 
-def _check_output(
-    result: SeedResult,
+def judge_output(
     name: str,
     actual: torch.Tensor,
     stored: StoredOutput,
     precision: str,
     ob: OutputBudget,
     *,
+    seed: int | None = None,
     honest: Sequence[torch.Tensor] = (),
-) -> None:
-    """One ordinary output of one seed: its metrics and violations, added to ``result``.
+) -> tuple[ErrorMetrics, list[Violation]]:
+    """One output against its stored reference: its metrics, and its violations of ``ob``
+    (an ``inf_mask`` one pointed at its first position, a NaN or Inf one explained, and, where
+    the golden holds a sample, the whole output's non-finite counts against the stored ones).
     ``honest`` holds this output from each member of the op's rounding envelope at this
     precision on the same inputs (the yardstick of ``max_err_ratio``); empty when the op
-    names none."""
-    seed = result.seed
+    names none. The numerics of a check and the ``numcheck_golden`` fixture
+    (:mod:`numcheck.goldens.fixture`) both judge an output here."""
     pair = stored.pair(actual)
     honest_actual = [stored.pair(h).actual for h in honest]
     m = compare(
@@ -186,14 +190,13 @@ def _check_output(
         unit_roundoff=rounding_unit(precision, actual.dtype),
         rounding_ref=honest_actual or None,
     )
-    result.metrics[name] = m
     found = check_output(name, m, ob, seed=seed)
     if m.nonfinite.mask_mismatch:
         found = [_locate_mask(v, pair.actual, pair.expected) for v in found]
     found = [explain_nonfinite(v, pair.actual, pair.expected, precision=precision) for v in found]
-    result.violations += found
     if pair.sampled:
-        result.violations += _check_stats(name, pair, seed)
+        found += _check_stats(name, pair, seed)
+    return m, found
 
 
 def _locate_mask(v: Violation, actual: torch.Tensor, expected: torch.Tensor) -> Violation:
@@ -239,7 +242,7 @@ def _fits_reference(
     )
 
 
-def _check_stats(name: str, pair: StoredPair, seed: int) -> list[Violation]:
+def _check_stats(name: str, pair: StoredPair, seed: int | None) -> list[Violation]:
     """For sampled goldens: the non-finite counts of the whole output must still match."""
     exp, act = pair.stats_expected, pair.stats_actual
     found = []
