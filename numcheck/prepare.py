@@ -36,7 +36,8 @@ from typing import Any
 import torch
 
 from numcheck.ops.spec import Inputs, Outputs, Params, Variant, VariantError, VariantFn
-from numcheck.overhead.casts import CastLedger, dtype_name, ledger_table, megabytes
+from numcheck.overhead.casts import CastLedger, dtype_name, ledger_table
+from numcheck.overhead.units import megabytes
 
 #: The column of the casts table that shows a check's preparation ("-" without one).
 PREPARED_COLUMN = "prepared once"

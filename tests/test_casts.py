@@ -12,7 +12,8 @@ from fresh import FreshPython
 
 from numcheck.ops import mhc
 from numcheck.ops.registry import get_op
-from numcheck.overhead.casts import CastLedger, dtype_name, ledger_table, megabytes, user_frame
+from numcheck.overhead.casts import CastLedger, dtype_name, ledger_table, user_frame
+from numcheck.overhead.units import megabytes
 from numcheck.overhead.movement import classify
 
 HERE = "tests/test_casts.py"

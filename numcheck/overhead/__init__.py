@@ -3,6 +3,7 @@
 - :mod:`~numcheck.overhead.casts`: the cast ledger (dtype conversions, copies and data
   movement, any device);
 - :mod:`~numcheck.overhead.movement`: which aten ops move data (the ledger's classification);
+- :mod:`~numcheck.overhead.units`: bytes as text (torch-free, for the reports too);
 - :mod:`~numcheck.overhead.kernels`: the kernel audit (GPU kernels by class, CUDA only);
 - :mod:`~numcheck.overhead.gate`: the ``casts`` and ``kernels`` gates and their case-file limits.
 """

@@ -87,6 +87,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from numcheck.overhead import movement
 from numcheck.overhead.movement import OpClass, bind, classify, tensors_in
+from numcheck.overhead.units import megabytes
 
 _aten = torch.ops.aten
 
@@ -120,15 +121,6 @@ _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 def dtype_name(dtype: torch.dtype) -> str:
     """``bf16``, ``fp32``, ``e4m3``... or torch's own name (``int32``)."""
     return SHORT_DTYPES.get(dtype, str(dtype).removeprefix("torch."))
-
-
-def megabytes(n: float) -> str:
-    """``6.29 MB`` (decimal megabytes, as memory bandwidth is quoted)."""
-    if n < 1e4:
-        return f"{n:.0f} B"
-    if n < 1e6:
-        return f"{n / 1e3:.1f} kB"
-    return f"{n / 1e6:.2f} MB"
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
+from numcheck.overhead.units import megabytes
+
 #: Ledger entries of the preparation listed (largest first).
 MAX_ENTRIES = 12
 
@@ -21,12 +23,10 @@ def _e(value: Any) -> str:
 
 
 def _bytes(n: Any) -> str:
-    """``6.29 MB``, as the cast ledger writes bytes (decimal units); ``-`` when unknown."""
+    """``6.29 MB``, as the cast ledger writes bytes; ``-`` when unknown."""
     if isinstance(n, bool) or not isinstance(n, (int, float)):
         return "-"
-    if n < 1e4:
-        return f"{n:.0f} B"
-    return f"{n / 1e3:.1f} kB" if n < 1e6 else f"{n / 1e6:.2f} MB"
+    return megabytes(n)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
