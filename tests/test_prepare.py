@@ -151,9 +151,14 @@ def _e4m3_weight(inputs: dict[str, torch.Tensor], p: object) -> dict[str, torch.
     return {"hc_fn": ((w / scale).to(torch.float8_e4m3fn).float() * scale).bfloat16()}
 
 
+#: The prepared bf16 kernel with the e4m3 preparation: the numerics and the failure's
+#: readers (message, record, page) are shown on it.
+COARSE_PREPARE = Variant("coarse_prepare", prepared_variants.projection_kernel, "bf16",
+                         prepare=_e4m3_weight)
+
+
 def test_the_numerics_judge_what_the_preparation_did(tmp_path: Path) -> None:
-    registry.set_variant("mhc_pre", Variant("coarse_prepare", prepared_variants.projection_kernel,
-                                            "bf16", prepare=_e4m3_weight))
+    registry.set_variant("mhc_pre", COARSE_PREPARE)
     case = tiny(tmp_path, '"prepared_bf16", "coarse_prepare"')
     op = get_op("mhc_pre")
     golden, inputs = fresh_golden(op, case)
@@ -367,8 +372,7 @@ def test_preparations_are_kept_per_seed_and_device(tmp_path: Path) -> None:
 
 
 def _failed(tmp_path: Path) -> CheckResult:
-    registry.set_variant("mhc_pre", Variant("coarse_prepare", prepared_variants.projection_kernel,
-                                            "bf16", prepare=_e4m3_weight))
+    registry.set_variant("mhc_pre", COARSE_PREPARE)
     case = tiny(tmp_path, '"coarse_prepare"')
     op = get_op("mhc_pre")
     golden, inputs = fresh_golden(op, case)
