@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -278,11 +277,7 @@ timing._OVERRIDE.append(Recording)
 '''
 
 
-@pytest.mark.skipif(
-    not os.environ.get("NUMCHECK_SLOW_TESTS"),
-    reason="starts 2 xdist workers that each import torch (10-50 s); the lock itself is "
-    "tested in test_gpulock.py. Run with NUMCHECK_SLOW_TESTS=1",
-)
+@pytest.mark.slow  # 2 xdist workers that each import torch; the lock alone: test_gpulock.py
 def test_xdist_workers_never_time_at_the_same_time(pytester: pytest.Pytester,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("xdist")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from numcheck.numerics.budgets import OutputBudget, TopkBudget
+from numcheck.numerics.metric_names import ERROR_METRICS, TOPK_LIMITS
 from numcheck.numerics.metrics import ErrorMetrics, compare
 from numcheck.numerics.topk import topk_agreement
 from numcheck.numerics.verdict import Violation, check_output, check_topk, worst
@@ -160,3 +162,41 @@ def test_max_outside_rows_keeps_an_undefined_fraction_undefined() -> None:
     one_row = budget(frac_outside=0.0, max_outside_rows=1, allow_nan=True)
     found = {v.key: v for v in check_output("y", m, one_row)}
     assert math.isnan(found["y.frac_outside"].value)
+
+
+def _honest_and_scaled() -> tuple[ErrorMetrics, ErrorMetrics]:
+    """bf16 rounding of a golden (an honest bf16 variant, also the rounding envelope) and the
+    same output 2% off everywhere (a wrong scale): the metrics of each on one band."""
+    golden = torch.linspace(1.0, 2.0, 256)
+    honest = golden.bfloat16().float()
+    band = {"ulp_dtype": torch.bfloat16, "atol": 0.0, "rtol": 2.0**-8, "rounding_ref": honest}
+    return compare(honest, golden, **band), compare(honest * 1.02, golden, **band)
+
+
+@pytest.mark.parametrize("metric", ERROR_METRICS)
+def test_every_error_metric_budget_fails_a_wrong_scale_and_passes_the_honest_variant(
+    metric: str,
+) -> None:
+    """Each key a case may budget is held: none is measured and then skipped. The limit is
+    twice what the honest variant measures; a 2% scale error lies beyond it on every key."""
+    honest, scaled = _honest_and_scaled()
+    limit = 2 * honest.value(metric)
+    assert check_output("y", honest, budget(**{metric: limit})) == []
+    (v,) = check_output("y", scaled, budget(**{metric: limit}))
+    assert (v.key, v.upper) == (f"y.{metric}", True)
+    assert v.value == scaled.value(metric) and v.value > limit
+
+
+@pytest.mark.parametrize("metric", TOPK_LIMITS)
+def test_every_topk_floor_fails_a_flip_outside_the_band(metric: str) -> None:
+    """Row 0 selects the golden tokens; row 1 swaps its kth (score 2) for a token far below
+    it (score -5): every recall floor of 0.9 holds for the honest rows and fails for these."""
+    scores = torch.tensor([[4.0, 3.0, 2.0, -5.0]] * 2)
+    golden = torch.tensor([[0, 1, 2], [0, 1, 2]])
+    floor = TopkBudget(limits={metric: 0.9}, tie_band=1e-3, tie_band_kind="rel")
+    honest = topk_agreement(golden, golden, scores, band=1e-3)
+    assert check_topk("topk", honest, floor) == []
+    flipped = topk_agreement(golden, torch.tensor([[0, 1, 2], [0, 1, 3]]), scores, band=1e-3)
+    (v,) = check_topk("topk", flipped, floor)
+    assert (v.key, v.upper, v.limit) == (f"topk.{metric}", False, 0.9)
+    assert v.value == flipped.value(metric) < 0.9
