@@ -3,8 +3,8 @@
     python3 benchmarks/gpu_regression.py --out DIR [--steps env,install,gate,perf,unit,independent]
         [--perf-runs 3] [--budget-s 520] [--workers 8] [--tolerance 0.03]
 
-Run from the repository root on a CUDA machine (395 s on one H200, the run in
-docs/evidence/2026-12-02-h200-regression). Named steps,
+Run from the repository root on a CUDA machine (the default steps: 395-417 s on one H200
+over the full runs in docs/evidence/2026-12-02-h200-regression). Named steps,
 each in a fresh process, each writing its log and report under DIR:
 
 - ``env``: date, GPU and driver, torch / CUDA / triton versions, the commit (``$COMMIT``

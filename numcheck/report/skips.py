@@ -3,7 +3,8 @@
 A perf-only case (no golden; it only times the variants at a production shape) skips on
 the CPU, or without ``--numcheck-perf``, for every variant: six such cases give ~30 identical
 SKIP rows that bury the checks that ran. Their reasons follow one pattern, so the summary
-can count them instead: ``29 perf-only checks need CUDA``. The report keeps every record.
+can count them instead (``31 perf-only checks need CUDA (6 cases; skipped)`` for the shipped
+cases). The report keeps every record.
 """
 
 from __future__ import annotations
