@@ -161,6 +161,27 @@ def test_one_nan_says_where_it_is() -> None:
                                    "MTP row 0 of each request, page "), loc.lines
 
 
+def test_a_nan_of_a_sampled_golden_is_placed_from_its_statistics() -> None:
+    """A sampled golden keeps the whole output's NaN/inf counts in its summary statistics
+    (goldens/packing.STATS_FIELDS): a failed count check is localized from them, on the
+    variant's whole output, not from the sampled values."""
+    from numcheck.goldens.packing import pack_output, stored_output
+    from numcheck.numerics.verdict import Violation
+
+    inputs, p, golden, ours = _indexer()
+    stored = stored_output("logits", pack_output("logits", golden, full=False))
+    masked = int(torch.isneginf(golden).sum())  # the logits' masked positions are -inf
+    assert masked > 0 and stored.sampled and stored.nonfinite == (0, 0, masked)
+    bad = ours.clone()
+    bad[2, 5] = float("nan")
+    count = Violation("logits", "nan_count", 1, 0, detail="output has 1, golden has 0")
+    # No budget: the count's localization must not reach the elementwise one, which reads it.
+    (loc,) = localize.localize_failure(indexer.OP, p, inputs, {"logits": bad},
+                                       {"logits": stored}, [count], None)
+    assert loc.output == "logits" and loc.measure == "mismatches" and loc.events == 1
+    assert "at index (2, 5)" in loc.lines[0], loc.lines
+
+
 def test_flips_are_placed_on_the_scores_grid() -> None:
     inputs, p, golden, _ = _indexer()
     flips = [(r, t) for r in (0, 1) for t in range(20, 30)]  # block 1 of request 0

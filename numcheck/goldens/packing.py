@@ -56,6 +56,9 @@ _SAMPLED_SUFFIXES = (IDX_SUFFIX, VAL_SUFFIX, STATS_SUFFIX, SHAPE_SUFFIX)
 
 #: Order of the entries of :func:`summary_stats`.
 STATS_FIELDS = ("numel", "sum", "sum_sq", "min", "max", "n_nan", "n_posinf", "n_neginf")
+#: The non-finite kinds the summary statistics count (``n_<kind>``), in this order.
+NONFINITE_KINDS = ("nan", "posinf", "neginf")
+_NONFINITE_AT = tuple(STATS_FIELDS.index(f"n_{kind}") for kind in NONFINITE_KINDS)
 
 # --------------------------------------------------------------------------------------------
 # packing outputs
@@ -86,6 +89,12 @@ def summary_stats(t: torch.Tensor) -> torch.Tensor:
         float((x == float("-inf")).sum()),
     ]
     return torch.tensor(values, dtype=torch.float64)
+
+
+def nonfinite_of(stats: torch.Tensor) -> tuple[int, ...]:
+    """The NaN, +inf and -inf counts (:data:`NONFINITE_KINDS`) of a :func:`summary_stats`
+    tensor: the one reader of where the statistics keep them."""
+    return tuple(int(stats[i]) for i in _NONFINITE_AT)
 
 
 def _sample_indices(key: str, numel: int, k: int) -> torch.Tensor:
@@ -207,6 +216,12 @@ class StoredOutput:
     @property
     def sampled(self) -> bool:
         return self.positions is not None
+
+    @property
+    def nonfinite(self) -> tuple[int, ...] | None:
+        """The whole output's NaN, +inf and -inf counts when sampled with its statistics
+        (:func:`nonfinite_of`), else None."""
+        return None if self.positions is None or self.stats is None else nonfinite_of(self.stats)
 
     @property
     def stored_shape(self) -> tuple[int, ...] | None:

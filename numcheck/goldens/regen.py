@@ -30,13 +30,12 @@ from numcheck.cases import Case
 from numcheck.goldens.files import Golden, GoldenError, GoldenStale, load_golden, save_golden
 from numcheck.goldens.freshness import GoldenNote, check_fresh
 from numcheck.goldens.locking import exclusive
-from numcheck.goldens.packing import STATS_FIELDS, STATS_SUFFIX, seed_key
+from numcheck.goldens.packing import STATS_FIELDS, STATS_SUFFIX, nonfinite_of, seed_key
 from numcheck.goldens.reproducibility import compare_by_dtype, describe_unchanged
 from numcheck.ops.spec import OpSpec
 
-#: Index of the NaN, +Inf and -Inf counts in a summary-statistics tensor.
-_STAT_COUNTS = {kind: STATS_FIELDS.index(f"n_{field}")
-                for kind, field in (("nan", "nan"), ("+inf", "posinf"), ("-inf", "neginf"))}
+#: How refusals name the non-finite kinds (packing.NONFINITE_KINDS, in its order).
+_KIND_NAMES = ("nan", "+inf", "-inf")
 
 
 class GoldenRefused(GoldenError):
@@ -66,7 +65,7 @@ def nonfinite_counts(name: str, tensors: Mapping[str, torch.Tensor]) -> dict[str
     stats = tensors.get(name + STATS_SUFFIX)
     if stats is None or stats.numel() < len(STATS_FIELDS):
         return {}
-    return {kind: int(stats[i]) for kind, i in _STAT_COUNTS.items()}
+    return dict(zip(_KIND_NAMES, nonfinite_of(stats), strict=True))
 
 
 def refuse_nonfinite(

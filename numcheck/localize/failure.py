@@ -294,10 +294,11 @@ def localize_failure(
             continue
         if name not in stored:
             continue
-        expected, positions, stats = stored[name].values, stored[name].positions, stored[name].stats
-        if positions is not None and stats is not None and any(
+        expected, positions, counts = (stored[name].values, stored[name].positions,
+                                       stored[name].nonfinite)
+        if counts is not None and any(
                 v.output == name and v.metric.endswith("_count") for v in violations):
-            grid = nonfinite_grid(name, outputs[name], [int(x) for x in stats[5:8].tolist()])
+            grid = nonfinite_grid(name, outputs[name], counts)
             if grid is not None:
                 found.append(localize_grid(grid, structures.get(name), inputs, params,
                                            seed=seed))
