@@ -235,6 +235,8 @@ def test_a_limit_nothing_measured_here_is_left_out_of_the_record(tmp_path: Path)
     record = record_from_result(result)
     assert "max_err_ratio" not in record.budget["y"] and "rel_fro" in record.budget["y"]
     assert "max_err_ratio" not in record.metrics["y"]
+    # max_band_ratio needs no envelope (its band is the budget's atol and rtol): measured.
+    assert "max_band_ratio" in record.budget["y"] and "max_band_ratio" in record.metrics["y"]
     assert record.note is not None and "y.max_err_ratio not measured here" in record.note
     json.dumps(record.budget)  # plain data
     # Where it is measured, nothing is said.
@@ -242,6 +244,21 @@ def test_a_limit_nothing_measured_here_is_left_out_of_the_record(tmp_path: Path)
     golden, inputs = fresh_golden(SITED, sited)
     measured = record_from_result(run_check(SITED, sited, "bf16", "cpu", inputs, golden))
     assert "max_err_ratio" in measured.budget["y"] and measured.note is None
+
+
+def test_a_failure_says_which_limit_nothing_measured_here(tmp_path: Path) -> None:
+    from numcheck.report.render import Commands, failure_message
+
+    (case,) = load(tmp_path, '[c]\nop = "cuda_ref"\nvariants = ["bf16"]\n'
+                             '[c.budget.bf16.y]\nrel_fro = 1e-9\n')
+    golden, inputs = fresh_golden(CUDA_REF, case)
+    result = run_check(CUDA_REF, case, "bf16", "cpu", inputs, golden)
+    assert [v.key for v in result.violations] == ["y.rel_fro"]
+    with registry.isolated():  # the message looks the op up for its budget: line
+        registry.register(CUDA_REF)
+        message = failure_message(result, Commands("repro", "regen"), "ops.toml")
+    assert ("  not measured here: y.max_err_ratio (op 'cuda_ref' has no rounding envelope for "
+            "bf16 on cpu: its rounding reference 'bf16_cuda' runs on cuda only") in message
 
 
 def test_the_fixture_refuses_max_err_ratio_and_claims_no_default(tmp_path: Path) -> None:
