@@ -30,20 +30,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from numcheck.gates import GATES, OUTPUT_METRICS, TOPK_METRICS
+from numcheck.gates import GATES, KERNELS_GATE, OUTPUT_METRICS, TOPK_METRICS
 from numcheck.numerics.budgets import (
     BUDGET_LIKE,
     BudgetError,
+    Unmeasured,
     VariantBudget,
     coarse_output_tables,
     complete_budget,
     describe,
 )
+from numcheck.numerics.metric_names import NONFINITE_METRICS
 from numcheck.ops import registry
 from numcheck.ops.param_checks import check_params
 from numcheck.ops.registry import OpSpec
-from numcheck.overhead.gate import OVERHEAD_KEYS, OverheadBudget, OverheadError, complete_overhead
+from numcheck.overhead.gate import (
+    KERNEL_LIMITS,
+    OVERHEAD_KEYS,
+    OverheadBudget,
+    OverheadError,
+    complete_overhead,
+)
 from numcheck.perf.gate import PERF_BOUNDS, PERF_OPTIONS, PerfSpec
+from numcheck.precision.gemm_family import missing_envelope, yardstick
 
 #: Keys a case table accepts.
 CASE_KEYS = (
@@ -138,14 +147,59 @@ class Case:
 
 @dataclass(frozen=True)
 class Expectation:
-    """A known-bad variant: the gates it must fail (``<gate or output>.<metric>``) and why.
+    """A known-bad variant: what kind of failure is expected of it, and why.
 
-    While one of those gates is active the check is a strict expected failure: it is
-    reported as xfailed when they fail, and the run fails if they stop catching it.
+    A case file names it in any of three ways, alone or together
+    (``expect.<variant> = { ..., reason = "..." }``):
+
+    - ``outputs = ["y"]``: any violation on those outputs, whichever metric and seed;
+    - ``gates = ["casts"]``: any violation of those gates (the perf gate's
+      ``speedup_undecided`` excepted: noise never catches a known-bad variant);
+    - ``metrics = ["casts.round_trips"]`` (``fails``, the older name): those
+      ``<gate or output>.<metric>`` keys.
+
+    ``fails`` holds every key the expectation covers: the metrics named, and each metric of
+    an output or gate named whole (what a metrics-only expectation lists). While one of its
+    gates or outputs is checked, the check is a strict expected failure: xfailed when each
+    of them catches the variant and nothing outside the expectation fails; otherwise a
+    failure whose message shows the expectation and what it left out
+    (:func:`numcheck.check.settle_expected`).
     """
 
     fails: tuple[str, ...]
     reason: str
+    outputs: tuple[str, ...] = ()
+    gates: tuple[str, ...] = ()
+
+    def covers(self, key: str) -> bool:
+        """Whether a violation ``<gate or output>.<metric>`` is one this expectation expects."""
+        return key in self.fails or key.partition(".")[0] in self.outputs
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """The keys named one by one (those of an output or gate named whole left out)."""
+        whole = {*self.outputs, *self.gates}
+        return tuple(k for k in self.fails if k.partition(".")[0] not in whole)
+
+    def targets(self) -> dict[str, tuple[str, ...] | None]:
+        """What must catch the variant: each output or gate named whole (None: any of its
+        violations), and each gate or output of the metrics named one by one (those
+        metrics)."""
+        out: dict[str, tuple[str, ...] | None] = {name: None for name in self.outputs}
+        for gate in self.gates:
+            out[gate] = tuple(k.partition(".")[2] for k in self.fails
+                              if k.partition(".")[0] == gate)
+        for key in self.metrics:
+            gate, _, metric = key.partition(".")
+            out[gate] = (*(out.get(gate) or ()), metric)
+        return out
+
+    def describe(self) -> str:
+        """``outputs y; gates casts; metrics perf.speedup_min``: the expectation as written."""
+        parts = [(name, values) for name, values in (
+            ("outputs", self.outputs), ("gates", self.gates), ("metrics", self.metrics))
+            if values]
+        return "; ".join(f"{name} {', '.join(values)}" for name, values in parts)
 
 
 def load_cases(folder: Path, *, lookup: OpLookup = registry.get_op) -> list[Case]:
@@ -256,14 +310,21 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
     seeds = _parse_seeds(where, body)
     devices = _parse_devices(where, body)
     variants = _parse_variants(where, body, op)
-    budgets, budget_like = _parse_budgets(where, body, op, variants)
-    expect = _parse_expect(where, body, op, variants)
-    perf = _parse_perf(where, body, op, variants)
     perf_only = body.get("perf_only", False)
     if not isinstance(perf_only, bool):
         raise where.error("perf_only", f"expected true or false, got {describe(perf_only)}",
                           "write perf_only = true (a timing-only case without a golden)")
-    overhead = _parse_overhead(where, body, op, variants)
+    if perf_only and body.get("budget"):
+        raise where.error(
+            "budget", "a perf-only case has no golden and runs no numerics, so its budget "
+            "tables would gate nothing",
+            "remove them (a CPU-sized case of the op gates its numerics), or remove "
+            "perf_only = true and make the case's golden")
+    runs_on = _runs_on(op, variants, devices)
+    budgets, budget_like = _parse_budgets(where, body, op, variants, runs_on)
+    expect = _parse_expect(where, body, op, variants, budgets, runs_on, perf_only)
+    perf = _parse_perf(where, body, op, variants, runs_on)
+    overhead = _parse_overhead(where, body, op, variants, runs_on)
     return Case(
         id=case_id,
         op=op.name,
@@ -283,10 +344,21 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
     )
 
 
+#: The keys of ``expect.<variant>``: what is expected (any of the first four; ``fails`` is
+#: the older name of ``metrics``) and why.
+EXPECT_KEYS = ("outputs", "gates", "metrics", "fails", "reason")
+
+
 def _parse_expect(
-    where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...]
+    where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...],
+    budgets: Mapping[str, VariantBudget], runs_on: Mapping[str, tuple[str, ...]],
+    perf_only: bool,
 ) -> dict[str, Expectation]:
-    example = 'expect.bf16_roundtrip = { fails = ["casts.round_trips"], reason = "..." }'
+    """``expect.<variant>`` tables. Whatever an expectation names must be able to fail the
+    variant in this case (checked on a device that runs it, a limit of its budget or a rule,
+    measured): an expected failure nothing can catch is an error, as a limit that gates
+    nothing is."""
+    example = 'expect.bf16_roundtrip = { gates = ["casts"], reason = "..." }'
     given = _table(where, body, "expect", example)
     topk_output = op.topk.indices if op.topk is not None else None
     known: dict[str, tuple[str, ...]] = {
@@ -302,24 +374,107 @@ def _parse_expect(
                 f"'{variant}' is not a variant this case runs",
                 f"use one of: {', '.join(variants)}",
             )
-        if not isinstance(spec, dict) or set(spec) != {"fails", "reason"}:
-            raise where.error(key, "needs exactly the keys fails and reason", f"write {example}")
-        fails, reason = spec["fails"], spec["reason"]
+        if not isinstance(spec, dict):
+            raise where.error(key, f"expected a table, got {describe(spec)}", f"write {example}")
+        unknown = [k for k in spec if k not in EXPECT_KEYS]
+        named = [k for k in ("outputs", "gates", "metrics", "fails") if k in spec]
+        if unknown or not named or "reason" not in spec:
+            problem = (f"unknown key '{unknown[0]}'" if unknown else
+                       "needs a reason and what is expected to fail (outputs, gates or metrics)")
+            raise where.error(key, problem,
+                              f"write {example}, or name outputs = [...] or metrics = "
+                              f"[\"<gate or output>.<metric>\", ...]")
+        if "metrics" in spec and "fails" in spec:
+            raise where.error(f"{key}.fails", "fails is the older name of metrics: both given",
+                              "keep one of them (metrics)")
+        reason = spec["reason"]
         if not isinstance(reason, str) or not reason:
             raise where.error(f"{key}.reason", "expected a non-empty string", "say why it fails")
-        if not isinstance(fails, list) or not fails:
-            raise where.error(f"{key}.fails", "expected a non-empty list", f"write {example}")
-        for item in fails:
-            gate, _, metric = item.partition(".") if isinstance(item, str) else ("", "", "")
+        lists = {k: _expect_list(where, f"{key}.{k}", spec[k], example) for k in named}
+        outputs = lists.get("outputs", [])
+        gates = lists.get("gates", [])
+        metrics = lists.get("metrics", []) + lists.get("fails", [])
+        for name in outputs:
+            if name not in op.outputs:
+                fix = (f"'{name}' is a gate: write gates = [\"{name}\"]" if name in GATES
+                       else f"use outputs of op '{op.name}': {', '.join(op.outputs)}")
+                raise where.error(f"{key}.outputs", f"unknown output '{name}'", fix)
+        for name in gates:
+            if name not in GATES:
+                fix = (f"'{name}' is an output: write outputs = [\"{name}\"]"
+                       if name in op.outputs else f"use gates among: {', '.join(sorted(GATES))}")
+                raise where.error(f"{key}.gates", f"unknown gate '{name}'", fix)
+        listed = "metrics" if "metrics" in spec else "fails"
+        for item in metrics:
+            gate, _, metric = item.partition(".")
             if gate not in known or metric not in known[gate]:
                 names = ", ".join(f"{g}.<{'|'.join(m)}>" for g, m in sorted(known.items()))
                 raise where.error(
-                    f"{key}.fails",
+                    f"{key}.{listed}",
                     f"unknown gate metric {item!r}",
                     f"name a '<gate>.<metric>' among: {names}",
                 )
-        out[variant] = Expectation(tuple(fails), reason)
+        whole = [*outputs, *gates]
+        covered = [f"{g}.{m}" for g in whole for m in known[g]
+                   if g in op.outputs or m not in GATES[g].inconclusive]
+        fails = tuple(dict.fromkeys([*covered, *metrics]))
+        expectation = Expectation(fails, reason, tuple(dict.fromkeys(outputs)),
+                                  tuple(dict.fromkeys(gates)))
+        _check_expect_can_fail(where, key, op, variant, expectation, budgets[variant],
+                               runs_on[variant], perf_only)
+        out[variant] = expectation
     return out
+
+
+def _expect_list(where: _Where, key: str, value: Any, example: str) -> list[str]:
+    if not isinstance(value, list) or not value:
+        raise where.error(key, "expected a non-empty list", f"write {example}")
+    for item in value:
+        if not isinstance(item, str):
+            raise where.error(key, f"expected strings, got {describe(item)}", f"write {example}")
+    return value
+
+
+def _check_expect_can_fail(
+    where: _Where, key: str, op: OpSpec, variant: str, expected: Expectation,
+    budget: VariantBudget, devices: tuple[str, ...], perf_only: bool,
+) -> None:
+    """Every output, gate and metric an expectation names can fail the variant here."""
+    topk_output = op.topk.indices if op.topk is not None else None
+    for target, metrics in expected.targets().items():
+        if target in op.outputs and perf_only:
+            raise where.error(
+                key, f"it expects output '{target}' to fail, but a perf-only case runs no "
+                "numerics", "expect gates of this case (perf, casts), or move the expectation "
+                "to a case with a golden")
+        if target == KERNELS_GATE.name and "cuda" not in devices:
+            raise where.error(
+                key, f"it expects the kernels gate to fail, which audits CUDA kernels only, and "
+                f"'{variant}' is never checked on CUDA in this case", 'add "cuda" to the '
+                "case's devices, or expect another gate")
+        if target not in op.outputs or metrics is None:
+            continue
+        if target == topk_output:
+            limits = budget.topk.limits if budget.topk is not None else {}
+        else:
+            limits = budget.outputs[target].limits
+        for metric in metrics:
+            if metric in NONFINITE_METRICS or metric in limits:
+                continue
+            missing = None
+            if target != topk_output:
+                cls = yardstick(op, op.variants[variant].precision, target)
+                missing = missing_envelope(op, cls, devices, installed=False)
+            if missing is not None and metric == "max_err_ratio":
+                raise where.error(
+                    key, f"it expects {target}.{metric} to fail, which cannot be measured "
+                    f"here: {missing.problem}",
+                    f'expect outputs = ["{target}"] (any of its violations); {missing.fix}')
+            raise where.error(
+                key, f"it expects {target}.{metric} to fail, which is no limit of "
+                f"'{variant}''s budget on '{target}', so it can never fail",
+                f'expect outputs = ["{target}"] (any of its violations), or set a {metric} '
+                f"limit in [{where.case}.budget.{variant}.{target}]")
 
 
 def _table(where: _Where, body: Mapping[str, Any], key: str, example: str) -> dict[str, Any]:
@@ -331,9 +486,13 @@ def _table(where: _Where, body: Mapping[str, Any], key: str, example: str) -> di
 
 
 def _parse_perf(
-    where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...]
+    where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...],
+    runs_on: Mapping[str, tuple[str, ...]],
 ) -> dict[str, PerfSpec]:
-    """``perf`` options shared by the case's variants, then ``perf.<variant>`` tables."""
+    """``perf`` options shared by the case's variants, then ``perf.<variant>`` tables.
+
+    A ``speedup_min`` for a device class no check of it runs on would gate nothing: an
+    error (per variant; a shared one when it holds for no variant there)."""
     example = f"[{where.case}.perf.<variant>] with speedup_min = {{ cuda = 1.1 }}"
     given = _table(where, body, "perf", example)
     running = (op.reference, *variants)
@@ -357,6 +516,18 @@ def _parse_perf(
             options.pop("speedup_min", None)  # the shared threshold gates the variants only
         options.update(given.get(variant, {}))
         out[variant] = _perf_spec(where, variant, options, op.reference)
+    for variant, spec in out.items():
+        own = "speedup_min" in given.get(variant, {})
+        for device in spec.speedup_min:
+            if device in runs_on[variant] or (
+                    not own and any(device in runs_on[v] for v in variants)):
+                continue
+            key = f"perf.{variant}.speedup_min.{device}" if own else f"perf.speedup_min.{device}"
+            whose = f"variant '{variant}' is" if own else "the case's variants are"
+            raise where.error(
+                key, f"{whose} never checked on {device} in this case (devices: "
+                f"{', '.join(runs_on[variant]) or 'none'}), so this threshold would gate nothing",
+                f"add \"{device}\" to the case's devices, or remove the key")
     return out
 
 
@@ -397,9 +568,13 @@ def _perf_spec(where: _Where, variant: str, options: dict[str, Any], reference: 
 
 
 def _parse_overhead(
-    where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...]
+    where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...],
+    runs_on: Mapping[str, tuple[str, ...]],
 ) -> dict[str, OverheadBudget]:
-    """``[<case>.overhead.<variant>]`` tables, completed from the variant's precision."""
+    """``[<case>.overhead.<variant>]`` tables, completed from the variant's precision.
+
+    A limit of the kernels gate (CUDA only) for a variant the case never checks on CUDA
+    would gate nothing: an error."""
     example = f"[{where.case}.overhead.<variant>] with keys among: {', '.join(OVERHEAD_KEYS)}"
     given = _table(where, body, "overhead", example)
     running = (op.reference, *variants)
@@ -410,6 +585,13 @@ def _parse_overhead(
                               f"use one of: {', '.join(running)}")
         if not isinstance(table, dict):
             raise where.error(key, f"expected a table, got {describe(table)}", f"write {example}")
+        for limit in table:
+            if limit in KERNEL_LIMITS and "cuda" not in runs_on[name]:
+                raise where.error(
+                    f"{key}.{limit}", f"'{limit}' is a limit of the kernels gate, which audits "
+                    f"CUDA kernels only, and '{name}' is never checked on CUDA in this case "
+                    f"(devices: {', '.join(runs_on[name]) or 'none'}), so it would gate nothing",
+                    'add "cuda" to the case\'s devices, or remove the key')
     out: dict[str, OverheadBudget] = {}
     for name in running:
         try:
@@ -546,10 +728,50 @@ def _parse_variants(where: _Where, body: Mapping[str, Any], op: OpSpec) -> tuple
     return tuple(name for name in checked if name in names)
 
 
+def _runs_on(op: OpSpec, variants: tuple[str, ...],
+             devices: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """The devices each running variant (the reference too) may be checked on in this case:
+    the case's devices it is declared to run on, or all of them for a variant whose devices
+    depend on the install (its ``unavailable`` says why: a Triton variant runs on the CPU or
+    on CUDA depending on the process). Where a limit can be measured is decided on these,
+    so a case file means the same in every install."""
+    out = {}
+    for name in (op.reference, *variants):
+        spec = op.variants[name]
+        out[name] = tuple(d for d in devices if d in spec.devices or spec.unavailable)
+    return out
+
+
+def _unmeasured(op: OpSpec, name: str, devices: tuple[str, ...],
+                lender: str | None) -> dict[str, dict[str, Unmeasured]]:
+    """Per output, the metrics no check of variant ``name`` can measure on ``devices``:
+    ``max_err_ratio`` where the op has no rounding envelope for the output's class (its
+    rounding reference or ``gemm_site`` members; numcheck.precision.gemm_family)."""
+    precision = op.variants[name].precision
+    whose = f"variant '{name}'" + (f" (held to {lender}'s budgets)" if lender else "")
+    out: dict[str, dict[str, Unmeasured]] = {}
+    for output in op.outputs:
+        if op.topk is not None and output == op.topk.indices:
+            continue
+        missing = missing_envelope(op, yardstick(op, precision, output), devices,
+                                   installed=False)
+        if missing is None:
+            continue
+        problem = (f"max_err_ratio (the worst element against honest rounding on the same "
+                   f"inputs) cannot be measured for {whose} on output '{output}', so this "
+                   f"limit would gate nothing: {missing.problem}")
+        out[output] = {"max_err_ratio": Unmeasured(problem, missing.fix, missing.nowhere)}
+    return out
+
+
 def _parse_budgets(
-    where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...]
+    where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...],
+    runs_on: Mapping[str, tuple[str, ...]],
 ) -> tuple[dict[str, VariantBudget], dict[str, str]]:
-    """Every running variant's complete budget, and the variants that borrow theirs."""
+    """Every running variant's complete budget, and the variants that borrow theirs.
+
+    A key for a metric the variant's checks cannot measure on the case's devices is an
+    error naming the fix; a default of one that is measured nowhere is left out."""
     given = body.get("budget", {})
     if not isinstance(given, dict):
         raise where.error(
@@ -598,6 +820,7 @@ def _parse_budgets(
                 outputs=op.outputs,
                 topk_output=topk_output,
                 output_precision=op.output_precision,
+                unmeasured=_unmeasured(op, name, runs_on[name], lenders.get(name)),
             )
         except BudgetError as exc:
             key = f"budget.{lenders.get(name, name)}.{exc.key}"

@@ -3,7 +3,8 @@
     golden + inputs --numerics (numcheck.numerics)---> metrics, top-k, violations
                     --speed gate (numcheck.perf)----> speedup interval, violations
                     --overhead (numcheck.overhead)--> cast ledger / kernel audit, violations
-                    --expectations (case file)-----> known-bad variant caught or not
+                    --expectations (case file)-----> known-bad variant caught as expected
+                                                     (an output, a gate or metrics), or not
                     ==> one :class:`~numcheck.result.CheckResult`
 
 The pytest item (:mod:`numcheck.plugin.session`), the self-test (:mod:`numcheck.selftest`)
@@ -45,20 +46,30 @@ from numcheck.result import CheckResult, Settled, display_id
 def settle_expected(
     expected: Expectation, violations: Sequence[Violation], active: Callable[[str], bool]
 ) -> Settled | None:
-    """A known-bad variant's verdict against its expectation, or None for an ordinary one.
+    """A known-bad variant's verdict against its expectation, or None for an ordinary check.
 
-    Only the expected failures of gates that ran count (``active(gate)``); with none of
-    them active, or with any violation the expectation does not name, the check is judged
-    as an ordinary one.
+    What the expectation names (an output or gate whole, or metrics of one:
+    :meth:`~numcheck.cases.Expectation.targets`) counts only where that gate or output ran
+    (``active(name)``). Each of those must catch the variant (a violation it covers), and no
+    violation may fall outside the expectation: then the result is an xfail, whichever
+    metrics each seed tripped. Otherwise it is a failure that says which expected failures
+    were missed and which violations fell outside (:class:`~numcheck.result.Settled`). With
+    nothing named active and nothing failed, the check is an ordinary (passing) one.
     """
-    live = [f for f in expected.fails if active(f.partition(".")[0])]
-    if not live or any(v.key not in expected.fails for v in violations):
+    live = {name: metrics for name, metrics in expected.targets().items() if active(name)}
+    outside = tuple(v for v in violations if not expected.covers(v.key))
+    if not live and not outside:
         return None
-    caught = sorted({v.key for v in violations if v.key in live})
-    gates = {f.partition(".")[0] for f in live}
-    missed_gates = {g for g in gates if not any(c.startswith(g + ".") for c in caught)}
-    missed = tuple(f for f in live if f.partition(".")[0] in missed_gates)
-    return Settled(tuple(caught), missed, expected.reason)
+    caught = sorted({v.key for v in violations if v.output in live and expected.covers(v.key)})
+    missed: list[str] = []
+    for name, metrics in live.items():
+        if any(v.output == name and (metrics is None or v.metric in metrics)
+               for v in violations):
+            continue
+        missed += [name] if metrics is None or name in expected.gates else [
+            f"{name}.{m}" for m in metrics]
+    return Settled(tuple(caught), tuple(missed), expected.reason, outside,
+                   expected.describe())
 
 
 def cannot_run(
@@ -179,7 +190,10 @@ def run_check(
     result.prepared = None if first is None else first.as_dict()
     expected = case.expect.get(variant)
     if expected is not None:
+        # The outputs are checked when the numerics ran (a perf-only case has none).
+        numerics = golden is not None
         result.settled = settle_expected(
-            expected, result.violations, lambda gate: gate in op.outputs or gate in gates
+            expected, result.violations,
+            lambda gate: (gate in op.outputs and numerics) or gate in gates,
         )
     return result

@@ -1,4 +1,4 @@
-"""Gates beyond the numerics: names a case file may cite in ``expect.<variant>.fails``.
+"""Gates beyond the numerics: names a case file may cite in ``expect.<variant>``.
 
 The numerics gates are the op's own outputs (``logits.rel_fro``, ``topk.tie_recall_min``).
 The other gates (speedup, cast overhead) are listed here with the metrics they can fail on,
@@ -21,18 +21,26 @@ TOPK_METRICS = TOPK_LIMITS
 
 @dataclass(frozen=True)
 class Gate:
-    """A named gate and the metrics it reports violations under (``<gate>.<metric>``)."""
+    """A named gate and the metrics it reports violations under (``<gate>.<metric>``).
+
+    ``inconclusive``: metrics among them that say the gate could not decide (noise), not
+    that it caught anything: an expectation naming the gate whole never counts them as the
+    expected failure (numcheck.cases.Expectation).
+    """
 
     name: str
     metrics: tuple[str, ...]
     doc: str = ""
+    inconclusive: tuple[str, ...] = ()
 
 
 #: ``speedup_min``: a decided miss (the whole interval below the threshold).
 #: ``speedup_undecided``: too noisy to decide. Kept apart so a known-bad variant's strict
-#: xfail (``expect ... fails = ["perf.speedup_min"]``) is never satisfied by noise.
+#: xfail (``expect ... gates = ["perf"]`` or ``metrics = ["perf.speedup_min"]``) is never
+#: satisfied by noise.
 PERF_GATE = Gate("perf", ("speedup_min", "speedup_undecided"),
-                 doc="variant vs FP32 reference speedup, gated on the lower confidence bound")
+                 doc="variant vs FP32 reference speedup, gated on the lower confidence bound",
+                 inconclusive=("speedup_undecided",))
 CASTS_GATE = Gate(
     "casts", ("round_trips", "no_op_casts", "cast_bytes_ratio", "input_copies"),
     doc="dtype conversions and copies recorded at the aten level while the variant runs",

@@ -49,20 +49,25 @@ class OverheadPart(Protocol):
 
 @dataclass(frozen=True)
 class Settled:
-    """How a known-bad variant's expected failures (``expect.<variant>.fails``) came out.
+    """How a known-bad variant's expectation (``expect.<variant>``) came out.
 
-    ``caught``: the expected failures seen. ``missed``: the expected failures of active gates
-    that caught nothing (each gate that should catch the variant must). ``xfail`` when none
-    was missed: the variant failed as expected.
+    ``caught``: the expected failures seen (violation keys). ``missed``: what the
+    expectation names, among the gates and outputs that ran, that caught nothing (each must):
+    an output or gate named whole, or the metrics named of one. ``outside``: violations the
+    expectation does not cover. ``expected`` is the expectation as written
+    (:meth:`numcheck.cases.Expectation.describe`). ``xfail`` when nothing was missed and
+    nothing failed outside it: the variant failed as expected, and only so.
     """
 
     caught: tuple[str, ...]
     missed: tuple[str, ...]
     reason: str
+    outside: tuple[Violation, ...] = ()
+    expected: str = ""
 
     @property
     def xfail(self) -> bool:
-        return not self.missed
+        return not self.missed and not self.outside
 
 
 @dataclass
@@ -78,6 +83,10 @@ class SeedResult:
     outputs: Outputs | None = None
     #: Where the error sits, per failing output (only on a check's first failing seed).
     localization: list[Localization] = field(default_factory=list)
+    #: Limits of the budget nothing measured on this seed (``<output>.<metric>`` -> why):
+    #: ``max_err_ratio`` where the op's rounding envelope cannot run on this device or
+    #: install. Not gated, and the record says so rather than listing them as limits.
+    ungated: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,6 +135,14 @@ class CheckResult:
         if any(math.isnan(v) for v in values):  # undefined on some seed: say so
             return math.nan
         return max(values) if values else None
+
+    @property
+    def ungated(self) -> dict[str, str]:
+        """Limits of the budget that no seed measured (``<output>.<metric>`` -> why)."""
+        found: dict[str, str] = {}
+        for s in self.seeds:
+            found.update(s.ungated)
+        return found
 
     def topk_value(self, name: str) -> float | None:
         """Worst (lowest) value of a top-k statistic over seeds."""

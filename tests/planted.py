@@ -62,6 +62,24 @@ def mhc_y_scaled(inputs: Inputs, p: Params) -> Outputs:
     return out
 
 
+def mhc_y_seed_dependent(inputs: Inputs, p: Params) -> Outputs:
+    """bf16 path with a bug whose symptom depends on the inputs, so on the seed: where x's
+    first element is positive, y comes out 3% too large (an error of every element: rel_fro,
+    calc_diff, frac_outside, max_err_ratio); elsewhere one element of y near 0 is 0.1 off,
+    ten bands of the bf16 row (one element: max_band_ratio, max_err_ratio). An expectation
+    listing the metrics one seed trips misses the others' (tests/test_expect.py)."""
+    out = mhc.bf16(inputs, p)
+    y = out["y"].float()
+    if float(inputs["x"].flatten()[0]) > 0:
+        y = y * 1.03
+    else:
+        flat = y.flatten().clone()
+        flat[flat.abs().argmin()] += 0.1
+        y = flat.view_as(y)
+    out["y"] = y.to(torch.bfloat16)
+    return out
+
+
 def mhc_slowed(inputs: Inputs, p: Params) -> Outputs:
     """Right numbers, deliberately slow: the reference four times over, then a stall
     (on the device timeline on CUDA, where a host sleep would not show in event times)."""
@@ -423,6 +441,7 @@ PLANTED = {
     },
     "mhc_pre": {
         "y_scaled": (mhc_y_scaled, "fp32"),
+        "y_seed_dependent": (mhc_y_seed_dependent, "bf16"),
         "slowed": (mhc_slowed, "fp32"),
         "bf16_accumulation": (mhc_bf16_accumulation, "bf16"),
         "rms_eps_x1000": (mhc_rms_eps_x1000, "tf32"),

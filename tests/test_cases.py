@@ -145,11 +145,12 @@ def test_budgets_are_completed_by_the_variant_precision(tmp_path: Path) -> None:
     case = load_one(tmp_path, FULL)
     bf16, tf32, fp32 = (DEFAULT_BUDGETS[p] for p in ("bf16", "tf32", "fp32"))
     scores = case.budgets["bf16"].outputs["scores"]
+    # The bf16 row's max_err_ratio is left out: the fake op has no rounding envelope
+    # (no gemm_site, no rounding_reference), so nothing could measure it.
     assert dict(scores.limits) == {
         "rel_fro": bf16["rel_fro"],
         "calc_diff": 1e-5,
         "frac_outside": bf16["frac_outside"],
-        "max_err_ratio": bf16["max_err_ratio"],
         "max_band_ratio": bf16["max_band_ratio"],
         "max_abs": 0.5,
     }

@@ -97,9 +97,14 @@ def test_settle_caught_missed_and_ordinary() -> None:
     # The perf gate did not run: only the live expectations count.
     live = settle_expected(expected, [violation("casts.round_trips")], lambda g: g == "casts")
     assert live is not None and live.xfail
-    # A violation the expectation does not name: an ordinary failure.
-    assert settle_expected(expected, [violation("y.rel_fro")], always) is None
-    # No expected gate active: an ordinary check.
+    # A violation the expectation does not name: a failure that says it fell outside.
+    outside = settle_expected(expected, [violation("casts.round_trips"),
+                                         violation("perf.speedup_min"),
+                                         violation("y.rel_fro")], always)
+    assert outside is not None and not outside.xfail and outside.missed == ()
+    assert [v.key for v in outside.outside] == ["y.rel_fro"]
+    assert outside.expected == "metrics casts.round_trips, perf.speedup_min"
+    # No expected gate active and nothing failed: an ordinary check.
     assert settle_expected(expected, [], lambda g: False) is None
 
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: gate, false-fail and catch steps).
 NEEDS_DATA = {"fused", "far_flips", "near_flips", "nan_one_row", "inf_one_row",
               "one_element_8x", "raises", "gemm_triton_tf32", "gemm_triton_bf16",
-              "gemm_triton_fp32"}
+              "gemm_triton_fp32", "y_seed_dependent"}
 
 
 #: The cheapest shipped case of each op (its inputs are made once per session).

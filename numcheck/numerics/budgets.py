@@ -4,7 +4,9 @@ A case file gives a budget per variant and output, usually only the few keys it 
 :func:`complete_budget` fills in the rest from :data:`DEFAULT_BUDGETS`, keyed by the variant's
 precision class. A budget given partly is completed from the table, never silently zero
 (the habit of torch's ``_DTYPE_PRECISIONS``). A metric that is neither in the table nor given
-is not gated at all.
+is not gated at all. A metric the check cannot measure (``max_err_ratio`` of an op without a
+rounding envelope: :class:`Unmeasured`) is never a limit: a key given for it is an error,
+and its default is left out, so no budget claims a limit nothing gates.
 
 Nothing here imports torch or pytest.
 """
@@ -184,6 +186,22 @@ class VariantBudget:
     topk: TopkBudget | None
 
 
+@dataclass(frozen=True)
+class Unmeasured:
+    """A metric that the checks of a variant cannot measure on an output (``max_err_ratio``
+    without a rounding envelope: numcheck.precision.gemm_family.missing_envelope).
+
+    A budget key for it is a :class:`BudgetError` with ``problem`` and ``fix``: a limit that
+    gates nothing must not sit in a budget looking like one. ``nowhere``: on none of the
+    devices the variant is checked on, so its default is left out of the budget; otherwise
+    the default stays, gated where the metric is measured.
+    """
+
+    problem: str
+    fix: str
+    nowhere: bool = True
+
+
 class BudgetError(ValueError):
     """A budget value or key that cannot be used.
 
@@ -210,6 +228,7 @@ def complete_budget(
     outputs: Sequence[str],
     topk_output: str | None,
     output_precision: Mapping[str, str] | None = None,
+    unmeasured: Mapping[str, Mapping[str, Unmeasured]] | None = None,
 ) -> VariantBudget:
     """The full budget of a variant of precision class ``precision``.
 
@@ -219,11 +238,14 @@ def complete_budget(
     (it takes :data:`TOPK_KEYS`, the others :data:`OUTPUT_KEYS`). ``output_precision`` names
     outputs stored in a coarser dtype whatever the variant (mHC's ``y`` is bf16): their
     defaults come from the coarser of the two rows, since an fp32 path cannot be held to
-    fp32 error on a bf16 output.
+    fp32 error on a bf16 output. ``unmeasured`` maps an output to the metrics its checks
+    cannot measure (:class:`Unmeasured`): a key given for one of them is an error, and its
+    default is dropped where it is measured nowhere.
 
-    Raises :class:`BudgetError` for an unknown output or key, a value of the wrong type, a
-    negative or NaN value, a fraction outside [0, 1], or both tie bands given; raises
-    ValueError for an unknown precision or a ``topk_output`` not in ``outputs``.
+    Raises :class:`BudgetError` for an unknown output or key, a key for a metric that cannot
+    be measured, a value of the wrong type, a negative or NaN value, a fraction outside
+    [0, 1], or both tie bands given; raises ValueError for an unknown precision or a
+    ``topk_output`` not in ``outputs``.
     """
     defaults = _default_row(precision)
     if topk_output is not None and topk_output not in outputs:
@@ -248,6 +270,7 @@ def complete_budget(
             _default_row(coarser(precision, coarse[name])) if name in coarse else defaults,
             given_outputs.get(name, {}),
             topk_output,
+            (unmeasured or {}).get(name, {}),
         )
         for name in outputs
         if name != topk_output
@@ -319,9 +342,12 @@ def _default_row(precision: str) -> Mapping[str, float]:
 
 
 def _output_budget(
-    name: str, defaults: Mapping[str, float], given: Mapping[str, Any], topk_output: str | None
+    name: str, defaults: Mapping[str, float], given: Mapping[str, Any], topk_output: str | None,
+    unmeasured: Mapping[str, Unmeasured],
 ) -> OutputBudget:
     for key in given:
+        if key in unmeasured:
+            raise BudgetError(f"{name}.{key}", unmeasured[key].problem, unmeasured[key].fix)
         if key in TOPK_KEYS:
             fix = (
                 f"move it to the top-k output '{topk_output}'"
@@ -337,7 +363,10 @@ def _output_budget(
                 f"unknown metric '{key}'",
                 f"use one of: {', '.join(OUTPUT_KEYS)}",
             )
-    limits = {key: value for key, value in defaults.items() if key in ERROR_METRICS}
+    # A default the checks cannot measure anywhere is no limit: left out, so the budget (and
+    # the report built from it) never claims it.
+    limits = {key: value for key, value in defaults.items() if key in ERROR_METRICS
+              and not (key in unmeasured and unmeasured[key].nowhere)}
     limits.update(
         {key: _number(f"{name}.{key}", given[key]) for key in ERROR_METRICS if key in given}
     )

@@ -19,8 +19,13 @@ import torch
 from numcheck.cases import Case
 from numcheck.goldens.files import input_fingerprint
 from numcheck.ops.spec import Inputs, OpSpec, Outputs, Variant, VariantError, VariantFn
-from numcheck.precision import coarser
-from numcheck.precision.gemm_family import MemberRuns, envelope_members, member_name
+from numcheck.precision.gemm_family import (
+    MemberRuns,
+    envelope_members,
+    envelope_reference,
+    member_name,
+    yardstick,
+)
 from numcheck.prepare import Prepared, prepare
 
 __all__ = ["CaseInputs", "envelope_key", "rounding_envelope_outputs", "run_variant", "yardstick"]
@@ -107,9 +112,9 @@ def rounding_envelope_outputs(
     has neither for ``precision``. :meth:`CaseInputs.envelope` keeps the result for every
     other variant of the class on these inputs."""
     envelope: list[Outputs] = []
-    name = op.rounding_reference.get(precision)
-    reference = op.variants.get(name) if name is not None else None
-    if reference is not None and device in reference.devices and not reference.unavailable:
+    reference = envelope_reference(op, precision, device)
+    if reference is not None:
+        name = reference.name
         envelope.append(own[1] if name == own[0]
                         else run_variant(reference, op, inputs, case, device))
         for label, fn in op.rounding_alternatives.get(precision, {}).items():
@@ -132,14 +137,6 @@ def _run_member(label: str, precision: str, op: OpSpec, inputs: Inputs, case: Ca
                 device: str, fn: VariantFn) -> Outputs:
     """Run a derived member's function as a variant (its outputs checked like one's)."""
     return run_variant(Variant(label, fn, precision), op, inputs, case, device)
-
-
-def yardstick(op: OpSpec, precision: str, output: str) -> str:
-    """The precision class whose rounding envelope ``output`` of a ``precision`` variant is
-    measured against: the coarser of the variant's class and the output's storage class (a
-    TF32 variant's bf16-stored mHC ``y`` differs from the golden by whole bf16 steps, which
-    only bf16 rounding explains)."""
-    return coarser(precision, op.output_precision.get(output, precision))
 
 
 def envelope_key(op: OpSpec, precision: str, seed: int, device: str) -> tuple[Any, ...]:

@@ -78,6 +78,10 @@ OVERHEAD_KEYS: dict[str, tuple[type, str]] = {
 }
 
 
+#: Keys of ``OVERHEAD_KEYS`` that only the kernels gate reads (it audits CUDA kernels).
+KERNEL_LIMITS = ("cuda_core_gemm", "max_copy_share")
+
+
 class OverheadError(ValueError):
     """A bad ``overhead`` entry; ``key`` is relative to ``overhead.<variant>``."""
 

@@ -713,12 +713,13 @@ class CheckItem(pytest.Item):
             assert self.record is not None
             self.record = replace(self.record, status="xfail", reason=reason)
             pytest.xfail(reason)
-        if settled is not None:  # a known-bad variant no longer caught: a failure
+        if settled is not None and not settled.outside:
+            # A known-bad variant that an expected gate or output no longer catches.
             message = self._xpass_message(settled, commands)
             assert self.record is not None
             self.record = replace(self.record, status="fail", reason=message.splitlines()[0])
             raise NumcheckFailure(message)
-        if not result.passed:
+        if not result.passed:  # (a known-bad variant failing outside its expectation too)
             message = failure_message(result, commands, self._source())
             kept = keep_failed(state.obtained_dir, result, state.inputs_for(op, self.case),
                                golden=self._rel_golden(state, op))
@@ -733,10 +734,13 @@ class CheckItem(pytest.Item):
 
     def _xpass_message(self, settled: Settled, commands: Commands) -> str:
         """A known-bad variant that an active gate expected to catch, and did not."""
+        caught = (f"  caught as expected: {', '.join(settled.caught)}\n" if settled.caught
+                  else "")
         return (
             f"numcheck XPASS(strict) {self.display_id}\n"
             f"  expected {', '.join(settled.missed)} to fail ({settled.reason}),\n"
-            f"  but the variant passed it: the gate no longer catches this known-bad variant.\n\n"
+            f"  but the variant passed it: the gate no longer catches this known-bad variant.\n"
+            f"  expectation: {settled.expected}\n{caught}\n"
             f"  case:        {self._source()} [{self.case.id}]\n"
             f"  reproduce:   {commands.reproduce}"
         )

@@ -11,6 +11,11 @@ precision class: the op computed with that GEMM. Members serve two purposes:
   the worst of the class's envelope members (and the op's ``rounding_reference`` and
   ``rounding_alternatives``) on the same inputs (numcheck.numerics.run).
 
+Whether an op has such an envelope for a class, on a device, is decided here once
+(:func:`missing_envelope`): a case file's ``max_err_ratio`` for an output no envelope can
+measure is a case-file error (numcheck.cases), and the check never claims a limit it could
+not measure.
+
 :class:`MemberRuns` runs members on one set of inputs and runs a member only when its result
 can differ from one already run: each GEMM call is recorded by what decides its bits (which
 operands its rounding changed, the recipe); a member whose every call matches an earlier
@@ -29,6 +34,7 @@ from typing import Any
 import torch
 
 from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, Variant, VariantFn
+from numcheck.precision import coarser
 from numcheck.precision.gemm_impls import (
     EmulatedGemm,
     GemmImpl,
@@ -38,8 +44,9 @@ from numcheck.precision.gemm_impls import (
 )
 from numcheck.precision.operand_rounding import holds_exactly, to_format
 
-__all__ = ["MEMBER_PREFIX", "MemberRuns", "add_gemm_members", "envelope_members",
-           "member_fn", "member_name", "member_variants", "members"]
+__all__ = ["MEMBER_PREFIX", "MemberRuns", "NoEnvelope", "add_gemm_members",
+           "envelope_members", "envelope_reference", "member_fn", "member_name",
+           "member_variants", "members", "missing_envelope", "yardstick"]
 
 #: Variant names of derived members: ``gemm_<label>`` (``gemm_tf32_trunc``).
 MEMBER_PREFIX = "gemm_"
@@ -58,8 +65,111 @@ def members(op: OpSpec, precision: str) -> list[GemmImpl]:
 
 def envelope_members(op: OpSpec, precision: str, device: str) -> list[GemmImpl]:
     """The members of the class's rounding envelope that can run on ``device``."""
-    return [g for g in members(op, precision)
-            if g.envelope and device in g.devices and not g.unavailable]
+    return _envelope_members(op, precision, device, installed=True)
+
+
+def envelope_reference(op: OpSpec, precision: str, device: str, *,
+                       installed: bool = True) -> Variant | None:
+    """The op's rounding reference of ``precision`` (``OpSpec.rounding_reference``) when it
+    can run on ``device``: None when the op names none, or it runs elsewhere only. With
+    ``installed`` (the run's question), a reference this install cannot run there (its
+    ``unavailable`` says why) is None too; without it, such a reference counts as one that
+    may run there in another install (a Triton variant runs on the CPU or on CUDA depending
+    on the process)."""
+    name = op.rounding_reference.get(precision)
+    reference = op.variants.get(name) if name is not None else None
+    if reference is None or not _may_run(reference.devices, reference.unavailable, device,
+                                         installed=installed):
+        return None
+    return reference
+
+
+def _may_run(devices: Sequence[str], unavailable: str, device: str, *, installed: bool) -> bool:
+    """Whether something declared to run on ``devices`` (``unavailable``: why not on the
+    others here) runs on ``device``: here (``installed``), or in some install."""
+    if installed:
+        return device in devices and not unavailable
+    return device in devices or bool(unavailable)
+
+
+def yardstick(op: OpSpec, precision: str, output: str) -> str:
+    """The precision class whose rounding envelope ``output`` of a ``precision`` variant is
+    measured against: the coarser of the variant's class and the output's storage class (a
+    TF32 variant's bf16-stored mHC ``y`` differs from the golden by whole bf16 steps, which
+    only bf16 rounding explains)."""
+    return coarser(precision, op.output_precision.get(output, precision))
+
+
+@dataclass(frozen=True)
+class NoEnvelope:
+    """Why ``max_err_ratio`` cannot be measured for a class of an op: ``problem`` says what is
+    missing, ``fix`` what the op (or the case) can do. ``nowhere``: on none of the devices
+    asked about (else on ``lacking`` only)."""
+
+    problem: str
+    fix: str
+    lacking: tuple[str, ...]
+    nowhere: bool
+
+
+#: Where docs/extending.md teaches an op to declare its GEMM.
+GEMM_SITE_DOC = 'docs/extending.md, "Where the GEMM sits"'
+
+
+def missing_envelope(op: OpSpec, precision: str, devices: Sequence[str], *,
+                     installed: bool = True) -> NoEnvelope | None:
+    """None when the op has a rounding envelope of ``precision`` (its rounding reference, or
+    ``gemm_site`` members) on every one of ``devices``; else what is missing and the fix.
+
+    ``installed=False`` asks about the op as declared (the devices its variants name),
+    whatever this install lacks: what a case file may rely on. The run asks with
+    ``installed=True``: a rounding reference whose library is missing measures nothing here.
+    """
+    has = {d: envelope_reference(op, precision, d, installed=installed) is not None
+           or bool(_envelope_members(op, precision, d, installed=installed)) for d in devices}
+    lacking = tuple(d for d in devices if not has[d])
+    if not lacking:
+        return None
+    name = op.rounding_reference.get(precision)
+    reference = op.variants.get(name) if name is not None else None
+    # gemm_site helps only where the class has honest GEMMs numcheck can build envelope
+    # members from (not the scaled fp8 classes, not fp32).
+    site_helps = op.gemm_site is None and any(g.envelope for g in gemms_for(precision))
+    keep = [d for d in devices if has[d]]
+    if reference is None:
+        site = ("it declares no gemm_site (where its GEMM sits)" if op.gemm_site is None
+                else f"its gemm_site gives no {precision} envelope members (numcheck has no "
+                f"honest {precision} GEMM to build them from)")
+        problem = (f"op '{op.name}' has no rounding envelope for {precision}: {site} and "
+                   f"names no rounding_reference for {precision}")
+    else:
+        where = (f"is unavailable here ({reference.unavailable})" if reference.unavailable
+                 else f"runs on {', '.join(reference.devices)} only")
+        problem = (f"op '{op.name}' has no rounding envelope for {precision} on "
+                   f"{', '.join(lacking)}: its rounding reference '{reference.name}' {where}"
+                   + ("" if op.gemm_site is not None else " and it declares no gemm_site"))
+    fixes = []
+    if site_helps and reference is None:
+        fixes += [f"declare gemm_site on op '{op.name}' (where its GEMM sits)",
+                  (f"name an honest {precision} variant as its rounding_reference "
+                   f"({GEMM_SITE_DOC})")]
+    elif site_helps:
+        fixes.append(f"declare gemm_site on op '{op.name}' ({GEMM_SITE_DOC})")
+    elif reference is None:
+        fixes.append(f"name an honest {precision} variant as the rounding_reference of op "
+                     f"'{op.name}' ({GEMM_SITE_DOC})")
+    if keep:
+        listed = ", ".join(f'"{d}"' for d in keep)
+        fixes.append(f"run the case on {', '.join(keep)} only (devices = [{listed}])")
+    fixes.append("remove the key")
+    fix = ", ".join(fixes[:-1]) + f", or {fixes[-1]}" if len(fixes) > 1 else fixes[0]
+    return NoEnvelope(problem, fix, lacking, nowhere=not keep)
+
+
+def _envelope_members(op: OpSpec, precision: str, device: str, *,
+                      installed: bool) -> list[GemmImpl]:
+    return [g for g in members(op, precision) if g.envelope
+            and _may_run(g.devices, g.unavailable, device, installed=installed)]
 
 
 def member_fn(op: OpSpec, impl: GemmImpl) -> VariantFn:

@@ -177,7 +177,7 @@ def record_from_result(
         precision=_precision(case.op, variant),
         source=source,
         seeds=list(case.seeds),
-        budget=_budget_dict(budget),
+        budget=_budget_dict(budget, result.ungated),
         metrics=metrics,
         topk=_worst_topk([s.topk for s in result.seeds if s.topk is not None]),
         per_seed=per_seed,
@@ -186,7 +186,7 @@ def record_from_result(
         timing=_section(getattr(result, "timing", None)),
         casts=_section(getattr(result, "casts", None)),
         plots=_section(getattr(result, "plots", None)),
-        note=getattr(result, "note", None),
+        note=_note(getattr(result, "note", None), result.ungated),
         device_name=device_name,
         device_index=device_index,
         worker=worker,
@@ -244,10 +244,13 @@ def _precision(op: str, variant: str) -> str | None:
         return None
 
 
-def _budget_dict(budget: Any) -> dict[str, Any]:
+def _budget_dict(budget: Any, ungated: Mapping[str, str]) -> dict[str, Any]:
+    """The limits the check held the variant to: those it measured (``ungated`` ones, which
+    nothing measured on this device, are left out, and the note says why)."""
     out: dict[str, Any] = {}
     for name, ob in budget.outputs.items():
-        out[name] = {**ob.limits, "atol": ob.atol, "rtol": ob.rtol, "allow_nan": ob.allow_nan}
+        limits = {m: v for m, v in ob.limits.items() if f"{name}.{m}" not in ungated}
+        out[name] = {**limits, "atol": ob.atol, "rtol": ob.rtol, "allow_nan": ob.allow_nan}
     if budget.topk is not None:
         out["topk"] = {
             **budget.topk.limits,
@@ -255,6 +258,13 @@ def _budget_dict(budget: Any) -> dict[str, Any]:
             "tie_band_kind": budget.topk.tie_band_kind,
         }
     return out
+
+
+def _note(note: str | None, ungated: Mapping[str, str]) -> str | None:
+    """The row's note, with the limits nothing measured here and why."""
+    notes = [note] if note else []
+    notes += [f"{key} not measured here: {why}" for key, why in ungated.items()]
+    return "; ".join(notes) or None
 
 
 def _topk_dict(report: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from numcheck.report.records import Record
 if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports without torch
     from numcheck.numerics.topk import TopkReport
     from numcheck.numerics.verdict import Violation
-    from numcheck.result import CheckResult
+    from numcheck.result import CheckResult, Settled
 
 @dataclass(frozen=True)
 class Commands:
@@ -45,11 +45,33 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
     # What the variant did once, at load time: part of what was checked, not of a call.
     prepared = getattr(result, "prepared", None)
     notes = [f"  {prepared['text']}"] if prepared else []
+    # A limit of the budget nothing measured here is no part of the verdict: said so.
+    notes += [f"  not measured here: {key} ({why})" for key, why in result.ungated.items()]
+    title = f"numcheck FAIL {result.id}"
+    settled = result.settled
+    if settled is not None and not settled.xfail:  # a known-bad variant, not as expected
+        title += (": known-bad, and it fails outside its expectation" if settled.outside
+                  else ": known-bad, and its expectation is not met")
+        notes += expectation_lines(settled)
     return verdict_message(
-        f"numcheck FAIL {result.id}", result.violations, worst_detail=detail,
+        title, result.violations, worst_detail=detail,
         topk=result.worst_topk(), where=("case:", f"{source} [{result.case.id}]"),
         commands=commands, budget=_budget_line(result, top, source), notes=notes,
     )
+
+
+def expectation_lines(settled: Settled) -> list[str]:
+    """A known-bad variant's expectation and what it leaves out: the violations outside it
+    (capped) and what it expected that caught nothing."""
+    lines = [f"  expected:    {settled.expected} ({settled.reason})"]
+    shown = settled.outside[:MAX_OTHER_VIOLATIONS]
+    lines += [f"  {'outside it:' if i == 0 else '':<12} {v.describe()}"
+              for i, v in enumerate(shown)]
+    if len(settled.outside) > len(shown):
+        lines.append(f"  {'':<12} ... and {len(settled.outside) - len(shown)} more")
+    if settled.missed:
+        lines.append(f"  not caught:  {', '.join(settled.missed)} (expected to fail, passed)")
+    return lines
 
 
 def _budget_line(result: CheckResult, top: Violation | None, source: str) -> str:

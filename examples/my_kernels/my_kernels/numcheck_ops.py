@@ -86,9 +86,62 @@ RMS_NORM = numcheck.OpSpec(
 )
 
 
+def rms_linear_inputs(params: numcheck.Params, seed: int) -> numcheck.Inputs:
+    """rms_norm's x and gain, and a projection weight ``[out, hidden]``."""
+    inputs = rms_norm_inputs(params, seed)
+    scale = params["hidden"] ** -0.5
+    w = numcheck.normal(numcheck.rng(seed, "w"), (params["out"], params["hidden"]), std=scale)
+    return {**inputs, "w": w}
+
+
+def rms_linear_site(
+    inputs: numcheck.Inputs, params: numcheck.Params, gemm: numcheck.Gemm
+) -> numcheck.Outputs:
+    """The op with its GEMM left open: RMSNorm in fp32, then ``gemm(h, w^T)``."""
+    h = rms_norm(inputs["x"], inputs["gain"], params["eps"])
+    return {"y": gemm(h, inputs["w"].t())}
+
+
+def rms_linear_fp32(inputs: numcheck.Inputs, params: numcheck.Params) -> numcheck.Outputs:
+    """Reference: the site with an IEEE fp32 GEMM (TF32 off)."""
+    with numcheck.matmul_precision(tf32=False):
+        return rms_linear_site(inputs, params, torch.matmul)
+
+
+def rms_linear_bf16(inputs: numcheck.Inputs, params: numcheck.Params) -> numcheck.Outputs:
+    """Our kernel: RMSNorm in fp32, the projection as a bf16 GEMM with a bf16 result."""
+    h = rms_norm(inputs["x"], inputs["gain"], params["eps"])
+    y = torch.nn.functional.linear(h.to(torch.bfloat16), inputs["w"].to(torch.bfloat16))
+    return {"y": y.float()}
+
+
+RMS_LINEAR = numcheck.OpSpec(
+    name="rms_linear",
+    version=1,
+    reference="fp32",
+    variants={
+        "fp32": numcheck.Variant("fp32", rms_linear_fp32, "fp32"),
+        "bf16": numcheck.Variant("bf16", rms_linear_bf16, "bf16"),
+    },
+    make_inputs=rms_linear_inputs,
+    outputs=("y",),
+    params={
+        "tokens": numcheck.ParamSpec(int, 16, "rows"),
+        "hidden": numcheck.ParamSpec(int, 256, "normalized size (the GEMM's K)"),
+        "out": numcheck.ParamSpec(int, 128, "projected size"),
+        "eps": numcheck.ParamSpec(float, 1e-6, "RMS epsilon"),
+    },
+    doc="RMSNorm then a linear projection (my_kernels)",
+    gemm_site=rms_linear_site,
+)
+
+
 def register(registry: numcheck.Registrar) -> None:
-    """Add our indexer as a variant of numcheck's ``indexer`` op and register rms_norm."""
+    """Add our indexer as a variant of numcheck's ``indexer`` op and register our ops."""
     registry.add_variant(
         "indexer", numcheck.Variant("paged_bf16", paged_bf16, "bf16", doc=paged_bf16.__doc__ or "")
     )
     registry.register(RMS_NORM)
+    registry.register(RMS_LINEAR)
+    # The op's honest bf16 family as variants gemm_<label>, for calibration to pool.
+    numcheck.add_gemm_members("rms_linear", ["bf16"])
