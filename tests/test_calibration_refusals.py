@@ -17,9 +17,11 @@ from test_calibrate_mode import needs_tomlkit, project
 
 from numcheck.calibrate import main as calibrate_main
 from numcheck.calibrate import suggestion_findings
+from numcheck.calibrate.family import honest_family
 from numcheck.calibrate.honest import family_findings
 from numcheck.calibrate.plan import RunInfo, plan_numerics
 from numcheck.cases import CaseFileError, load_case_file, load_cases
+from numcheck.ops.registry import get_op
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).parent
@@ -64,7 +66,16 @@ def test_calibration_refuses_to_budget_a_borrowed_bug_and_records_an_override(
     path = mhc_project(pytester)
     gate = pytester.runpytest("--numcheck", "-k", "y_off")
     assert gate.ret == pytest.ExitCode.TESTS_FAILED
-    gate.stdout.fnmatch_lines(["numcheck FAIL mhc_pre::v4pro-t32::y_off[[]cpu[]]"])
+    gate.stdout.fnmatch_lines([
+        "numcheck FAIL mhc_pre::v4pro-t32::y_off[[]cpu[]]",
+        # The next step calibrates bf16's honest family with the borrower measured beside it
+        # (to see that it fits), not y_off alone.
+        ("               my budget is too tight (a correct variant) -> calibrate the honest "
+         "bf16 family, not this variant alone: pytest --numcheck --numcheck-calibrate "
+         "--numcheck-device cpu 'cases/mhc.toml::v4pro-t32::bf16[[]cpu[]]' "
+         "'cases/mhc.toml::v4pro-t32::y_off[[]cpu[]]' --numcheck-calibrate-pool "
+         "bf16=bf16,gemm_bf16_out,*"),
+    ])
     before = path.read_bytes()
     refused = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", SELECT,
                                  "--numcheck-calibrate-write")
@@ -337,3 +348,26 @@ def test_a_table_that_would_mix_two_calibrations_is_refused() -> None:
     assert plan.findings == []
     (record,) = plan.records["/x/cases/dot.toml"].values()
     assert (record.pool, record.devices, record.seeds) == (("bf16",), ("cpu",), (0,))
+
+
+def test_the_honest_family_of_a_failed_check() -> None:
+    """What the failure's next step calibrates: the class's reference implementation with
+    the op's honest GEMMs, the failing variant left out where it is not of the family, or
+    measured beside its lender where it borrows."""
+    text = ("[c]\nop = \"indexer\"\nvariants = [\"bf16\", \"bf16_folded\", \"tf32\"]\n"
+            "[c.budget.tf32]\nbudget_like = \"bf16\"\n")
+    from numcheck.cases import _parse_case, _Where
+
+    case = _parse_case(_Where(Path("cases/x.toml"), "c"), tomllib.loads(text)["c"],
+                       get_op)
+    op = get_op("indexer")
+    folded = honest_family(op, case, "bf16_folded", "cpu")
+    assert (folded.name, folded.select) == ("bf16", ("bf16",))
+    assert folded.members[:2] == ("gemm_bf16_out", "gemm_bf16_out_kblocks")
+    assert all("cublas" not in m and "triton" not in m for m in folded.members)  # CPU only
+    assert folded.pool_option().startswith("--numcheck-calibrate-pool bf16=bf16,gemm_bf16_out,")
+    borrower = honest_family(op, case, "tf32", "cpu")
+    assert (borrower.name, borrower.select) == ("bf16", ("bf16", "tf32"))
+    itself = honest_family(op, case, "bf16", "cpu")
+    assert (itself.name, itself.select) == ("bf16", ("bf16",))
+    assert "gemm_cublas_bf16" in honest_family(op, case, "bf16", "cuda").members
