@@ -314,6 +314,20 @@ def test_a_malformed_record_is_a_case_file_error(tmp_path: Path) -> None:
         "stay, and the next calibration treats them as set by hand)")
 
 
+def test_a_record_naming_a_member_the_run_cannot_measure_is_refused() -> None:
+    from numcheck.calibrate.guard import record_gaps
+    from numcheck.numerics.budget_provenance import CalibrationRecord
+
+    record = CalibrationRecord("pytest --numcheck --numcheck-calibrate-write", "2026-12-03",
+                               "2.13", ("bf16", "gemm_bf16_out"), ("cpu",), (0,), 20, 1000)
+    assert record_gaps("c", "bf16", record, ["bf16", "gemm_bf16_out"], ["cpu"]) is None
+    gap = record_gaps("c", "bf16", record, ["bf16"], ["cpu"], missing_members=["gemm_bf16_out"])
+    assert gap is not None and gap.kind == "record" and gap.overridden([], renew=True)
+    assert ("in this run pool members gemm_bf16_out were not measured (gemm_bf16_out not "
+            "registered: numcheck.add_gemm_members or your pytest_numcheck_register hook)"
+            in gap.text)
+
+
 def _payload(table: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {"kind": "numerics", "source": "cases/dot.toml", "path": "/x/cases/dot.toml",
             "case": "c", "variant": "bf16", "device": "cpu", "nodeid": "n", "runs": True,

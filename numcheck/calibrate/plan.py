@@ -243,7 +243,9 @@ def _plan_variant(plan: NumericsPlan, group: _Group, p: dict[str, Any], members:
             lines.append(cell(key, value, worst_text(key, worst, bool(shown))))
             plan.edits.setdefault(group.path, []).append(
                 Edit((case, "budget", variant, output), key, value))
-    _judge_against_file(plan, group, p, cells, devices, members, raw)
+    floored = bool(plan.findings) and plan.findings[-1].kind == "floor" and \
+        plan.findings[-1].variant == variant and plan.findings[-1].case == case
+    _judge_against_file(plan, group, p, cells, devices, members, raw, floored=floored)
     record = CalibrationRecord(
         command=run.command, date=run.date, torch=run.torch,
         pool=tuple(dict.fromkeys(q["variant"] for q in own)),
@@ -254,9 +256,11 @@ def _plan_variant(plan: NumericsPlan, group: _Group, p: dict[str, Any], members:
 
 def _judge_against_file(plan: NumericsPlan, group: _Group, p: dict[str, Any],
                         cells: dict[str, dict[str, float]], devices: set[str],
-                        members: Sequence[str], raw: dict[str, Any]) -> None:
+                        members: Sequence[str], raw: dict[str, Any], *,
+                        floored: bool = False) -> None:
     """The findings that depend on what the case file holds: its record, the values it sets
-    itself, and the keys a written table would keep."""
+    itself, and the keys a written table would keep. ``floored``: the variant's tables are
+    refused as floors already (the tightening need not be said twice)."""
     case, variant = group.case, p["variant"]
     tables = raw.get(case, {}).get("budget", {}).get(variant, {})
     tables = tables if isinstance(tables, dict) else {}
@@ -277,7 +281,7 @@ def _judge_against_file(plan: NumericsPlan, group: _Group, p: dict[str, Any],
         given = {o: {k: v for k, v in t.items() if k in cells.get(o, {})}
                  for o, t in tables.items() if isinstance(t, dict)}
         tighter = _tighter_than(cells, given)
-        if tighter:
+        if tighter and not floored:
             plan.findings.append(guard.unrecorded_tightening(case, variant, tighter))
     kept: dict[str, list[str]] = {}
     for output, written in cells.items():
