@@ -46,10 +46,17 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import torch
 
-from numcheck.calibrate import suggest_values
+from numcheck.calibrate import guard, suggest_values
 from numcheck.calibrate.casewriter import Edit, write_edits
 from numcheck.calibrate.heldout import outside_as_judged
-from numcheck.calibrate.honest import GATED, budget_from, measure_family, merge_worst, suggest
+from numcheck.calibrate.honest import (
+    GATED,
+    budget_from,
+    family_findings,
+    measure_family,
+    merge_worst,
+    suggest,
+)
 from numcheck.cases import load_cases
 from numcheck.ops.registry import get_op
 
@@ -72,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--apply", type=Path, nargs="+", metavar="JSON",
                     help="write the budgets into cases/*.toml (bf16 and tf32 max_err_ratio "
                     "pooled per op)")
+    ap.add_argument("--accept", action="append", default=[], metavar="M1,M2,...",
+                    help="with --suggest/--apply: go on although these members look like bugs "
+                    "(past their class's honest limits; docs/budgets.md, \"What calibration "
+                    "refuses\"); --apply's header line names the option")
     ap.add_argument("--note", default="the calibration seeds",
                     help="with --apply: what the seeds were, for the comments")
     ap.add_argument("--table", type=Path, nargs="+", metavar="JSON",
@@ -83,13 +94,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         print_table(args.table, cases)
         return 0
+    accepted = [m.strip() for value in args.accept for m in value.split(",") if m.strip()]
+    if args.suggest or args.apply:
+        merged = merge(args.suggest or args.apply)
+        stands = guard.blocking(family_findings(merged, cases), accepted, renew=False)
+        if stands:
+            print("honest_calibration: refused: a family member looks like a bug, not an honest "
+                  "implementation of its class (docs/budgets.md, \"What calibration refuses\");"
+                  " nothing printed or written:", file=sys.stderr)
+            for f in stands:
+                print("\n".join([f"  - {f.head}", *(f"      {d}" for d in f.details)]),
+                      file=sys.stderr)
+            print("  Fix: take the member out of the family (tests/honest.py) and fix it; "
+                  "--accept NAME goes on anyway", file=sys.stderr)
+            return 1
     if args.suggest:
-        print(suggest(merge(args.suggest), cases))
+        print(suggest(merged, cases))
         return 0
     if args.apply:
         command = shlex.join(["python", "benchmarks/honest_calibration.py", "--apply",
-                              *(_shown(p) for p in args.apply), "--note", args.note])
-        for change in apply(merge(args.apply), cases, args.note, command=command):
+                              *(_shown(p) for p in args.apply), "--note", args.note,
+                              *(f"--accept={m}" for m in accepted)])
+        for change in apply(merged, cases, args.note, command=command):
             print(change)
         return 0
 
@@ -127,14 +153,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def merge(paths: list[Path]) -> dict[str, Any]:
-    """The worst of every metric over several calibration files (lowest for recalls)."""
+    """The worst of every metric over several calibration files (lowest for recalls), for
+    the family and for each member."""
     merged: dict[str, Any] = {}
     for path in paths:
         for key, fams in json.loads(path.read_text())["cases"].items():
             for prec, res in fams.items():
-                into = merged.setdefault(key, {}).setdefault(prec, {"worst": {}})
+                into = merged.setdefault(key, {}).setdefault(prec, {"worst": {},
+                                                                    "by_variant": {}})
                 for output, row in res["worst"].items():
                     merge_worst(into["worst"].setdefault(output, {}), row)
+                for member, outputs in res.get("by_variant", {}).items():
+                    mine = into["by_variant"].setdefault(member, {})
+                    for output, row in outputs.items():
+                        merge_worst(mine.setdefault(output, {}), row)
     return merged
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from numcheck.gates import GATES, KERNELS_GATE, OUTPUT_METRICS, TOPK_METRICS
+from numcheck.numerics.budget_provenance import PROVENANCE, CalibrationRecord, parse_record
 from numcheck.numerics.budgets import (
     BUDGET_LIKE,
     BudgetError,
@@ -58,7 +59,7 @@ from numcheck.precision.gemm_family import missing_envelope, yardstick
 CASE_KEYS = (
     "op", "description", "preset", "shape", "seeds", "devices", "variants", "budget", "expect",
     "perf", "perf_only",
-    "overhead",
+    "overhead", PROVENANCE,
 )
 #: A case id becomes a file name and a test id, so it is kept to this alphabet.
 CASE_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -143,6 +144,9 @@ class Case:
     #: Variants whose budget tables are another variant's (``budget_like``): borrower ->
     #: the variant it names (which does not borrow in turn).
     budget_like: Mapping[str, str] = field(default_factory=dict)
+    #: How calibration set each variant's budget tables (``[<case>.provenance.<variant>]``,
+    #: written by --numcheck-calibrate-write, read by the next calibration; never gated).
+    provenance: Mapping[str, CalibrationRecord] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -325,6 +329,7 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
     expect = _parse_expect(where, body, op, variants, budgets, runs_on, perf_only)
     perf = _parse_perf(where, body, op, variants, runs_on)
     overhead = _parse_overhead(where, body, op, variants, runs_on)
+    provenance = _parse_provenance(where, body, op)
     return Case(
         id=case_id,
         op=op.name,
@@ -341,7 +346,25 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
         perf_only=perf_only,
         overhead=overhead,
         budget_like=budget_like,
+        provenance=provenance,
     )
+
+
+def _parse_provenance(
+    where: _Where, body: Mapping[str, Any], op: OpSpec
+) -> dict[str, CalibrationRecord]:
+    """The calibration records of the case's variants (numcheck.numerics.budget_provenance)."""
+    given = _table(where, body, PROVENANCE, f"[{where.case}.{PROVENANCE}.<variant>] tables")
+    records: dict[str, CalibrationRecord] = {}
+    for variant, raw in given.items():
+        if variant not in op.variants:
+            raise where.error(f"{PROVENANCE}.{variant}", f"unknown variant '{variant}' for op "
+                              f"'{op.name}'", f"use one of: {', '.join(op.variants)}")
+        try:
+            records[variant] = parse_record(variant, raw)
+        except BudgetError as exc:
+            raise where.error(f"{PROVENANCE}.{exc.key}", exc.problem, exc.fix) from None
+    return records
 
 
 #: The keys of ``expect.<variant>``: what is expected (any of the first four; ``fails`` is

@@ -67,3 +67,17 @@ def rel_fro(actual: torch.Tensor, expected: torch.Tensor) -> float:
     """Relative Frobenius error in float64, computed independently of numcheck.numerics.metrics."""
     a, e = actual.double(), expected.double()
     return float(torch.linalg.norm(a - e) / torch.linalg.norm(e))
+
+
+def mhc_y_off(inputs: numcheck.Inputs, params: numcheck.Params) -> numcheck.Outputs:
+    """A bug in a shipped op: mHC's bf16 path with y 2% too large (the issue's scenario)."""
+    from numcheck.ops import mhc
+
+    out = mhc.bf16(inputs, params)
+    out["y"] = (out["y"].float() * 1.02).to(torch.bfloat16)
+    return out
+
+
+def register_y_off(registry: numcheck.Registrar) -> None:
+    """Add the bug to the shipped mHC op, as a user's conftest hook adds a variant."""
+    registry.add_variant("mhc_pre", numcheck.Variant("y_off", mhc_y_off, "bf16"))

@@ -99,10 +99,21 @@ def test_a_budget_miss_names_the_key_line_and_the_next_steps(pytester: pytest.Py
         ("  regenerate:  pytest --numcheck --numcheck-regen cases/indexer.toml::tiny  (only if "
         "the reference itself changed)"),
         "  next step:   my change is wrong -> fix the variant, then run 'reproduce'",
-        ("               my budget is too tight (a correct variant) -> measure it: pytest "
-        "--numcheck --numcheck-calibrate --numcheck-device cpu cases/indexer.toml::tiny"),
-        ("               (add --numcheck-calibrate-write to set the suggested budgets in the "
-        "case file)"),
+        # The honest bf16 family (the op's rounding reference, bf16, with the op's honest
+        # GEMMs), never the failing variant alone; and what to do when it is the suspect.
+        ("               my budget is too tight (a correct variant) -> calibrate the honest "
+         "bf16 family, not this variant alone: pytest --numcheck --numcheck-calibrate "
+         "--numcheck-device cpu 'cases/indexer.toml::tiny::bf16[[]cpu[]]' "
+         "--numcheck-calibrate-pool bf16=bf16,gemm_bf16_out,gemm_bf16_out_kblocks,"
+         "gemm_bf16_out_split2,gemm_bf16_out_split4_tree,gemm_bf16_fp32out,"
+         "gemm_bf16_fp32out_kblocks,gemm_bf16_fp32out_split4"),
+        ("               (the family: the op's reference implementation of the class, your "
+         "other honest ones, the GEMMs numcheck.add_gemm_members registers; "
+         "--numcheck-calibrate-write sets its tables, a variant outside it takes them with "
+         "budget_like; docs/budgets.md, \"A budget for a new kernel\")"),
+        ("               not sure it is correct -> this variant is the suspect: change no "
+         "budget; 'reproduce' with --numcheck-explain shows where it strays, and a calibration "
+         "that pools it refuses to write past its class's honest limits"),
         ("               the reference changed -> pytest --numcheck --numcheck-regen "
         "cases/indexer.toml::tiny"),
     ])

@@ -80,8 +80,9 @@ def test_user_op_is_calibrated_without_goldens(pytester: pytest.Pytester) -> Non
         "*= numcheck calibrate: suggested budgets (cpu, torch *) =*",
         ("# seeds: each case's own + 2 fresh (1000..1001); reference: fp32 recomputed on cpu "
         "(no golden read)"),
-        ("# policy (docs/budgets.md): errors 2x the worst, rounded up to 2 digits; recall floors "
-        "2x the worst miss; tie bands 2x the widest near-tie"),
+        ("# policy (docs/budgets.md, the headroom rule): errors 2x the worst, max_err_ratio "
+         "1.25x, rounded up to 2 digits; recall floors 2x the worst miss; tie bands 2x the "
+         "widest near-tie"),
         "",
         "# cases/dot.toml",
         ("# small: fp32 is the reference, computed on cpu like the one it is compared with: "
@@ -152,22 +153,36 @@ def test_pool_member_the_case_does_not_run_is_measured(pytester: pytest.Pytester
 def test_write_round_trips_comments(pytester: pytest.Pytester) -> None:
     path = project(pytester)
     before = path.read_text()
-    result = pytester.runpytest("--numcheck", "--numcheck-calibrate=2",
-                                "--numcheck-calibrate-write")
-    result.assert_outcomes(passed=8)
+    # The hand-set guesses carry no record of what set them: a write that would tighten
+    # them is refused, and nothing is written.
+    refused = pytester.runpytest("--numcheck", "--numcheck-calibrate=2",
+                                 "--numcheck-calibrate-write")
+    assert refused.ret == pytest.ExitCode.TESTS_FAILED
+    refused.stdout.fnmatch_lines([
+        "numcheck calibrate: refused to write; nothing written (exit status 1):",
+        ("  - bf16 on small: its tables carry no calibration record (set by hand, or by a tool "
+         "the file's header names), and this run would tighten y.rel_fro 0.01 -> *"),
+        "    (--numcheck-calibrate-renew sets tables from this run alone)",
+    ])
+    assert path.read_text() == before
+    # (the exact case's floors are refused whatever: the test after next)
+    result = pytester.runpytest("--numcheck", "--numcheck-calibrate=2", "-k", "not exact",
+                                "--numcheck-calibrate-write", "--numcheck-calibrate-renew")
+    result.assert_outcomes(passed=6)
+    assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["numcheck calibrate: cases/dot.toml: * value(s) changed",
                                  "  small.budget.bf16.y.rel_fro: 0.01 -> *"])
     after = path.read_text()
     # The run names itself once, in the header, not on the lines it changed.
     (entry,) = provenance(after)
-    assert entry.startswith("pytest --numcheck --numcheck-calibrate=2 "
-                            "--numcheck-calibrate-write"), entry
+    assert entry.startswith("pytest --numcheck --numcheck-calibrate=2 -k 'not exact' "
+                            "--numcheck-calibrate-write --numcheck-calibrate-renew"), entry
     assert entry.endswith(", cpu, torch " + torch_version() + ")"), entry
     assert after.splitlines()[1].startswith("# set by: pytest --numcheck")
     # Every line of the file is still there, in order, comments included: a changed line
     # differs only in its value (its comment stays, at the same column); added lines are
-    # budget tables and their keys.
-    after_lines = [ln for ln in after.splitlines()
+    # budget tables and their keys, and the calibration records (checked below).
+    after_lines = [ln for ln in without_records(after).splitlines()
                    if not ln.startswith(("# set by: ", "#   "))]
     ops = difflib.SequenceMatcher(a=before.splitlines(), b=after_lines).get_opcodes()
     old_lines, new_lines = before.splitlines(), after_lines
@@ -195,18 +210,40 @@ def test_write_round_trips_comments(pytester: pytest.Pytester) -> None:
     data = tomllib.loads(after)
     assert data["small"]["description"] == "8 x 64 @ 64 x 4"
     assert data["small"]["expect"]["off"]["reason"] == "planted: 1% too large"
-    # The written budgets hold on the case's seeds (the gate), and writing again changes
-    # nothing.
+    # What set each written variant's tables is recorded beside them, for the next run.
+    record = data["small"]["provenance"]["bf16"]
+    assert record["pool"] == ["bf16"] and record["devices"] == ["cpu"]
+    assert (record["seeds"], record["fresh_seeds"], record["first_fresh_seed"]) == ([0, 1], 2,
+                                                                                    1000)
+    assert record["command"].startswith("pytest --numcheck --numcheck-calibrate=2 ")
+    assert "off" not in data["small"]["provenance"]  # known-bad: not budgeted, not recorded
     # A hand-set guess tightened by the measurement is flagged; a new key is not.
     result.stdout.fnmatch_lines([("  small.budget.bf16.y.calc_diff: 0.0001 -> *e-05  (tighter "
                                  "than before)"),
-                                 "  small.budget.bf16.y.frac_outside: (none) -> *[0-9]"])
+                                 "  small.budget.bf16.y.frac_outside: (none) -> *[0-9]",
+                                 ("  small.provenance.bf16: recorded: pool bf16; devices "
+                                  "cpu; seeds 0, 1 + 2 fresh (1000..1001)")])
+    # The written budgets hold on the case's seeds (the gate), and writing again (the
+    # record's pool, seeds and devices: the same evidence) changes nothing.
     pytester.runpytest("--numcheck", "--numcheck-regen").assert_outcomes(passed=7, xfailed=1)
     pytester.runpytest("--numcheck").assert_outcomes(passed=7, xfailed=1)
-    again = pytester.runpytest("--numcheck", "--numcheck-calibrate=2",
+    again = pytester.runpytest("--numcheck", "--numcheck-calibrate=2", "-k", "not exact",
                                "--numcheck-calibrate-write")
+    assert again.ret == pytest.ExitCode.OK
     again.stdout.fnmatch_lines(["numcheck calibrate: cases/dot.toml: 0 value(s) changed"])
     assert path.read_text() == after
+
+
+def without_records(text: str) -> str:
+    """A case file's text without its ``[<case>.provenance.<variant>]`` tables."""
+    kept: list[str] = []
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("["):
+            inside = ".provenance." in line.split("]")[0]
+        if not inside:
+            kept.append(line)
+    return "\n".join(kept).rstrip("\n") + "\n"
 
 
 def provenance(text: str) -> list[str]:
@@ -229,29 +266,48 @@ def torch_version() -> str:
 
 
 @needs_tomlkit
-def test_a_borrowed_budget_is_pooled_into_its_lender_and_never_copied(
+def test_a_borrower_never_widens_its_lender_unless_pooled_by_name(
         pytester: pytest.Pytester) -> None:
-    """bf16_splitk takes bf16's budgets (budget_like): calibration budgets bf16 for the worst
-    of both, writes bf16's table only, and leaves the borrowing line as it is."""
+    """bf16_splitk takes bf16's budgets (budget_like): it is held to bf16's tables, never
+    sets them. A write where its measurements would widen them is refused; named in the pool
+    (an honest member, by decision), it is budgeted with bf16, and only bf16's table is
+    written (the borrowing line stays)."""
     path = project(pytester, CASE.replace(
         '[small.budget.off.y]', '[small.budget.bf16_splitk]\nbudget_like = "bf16"\n'
         '[small.budget.off.y]'))
+    before = path.read_text()
+    refused = pytester.runpytest("--numcheck", "--numcheck-calibrate=2", "-k", "small",
+                                 "--numcheck-calibrate-write", "--numcheck-calibrate-renew")
+    assert refused.ret == pytest.ExitCode.TESTS_FAILED
+    refused.stdout.fnmatch_lines([
+        ("# small: bf16_splitk takes bf16's budgets (budget_like): its measurements must fit "
+         "inside that table"),
+        "numcheck calibrate: refused to write; nothing written (exit status 1):",
+        "  - bf16_splitk (bf16, takes bf16's budgets) on small: worst element: not measured *",
+        ("      it would widen bf16's table: y.rel_fro * -> *. A variant that borrows a budget "
+         "is held to it and never sets it: pool it explicitly if it is an honest bf16 "
+         "implementation (--numcheck-calibrate-pool bf16=bf16,bf16_splitk), or give it its "
+         "own tables if it rounds elsewhere"),
+    ])
+    assert path.read_text() == before
     result = pytester.runpytest("--numcheck", "--numcheck-calibrate=2", "-k", "small",
-                                "--numcheck-calibrate-write")
+                                "--numcheck-calibrate-pool", "bf16=bf16,bf16_splitk",
+                                "--numcheck-calibrate-write", "--numcheck-calibrate-renew")
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines([
         "[[]small.budget.bf16.y[]]  # pooled: worst of bf16, bf16_splitk",
         "rel_fro = *",
-        ("# small: bf16_splitk takes bf16's budgets (budget_like): its measurements are pooled "
-         "into that table"),
+        ("# small: bf16_splitk takes bf16's budgets (budget_like): its measurements must fit "
+         "inside that table"),
         "numcheck calibrate: cases/dot.toml: * value(s) changed",
     ])
     assert "[[]small.budget.bf16_splitk.y[]]" not in result.stdout.str()
     data = tomllib.loads(path.read_text())
     assert data["small"]["budget"]["bf16_splitk"] == {"budget_like": "bf16"}
+    assert data["small"]["provenance"]["bf16"]["pool"] == ["bf16", "bf16_splitk"]
     # Alone (not pooled), bf16's suggestion would be narrower: split-K rounds twice.
     alone = pytester.runpytest("--numcheck", "--numcheck-calibrate=2", "-k",
-                               "small and bf16 and not splitk")
+                               "small and bf16 and not splitk", "--numcheck-calibrate-renew")
     wrote = data["small"]["budget"]["bf16"]["y"]["rel_fro"]
     line = next(ln for ln in alone.stdout.lines if ln.startswith("rel_fro = "))
     assert float(line.split("=")[1].split("#")[0]) < wrote
@@ -434,15 +490,33 @@ def test_timing_runs_of_earlier_runs_combine() -> None:
     assert len(combine_speed([here], [other_case])) == 1  # not selected in this run
 
 
-def test_a_variant_exact_on_this_device_is_flagged(pytester: pytest.Pytester) -> None:
-    project(pytester)
+@needs_tomlkit
+def test_a_variant_exact_on_this_device_never_tightens_its_class_to_the_floors(
+        pytester: pytest.Pytester) -> None:
+    """tf32 on a CPU computes IEEE fp32: it measures 0 and suggests the floors. Printing
+    says so; writing them over the tf32 row in force is refused, with or without
+    --numcheck-calibrate-renew (a run that cannot see TF32's rounding cannot budget it)."""
+    path = project(pytester)
+    before = path.read_text()
     result = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", "exact")
     result.stdout.fnmatch_lines([
         ("# exact: tf32 equals the reference bit for bit on cpu: these are floors; measure the "
-        "devices it is gated on too (--numcheck-calibrate-with)"),
+         "devices it is gated on too (--numcheck-calibrate-with), or its class's honest "
+         "members"),
         "[[]exact.budget.tf32.y[]]",
         "rel_fro = 1e-07             # worst 0 on every seed",
     ])
+    for renew in ([], ["--numcheck-calibrate-renew"]):
+        write = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", "exact",
+                                   "--numcheck-calibrate-write", *renew)
+        assert write.ret == pytest.ExitCode.TESTS_FAILED
+        write.stdout.fnmatch_lines([
+            "numcheck calibrate: refused to write; nothing written (exit status 1):",
+            ("  - tf32 on exact: equals the reference bit for bit on cpu (every error measured "
+             "0), so this run cannot see tf32's rounding; writing would tighten y.rel_fro "
+             "0.002 -> 1e-07, y.calc_diff 1e-06 -> 1e-14* to the floors. Kept as they are. *"),
+        ])
+        assert path.read_text() == before
 
 
 RAISING_CONFTEST = CONFTEST + """

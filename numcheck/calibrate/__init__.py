@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from numcheck.calibrate.headroom import DEFAULT_HEADROOM, FLOORS, budget_value, round_up
 from numcheck.devices import device_name
 from numcheck.numerics.metric_names import ERROR_METRICS, TOPK_LIMITS
 
@@ -49,12 +50,11 @@ if TYPE_CHECKING:
     from numcheck.ops.registry import OpSpec
     from numcheck.result import SeedResult
 
-#: The headroom policy (docs/budgets.md): error budgets are twice the worst measurement,
-#: recall floors allow twice the worst miss (and at least two flips per row), tie bands
-#: are twice the widest band any flip needed. Floors keep a budget measured at exactly 0
-#: on every device from demanding bit-exactness.
-HEADROOM = 2.0
-FLOORS = {"rel_fro": 1e-7, "calc_diff": 1e-14, "tie_band_rel": 1e-6}
+# The headroom rule (numcheck.calibrate.headroom, docs/budgets.md): error budgets are 2x the
+# worst measurement, max_err_ratio 1.25x (a bug at 2x the honest worst must fail), recall
+# floors allow twice the worst miss (and at least two flips per row), tie bands are twice
+# the widest band any flip needed; floors keep a budget measured at 0 from demanding
+# bit-exactness.
 #: Error metrics budgeted for every output (more when a case's budget gates more).
 GATED = ("rel_fro", "calc_diff", "frac_outside")
 #: Metrics where a lower value is worse (top-k agreement); every other one is an error.
@@ -252,12 +252,8 @@ def measure(
 # -- the policy (pure) --------------------------------------------------------------------
 
 
-def _round_up(x: float) -> float:
-    """Round up to two significant digits (0 stays 0)."""
-    if x <= 0:
-        return 0.0
-    exp = math.floor(math.log10(x)) - 1
-    return math.ceil(round(x / 10**exp, 6)) * 10**exp
+#: Two significant digits, rounded up (kept under its old name).
+_round_up = round_up
 
 
 def suggest_values(
@@ -265,53 +261,71 @@ def suggest_values(
 ) -> dict[str, float]:
     """Budget values for one output from its worst measurements (docs/budgets.md).
 
-    Error metrics (``gated``: the default ones plus any the case's budget gates): twice the
-    worst, rounded up to two significant digits, at least the floor. A metric measured 0
-    with no floor gets 0 only for ``frac_outside`` (a band, not an exactness check); others
-    are left out (the case keeps what it has). Top-k: ``recall_min`` allows twice the worst
-    miss and at least two swaps per row of ``k``; the tie recalls stay 1 (every flip must be
-    a near-tie); ``tie_band_rel`` is twice the widest near-tie.
+    Error metrics (``gated``: the default ones plus any the case's budget gates): the
+    headroom rule's factor times the worst (2x; 1.25x for ``max_err_ratio``), rounded up to
+    two significant digits, at least the floor (:mod:`numcheck.calibrate.headroom`). A metric
+    measured 0 with no floor gets 0 only for ``frac_outside`` (a band, not an exactness
+    check); others are left out (the case keeps what it has), and so is a metric the check
+    did not measure (``max_err_ratio`` of an op without a rounding envelope). Top-k: ``recall_min`` allows
+    twice the worst miss and at least two swaps per row of ``k``; the tie recalls stay 1
+    (every flip must be a near-tie); ``tie_band_rel`` is twice the widest near-tie.
     """
     cells: dict[str, float] = {}
     if topk:
         for metric in ("recall_min", "recall_mean"):
             if metric == "recall_min" or metric in gated:
                 miss = 1.0 - row.get(metric, 1.0)
-                floor = 1.0 - HEADROOM * miss
+                floor = 1.0 - DEFAULT_HEADROOM * miss
                 if k:
                     floor = min(floor, 1.0 - 2.0 / k)
                 cells[metric] = math.floor(floor * 1e4) / 1e4
         cells["tie_recall_min"] = 1.0
         if "tie_recall_mean" in gated:
             cells["tie_recall_mean"] = 1.0
-        band = max(HEADROOM * row.get("band_rel_needed", 0.0), FLOORS["tie_band_rel"])
-        cells["tie_band_rel"] = _round_up(band)
+        cells["tie_band_rel"] = budget_value("tie_band_rel", row.get("band_rel_needed", 0.0))
         return cells
     for metric in dict.fromkeys([*GATED, *gated]):
         if metric not in ERROR_METRICS:
             continue
-        value = HEADROOM * row.get(metric, 0.0)
-        if value == 0.0 and metric not in FLOORS and metric != "frac_outside":
+        if metric not in row:
+            continue  # not measured for this check (max_err_ratio without an envelope)
+        worst = row.get(metric, 0.0)
+        if worst == 0.0 and metric not in FLOORS and metric != "frac_outside":
             continue
-        cells[metric] = _round_up(max(value, FLOORS.get(metric, 0.0)))
+        cells[metric] = budget_value(metric, worst)
     return cells
 
 
+def _merged_rows(runs: Sequence[Mapping[str, Any]], case: Case) -> dict[str, dict[str, float]]:
+    """``variant/output`` -> the worst of every metric over the runs (devices)."""
+    key = f"{case.op}::{case.id}"
+    rows: dict[str, dict[str, float]] = {}
+    for run in runs:
+        for vo, row in run["cases"].get(key, {}).items():
+            merged = rows.setdefault(vo, {})
+            for metric, value in row.items():
+                if metric not in merged or is_worse(metric, value, merged[metric]):
+                    merged[metric] = value
+    return rows
+
+
 def suggest(runs: Sequence[Mapping[str, Any]], cases: Sequence[Case]) -> str:
-    """TOML budget tables for every case, from calibration runs on one or more devices."""
+    """TOML budget tables for every case, from calibration runs on one or more devices.
+
+    A variant that takes another's budgets (``budget_like``) gets no table of its own: it is
+    held to its lender's (:func:`suggestion_findings` says when it would not fit).
+    """
     lines: list[str] = []
     for case in cases:
-        key = f"{case.op}::{case.id}"
-        rows: dict[str, dict[str, float]] = {}
-        for run in runs:
-            for vo, row in run["cases"].get(key, {}).items():
-                merged = rows.setdefault(vo, {})
-                for metric, value in row.items():
-                    if metric not in merged or is_worse(metric, value, merged[metric]):
-                        merged[metric] = value
+        rows = _merged_rows(runs, case)
         k = int(case.params.get("index_topk", 0) or 0)
         for vo, row in rows.items():
             variant, output = vo.split("/")
+            if variant in case.budget_like:
+                note = f"# {case.id}: {variant} takes {case.budget_like[variant]}'s budgets"
+                if note not in lines:
+                    lines.append(note)
+                continue
             cells = suggest_values(row, topk="recall_min" in row, k=k)
             lines.append(f"[{case.id}.budget.{variant}.{output}]")
             lines += [f"{m} = {v:.4g}" for m, v in cells.items()]
@@ -319,7 +333,87 @@ def suggest(runs: Sequence[Mapping[str, Any]], cases: Sequence[Case]) -> str:
     return "\n".join(lines)
 
 
+def suggestion_findings(runs: Sequence[Mapping[str, Any]], cases: Sequence[Case]) -> list[Any]:
+    """Why :func:`suggest`'s tables must not be used as they are
+    (:mod:`numcheck.calibrate.guard`): a variant whose measurements no honest implementation
+    of its class produces, or a borrower that would not fit inside its lender's tables."""
+    from numcheck.calibrate import guard
+    from numcheck.ops.registry import get_op
+
+    findings: list[guard.Finding] = []
+    for case in cases:
+        op = get_op(case.op)
+        rows = _merged_rows(runs, case)
+        k = int(case.params.get("index_topk", 0) or 0)
+        by_variant: dict[str, dict[str, dict[str, float]]] = {}
+        for vo, row in rows.items():
+            variant, output = vo.split("/")
+            by_variant.setdefault(variant, {})[output] = row
+        for variant, table in by_variant.items():
+            if variant == op.reference or variant not in op.variants:
+                continue
+            lender = case.budget_like.get(variant)
+            precision = op.variants[lender or variant].precision
+            findings += guard.suspects(case.id, lender or variant, precision,
+                                       op.output_precision, {variant: table},
+                                       lender={variant: lender} if lender else None)
+            if lender and lender in by_variant:
+                before = {o: suggest_values(r, topk="recall_min" in r, k=k)
+                          for o, r in by_variant[lender].items()}
+                widened = []
+                for output, row in table.items():
+                    mine = by_variant[lender].get(output)
+                    if mine is None:
+                        continue
+                    both = dict(mine)
+                    for metric, value in row.items():
+                        if metric not in both or is_worse(metric, value, both[metric]):
+                            both[metric] = value
+                    after = suggest_values(both, topk="recall_min" in both, k=k)
+                    # A budget that allows more: a lower recall floor, a higher limit.
+                    widened += [(output, key, before[output][key], value)
+                                for key, value in after.items() if key in before[output]
+                                and is_worse(key, value, before[output][key])]
+                if widened:
+                    findings.append(guard.borrower_widens(
+                        case.id, variant, lender, widened, table, precision,
+                        op.output_precision))
+    return findings
+
+
 # -- python -m numcheck.calibrate ---------------------------------------------------------
+
+#: Print --suggest's tables although the named variants look like bugs.
+ACCEPT_OPTION = "--accept"
+
+
+def _print_suggestion(runs: Sequence[Mapping[str, Any]], cases: Sequence[Case],
+                      accept: Sequence[str]) -> int:
+    """``--suggest``: the tables, or (exit 1) why they must not be used."""
+    from numcheck.calibrate import guard
+
+    accepted = [v.strip() for value in accept for v in value.split(",") if v.strip()]
+    findings = suggestion_findings(runs, cases)
+    stands = guard.blocking(findings, accepted, renew=False)
+    if stands:
+        names = ",".join(dict.fromkeys(f.variant for f in stands))
+        print("python -m numcheck.calibrate --suggest: refused: a variant looks like a bug, not "
+              "an honest implementation of its class (docs/budgets.md, \"What calibration "
+              "refuses\"); no table printed:", file=sys.stderr)
+        for f in stands:
+            print(f"  - {f.head}", file=sys.stderr)
+            for detail in f.details:
+                print(f"      {detail}", file=sys.stderr)
+        print(f"  Fix: keep the budgets and fix the variant; if it is honest and rounds where "
+              f"its class's envelope does not, print anyway with {ACCEPT_OPTION} {names} (and "
+              "keep the lines it adds beside the tables you paste)", file=sys.stderr)
+        return 1
+    print(suggest(runs, cases))
+    for (case, variant), notes in guard.accepted_notes(findings, accepted,
+                                                       ACCEPT_OPTION).items():
+        print(f"# [{case}.budget.{variant}.*] accepted past the honest limits:")
+        print("\n".join(f"#   {note}" for note in notes))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -344,7 +438,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-k", dest="select", default="", help="only cases whose id contains this")
     parser.add_argument("--json", type=Path, help="write every number here too")
     parser.add_argument("--suggest", type=Path, nargs="+", metavar="JSON",
-                        help="measure nothing: print budget tables from these calibration files")
+                        help="measure nothing: print budget tables from these calibration files "
+                        "(refused, exit 1, where a variant's measurements look like a bug's)")
+    parser.add_argument("--accept", action="append", default=[], metavar="V1,V2,...",
+                        help="with --suggest: print the tables although these variants look "
+                        "like bugs (as pytest's --numcheck-calibrate-accept; repeatable)")
     args = parser.parse_args(argv)
     try:
         cases = load_cases(args.cases)
@@ -364,8 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"python -m numcheck.calibrate: --suggest: cannot read a calibration file "
                   f"({exc}). Fix: pass files written by --json", file=sys.stderr)
             return 2
-        print(suggest(runs, selected))
-        return 0
+        return _print_suggestion(runs, selected, args.accept)
     everything: dict[str, Any] = {}
     for case in selected:
         worst = measure(case, args.device, args.seeds, args.first_seed)

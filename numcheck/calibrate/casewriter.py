@@ -15,12 +15,14 @@ from __future__ import annotations
 import re
 import textwrap
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from numcheck.goldens.atomic import atomic_write
+from numcheck.numerics.budget_provenance import PROVENANCE as RECORDS
+from numcheck.numerics.budget_provenance import CalibrationRecord
 from numcheck.numerics.budgets import BUDGET_LIKE
 
 #: How to install what writing needs.
@@ -89,7 +91,8 @@ def format_number(value: float) -> str:
 
 
 def apply_edits(
-    text: str, edits: Sequence[Edit], provenance: tuple[str, str] | None = None
+    text: str, edits: Sequence[Edit], provenance: tuple[str, str] | None = None,
+    records: Mapping[tuple[str, str], CalibrationRecord] | None = None,
 ) -> tuple[str, list[Change], list[Change]]:
     """Apply ``edits`` to a case file's text: ``(new text, changes, skipped)``.
 
@@ -98,6 +101,10 @@ def apply_edits(
     one of the two), and so is a value the file does not hold as a number. Edits of a
     variant whose budget is borrowed (``budget_like``) are skipped, one entry per variant.
     ``provenance`` (command, when): named in the header when anything changed.
+    ``records``: (case, variant) -> the calibration record written as
+    ``[<case>.provenance.<variant>]`` (numcheck.numerics.budget_provenance), replacing the
+    one there, when a value of that variant changed or the record names other evidence
+    (its command, date and torch version alone are not news).
     """
     import tomlkit
     from tomlkit.exceptions import TOMLKitError
@@ -153,6 +160,10 @@ def apply_edits(
         else:
             _set(holder, key, edit.value, edit.comment)
         changes.append(Change(edit.where, old, edit.value))
+    for (case, variant), record in (records or {}).items():
+        note = _set_record(doc, case, variant, record, changes, created)
+        if note is not None:
+            changes.append(note)
     for table in created:
         # A blank line after a new table, before whatever follows, like the others.
         last = next(reversed(table.value.body), (None, None))[1]
@@ -171,19 +182,20 @@ def apply_edits(
 
 
 def write_edits(
-    path: Path, edits: Sequence[Edit], provenance: tuple[str, str] | None = None
+    path: Path, edits: Sequence[Edit], provenance: tuple[str, str] | None = None,
+    records: Mapping[tuple[str, str], CalibrationRecord] | None = None,
 ) -> tuple[list[Change], list[Change]]:
     """Apply ``edits`` to the case file at ``path`` in place: ``(changes, skipped)``.
 
     The file is replaced atomically (a temporary file renamed over it), and only when
-    something changed; ``provenance`` as for :func:`apply_edits`.
+    something changed; ``provenance`` and ``records`` as for :func:`apply_edits`.
     """
     try:
         text = path.read_text()
     except OSError as exc:
         raise CaseWriteError(f"{path}: cannot read it ({exc})") from exc
     try:
-        new, changes, skipped = apply_edits(text, edits, provenance)
+        new, changes, skipped = apply_edits(text, edits, provenance, records)
     except CaseWriteError as exc:
         raise CaseWriteError(f"{path}: {exc}") from exc
     if changes:
@@ -235,6 +247,48 @@ def _provenance_lines(entry: str, width: int) -> list[str]:
     parts = textwrap.wrap(entry, width - len(PROVENANCE), break_long_words=False,
                           break_on_hyphens=False) or [""]
     return [PROVENANCE + parts[0], *(_CONTINUED + part for part in parts[1:])]
+
+
+#: Record keys whose change alone is no reason to rewrite a record: the same evidence
+#: measured again by another command line, on another day or torch build.
+_NOT_NEWS = frozenset({"command", "date", "torch"})
+
+
+def _set_record(doc: Any, case: str, variant: str, record: CalibrationRecord,
+                changes: list[Change], created: list[Any]) -> Change | None:
+    """Write ``record`` as ``[<case>.provenance.<variant>]`` when news: a value of the
+    variant changed, or the evidence differs (pool, devices, seeds, what was accepted)."""
+    import tomlkit
+
+    prefix = f"{case}.budget.{variant}."
+    old = doc.get(case, {}).get(RECORDS, {}).get(variant)
+    new = record.as_table()
+    same = isinstance(old, dict) and set(old) == set(new) and all(
+        _plain(old.get(k)) == v for k, v in new.items() if k not in _NOT_NEWS)
+    if same and not any(c.where.startswith(prefix) for c in changes):
+        return None
+    table = _table(doc, (case, RECORDS, variant), create=True, created=created)
+    for key in list(table):
+        del table[key]
+    for key, value in new.items():
+        if key == "accepted":  # one line per entry: each is a sentence
+            value = tomlkit.array(value).multiline(True)
+        table[key] = value
+    if old is None:
+        table.comment("what set these budget tables; read by the next calibration")
+        table.trivia.comment_ws = "  "
+    return Change(f"{case}.{RECORDS}.{variant}", None, None,
+                  f"recorded: pool {', '.join(record.pool)}; devices "
+                  f"{', '.join(record.devices)}; {record.seed_text()}"
+                  + (f"; accepted past the honest limits: {len(record.accepted)}"
+                     if record.accepted else ""))
+
+
+def _plain(value: Any) -> Any:
+    """A tomlkit value as plain Python (arrays as lists)."""
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value.unwrap() if hasattr(value, "unwrap") else value
 
 
 def _lender(doc: Any, keys: tuple[str, ...]) -> str | None:

@@ -14,11 +14,16 @@ Pure of pytest; the family itself lives with the tests (tests/honest.py) and is 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from numcheck.calibrate.headroom import (  # noqa: F401 (the rule's names, as this module had)
+    DEFAULT_HEADROOM,
+    FLOORS,
+    HEADROOM,
+    budget_value,
+)
 from numcheck.cases import Case
 from numcheck.numerics.against_golden import check
 from numcheck.numerics.budgets import ERROR_METRICS
@@ -27,15 +32,6 @@ from numcheck.ops.spec import VariantError
 from numcheck.result import CheckResult
 from numcheck.selftest import fresh_golden, held_to
 
-#: Headroom over the honest family's worst (docs/budgets.md). Widths, fractions and the hard
-#: band take the project's usual 2x. The element ratio against the rounding reference takes
-#: less: a bug whose worst element is 2x the worst honest error on the same inputs should
-#: fail, so its budget should stay near the honest worst; 1.25x of the worst over 20+ seeds
-#: leaves room for unseen seeds (the held-out run in docs/reliability.md checks it).
-HEADROOM = {"max_err_ratio": 1.25}
-DEFAULT_HEADROOM = 2.0
-#: Floors of a budget measured at 0 everywhere (never demand bit-exactness across machines).
-FLOORS = {"rel_fro": 1e-7, "calc_diff": 1e-14, "tie_band_rel": 1e-6, "max_err_ratio": 1.0}
 #: Metrics :func:`suggest` writes into case files.
 GATED = ("rel_fro", "calc_diff", "frac_outside", "max_err_ratio", "max_band_ratio")
 
@@ -99,18 +95,29 @@ def merge_worst(target: dict[str, float], row: Mapping[str, float]) -> None:
             target[key] = max(target.get(key, 0.0), value)
 
 
-def _round_up(x: float) -> float:
-    """Round up to two significant digits (0 stays 0)."""
-    if x <= 0 or not math.isfinite(x):
-        return x
-    exp = math.floor(math.log10(x)) - 1
-    return math.ceil(round(x / 10**exp, 6)) * 10**exp
-
-
 def budget_from(worst: Mapping[str, float], metric: str) -> float:
-    """The budget of ``metric`` given the honest family's worst (headroom, floor, rounding)."""
-    value = worst.get(metric, 0.0) * HEADROOM.get(metric, DEFAULT_HEADROOM)
-    return _round_up(max(value, FLOORS.get(metric, 0.0)))
+    """The budget of ``metric`` given the honest family's worst: the headroom rule of
+    :mod:`numcheck.calibrate.headroom` (1.25x for ``max_err_ratio``, 2x otherwise; floors;
+    two significant digits rounded up)."""
+    return budget_value(metric, worst.get(metric, 0.0))
+
+
+def family_findings(calibration: Mapping[str, Any], cases: Sequence[Case]) -> list[Any]:
+    """Members of a family whose measurements no honest implementation of its class
+    produces (:func:`numcheck.calibrate.guard.suspects`), from :func:`measure_family`
+    results keyed ``"<op>::<case>" -> precision -> result``: a family that holds a bug must
+    not set a budget. Judged per member where the result keeps ``by_variant``, else on the
+    family's worst."""
+    from numcheck.calibrate import guard
+
+    findings: list[guard.Finding] = []
+    for case in cases:
+        op = get_op(case.op)
+        for precision, result in calibration.get(f"{case.op}::{case.id}", {}).items():
+            members = result.get("by_variant") or {f"the {precision} family": result["worst"]}
+            cls = op.variants[precision].precision if precision in op.variants else precision
+            findings += guard.suspects(case.id, precision, cls, op.output_precision, members)
+    return findings
 
 
 def suggest(calibration: Mapping[str, Any], cases: Sequence[Case]) -> str:

@@ -20,38 +20,28 @@ written file's header (``# set by: pytest ... (<date>, <device>, torch <version>
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from numcheck.calibrate import (
-    LOWER_IS_WORSE,
-    MEASURED_BY,
-    References,
-    Worst,
-    WorstTable,
-    calibration_seeds,
-    measure_variant,
-    pool,
-    suggest_values,
-)
+from numcheck.calibrate import LOWER_IS_WORSE, References, calibration_seeds, measure_variant
 from numcheck.calibrate.casewriter import CaseWriteError, Change, Edit, format_number, write_edits
-from numcheck.numerics.budgets import ERROR_METRICS
+from numcheck.calibrate.guard import SUSPECT, Finding, accepted_notes, blocking
+from numcheck.calibrate.plan import COLUMN, RunInfo, groups, plan_numerics, table_out
 from numcheck.perf.thresholds import BAND, QUANTILE, propose_speedup_min
 from numcheck.plugin.calibration_options import RUN_FORMAT, Settings
 from numcheck.plugin.options import (
+    CALIBRATE_ACCEPT_OPTION,
     CALIBRATE_POOL_OPTION,
+    CALIBRATE_RENEW_OPTION,
     CALIBRATE_WITH_OPTION,
     CALIBRATE_WRITE_OPTION,
 )
 
 #: ``report.user_properties`` name of a check's measurements (a list of plain dicts).
 PROPERTY = "numcheck_calibration"
-#: Width of ``key = value`` before the comment in printed tables.
-_COLUMN = 28
 
 
 class CalibrationMode:
@@ -68,6 +58,11 @@ class CalibrationMode:
         self._refs: References | None = None
         #: Set at session finish when the selected checks all skipped (exit status 1).
         self.nothing_measured = False
+        #: What the terminal summary prints (a line starting with NUL is a separator title).
+        self.summary: list[str] = []
+        #: (case file, case, variant) of every selected check: a pool member with a check of
+        #: its own is measured there, any other here.
+        self.selected: set[tuple[Any, str, str]] = set()
 
     # -- one check ----------------------------------------------------------------------
 
@@ -95,31 +90,63 @@ class CalibrationMode:
 
     def _numerics(self, op: Any, case: Any, variant: str, device: str,
                   common: dict[str, Any]) -> list[dict[str, Any]]:
-        seeds = calibration_seeds(case, self.settings.fresh or 0, self.settings.first_seed)
+        settings = self.settings
+        # The table's calibration record: the next run measures the same pool on the same
+        # seeds unless told otherwise (docs/budgets.md, "Calibration remembers").
+        record = case.provenance.get(variant) if variant not in case.budget_like else None
+        reused = None if settings.renew else record
+        fresh, first = settings.fresh or 0, settings.first_seed
+        if reused is not None and not settings.fresh_given:
+            fresh = reused.fresh_seeds
+        if reused is not None and not settings.first_seed_given:
+            first = reused.first_fresh_seed
+        pool, pool_from = self._pool(variant, reused)
+        seeds = calibration_seeds(case, fresh, first)
         refs = self._references(op, case, device)
         budget = case.budgets[variant]
         topk = op.topk.indices if op.topk is not None else None
         gated = {name: sorted(ob.limits) for name, ob in budget.outputs.items()}
+        limits: dict[str, dict[str, float]] = {
+            name: dict(ob.limits) for name, ob in budget.outputs.items()}
         if budget.topk is not None and topk is not None:
             gated[topk] = sorted(budget.topk.limits)
+            limits[topk] = {**budget.topk.limits, f"tie_band_{budget.topk.tie_band_kind}":
+                            budget.topk.tie_band}
         expect = case.expect.get(variant)
-        base = {**common, "kind": "numerics", "seeds": list(seeds),
-                "k": int(case.params.get("index_topk", 0) or 0), "topk_output": topk,
-                "gated": gated, "reference": op.reference, "reference_device": refs.device,
-                "budget_like": case.budget_like.get(variant)}
+        missing = [m for m in pool if m not in op.variants]
+        base = {**common, "kind": "numerics", "seeds": list(seeds), "fresh": fresh,
+                "first_seed": first, "k": int(case.params.get("index_topk", 0) or 0),
+                "topk_output": topk, "gated": gated, "reference": op.reference,
+                "reference_device": refs.device, "budget_like": case.budget_like.get(variant),
+                "precision": op.variants[variant].precision,
+                "output_precision": dict(op.output_precision)}
         out = [{**base, "variant": variant, "runs": True,
-                "expect": list(expect.fails) if expect else [],
-                "table": _table_out(measure_variant(op, case, variant, device, seeds, refs))}]
-        # Pool members the case does not run are measured with this variant's budget.
-        for member in self.settings.pools.get(variant, ()):
-            if member == variant or member in case.variants or member == op.reference:
+                "expect": list(expect.fails) if expect else [], "pool": pool,
+                "pool_from": pool_from, "pool_missing": missing, "limits": limits,
+                "record": record.as_table() if record is not None else None,
+                "table": table_out(measure_variant(op, case, variant, device, seeds, refs))}]
+        # Pool members without a check selected in this run are measured here, with this
+        # variant's budget (a member the case runs but -k or a node id left out included).
+        for member in pool:
+            if member in (variant, op.reference) or (case.source, case.id,
+                                                     member) in self.selected:
                 continue
-            if device not in op.variants[member].devices:
+            if member in missing or device not in op.variants[member].devices:
                 continue
             table = measure_variant(op, case, member, device, seeds, refs, budget=budget)
             out.append({**base, "variant": member, "runs": False, "expect": [],
-                        "table": _table_out(table)})
+                        "table": table_out(table)})
         return out
+
+    def _pool(self, variant: str, record: Any) -> tuple[list[str], str | None]:
+        """The variants budgeted with ``variant`` (itself first), and where that came from:
+        a --numcheck-calibrate-pool naming it, else its calibration record's pool."""
+        for members in self.settings.pools.values():
+            if variant in members:
+                return [variant, *(m for m in members if m != variant)], "option"
+        if record is not None and len(record.pool) > 1:
+            return [variant, *(m for m in record.pool if m != variant)], "record"
+        return [variant], None
 
     def _speed(self, op: Any, case: Any, variant: str, device: str, state: Any,
                common: dict[str, Any]) -> dict[str, Any]:
@@ -155,6 +182,8 @@ class CalibrationMode:
         from numcheck.ops.registry import get_op
 
         self.order = [item.nodeid for item in session.items]
+        self.selected = {(item.case.source, item.case.id, getattr(item, "variant", ""))
+                         for item in session.items if hasattr(item, "case")}
         for item in session.items:
             case = getattr(item, "case", None)
             members = self.settings.pools.get(getattr(item, "variant", ""), ())
@@ -186,11 +215,17 @@ class CalibrationMode:
                 self.payloads.extend(value)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        """Exit 0 when the selected checks were measured: measuring is not gating, so a
-        value over its current budget fails nothing. A real error keeps its own non-zero
-        status (a variant that raised fails its item; a bad case file is a collection error;
-        no check selected is a usage error); selected checks that all skipped measured
-        nothing, which a calibration step in a script must not take for success."""
+        """Suggest, and on request write; the exit status says whether that went through.
+
+        Exit 0 when the selected checks were measured: measuring is not gating, so a value
+        over its current budget fails nothing. Exit 1 when a selected variant looks like a
+        bug (its measurements would make a budget no honest implementation of its class
+        needs) and no --numcheck-calibrate-accept names it, or when a write is refused
+        (numcheck.calibrate.guard): then nothing is written. A real error keeps its own
+        non-zero status (a variant that raised fails its item; a bad case file is a
+        collection error; no check selected is a usage error); selected checks that all
+        skipped measured nothing, which a calibration step in a script must not take for
+        success."""
         from numcheck.plugin.workers import is_worker
 
         if is_worker(self.config) or self.config.option.collectonly:
@@ -198,6 +233,11 @@ class CalibrationMode:
         if exitstatus == 0 and not self.payloads:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
             self.nothing_measured = True
+            return
+        if self.payloads:
+            self.summary, refused = self._conclude()
+            if refused and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -211,221 +251,86 @@ class CalibrationMode:
             tr.write_line("numcheck calibrate: no check measured anything (all skipped, "
                           f"deselected or failed){status}")
             return
+        for line in self.summary:
+            if line.startswith("\0"):
+                tr.write_sep("=", line[1:])
+            else:
+                tr.write_line(line)
+
+    def _conclude(self) -> tuple[list[str], bool]:
+        """The lines the terminal summary prints, and whether the run refused anything
+        (numerics plan, speed proposals, findings, writes)."""
+        settings = self.settings
         order = {nodeid: i for i, nodeid in enumerate(self._order())}
         payloads = sorted(self.payloads, key=lambda p: order.get(p["nodeid"], len(order)))
+        out: list[str] = []
         edits: dict[str, list[Edit]] = {}
         numerics = [p for p in payloads if p["kind"] == "numerics"]
-        earlier = [p for p in self.settings.earlier if p["kind"] == "numerics"]
+        earlier = [p for p in settings.earlier if p["kind"] == "numerics"]
         speed = combine_speed([p for p in payloads if p["kind"] == "speed"],
-                              [p for p in self.settings.earlier if p["kind"] == "speed"])
+                              [p for p in settings.earlier if p["kind"] == "speed"])
+        from datetime import date
+
+        run = RunInfo(_command(self.config), date.today().isoformat(), _torch(),
+                      settings.fresh or 0, settings.first_seed, CALIBRATE_ACCEPT_OPTION)
+        plan = plan_numerics(numerics, run, earlier=earlier, accepted=settings.accepted)
         sections = []
-        if self.settings.fresh is not None:
+        if settings.fresh is not None:
             sections.append((f"suggested budgets ({_device(numerics)}, torch {_torch()})",
-                             numerics_section(numerics, self.settings, earlier)))
-        if self.settings.speed_runs is not None:
-            runs = self.settings.speed_runs
+                             (plan.lines, plan.edits)))
+        if settings.speed_runs is not None:
+            runs = settings.speed_runs
             sections.append((f"suggested speedup_min ({_device(speed)}, {runs} runs each)",
-                             speed_section(speed, self.settings)))
+                             speed_section(speed, settings)))
         for title, (lines, found) in sections:
-            tr.write_sep("=", f"numcheck calibrate: {title}")
-            for line in lines:
-                tr.write_line(line)
+            out.append(f"\0numcheck calibrate: {title}")
+            out += lines
             _merge(edits, found)
-        if self.settings.json_path is not None:
-            save_run(self.settings.json_path, payloads)
-            tr.write_line(f"numcheck calibrate: measurements saved to {self.settings.json_path} "
-                          f"(pool them into another run with {CALIBRATE_WITH_OPTION} PATH)")
-        if not self.settings.write:
-            tr.write_line(f"numcheck calibrate: nothing written; {CALIBRATE_WRITE_OPTION} writes "
-                          "these values into the case files")
-            return
+        if settings.json_path is not None:
+            save_run(settings.json_path, payloads)
+            out.append(f"numcheck calibrate: measurements saved to {settings.json_path} "
+                       f"(pool them into another run with {CALIBRATE_WITH_OPTION} PATH)")
+        stands = blocking(plan.findings, settings.accepted, settings.renew)
+        suspects = [f for f in stands if f.kind in SUSPECT]
+        out += refusal_lines(stands, write=settings.write)
+        notes = accepted_notes(plan.findings, settings.accepted, CALIBRATE_ACCEPT_OPTION)
+        for (case, variant), texts in notes.items():
+            out.append(f"numcheck calibrate: {case}: {variant}'s tables take measurements "
+                       f"accepted past the honest limits ({CALIBRATE_ACCEPT_OPTION}); the "
+                       "record keeps why:")
+            out += [f"  {t}" for t in texts]
+        if not settings.write:
+            out.append(f"numcheck calibrate: nothing written; {CALIBRATE_WRITE_OPTION} writes "
+                       "these values into the case files")
+            return out, bool(suspects)
+        if stands:
+            return out, True
         if not edits:
-            tr.write_line("numcheck calibrate: no value to write")
-        provenance = (_command(self.config), _when(payloads))
+            out.append("numcheck calibrate: no value to write")
+        provenance = (run.command, _when(payloads))
         for path, file_edits in edits.items():
             shown = _rel(Path(path), self.config.rootpath)
+            records = {key: replace(rec, accepted=tuple(notes.get(key, ())))
+                       for key, rec in plan.records.get(path, {}).items()}
             try:
-                changes, skipped = write_edits(Path(path), file_edits, provenance)
+                changes, skipped = write_edits(Path(path), file_edits, provenance, records)
             except CaseWriteError as exc:
-                tr.write_line(f"numcheck calibrate: {exc}: nothing written to it")
+                out.append(f"numcheck calibrate: {exc}: nothing written to it")
                 continue
-            tr.write_line(f"numcheck calibrate: {shown}: {len(changes)} value(s) changed")
+            values = [c for c in changes if c.old is not None or c.new is not None]
+            out.append(f"numcheck calibrate: {shown}: {len(values)} value(s) changed")
             for change in changes:
-                tighter = "  (tighter than before)" if _tighter(
-                    change) else ""
-                tr.write_line(f"  {change.describe()}{tighter}")
+                tighter = "  (tighter than before)" if _tighter(change) else ""
+                out.append(f"  {change.describe()}{tighter}")
             for skip in skipped:
-                tr.write_line(f"  not written: {skip.describe()}")
+                out.append(f"  not written: {skip.describe()}")
+        return out, False
 
     def _order(self) -> list[str]:
         return self.order
 
 
-# -- from measurements to tables (pure) ----------------------------------------------------
-
-
-def _table_out(table: WorstTable) -> dict[str, dict[str, list[Any]]]:
-    return {o: {m: w.as_list() for m, w in row.items()} for o, row in table.items()}
-
-
-def _table_in(data: dict[str, dict[str, list[Any]]]) -> WorstTable:
-    return {o: {m: Worst.from_list(w) for m, w in row.items()} for o, row in data.items()}
-
-
-@dataclass
-class _Group:
-    """The payloads of one case file's case, in order."""
-
-    source: str
-    path: str
-    case: str
-    payloads: list[dict[str, Any]]
-
-
-def _groups(payloads: list[dict[str, Any]]) -> Iterator[_Group]:
-    groups: dict[tuple[str, str], _Group] = {}
-    for p in payloads:
-        key = (p["path"], p["case"])
-        if key not in groups:
-            groups[key] = _Group(p["source"], p["path"], p["case"], [])
-        groups[key].payloads.append(p)
-    return iter(groups.values())
-
-
-def numerics_section(
-    payloads: list[dict[str, Any]], settings: Settings,
-    earlier: list[dict[str, Any]] | None = None,
-) -> tuple[list[str], dict[str, list[Edit]]]:
-    """The printed budget tables and the edits that write them, per case file.
-
-    ``earlier``: numerics payloads of earlier runs (``--numcheck-calibrate-with``, e.g. the
-    same cases on a GPU); a variant's budget then covers its worst on every device.
-    """
-    if not payloads:
-        return ["numcheck calibrate: no numerics check ran"], {}
-    first = payloads[0]
-    fresh = settings.fresh or 0
-    span = f" ({settings.first_seed}..{settings.first_seed + fresh - 1})" if fresh else ""
-    lines = [
-        (f"# seeds: each case's own + {fresh} fresh{span}; reference: {first['reference']} "
-         f"recomputed on {first['reference_device']} (no golden read)"),
-        ("# policy (docs/budgets.md): errors 2x the worst, rounded up to 2 digits; recall "
-         "floors 2x the worst miss; tie bands 2x the widest near-tie"),
-    ]
-    before: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for p in earlier or []:
-        before.setdefault((p["source"], p["case"], p["variant"]), []).append(p)
-    edits: dict[str, list[Edit]] = {}
-    source = None
-    for group in _groups(payloads):
-        if group.source != source:
-            source = group.source
-            lines += ["", f"# {source}"]
-        measured: dict[str, list[dict[str, Any]]] = {}
-        for p in group.payloads:
-            measured.setdefault(p["variant"], []).append(p)
-        for variant, found in list(measured.items()):
-            found += before.get((group.source, group.case, variant), [])
-        # A variant that takes another's budgets (budget_like) shares that one table: its
-        # measurements are pooled into the lender's suggestion, never written as copies.
-        borrowers: dict[str, list[str]] = {}
-        for p in group.payloads:
-            if p["runs"] and p.get("budget_like") and not _known_bad(p):
-                borrowers.setdefault(p["budget_like"], []).append(p["variant"])
-        for p in group.payloads:
-            if not p["runs"]:
-                continue
-            variant = p["variant"]
-            known_bad = _known_bad(p)
-            if known_bad:
-                lines.append(f"# {group.case}: {variant} is known-bad (expect: "
-                             f"{', '.join(known_bad)}): not budgeted")
-                continue
-            lender = p.get("budget_like")
-            if lender:
-                pooled = ("its measurements are pooled into that table" if lender in measured
-                          else f"select {lender} too to budget both: nothing suggested")
-                lines.append(f"# {group.case}: {variant} takes {lender}'s budgets "
-                             f"(budget_like): {pooled}")
-                continue
-            members = _pool_of(variant, settings.pools, measured)
-            members += [b for b in borrowers.get(variant, []) if b not in members]
-            parts = [q for m in members for q in measured[m] if _informative(q)]
-            if not parts:
-                lines.append(f"# {group.case}: {variant} is the reference, computed on "
-                             f"{p['device']} like the one it is compared with: nothing to "
-                             "budget (run on the GPU to budget its drift there)")
-                continue
-            devices = {q["device"] for q in parts}
-            labels = [_label(q, devices) for q in parts]
-            table = pool(_relabel(_table_in(q["table"]), label)
-                         for q, label in zip(parts, labels, strict=True))
-            if len(devices) == 1 and _exact(table):
-                lines.append(f"# {group.case}: {variant} equals the reference bit for bit on "
-                             f"{p['device']}: these are floors; measure the devices it is gated "
-                             f"on too ({CALIBRATE_WITH_OPTION})")
-            for output, row in table.items():
-                topk = output == p["topk_output"]
-                cells = suggest_values({m: w.value for m, w in row.items()}, topk=topk,
-                                       k=p["k"], gated=p["gated"].get(output, ()))
-                header = f"[{group.case}.budget.{variant}.{output}]"
-                lines.append(header if len(parts) == 1 else
-                             f"{header}  # pooled: worst of {', '.join(labels)}")
-                for key, value in cells.items():
-                    worst = row.get(MEASURED_BY.get(key, key))
-                    lines.append(_cell(key, value, _worst_text(key, worst, len(parts) > 1)))
-                    edits.setdefault(group.path, []).append(
-                        Edit((group.case, "budget", variant, output), key, value))
-    return lines, edits
-
-
-def _known_bad(payload: dict[str, Any]) -> list[str]:
-    """The expected failures of a known-bad variant that name one of its outputs."""
-    return [f for f in payload["expect"] if f.partition(".")[0] in payload["table"]]
-
-
-def _exact(table: WorstTable) -> bool:
-    """Every error metric 0 on every seed (tf32 on a CPU, which computes it in IEEE fp32)."""
-    values = [w.value for row in table.values() for m, w in row.items() if m in ERROR_METRICS]
-    return bool(values) and not any(values)
-
-
-def _informative(payload: dict[str, Any]) -> bool:
-    """False for the reference compared with itself on the device it was computed on."""
-    return not (payload["variant"] == payload["reference"]
-                and payload["reference_device"] == payload["device"])
-
-
-def _label(payload: dict[str, Any], devices: set[str]) -> str:
-    return payload["variant"] if len(devices) == 1 else f"{payload['variant']} {payload['device']}"
-
-
-def _relabel(table: WorstTable, label: str) -> WorstTable:
-    return {o: {m: replace(w, variant=label) for m, w in row.items()} for o, row in table.items()}
-
-
-def _pool_of(variant: str, pools: dict[str, tuple[str, ...]],
-             tables: dict[str, Any]) -> list[str]:
-    """The measured variants budgeted together with ``variant`` (itself first)."""
-    for members in pools.values():
-        if variant in members:
-            return [variant, *(m for m in members if m != variant and m in tables)]
-    return [variant]
-
-
-def _worst_text(key: str, worst: Worst | None, pooled: bool) -> str:
-    if worst is None:
-        return ""
-    what = "widest near-tie" if key == "tie_band_rel" else "worst"
-    if worst.value == (1.0 if key in LOWER_IS_WORSE else 0.0):
-        return f"{what} {worst.value:g} on every seed"
-    where = f"{worst.variant}, seed {worst.seed}" if pooled else f"seed {worst.seed}"
-    return f"{what} {worst.value:.3g} ({where})"
-
-
-def _cell(key: str, value: float, comment: str) -> str:
-    text = f"{key} = {format_number(value)}"
-    return f"{text:<{_COLUMN}}# {comment}" if comment else text
+# -- speed proposals (pure) ----------------------------------------------------------------
 
 
 def speed_section(
@@ -440,7 +345,7 @@ def speed_section(
              f"within {BAND:.0%} of 1; known-bad variants (expect perf.speedup_min) keep failing")]
     edits: dict[str, list[Edit]] = {}
     source = None
-    for group in _groups(payloads):
+    for group in groups(payloads):
         if group.source != source:
             source = group.source
             lines += ["", f"# {source}"]
@@ -463,7 +368,7 @@ def speed_section(
                 continue
             lines.append(header)
             value = f"speedup_min = {{ {device} = {format_number(proposal.threshold)} }}"
-            lines.append(f"{value:<{_COLUMN + 4}}# {proposal.reason}; {evidence}")
+            lines.append(f"{value:<{COLUMN + 4}}# {proposal.reason}; {evidence}")
             if not proposal.keep:
                 edits.setdefault(group.path, []).append(
                     Edit(table, "speedup_min", proposal.threshold, sub=device))
@@ -513,6 +418,41 @@ def save_run(path: Path, payloads: list[dict[str, Any]]) -> None:
             "devices": sorted({p["device"] for p in payloads}), "payloads": payloads}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1))
+
+
+def refusal_lines(findings: list[Finding], *, write: bool) -> list[str]:
+    """The findings that stand, as the terminal summary says them: what was (or would be)
+    refused and the way out of each kind."""
+    if not findings:
+        return []
+    suspects = [f for f in findings if f.kind in SUSPECT]
+    others = [f for f in findings if f.kind not in SUSPECT]
+    lines = [("numcheck calibrate: refused to write; nothing written (exit status 1):" if write
+              else f"numcheck calibrate: {CALIBRATE_WRITE_OPTION} would refuse these tables"
+              + (" (exit status 1: a selected variant looks like a bug):" if suspects else ":"))]
+    if suspects:
+        lines.append("  a selected variant looks like a bug, not an honest implementation of "
+                     "its class (docs/budgets.md, \"What calibration refuses\"):")
+        heads: dict[tuple[str, str], list[str]] = {}
+        for f in suspects:  # one entry per variant and case: its worst element, then why
+            entry = heads.setdefault((f.case, f.variant), [f"  - {f.head}"])
+            entry += [f"      {d}" for d in f.details]
+        for entry in heads.values():
+            lines += entry
+        names = ",".join(dict.fromkeys(f.variant.split()[0] for f in suspects))
+        lines.append("    Fix: a variant past its class's honest limits is the suspect: keep its "
+                     "budget and fix it (run 'reproduce' with --numcheck-explain to see where "
+                     "it strays); budgets come from the class's honest implementations. If it "
+                     "is honest and rounds where the class's envelope does not (a scheme of "
+                     f"its own), write anyway with {CALIBRATE_ACCEPT_OPTION} {names}: the case "
+                     "file records it")
+    for f in others:
+        first, *rest = f.text.split("\n")
+        lines.append(f"  - {first}")
+        lines += [f"      {r}" for r in rest]
+    if any(f.kind in ("record", "unrecorded") for f in others):
+        lines.append(f"    ({CALIBRATE_RENEW_OPTION} sets tables from this run alone)")
+    return lines
 
 
 def _merge(into: dict[str, list[Edit]], more: dict[str, list[Edit]]) -> None:

@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 
 from numcheck.plugin.options import (
+    CALIBRATE_ACCEPT_OPTION,
     CALIBRATE_FIRST_SEED_OPTION,
     CALIBRATE_JSON_OPTION,
     CALIBRATE_MARGIN_OPTION,
     CALIBRATE_OPTION,
     CALIBRATE_POOL_OPTION,
+    CALIBRATE_RENEW_OPTION,
     CALIBRATE_SPEED_OPTION,
     CALIBRATE_WITH_OPTION,
     CALIBRATE_WRITE_OPTION,
@@ -33,7 +35,8 @@ from numcheck.plugin.options import (
 
 #: The options that switch calibration on or change what it does (each needs --numcheck).
 CALIBRATION_FLAGS = (CALIBRATE_OPTION, CALIBRATE_WRITE_OPTION, CALIBRATE_POOL_OPTION,
-                     CALIBRATE_SPEED_OPTION, CALIBRATE_JSON_OPTION, CALIBRATE_WITH_OPTION)
+                     CALIBRATE_SPEED_OPTION, CALIBRATE_JSON_OPTION, CALIBRATE_WITH_OPTION,
+                     CALIBRATE_ACCEPT_OPTION, CALIBRATE_RENEW_OPTION)
 #: The format tag of a --numcheck-calibrate-json file.
 RUN_FORMAT = 1
 #: Fresh seeds when ``--numcheck-calibrate`` is given without ``=N``.
@@ -112,6 +115,17 @@ def add_options(group: Any) -> None:
         "device measured (repeatable).",
     )
     group.addoption(
+        CALIBRATE_ACCEPT_OPTION, metavar="V1,V2,...", action="append", default=[],
+        help="write budgets although these variants' measurements look like a bug's (past "
+        "their class's honest limits, or a borrower widening its lender): calibration refuses "
+        "them otherwise; the case file records the override (repeatable).",
+    )
+    group.addoption(
+        CALIBRATE_RENEW_OPTION, action="store_true", default=False,
+        help="set the selected budget tables from this run alone: ignore the pool, seeds and "
+        "devices their calibration records name, and tighten values nothing recorded.",
+    )
+    group.addoption(
         CALIBRATE_MARGIN_OPTION, type=_fraction, default=0.05, metavar="M",
         help="speed calibration: threshold = lower speedup of the K runs x (1 - M) "
         "(default 0.05).",
@@ -131,6 +145,13 @@ class Settings:
     #: Where to save this run's measurements, and earlier runs' measurements to pool in.
     json_path: Path | None = None
     earlier: tuple[dict[str, Any], ...] = ()
+    #: Variants whose bug-sized measurements may be written anyway, and whether the tables
+    #: are set from this run alone (the records' pool, seeds and devices not asked for).
+    accepted: tuple[str, ...] = ()
+    renew: bool = False
+    #: Whether the run named its fresh seeds / first seed (else a record's are reused).
+    fresh_given: bool = False
+    first_seed_given: bool = False
 
     @property
     def on(self) -> bool:
@@ -176,12 +197,18 @@ def settings_from_config(config: pytest.Config) -> Settings:
     earlier: list[dict[str, Any]] = []
     for name in get(CALIBRATE_WITH_OPTION):
         earlier += load_run(here / name)
+    accepted = tuple(dict.fromkeys(v.strip() for value in get(CALIBRATE_ACCEPT_OPTION)
+                                   for v in value.split(",") if v.strip()))
+    args = [str(a) for a in config.invocation_params.args]
     settings = Settings(fresh, get(CALIBRATE_FIRST_SEED_OPTION), pools,
                         bool(get(CALIBRATE_WRITE_OPTION)), speed, get(CALIBRATE_MARGIN_OPTION),
-                        json_path, tuple(earlier))
+                        json_path, tuple(earlier), accepted, bool(get(CALIBRATE_RENEW_OPTION)),
+                        fresh_given=any(a.startswith(CALIBRATE_OPTION + "=") for a in args),
+                        first_seed_given=any(a.startswith(CALIBRATE_FIRST_SEED_OPTION)
+                                             for a in args))
     if not settings.on:
         for name in (CALIBRATE_WRITE_OPTION, CALIBRATE_POOL_OPTION, CALIBRATE_JSON_OPTION,
-                     CALIBRATE_WITH_OPTION):
+                     CALIBRATE_WITH_OPTION, CALIBRATE_ACCEPT_OPTION, CALIBRATE_RENEW_OPTION):
             if get(name):
                 raise pytest.UsageError(f"{name} only works together with {CALIBRATE_OPTION} "
                                         f"(or {CALIBRATE_SPEED_OPTION}=K)")

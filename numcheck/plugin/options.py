@@ -32,6 +32,10 @@ CALIBRATE_SPEED_OPTION = "--numcheck-calibrate-speed"
 CALIBRATE_MARGIN_OPTION = "--numcheck-calibrate-margin"
 CALIBRATE_JSON_OPTION = "--numcheck-calibrate-json"
 CALIBRATE_WITH_OPTION = "--numcheck-calibrate-with"
+#: Write tables although the named variants look like bugs (recorded in the case file).
+CALIBRATE_ACCEPT_OPTION = "--numcheck-calibrate-accept"
+#: Set the selected tables from this run alone, whatever their calibration records say.
+CALIBRATE_RENEW_OPTION = "--numcheck-calibrate-renew"
 #: The option group: every option in it that takes a value is protected from pytest's
 #: rootdir determination (numcheck/plugin/rootdir_repair.py).
 GROUP = "numcheck"

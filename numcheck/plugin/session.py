@@ -662,15 +662,23 @@ class CheckItem(pytest.Item):
         return display_id(self.case, self.variant, self.device)
 
     def commands(self) -> Commands:
+        from numcheck.calibrate.family import honest_family
         from numcheck.report.budget_source import calibrate_command
 
         dev = f" {options.DEVICE_OPTION} {self.device}"
+        # A budget too tight is calibrated on the class's honest family, never on the
+        # failing variant alone (which would budget a bug in).
+        family = honest_family(get_op(self.case.op), self.case, self.variant, self.device)
         return Commands(
             reproduce=f"pytest {options.OPTION}{dev} {shlex.quote(self.nodeid)}",
             regenerate=f"pytest {options.OPTION} {options.REGEN_OPTION} "
             f"{shlex.quote(self.parent.nodeid)}",  # type: ignore[union-attr]
             calibrate=calibrate_command(
-                self.parent.nodeid, self.device),  # type: ignore[union-attr]
+                self.parent.nodeid, self.device,  # type: ignore[union-attr]
+                pool=family.pool_option(),
+                checks=[f"{self.parent.nodeid}::{v}[{self.device}]"  # type: ignore[union-attr]
+                        for v in family.select]),
+            family=family.precision,
         )
 
     def setup(self) -> None:

@@ -1,8 +1,9 @@
 """Where a budget comes from, and what to do when a check misses it.
 
 A budget miss has three usual causes, each with its own next step: the change under test is
-wrong (fix the variant), the budget is too tight for a correct variant (calibrate it), or the
-reference itself changed (regenerate the golden). The failure message names the budget's
+wrong (fix the variant), the budget is too tight for a correct variant (calibrate the honest
+family of its class, never the variant alone), or the reference itself changed (regenerate
+the golden). When it is not clear which, the variant is the suspect. The failure message names the budget's
 location so the reader can tell which: the case file and line of the key
 (``cases/indexer.toml:24``), or, for a value nobody wrote, the defaults row it comes from
 (``default for bf16 from numcheck/numerics/budgets.py``). A variant whose table says ``budget_like =
@@ -118,19 +119,32 @@ def budget_location(
             f"[{case}.budget.{tables}.{output}] {metric} to override)")
 
 
-def calibrate_command(case_nodeid: str, device: str) -> str:
-    """The command that measures a case's variants over fresh seeds and suggests budgets."""
-    return (f"pytest --numcheck --numcheck-calibrate --numcheck-device {device} "
-            f"{shlex.quote(case_nodeid)}")
+def calibrate_command(case_nodeid: str, device: str, *, pool: str = "",
+                      checks: Sequence[str] = ()) -> str:
+    """The command that measures a case's variants over fresh seeds and suggests budgets;
+    ``pool``: a ``--numcheck-calibrate-pool`` option naming the honest family to measure;
+    ``checks``: the node ids to run instead of the whole case (the family's checks)."""
+    targets = " ".join(shlex.quote(c) for c in checks) or shlex.quote(case_nodeid)
+    command = f"pytest --numcheck --numcheck-calibrate --numcheck-device {device} {targets}"
+    return f"{command} {pool}" if pool else command
 
 
-def next_steps(calibrate: str, regenerate: str) -> list[str]:
-    """The three causes of a budget miss and the step for each."""
+def next_steps(calibrate: str, regenerate: str, *, family: str = "") -> list[str]:
+    """The causes of a budget miss and the step for each. ``calibrate`` measures the
+    honest family of the variant's class (``family``: the class, for the wording), never
+    the failing variant alone: a calibration of a wrong variant budgets the bug in."""
+    who = f"the honest {family} family" if family else "the honest family of its class"
     return [
         "  next step:   my change is wrong -> fix the variant, then run 'reproduce'",
-        f"               my budget is too tight (a correct variant) -> measure it: {calibrate}",
-        ("               (add --numcheck-calibrate-write to set the suggested budgets in the "
-         "case file)"),
+        (f"               my budget is too tight (a correct variant) -> calibrate {who}, not "
+         f"this variant alone: {calibrate}"),
+        ("               (the family: the op's reference implementation of the class, your "
+         "other honest ones, the GEMMs numcheck.add_gemm_members registers; "
+         "--numcheck-calibrate-write sets its tables, a variant outside it takes them with "
+         "budget_like; docs/budgets.md, \"A budget for a new kernel\")"),
+        ("               not sure it is correct -> this variant is the suspect: change no "
+         "budget; 'reproduce' with --numcheck-explain shows where it strays, and a calibration "
+         "that pools it refuses to write past its class's honest limits"),
         f"               the reference changed -> {regenerate}",
     ]
 

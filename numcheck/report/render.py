@@ -25,8 +25,10 @@ class Commands:
 
     reproduce: str
     regenerate: str
-    #: Measures the variant's error over fresh seeds (for a budget too tight); optional.
+    #: Measures the honest family of the variant's class over fresh seeds (for a budget too
+    #: tight); optional. ``family``: that class, for the wording.
     calibrate: str = ""
+    family: str = ""
 
 
 #: "also:" lines shown after the worst violation.
@@ -142,7 +144,7 @@ def verdict_message(
     if commands.calibrate:
         from numcheck.report.budget_source import next_steps
 
-        tail += next_steps(commands.calibrate, commands.regenerate)
+        tail += next_steps(commands.calibrate, commands.regenerate, family=commands.family)
     return "\n".join([*lines, "", *tail])
 
 

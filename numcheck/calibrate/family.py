@@ -1,0 +1,64 @@
+"""The honest family a failed check's budget should be calibrated on, as a command.
+
+A budget miss of a correct variant means the budget is too tight for its precision class;
+the fix is to measure the class's honest implementations (the op's reference implementation
+of the class and its honest GEMM members, numcheck.precision.gemm_family), never the failing
+variant alone: a calibration of the variant alone budgets whatever it computes, a bug
+included. :func:`honest_family` says which pool to measure and which checks to run (the
+failing variant is left out where the case runs the class's reference implementation: it
+keeps its tables, or takes the family's with ``budget_like``); numcheck.report.budget_source
+words the command.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from numcheck.cases import Case
+from numcheck.ops.spec import OpSpec
+
+#: The pytest option that pools variants into one budget (numcheck.plugin.options).
+POOL_OPTION = "--numcheck-calibrate-pool"
+
+
+@dataclass(frozen=True)
+class Family:
+    """The honest family of one check's class: ``name`` is the variant whose tables it
+    sets (the pool's name), ``members`` the GEMM members pooled with it, ``select`` the
+    variants whose checks the calibration runs (the family's, and a borrower to see that
+    it fits its lender's tables)."""
+
+    precision: str
+    name: str
+    members: tuple[str, ...]
+    select: tuple[str, ...]
+
+    def pool_option(self) -> str:
+        """``--numcheck-calibrate-pool bf16=bf16,gemm_bf16_out,...`` ("" without members)."""
+        if not self.members:
+            return ""
+        return f"{POOL_OPTION} {self.name}={','.join((self.name, *self.members))}"
+
+
+def honest_family(op: OpSpec, case: Case, variant: str, device: str) -> Family:
+    """The family of ``variant``'s class in ``case``, with the op's honest GEMM members of
+    the class that run on ``device`` (registered by ``numcheck.add_gemm_members``):
+
+    - a variant that borrows its tables (``budget_like``): its lender's family, and the
+      variant itself measured to see that it fits;
+    - else the op's rounding reference of the class, when the case runs it: the failing
+      variant is left out (it keeps its tables, or takes the family's with ``budget_like``);
+    - else the variant pooled with the members (never alone where the op has members).
+    """
+    from numcheck.precision.gemm_family import member_name, members
+
+    precision = op.variants[variant].precision
+    lender = case.budget_like.get(variant)
+    reference = op.rounding_reference.get(precision)
+    gemms = tuple(member_name(g) for g in members(op, precision)
+                  if device in g.devices and not g.unavailable)
+    if lender is not None:
+        return Family(precision, lender, gemms, (lender, variant))
+    if reference is not None and reference != variant and reference in case.variants:
+        return Family(precision, reference, gemms, (reference,))
+    return Family(precision, variant, gemms, (variant,))

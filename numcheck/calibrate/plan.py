@@ -1,0 +1,388 @@
+"""From a calibration run's measurements to budget tables, the edits that write them, the
+records that say what set them, and the reasons not to write (pure: no torch, no pytest).
+
+``pytest --numcheck --numcheck-calibrate`` (:mod:`numcheck.plugin.calibration`) measures one
+(case, variant, device) check per item and ships what it measured as a plain dict (a
+*payload*) to the controller, which calls :func:`plan_numerics` once with all of them:
+
+- each variant's tables pool the worst of its pool (``--numcheck-calibrate-pool``, or the
+  pool its calibration record names), of the variants that borrow its budgets
+  (``budget_like``) and of earlier runs on other devices (``--numcheck-calibrate-with``),
+  turned into budgets by the headroom rule (:mod:`numcheck.calibrate.headroom`);
+- :mod:`numcheck.calibrate.guard` says what must not be written (a variant that looks like a
+  bug, a bit-exact floor, less evidence than the table's record, a mixed table);
+- a :class:`numcheck.numerics.budget_provenance.CalibrationRecord` per written variant says
+  what set its tables, for the case file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from numcheck.calibrate import (
+    LOWER_IS_WORSE,
+    MEASURED_BY,
+    Worst,
+    WorstTable,
+    guard,
+    pool,
+    suggest_values,
+)
+from numcheck.calibrate.casewriter import Edit, format_number
+from numcheck.numerics.budget_provenance import CalibrationRecord, parse_record
+from numcheck.numerics.budgets import BudgetError
+from numcheck.numerics.metric_names import ERROR_METRICS, TOPK_LIMITS
+
+#: Width of ``key = value`` before the comment in printed tables.
+COLUMN = 28
+#: Keys a mixed table is judged on: the gated limits (bands and counts are settings).
+_MIXED_KEYS = frozenset((*ERROR_METRICS, *TOPK_LIMITS))
+
+
+@dataclass
+class NumericsPlan:
+    """What :func:`plan_numerics` decided: the printed lines, the edits per case file, the
+    records per (case file, case, variant), and every finding against writing."""
+
+    lines: list[str]
+    edits: dict[str, list[Edit]] = field(default_factory=dict)
+    records: dict[str, dict[tuple[str, str], CalibrationRecord]] = field(default_factory=dict)
+    findings: list[guard.Finding] = field(default_factory=list)
+
+
+def table_out(table: WorstTable) -> dict[str, dict[str, list[Any]]]:
+    """A worst table as JSON-able lists (what a payload carries)."""
+    return {o: {m: w.as_list() for m, w in row.items()} for o, row in table.items()}
+
+
+def table_in(data: Mapping[str, Mapping[str, Sequence[Any]]]) -> WorstTable:
+    return {o: {m: Worst.from_list(w) for m, w in row.items()} for o, row in data.items()}
+
+
+@dataclass
+class _Group:
+    """The payloads of one case file's case, in order."""
+
+    source: str
+    path: str
+    case: str
+    payloads: list[dict[str, Any]]
+
+
+def groups(payloads: list[dict[str, Any]]) -> Iterator[_Group]:
+    """The payloads by (case file, case), in order of first appearance."""
+    found: dict[tuple[str, str], _Group] = {}
+    for p in payloads:
+        key = (p["path"], p["case"])
+        if key not in found:
+            found[key] = _Group(p["source"], p["path"], p["case"], [])
+        found[key].payloads.append(p)
+    return iter(found.values())
+
+
+def read_tables(path: str) -> dict[str, Any]:
+    """A case file's raw TOML (the values as written, before defaults fill them)."""
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What the records and the header say about the run: its command, date, torch."""
+
+    command: str = ""
+    date: str = ""
+    torch: str = ""
+    fresh: int = 0
+    first_seed: int = 0
+    accept_option: str = "--numcheck-calibrate-accept"
+
+
+def plan_numerics(
+    payloads: list[dict[str, Any]], run: RunInfo, *,
+    earlier: list[dict[str, Any]] | None = None,
+    accepted: Sequence[str] = (),
+    file_tables: Callable[[str], dict[str, Any]] = read_tables,
+) -> NumericsPlan:
+    """The budget tables of this run's numerics payloads, their edits, records and findings.
+
+    ``earlier``: numerics payloads of earlier runs (``--numcheck-calibrate-with``); a
+    variant's budget then covers its worst on every device. ``accepted``: variants whose
+    bug-sized measurements are pooled anyway (their findings are kept, the caller decides);
+    ``file_tables`` reads a case file's raw tables (for the values the file itself sets).
+    """
+    if not payloads:
+        return NumericsPlan(["numcheck calibrate: no numerics check ran"])
+    first = payloads[0]
+    span = (f" ({run.first_seed}..{run.first_seed + run.fresh - 1})" if run.fresh else "")
+    plan = NumericsPlan([
+        (f"# seeds: each case's own + {run.fresh} fresh{span}; reference: {first['reference']} "
+         f"recomputed on {first['reference_device']} (no golden read)"),
+        ("# policy (docs/budgets.md, the headroom rule): errors 2x the worst, max_err_ratio "
+         "1.25x, rounded up to 2 digits; recall floors 2x the worst miss; tie bands 2x the "
+         "widest near-tie"),
+    ])
+    before: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for p in earlier or []:
+        before.setdefault((p["source"], p["case"], p["variant"]), []).append(p)
+    source = None
+    for group in groups(payloads):
+        if group.source != source:
+            source = group.source
+            plan.lines += ["", f"# {source}"]
+        _plan_group(plan, group, before, run, tuple(accepted), file_tables)
+    return plan
+
+
+def _plan_group(plan: NumericsPlan, group: _Group,
+                before: dict[tuple[str, str, str], list[dict[str, Any]]], run: RunInfo,
+                accepted: tuple[str, ...], file_tables: Callable[[str], dict[str, Any]]) -> None:
+    lines = plan.lines
+    measured: dict[str, list[dict[str, Any]]] = {}
+    for p in group.payloads:
+        measured.setdefault(p["variant"], []).append(p)
+    for variant, found in list(measured.items()):
+        found += before.get((group.source, group.case, variant), [])
+    # A variant that takes another's budgets (budget_like) is held to that one table: its
+    # measurements must fit inside it (never widen it), and it is never written as copies.
+    borrowers: dict[str, list[str]] = {}
+    for p in group.payloads:
+        if p["runs"] and p.get("budget_like") and not known_bad(p):
+            borrowers.setdefault(p["budget_like"], []).append(p["variant"])
+    raw: dict[str, Any] | None = None
+    for p in group.payloads:
+        if not p["runs"]:
+            continue
+        variant = p["variant"]
+        bad = known_bad(p)
+        if bad:
+            lines.append(f"# {group.case}: {variant} is known-bad (expect: "
+                         f"{', '.join(bad)}): not budgeted")
+            continue
+        lender = p.get("budget_like")
+        if lender:
+            held = ("its measurements must fit inside that table" if lender in measured
+                    else f"select {lender} too to budget both: nothing suggested")
+            lines.append(f"# {group.case}: {variant} takes {lender}'s budgets "
+                         f"(budget_like): {held}")
+            continue
+        members = pool_of(p, measured)
+        own = [q for m in members for q in measured[m] if informative(q)]
+        if not own:
+            lines.append(f"# {group.case}: {variant} is the reference, computed on "
+                         f"{p['device']} like the one it is compared with: nothing to "
+                         "budget (run on the GPU to budget its drift there)")
+            continue
+        lent = [b for b in borrowers.get(variant, []) if b not in members]
+        lent_parts = [q for b in lent for q in measured[b] if informative(q)]
+        if raw is None:
+            raw = file_tables(group.path)
+        _plan_variant(plan, group, p, members, own, lent_parts, run, accepted, raw)
+
+
+def _plan_variant(plan: NumericsPlan, group: _Group, p: dict[str, Any], members: list[str],
+                  own: list[dict[str, Any]], lent: list[dict[str, Any]], run: RunInfo,
+                  accepted: tuple[str, ...], raw: dict[str, Any]) -> None:
+    case, variant, lines = group.case, p["variant"], plan.lines
+    precision = p.get("precision", "")
+    coarse = p.get("output_precision", {})
+    everything = own + lent
+    devices = {q["device"] for q in everything}
+    labels = [label(q, devices) for q in everything]
+    tables = [relabel(table_in(q["table"]), lab) for q, lab in zip(everything, labels,
+                                                                     strict=True)]
+    own_tables = tables[:len(own)]
+    if precision:
+        plan.findings += guard.suspects(
+            case, variant, precision, coarse,
+            {lab: t for lab, t in zip(labels, tables, strict=True)},
+            lender={label(q, devices): variant for q in lent})
+    cells_own = _cells(p, pool(own_tables))
+    for q, lab, t in zip(lent, labels[len(own):], tables[len(own):], strict=True):
+        with_it = _cells(p, pool([*own_tables, t]))
+        widened = _widened(cells_own, with_it)
+        if widened:
+            plan.findings.append(guard.borrower_widens(
+                case, lab, variant, widened, t, precision or "its class", coarse))
+    # A borrower that widens the table without being accepted is left out of what would be
+    # written (nothing is written while its finding stands).
+    keep = [i < len(own) or everything[i]["variant"] in accepted
+            or not _widened(cells_own, _cells(p, pool([*own_tables, tables[i]])))
+            for i in range(len(everything))]
+    table = pool(t for t, k in zip(tables, keep, strict=True) if k)
+    cells = _cells(p, table)
+    kept_labels = [lab for lab, k in zip(labels, keep, strict=True) if k]
+    shown = kept_labels if len(kept_labels) > 1 else []
+    exact = _exact(table)
+    if exact:
+        lines.append(f"# {case}: {variant} equals the reference bit for bit on "
+                     f"{', '.join(sorted(devices))}: these are floors; measure the devices it is "
+                     f"gated on too (--numcheck-calibrate-with), or its class's honest members")
+        tighter = _tighter_than(cells, p.get("limits", {}))
+        if tighter:
+            plan.findings.append(guard.floor_tightening(
+                case, variant, ", ".join(sorted(devices)), precision or "its class", tighter))
+    if p.get("fresh") is not None and (p["fresh"], p.get("first_seed")) != (
+            run.fresh, run.first_seed):
+        lines.append(f"# {case}: {variant} measured on the seeds its record names: "
+                     f"{_seeds_text(p)}")
+    if p.get("pool_from") == "record":
+        lines.append(f"# {case}: {variant}'s pool from its calibration record: "
+                     f"{', '.join(p['pool'])}")
+    for output, row in table.items():
+        header = f"[{case}.budget.{variant}.{output}]"
+        lines.append(header if not shown else f"{header}  # pooled: worst of {', '.join(shown)}")
+        for key, value in cells[output].items():
+            worst = row.get(MEASURED_BY.get(key, key))
+            lines.append(cell(key, value, worst_text(key, worst, bool(shown))))
+            plan.edits.setdefault(group.path, []).append(
+                Edit((case, "budget", variant, output), key, value))
+    floored = bool(plan.findings) and plan.findings[-1].kind == "floor" and \
+        plan.findings[-1].variant == variant and plan.findings[-1].case == case
+    _judge_against_file(plan, group, p, cells, devices, members, raw, floored=floored)
+    record = CalibrationRecord(
+        command=run.command, date=run.date, torch=run.torch,
+        pool=tuple(dict.fromkeys(q["variant"] for q in own)),
+        devices=tuple(sorted(devices)), seeds=tuple(_case_seeds(p)),
+        fresh_seeds=int(p.get("fresh") or 0), first_fresh_seed=int(p.get("first_seed") or 0))
+    plan.records.setdefault(group.path, {})[(case, variant)] = record
+
+
+def _judge_against_file(plan: NumericsPlan, group: _Group, p: dict[str, Any],
+                        cells: dict[str, dict[str, float]], devices: set[str],
+                        members: Sequence[str], raw: dict[str, Any], *,
+                        floored: bool = False) -> None:
+    """The findings that depend on what the case file holds: its record, the values it sets
+    itself, and the keys a written table would keep. ``floored``: the variant's tables are
+    refused as floors already (the tightening need not be said twice)."""
+    case, variant = group.case, p["variant"]
+    tables = raw.get(case, {}).get("budget", {}).get(variant, {})
+    tables = tables if isinstance(tables, dict) else {}
+    record = None
+    if p.get("record"):
+        try:
+            record = parse_record(variant, p["record"])
+        except BudgetError:
+            record = None  # the loader reported it already
+    if record is not None:
+        # A pool given on the command line is the run told otherwise; devices never are.
+        told = p.get("pool_from") == "option"
+        gap = guard.record_gaps(case, variant, record, record.pool if told else members,
+                                devices, p.get("pool_missing", []))
+        if gap is not None:
+            plan.findings.append(gap)
+    else:
+        given = {o: {k: v for k, v in t.items() if k in cells.get(o, {})}
+                 for o, t in tables.items() if isinstance(t, dict)}
+        tighter = _tighter_than(cells, given)
+        if tighter and not floored:
+            plan.findings.append(guard.unrecorded_tightening(case, variant, tighter))
+    kept: dict[str, list[str]] = {}
+    for output, written in cells.items():
+        table = tables.get(output)
+        if not isinstance(table, dict) or not written:
+            continue
+        left = [k for k in table if k in _MIXED_KEYS and k not in written]
+        if left:
+            kept[output] = left
+    if kept:
+        plan.findings.append(guard.mixed_keys(case, variant, kept))
+
+
+def _cells(p: dict[str, Any], table: WorstTable) -> dict[str, dict[str, float]]:
+    return {output: suggest_values({m: w.value for m, w in row.items()},
+                                   topk=output == p["topk_output"], k=p["k"],
+                                   gated=p["gated"].get(output, ()))
+            for output, row in table.items()}
+
+
+def _wider(key: str, new: float, old: float) -> bool:
+    return new < old if key in LOWER_IS_WORSE else new > old
+
+
+def _widened(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+             ) -> list[tuple[str, str, float, float]]:
+    """(output, key, before, after) of every value ``after`` allows more than ``before``."""
+    return [(o, k, before[o][k], v) for o, row in after.items() for k, v in row.items()
+            if k in before.get(o, {}) and _wider(k, v, before[o][k])]
+
+
+def _tighter_than(cells: dict[str, dict[str, float]], limits: Mapping[str, Mapping[str, Any]]
+                  ) -> list[tuple[str, float, float]]:
+    """(output.key, the limit, the suggestion) of every suggestion that demands more."""
+    found = []
+    for output, row in cells.items():
+        for key, value in row.items():
+            old = limits.get(output, {}).get(key)
+            if isinstance(old, bool) or not isinstance(old, int | float):
+                continue
+            if float(format_number(value)) != float(format_number(old)) and _wider(
+                    key, float(old), value):
+                found.append((f"{output}.{key}", float(old), value))
+    return found
+
+
+def _case_seeds(p: dict[str, Any]) -> list[int]:
+    fresh, first = int(p.get("fresh") or 0), int(p.get("first_seed") or 0)
+    extra = set(range(first, first + fresh))
+    return [s for s in p.get("seeds", []) if s not in extra]
+
+
+def _seeds_text(p: dict[str, Any]) -> str:
+    fresh, first = int(p.get("fresh") or 0), int(p.get("first_seed") or 0)
+    own = ", ".join(str(s) for s in _case_seeds(p))
+    return f"{own} + {fresh} fresh ({first}..{first + fresh - 1})" if fresh else own
+
+
+def known_bad(payload: dict[str, Any]) -> list[str]:
+    """The expected failures of a known-bad variant that name one of its outputs."""
+    return [f for f in payload["expect"] if f.partition(".")[0] in payload["table"]]
+
+
+def _exact(table: WorstTable) -> bool:
+    """Every error metric 0 on every seed (tf32 on a CPU, which computes it in IEEE fp32)."""
+    values = [w.value for row in table.values() for m, w in row.items() if m in ERROR_METRICS]
+    return bool(values) and not any(values)
+
+
+def informative(payload: dict[str, Any]) -> bool:
+    """False for the reference compared with itself on the device it was computed on."""
+    return not (payload["variant"] == payload["reference"]
+                and payload["reference_device"] == payload["device"])
+
+
+def label(payload: dict[str, Any], devices: set[str]) -> str:
+    return payload["variant"] if len(devices) == 1 else f"{payload['variant']} {payload['device']}"
+
+
+def relabel(table: WorstTable, name: str) -> WorstTable:
+    return {o: {m: replace(w, variant=name) for m, w in row.items()} for o, row in table.items()}
+
+
+def pool_of(payload: dict[str, Any], measured: Mapping[str, Any]) -> list[str]:
+    """The measured variants budgeted together with the payload's variant (itself first):
+    its pool (the option's, or its record's), as far as this run measured it."""
+    variant = payload["variant"]
+    members = payload.get("pool") or [variant]
+    return [variant, *(m for m in members if m != variant and m in measured)]
+
+
+def worst_text(key: str, worst: Worst | None, pooled: bool) -> str:
+    if worst is None:
+        return ""
+    what = "widest near-tie" if key == "tie_band_rel" else "worst"
+    if worst.value == (1.0 if key in LOWER_IS_WORSE else 0.0):
+        return f"{what} {worst.value:g} on every seed"
+    where = f"{worst.variant}, seed {worst.seed}" if pooled else f"seed {worst.seed}"
+    return f"{what} {worst.value:.3g} ({where})"
+
+
+def cell(key: str, value: float, comment: str) -> str:
+    text = f"{key} = {format_number(value)}"
+    return f"{text:<{COLUMN}}# {comment}" if comment else text
