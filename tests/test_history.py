@@ -326,6 +326,28 @@ def test_matrix_shows_a_speedup_as_the_summary_table_does(tmp_path: Path) -> Non
     assert "<br>too noisy [0.95, 1.15]</td>" in to_html(m)
 
 
+def test_an_expected_failure_reads_as_caught_not_as_a_share_of_its_budget(
+        tmp_path: Path) -> None:
+    """Issue 33: a known-bad variant's cell read ``XFAIL 286814%``. It shows the violation
+    that still catches it; a failure far past its budget reads as a multiple of it."""
+    xfail = replace(rec("bf16_roundtrip", op="mhc_pre", status="xfail"), closest={
+        "output": "casts", "metric": "cast_bytes_ratio", "value": 2868.14, "limit": 1.0})
+    fail = replace(rec("bf16", closest=2868.14), status="fail")
+    lost = replace(rec("tf32", status="xfail"), closest={
+        "output": "topk", "metric": "tie_recall_min", "value": 0.9688, "limit": 1.0})
+    write_run(tmp_path / "cpu.json", [xfail, fail, lost], commit="2" * 40,
+              date="2026-01-02T00:00:00+00:00")
+    cells = {r.key[2]: r.cells["cpu"] for r in build_matrix(load_runs([tmp_path], jobs=1).runs)
+             .rows}
+    assert cell_text(cells["bf16_roundtrip"]) == \
+        "XFAIL (caught: casts.cast_bytes_ratio 2.87e+03 > 1) 1.00e-06"
+    assert cell_text(cells["tf32"]) == "XFAIL (caught: topk.tie_recall_min 0.969 < 1) 1.00e-06"
+    assert cell_text(cells["bf16"]) == "FAIL 2,868x 1.00e-06"
+    page = to_html(build_matrix(load_runs([tmp_path], jobs=1).runs))
+    assert "%" not in page.split("casts.cast_bytes_ratio")[0].rsplit("<td>", 1)[1]
+    assert "caught: casts.cast_bytes_ratio 2.87e+03 &gt; 1" in page
+
+
 # -- the page ----------------------------------------------------------------------------
 
 
