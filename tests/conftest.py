@@ -4,13 +4,13 @@ import atexit
 import gc
 import importlib
 import os
-import pkgutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fresh import HOME_ENV, FreshPython, make_home, stop
+from importgraph import importable_up_front
 
 #: Set by pytest_configure when this run gave the test processes one thread (see there).
 _ONE_THREAD = False
@@ -109,13 +109,10 @@ def _test_process() -> None:
     # The package keeps no per-run state in its modules (what it does keep, a new session
     # resets: reset_machine_noise), and tests that inject through a module
     # (timing.override) already share the test process's.
-    from numcheck.ops.fused import KERNEL_MODULES
-
-    # Left to their first call, as in a real run: the Triton kernels (they import triton).
-    lazy = {"numcheck.__main__", *KERNEL_MODULES.values()}
-    for module in pkgutil.walk_packages(numcheck.__path__, "numcheck."):
-        if module.name not in lazy:
-            importlib.import_module(module.name)
+    # Not the modules that need triton (read from their source, tests/importgraph.py): left
+    # to their first call, as in a real run, and absent on an install without the fused extra.
+    for name in importable_up_front(Path(numcheck.__file__).parent):
+        importlib.import_module(name)
     # What is loaded now lives as long as the process: out of the garbage collector's sight,
     # so that its full collections do not walk torch's and the package's objects each time
     # (with the collector off while collecting, about 10 s less of the two workers' CPU in

@@ -3,6 +3,7 @@ writes them (numcheck.report.records.write_json)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +52,17 @@ def write_run(path: Path, records: list[Record], *, commit: str | None = None,
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(path, Report(records, environment, created=created, exitstatus=exitstatus))
     return path
+
+
+def quiet_history(tmp_path: Path, flat: int) -> Path:
+    """Six CPU runs: ``flat`` checks whose figures never move (an expected failure among
+    them), one whose calc_diff leaves 0 at the fourth run."""
+    folder = tmp_path / "quiet"
+    for i in range(6):
+        records = [rec("tf32", calc_diff=0.0 if i < 3 else 3e-8, recall=None)]
+        records += [rec(f"v{j}", calc_diff=1e-6 * (j + 1)) for j in range(flat - 1)]
+        records.append(replace(rec("roundtrip", status="xfail"), closest={
+            "output": "casts", "metric": "round_trips", "value": 1, "limit": 0}))
+        write_run(folder / "cpu" / f"{i}.json", records, commit=str(i + 1) * 40,
+                  date=f"2026-01-0{i + 1}T00:00:00+00:00")
+    return folder

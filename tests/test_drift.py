@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from numcheck.__main__ import main
-from numcheck.report.drift import compare, drift_headline
+from numcheck.report.drift import compare, drift_headline, drift_rows, printed_unit
 from numcheck.report.drift_result import Drift, Rules
 from numcheck.report.records import Record, Report, load_report, write_json
 
@@ -92,6 +93,44 @@ def test_same_device_changes_below_every_rule_are_listed_as_changed() -> None:
     other = drift([rec(calc_diff=1e-6, device_name="H100")],
                   [rec(calc_diff=1.2e-6, device_name="H200")])
     assert other.rows[0].status == "same"
+
+
+def test_a_row_is_changed_only_when_its_figures_print_differently() -> None:
+    """Issue 33: rows whose figures printed alike were listed as changed. A headline figure
+    moves when it changed by a unit of the last digit the table prints (3 significant digits
+    for calc_diff and rel_fro, 4 decimals for recalls)."""
+    # Both print 1.23e-06: nothing a reader can see.
+    d = drift([rec(calc_diff=1.2341e-6)], [rec(calc_diff=1.2344e-6)])
+    assert d.rows[0].status == "same" and d.counts["changed"] == 0
+    # Across a rounding boundary by a fifth of a unit: the print's rounding, not a move.
+    assert drift([rec(calc_diff=1.2349e-6)], [rec(calc_diff=1.2351e-6)]).rows[0].status == "same"
+    # One unit is a change, and the table shows two figures.
+    d = drift([rec(calc_diff=1.23e-6)], [rec(calc_diff=1.24e-6)])
+    assert d.rows[0].status == "changed"
+    assert drift_rows(d)[0][1] == "1.23e-06 -> 1.24e-06"
+    assert d.rows[0].reasons == ["calc_diff 1.23e-06 -> 1.24e-06, 1.01x (below every rule)"]
+    # Recalls print 4 decimals (a drop within recall_drop passes, and is listed when seen).
+    assert drift([rec(tie=0.99994)], [rec(tie=0.99991)], recall_drop=0.01
+                 ).rows[0].status == "same"
+    assert drift([rec(tie=0.9999)], [rec(tie=0.9998)], recall_drop=0.01
+                 ).rows[0].reasons == ["tie_recall_min 0.9999 -> 0.9998, 1x (below every rule)"]
+    assert printed_unit(9.996e-7, ".2e") == pytest.approx(1e-8)  # prints 1.00e-06
+
+
+def test_a_changed_row_never_prints_equal_figures() -> None:
+    gen = random.Random(33)
+    for _ in range(2000):
+        b = 10 ** gen.uniform(-9, -2)
+        n = b * (1 + gen.choice((-1, 1)) * 10 ** gen.uniform(-6, -1))
+        d = drift([rec(calc_diff=b)], [rec(calc_diff=n)], same_device_factor=2)
+        if d.rows[0].status == "changed":
+            before, after = drift_rows(d)[0][1].split(" -> ")
+            assert before != after, (b, n)
+            figures = d.rows[0].reasons[0].split(",")[0].split(" ")
+            assert figures[1] != figures[3], (b, n)
+        else:
+            assert d.rows[0].status == "same"
+            assert abs(n - b) < printed_unit(max(b, n), ".2e"), (b, n)
 
 
 def test_removed_check_fails_unless_removals_are_accepted() -> None:

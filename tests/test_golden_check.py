@@ -79,9 +79,17 @@ def test_over_budget_fails_with_one_layout(pytester: pytest.Pytester) -> None:
         "E  *GoldenCheckFailure: numcheck FAIL test_k.py::test_gemm [[]y[]]",
         ("E  *worst: y.frac_outside = 0.9* > budget 0.01562: 121 of 128 elements outside the band, "
             "more than the 2 max_outside allows"),
+        # Where the error sits, and the worst output's elements, as in a case failure.
+        "E  *where: y: a global scale: output = 1.0* x golden *",
+        "E  *y: mismatched elements 121 / 128 (94.5%) outside atol 0.01 + rtol 0.016 * |golden|",
+        "E  *y: max abs error * at index (*); max rel error * at index (*)",
         "E  *also:  y.rel_fro = 0.049* > budget 0.01",
         "E  *also:  y.calc_diff = 0.001* > budget 0.0001",
         "E  *golden:      *goldens/_tests/test_k.py..test_gemm/y.safetensors",
+        # frac_outside is not in the call's budget=: the defaults row, and how to override.
+        ("E  *budget:      frac_outside = 0.01: default for bf16 from numcheck/numerics/"
+         "budgets.py (no such key in budget= at test_k.py:10; pass budget={'frac_outside': "
+         "...} to override)"),
         "E  *reproduce:   pytest test_k.py::test_gemm",
         ("E  *regenerate:  pytest --numcheck-regen test_k.py::test_gemm  (only if the "
         "reference itself changed)"),
@@ -97,8 +105,28 @@ def test_far_topk_flips_fail_with_the_flip_table(pytester: pytest.Pytester) -> N
     result.stdout.fnmatch_lines([
         "E  *numcheck FAIL test_k.py::test_selection [[]sel[]]",
         "E  *worst: sel.* < budget *",
+        "E  *where: sel: only row 0 is wrong (1 of 4 rows, 100% of the unexplained top-k flips)",
+        "E  *also:  sel.recall_min = 0 < budget 0.95: worst row 0",
         "E  *unexplained top-k flips: 15 (in 1 of 4 rows; tie band 0.001 of the row max |score|)",
         "E  *row   token  dir  golden score   k-th score      margin",
+        "E  *budget:      tie_recall_min = 1: default for bf16 from * (no such key in budget= at "
+        "test_k.py:19; *",
+    ])
+
+
+def test_a_limit_the_test_set_is_named_at_its_line(pytester: pytest.Pytester) -> None:
+    """The worst violation's limit comes from the call's budget=: the message points there,
+    as a case failure points at its case file's line."""
+    make(pytester)
+    pytester.runpytest("--numcheck-regen")
+    make(pytester, scale=1.003)  # a 0.3% scale error: rel_fro past a budget= of 1e-4
+    text = (pytester.path / "test_k.py").read_text().replace('"rel_fro": 1e-2', '"rel_fro": 1e-4')
+    (pytester.path / "test_k.py").write_text(text)
+    result = pytester.runpytest("-k", "gemm")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "E  *worst: y.rel_fro = * > budget 0.0001",
+        "E  *budget:      test_k.py:10 (budget= of this check: rel_fro = 0.0001)",
     ])
 
 

@@ -3,6 +3,7 @@ newest-vs-previous gate, the device matrix, the page, and the commands' exit cod
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fleet import GPU_REPORT, rec, timing, write_run
+from fleet import GPU_REPORT, quiet_history, rec, timing, write_run
 from test_html_report import external_references
 
 from numcheck.__main__ import main
@@ -326,6 +327,28 @@ def test_matrix_shows_a_speedup_as_the_summary_table_does(tmp_path: Path) -> Non
     assert "<br>too noisy [0.95, 1.15]</td>" in to_html(m)
 
 
+def test_an_expected_failure_reads_as_caught_not_as_a_share_of_its_budget(
+        tmp_path: Path) -> None:
+    """Issue 33: a known-bad variant's cell read ``XFAIL 286814%``. It shows the violation
+    that still catches it; a failure far past its budget reads as a multiple of it."""
+    xfail = replace(rec("bf16_roundtrip", op="mhc_pre", status="xfail"), closest={
+        "output": "casts", "metric": "cast_bytes_ratio", "value": 2868.14, "limit": 1.0})
+    fail = replace(rec("bf16", closest=2868.14), status="fail")
+    lost = replace(rec("tf32", status="xfail"), closest={
+        "output": "topk", "metric": "tie_recall_min", "value": 0.9688, "limit": 1.0})
+    write_run(tmp_path / "cpu.json", [xfail, fail, lost], commit="2" * 40,
+              date="2026-01-02T00:00:00+00:00")
+    cells = {r.key[2]: r.cells["cpu"] for r in build_matrix(load_runs([tmp_path], jobs=1).runs)
+             .rows}
+    assert cell_text(cells["bf16_roundtrip"]) == \
+        "XFAIL (caught: casts.cast_bytes_ratio 2.87e+03 > 1) 1.00e-06"
+    assert cell_text(cells["tf32"]) == "XFAIL (caught: topk.tie_recall_min 0.969 < 1) 1.00e-06"
+    assert cell_text(cells["bf16"]) == "FAIL 2,868x 1.00e-06"
+    page = to_html(build_matrix(load_runs([tmp_path], jobs=1).runs))
+    assert "%" not in page.split("casts.cast_bytes_ratio")[0].rsplit("<td>", 1)[1]
+    assert "caught: casts.cast_bytes_ratio 2.87e+03 &gt; 1" in page
+
+
 # -- the page ----------------------------------------------------------------------------
 
 
@@ -338,7 +361,10 @@ def test_history_page_is_self_contained_and_marks_moves(tmp_path: Path, plots: b
     assert external_references(page) == [] and "Content-Security-Policy" in page
     assert "Checks that moved beyond the drift rules" in page
     assert "3333333333" in page  # the first move's commit
-    assert page.count("<img ") == (3 if plots else 0)  # one figure per check
+    # A figure for the check that moved; the two whose figures held still (a calc_diff of 0
+    # and a failure, the same in every run) are a row each of the last table.
+    assert page.count("<img ") == (1 if plots else 0)
+    assert page.count('<tr id="check-') == 2 and "Checks that held still" in page
     for series in h.series:
         assert series.label in page
 
@@ -362,6 +388,48 @@ def test_plots_mark_the_commit_and_do_not_depend_on_what_was_drawn_before(
     draw_check(other)
     assert draw_check(moved) == first
     assert "3333333" in first and "5555555" in first and "speedup_min" in first
+
+
+def test_checks_that_held_still_are_rows_and_figures_span_the_page(tmp_path: Path) -> None:
+    """Issue 33: a figure took a quarter of the page width, and each check with flat lines
+    (14 of them: 5,000 px) or an expected failure took a full panel."""
+    pytest.importorskip("matplotlib", reason="the html extra (matplotlib) is not installed")
+    from numcheck.history.svgseries import FIG_WIDTH
+
+    h = build_history(load_runs([quiet_history(tmp_path, 14)], jobs=1).runs)
+    page = render_history(h, plots=True, jobs=1)
+    # One figure: the check that moved. The 14 others are one row each.
+    assert page.count("<img ") == 1
+    quiet = page.split("<h2>Checks that held still</h2>")[1]
+    assert quiet.count('<tr id="check-') == 14
+    assert "indexer::tiny::v12" in quiet and "indexer::tiny::tf32" not in quiet
+    assert "XFAIL (caught: casts.round_trips 1 &gt; 0)" in quiet
+    # What held still in the moved check is a line of text, not a panel.
+    assert '<p class="still">held still in every run: budget used 50%</p>' in page
+    # The figure is drawn page-wide whatever its panel count, and the page shows it so.
+    svg = base64.b64decode(page.split('src="data:image/svg+xml;base64,')[1].split('"')[0])
+    assert f'width="{FIG_WIDTH * 72:g}pt"'.encode() in svg
+    assert ".plots img{width:100%;height:auto}" in page
+
+
+def test_a_move_from_zero_is_drawn_from_a_floor_not_as_a_lone_dot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the html extra (matplotlib) is not installed")
+    from numcheck.history import svgseries
+    from numcheck.history.page import colors, plot_data, split_still
+
+    h = build_history(load_runs([quiet_history(tmp_path, 2)], jobs=1).runs)
+    moved = next(s for s in h.series if s.key[2] == "tf32")
+    plot, still = split_still(plot_data(h, moved, colors(h)))
+    assert [p.short for p in plot.panels] == ["calc_diff"]
+    assert [p.short for p in still] == ["budget used"]
+    svg = svgseries.draw_check(plot)
+    assert "0, drawn at 1e-09" in svg and "left out" not in svg
+    _, (ax,) = svgseries._FIGURES[1]
+    line = ax.lines[0].get_xydata().tolist()  # the check's line, from the first run on
+    assert line[0] == [0.0, 1e-9] and line[-1] == [5.0, 3e-8]
+    # An expected failure's share of its budget is not drawn: it misses it by design.
+    xfail = next(s for s in h.series if s.key[2] == "roundtrip")
+    assert "budget used" not in [p.short for p in plot_data(h, xfail, colors(h)).panels]
 
 
 def test_thinning_keeps_the_envelope() -> None:

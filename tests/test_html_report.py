@@ -11,9 +11,11 @@ import subprocess
 import zlib
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from fleet import quiet_history
 from test_plugin import make_project, write_goldens
 
 from numcheck import __main__ as cli
@@ -226,16 +228,19 @@ needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="headless Chromium not installed (Debian: apt-get install chromium)")
 
 
+def _chromium(tmp: Path) -> list[str]:
+    assert CHROMIUM is not None
+    return [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", f"--user-data-dir={tmp / 'profile'}", "--enable-logging=stderr",
+            "--v=0", "--window-size=1200,1600"]
+
+
 def render(page: Path, tmp: Path) -> tuple[Path, str, list[str]]:
     """Open ``page`` in headless Chromium: its screenshot, its DOM, its console messages."""
-    assert CHROMIUM is not None
     shot = tmp / "shot.png"
     proc = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-         "--no-first-run", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", f"--user-data-dir={tmp / 'profile'}", "--enable-logging=stderr",
-         "--v=0", "--window-size=1200,1600", f"--screenshot={shot}", "--dump-dom",
-         page.as_uri()],
+        [*_chromium(tmp), f"--screenshot={shot}", "--dump-dom", page.as_uri()],
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -340,6 +345,65 @@ def test_page_renders_in_headless_chromium(tmp_path: Path) -> None:
         assert r.id in dom
     if svgplots.available():
         assert dom.count('src="data:image/svg+xml;base64,') == 7
+
+
+#: Measures the page as laid out, once loaded: the content width (a section's), each
+#: figure's width, the height of each check's element (its section, or its table row) by
+#: id, the page's height; written into the DOM that --dump-dom prints.
+MEASURE = """<script>addEventListener("load", () => {
+  const box = e => e.getBoundingClientRect();
+  const out = {width: box(document.querySelector("section.check")).width,
+               height: document.documentElement.scrollHeight,
+               figures: [...document.querySelectorAll(".plots img")].map(i => box(i).width),
+               checks: Object.fromEntries([...document.querySelectorAll("[id^=check-]")]
+                                          .map(e => [e.id, box(e).height]))};
+  const pre = document.createElement("pre");
+  pre.id = "layout";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});</script>"""
+
+
+def layout(page: Path, tmp: Path) -> dict[str, Any]:
+    """:data:`MEASURE` of ``page`` in headless Chromium. It runs in a copy of the page
+    without its content security policy, which forbids every script (the tests above and
+    tests/test_history_e2e.py render the pages with it)."""
+    text = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page.read_text())
+    probe = tmp / "probe.html"
+    probe.write_text(text.replace("</body>", MEASURE + "</body>"))
+    proc = subprocess.run(
+        [*_chromium(tmp), "--virtual-time-budget=10000", "--dump-dom", probe.as_uri()],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    found = re.search(r'<pre id="layout">(.*?)</pre>', proc.stdout, re.DOTALL)
+    assert found, proc.stderr[-2000:]
+    measured: dict[str, Any] = json.loads(html.unescape(found.group(1)))
+    return measured
+
+
+@pytest.mark.slow  # a browser's start: about 4 s of CPU over its processes
+@needs_chromium
+def test_history_page_figures_span_the_page_and_still_checks_are_rows(tmp_path: Path) -> None:
+    """Issue 33, measured in the browser: the history page's figures took a quarter of its
+    width, and each check whose figures held still took a full panel (14 checks: 5,000 px).
+    A figure spans the content width; a check that held still is a table row."""
+    pytest.importorskip("matplotlib", reason="the html extra (matplotlib) is not installed")
+    from numcheck.history.page import write_history
+    from numcheck.history.runs import load_runs
+    from numcheck.history.series import build_history
+
+    h = build_history(load_runs([quiet_history(tmp_path, 14)], jobs=1).runs)
+    page = tmp_path / "history.html"
+    write_history(page, h, plots=True, jobs=1)
+    measured = layout(page, tmp_path)
+    assert measured["figures"], measured
+    for width in measured["figures"]:
+        assert width >= 0.97 * measured["width"], measured
+    heights = sorted(measured["checks"].values())
+    assert len(heights) == 15, measured
+    assert heights[-1] > 200  # the one that moved: its tables and figure
+    assert heights[-2] <= 40, measured  # the 14 that held still: a row each
+    assert measured["height"] < 2200, measured
 
 
 def test_failed_check_shows_where_the_error_sits() -> None:

@@ -26,58 +26,12 @@ from pathlib import Path
 
 import pytest
 from fresh import FreshPython
+from importgraph import (
+    PACKAGE, import_graph, importable_up_front, module_names, needing, source_of,
+    triton_importers,
+)
 
 from numcheck.ops.fused import KERNEL_MODULES
-
-PACKAGE = Path(__file__).resolve().parent.parent / "numcheck"
-
-
-def module_names(package: Path = PACKAGE) -> list[str]:
-    """Every module of ``package`` (a folder) by dotted name; a package by its own name."""
-    names = []
-    for path in sorted(package.rglob("*.py")):
-        parts = path.relative_to(package.parent).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        names.append(".".join(parts))
-    return names
-
-
-def source_of(module: str, package: Path = PACKAGE) -> Path:
-    path = package.parent / Path(*module.split("."))
-    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-
-
-def _absolute(module: str, node: ast.ImportFrom, is_package: bool) -> str:
-    """The absolute module a ``from ... import`` names, relative imports resolved."""
-    if node.level == 0:
-        return node.module or ""
-    base = module.split(".")
-    base = base[: len(base) - node.level + (1 if is_package else 0)]
-    return ".".join(base + ([node.module] if node.module else []))
-
-
-def imports_of(module: str, known: set[str], package: Path = PACKAGE) -> set[str]:
-    """The modules of ``known`` that ``module`` imports anywhere in its source: at module
-    level, inside functions, and under ``if TYPE_CHECKING:`` alike."""
-    path = source_of(module, package)
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            source = _absolute(module, node, path.name == "__init__.py")
-            for alias in node.names:
-                full = f"{source}.{alias.name}"
-                found.add(full if full in known else source)
-    return {m for m in found if m in known and m != module}
-
-
-def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
-    names = module_names(package)
-    known = set(names)
-    return {name: imports_of(name, known, package) for name in names}
-
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One import cycle as a path ``[a, b, ..., a]``, or None."""
@@ -261,6 +215,40 @@ def test_the_documented_commands_keep_their_names(fresh_python: FreshPython,
 
 #: The Triton kernels themselves; everything else must import without triton.
 TRITON_KERNELS = (*KERNEL_MODULES.values(), "numcheck.ops.triton_gemm")
+
+
+def test_the_modules_that_need_triton_are_the_kernels_and_the_suite_leaves_them_lazy() -> None:
+    """tests/conftest.py imports every module up front except those the source says need
+    triton (tests/importgraph.py), so a new Triton module cannot break a ``[test]`` install
+    without triton; this says which they are, so a core module cannot start needing it."""
+    need = triton_importers()
+    assert need == set(TRITON_KERNELS), (
+        f"modules that need triton to import: {sorted(need)}; the Triton kernels are "
+        f"{sorted(TRITON_KERNELS)}. fix: import triton inside a function (numcheck runs "
+        "without the fused extra), or, for a new kernel module, add it to TRITON_KERNELS and "
+        "import it only where numcheck.ops.triton_support says triton is there"
+    )
+    assert not need & set(importable_up_front())
+
+
+def test_what_needs_triton_is_read_from_the_source(tmp_path: Path) -> None:
+    package = _package(tmp_path, {
+        "__init__.py": "",
+        "kernel.py": "import torch\nimport triton.language as tl\n",
+        "user.py": "from pkg import kernel\n",  # through another module
+        "user_of_user.py": "from .user import thing\n",  # two steps, relative
+        "lazy.py": "def run():\n    from pkg.kernel import k\n",  # at its first call
+        "optional.py": "try:\n    import triton\nexcept ImportError:\n    triton = None\n",
+        "typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                    "    from pkg import kernel\nelse:\n    import os\n",
+        "cls.py": "class A:\n    from pkg.kernel import k\n",  # a class body runs
+        "gpu/__init__.py": "from triton import jit\n",
+        "gpu/child.py": "",  # its package's __init__ runs first
+        "__main__.py": "",
+    })
+    assert needing("triton", package) == {
+        "pkg.kernel", "pkg.user", "pkg.user_of_user", "pkg.cls", "pkg.gpu", "pkg.gpu.child"}
+    assert importable_up_front(package) == ["pkg", "pkg.lazy", "pkg.optional", "pkg.typed"]
 
 # In one fresh interpreter, each module is imported first: every numcheck module is dropped
 # from sys.modules before it (torch stays loaded: importing it again per module would cost

@@ -49,8 +49,10 @@ def test_a_tf32_class_bug_fails_its_tf32_budget(op_name: str, bug: str) -> None:
 
 def test_a_tf32_claim_computing_bf16_is_6_to_8x_the_tf32_envelope() -> None:
     """docs/budgets.md and docs/reliability.md quote this check: mhc_pre's tf32_in_bf16 on
-    v4pro-t32, seed 5000, puts the worst element of mixes, pre, post and comb at 6.3-7.7x the
-    worse of TF32 rounded and truncated on the same inputs (mixes 6.3x)."""
+    v4pro-t32, seed 5000, puts the worst element of mixes, pre, post and comb at 6-8x the
+    worse of TF32 rounded and truncated on the same inputs. Their digits depend on the CPU's
+    summation order (the docs name the machine of theirs; post sits at 7.647 on one CPU and
+    printed 7.7 on another), so the property is held, not the digits."""
     planted.register_all()
     case = replace(CASES[SMALL["mhc_pre"]], seeds=(SEED,))
     op = get_op("mhc_pre")
@@ -58,8 +60,8 @@ def test_a_tf32_claim_computing_bf16_is_6_to_8x_the_tf32_envelope() -> None:
     result = check(op, held_to(case, "tf32_in_bf16", "tf32"), "tf32_in_bf16", "cpu", golden,
                    inputs)
     ratios = {o: result.seeds[0].metrics[o].max_err_ratio for o in ("mixes", "pre", "post", "comb")}
-    assert (round(min(ratios.values()), 1), round(max(ratios.values()), 1)) == (6.3, 7.7), ratios
-    assert round(ratios["mixes"], 1) == 6.3
+    assert all(6.0 <= r <= 8.0 for r in ratios.values()), ratios
+    assert "mixes.max_err_ratio" in {v.key for v in result.violations}
 
 
 def test_truncated_tf32_passes_where_the_shipped_budget_once_failed_it() -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,14 +38,18 @@ from numcheck.goldens.files import (
     write_if_changed,
 )
 from numcheck.goldens.freshness import check_fresh
-from numcheck.goldens.packing import pack_output, stored_output
+from numcheck.goldens.packing import StoredOutput, pack_output, stored_output
+from numcheck.localize import failure as localize
+from numcheck.localize.findings import Localization
 from numcheck.numerics.against_golden import judge_output
-from numcheck.numerics.budgets import Unmeasured, complete_budget
+from numcheck.numerics.budgets import Unmeasured, VariantBudget, complete_budget
 from numcheck.numerics.metrics import ErrorMetrics
 from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement
-from numcheck.numerics.verdict import Violation, check_topk
+from numcheck.numerics.verdict import Violation, check_topk, worst
+from numcheck.ops.spec import TopkSpec
 from numcheck.precision import precision_of
-from numcheck.report.render import Commands, verdict_message
+from numcheck.report.budget_source import DEFAULTS_SOURCE
+from numcheck.report.render import Commands, failure_detail, verdict_message
 
 #: Sub-folder of the goldens folder that holds fixture goldens (no op name starts with "_").
 FIXTURE_DIR = "_tests"
@@ -153,16 +158,21 @@ class GoldenCheck:
         """
         __tracebackhide__ = True
         precision = precision or precision_of(actual.dtype)
-        ob = complete_budget(precision, {name: dict(budget or {})}, outputs=(name,),
-                             topk_output=None,
-                             unmeasured={name: {"max_err_ratio": NO_ENVELOPE}}).outputs[name]
+        full = complete_budget(precision, {name: dict(budget or {})}, outputs=(name,),
+                               topk_output=None,
+                               unmeasured={name: {"max_err_ratio": NO_ENVELOPE}})
+        ob = full.outputs[name]
         golden = self._golden(name, inputs, version, lambda: {name: reference_fn()})
         stored = stored_output(name, golden.tensors, path=golden.path, case=self._label(name),
                                regen_hint=self.regen_command)
         # Judged as a case's output is: a sampled golden's non-finite counts included.
         metrics, violations = judge_output(name, actual, stored, precision, ob)
         if violations:
-            raise GoldenCheckFailure(self._message(name, violations, golden.path))
+            where = _localize(None, {name: actual}, {name: stored}, violations, full)
+            raise GoldenCheckFailure(self._message(
+                name, violations, golden.path, metrics=metrics, localization=where,
+                budget=_budget_line(violations, ob.limits, budget, precision, _caller()),
+            ))
         return metrics
 
     def check_topk(
@@ -187,8 +197,9 @@ class GoldenCheck:
         :meth:`check`.
         """
         __tracebackhide__ = True
-        tb = complete_budget(precision, {name: dict(budget or {})}, outputs=(name,),
-                             topk_output=name).topk
+        full = complete_budget(precision, {name: dict(budget or {})}, outputs=(name,),
+                               topk_output=name)
+        tb = full.topk
         assert tb is not None
         k = indices.shape[-1]
 
@@ -213,7 +224,14 @@ class GoldenCheck:
                                 band=tb.tie_band, band_kind=tb.tie_band_kind)
         violations = check_topk(name, report, tb)
         if violations:
-            message = self._message(name, violations, golden.path, report)
+            scores = f"{name}.scores"
+            held = {key: stored_output(key, stored, path=golden.path, case=self._label(name))
+                    for key in (name, scores)}
+            where = _localize(TopkSpec(name, scores), {name: indices}, held, violations, full)
+            message = self._message(
+                name, violations, golden.path, report, localization=where,
+                budget=_budget_line(violations, tb.limits, budget, precision, _caller()),
+            )
             raise GoldenCheckFailure(message)
         return report
 
@@ -280,11 +298,72 @@ class GoldenCheck:
         return write_if_changed(path, tensors, meta, case=self._label(name))
 
     def _message(
-        self, name: str, violations: list[Violation], path: Path, report: TopkReport | None = None
+        self, name: str, violations: list[Violation], path: Path,
+        report: TopkReport | None = None, *, metrics: ErrorMetrics | None = None,
+        localization: Sequence[Localization] = (), budget: str = "",
     ) -> str:
+        """A case failure's layout, from its renderer: worst, where, mismatched elements,
+        also, flips, golden, budget, reproduce, regenerate."""
+        top = worst(violations)
+        detail = failure_detail(localization, None if top is None else top.output,
+                                metrics if top is not None and top.output == name else None)
         return verdict_message(
             f"numcheck FAIL {self._label(name)}", violations, topk=report,
-            where=("golden:", str(path)),
+            where=("golden:", str(path)), worst_detail=detail, budget=budget,
             commands=Commands(self.reproduce_command, self.regen_command),
         )
+
+
+@dataclass(frozen=True)
+class _Unstructured:
+    """What localization reads of an op, for a fixture check: no declared structure (the
+    output's own axes are its groupings) and, for ``check_topk``, the selection's names."""
+
+    topk: TopkSpec | None
+    structure: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _localize(
+    topk: TopkSpec | None, outputs: Mapping[str, torch.Tensor],
+    stored: Mapping[str, StoredOutput], violations: list[Violation], budget: VariantBudget,
+) -> list[Localization]:
+    """The failure's ``where:``, measured as a case failure's is
+    (:func:`numcheck.localize.failure.localize_failure`); a diagnostic never replaces the
+    verdict, so an error here becomes the one line that says so."""
+    if not localize.enabled():
+        return []
+    try:
+        return localize.localize_failure(_Unstructured(topk), {}, {}, outputs, stored,
+                                         violations, budget)
+    except Exception as exc:  # noqa: BLE001 - see above
+        return [localize.failed(violations[0].output, None, exc)]
+
+
+def _caller() -> str:
+    """``file:line`` of the test line that called ``check`` or ``check_topk`` (two frames
+    up), relative to the working directory where it lies below it."""
+    frame = sys._getframe(2)
+    path = Path(frame.f_code.co_filename)
+    try:
+        shown = path.resolve().relative_to(Path.cwd().resolve())
+    except (OSError, ValueError):
+        shown = path
+    return f"{shown}:{frame.f_lineno}"
+
+
+def _budget_line(
+    violations: list[Violation], limits: Mapping[str, float], given: Mapping[str, Any] | None,
+    precision: str, caller: str,
+) -> str:
+    """Where the worst violation's limit is set: the ``budget=`` of the call, or the
+    precision's defaults row (and the key that would override it); "" for a rule (a NaN,
+    the -inf mask), which no budget sets."""
+    top = worst(violations)
+    if top is None or top.metric not in limits:
+        return ""
+    value = limits[top.metric]
+    if top.metric in (given or {}):
+        return f"{caller} (budget= of this check: {top.metric} = {value:g})"
+    return (f"{top.metric} = {value:g}: default for {precision} from {DEFAULTS_SOURCE} (no "
+            f"such key in budget= at {caller}; pass budget={{{top.metric!r}: ...}} to override)")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from numcheck.history.devclass import sort_classes
 from numcheck.history.runs import Run
 from numcheck.history.series import CheckKey, check_key, check_label
-from numcheck.report.htmlpage import bar, budget_ratio, page_start
+from numcheck.report.htmlpage import bar, budget_ratio, is_lower_bound, page_start
 from numcheck.report.markdown import md_table
 from numcheck.report.records import Record
 from numcheck.report.render import speedup_cell
@@ -92,24 +92,45 @@ def closest_ratio(record: Record) -> float | None:
     return budget_ratio(str(c.get("metric")), float(value), float(limit))
 
 
+#: From this share of the budget on, a cell says how many times the budget, not a percent
+#: (``FAIL 2868x``, not ``FAIL 286814%``).
+TIMES_FROM = 10.0
+
+
 def _percent(ratio: float | None) -> str:
     if ratio is None:
         return "-"
-    return "over (inf)" if math.isinf(ratio) else f"{ratio:.0%}"
+    if math.isinf(ratio):
+        return "over (inf)"
+    return f"{ratio:,.0f}x" if ratio >= TIMES_FROM else f"{ratio:.0%}"
+
+
+def caught_text(record: Record) -> str:
+    """An expected failure's reading: the violation that still catches the known-bad
+    variant, as value against limit (``caught: casts.round_trips 1 > 0``). A share of the
+    budget means nothing there: the variant is expected to miss it, by any amount."""
+    c = record.closest or {}
+    metric, value, limit = c.get("metric"), c.get("value"), c.get("limit")
+    if not metric or not isinstance(value, (int, float)) or not isinstance(limit, (int, float)):
+        return "caught"
+    sign = "<" if is_lower_bound(str(metric)) else ">"
+    return f"caught: {c.get('output')}.{metric} {value:.3g} {sign} {limit:.3g}"
 
 
 def cell_text(record: Record | None) -> str:
     """``PASS 48% 1.73e-06 1.12x [1.10, 1.14]``: verdict, share of the budget the closest
     metric uses, calc_diff, speedup (as the run's summary table gives it: an ungated figure
-    that never got narrow is ``too noisy``). ``-`` for a check the column's run does not
-    have."""
+    that never got narrow is ``too noisy``). An expected failure gives the violation that
+    catches it instead of the share (``XFAIL (caught: casts.round_trips 1 > 0) 2.94e-06``).
+    ``-`` for a check the column's run does not have."""
     if record is None:
         return "-"
     if record.status == "skip":
         return "SKIP"
     calc = record.key_metric("calc_diff")
-    parts = [record.verdict, _percent(closest_ratio(record)),
-             "-" if calc is None else f"{calc:.2e}"]
+    share = (f"({caught_text(record)})" if record.status == "xfail"
+             else _percent(closest_ratio(record)))
+    parts = [record.verdict, share, "-" if calc is None else f"{calc:.2e}"]
     speed = speedup_cell(record)
     if speed != "-":
         parts.append(speed)
@@ -138,8 +159,9 @@ def table_rows(matrix: Matrix) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-CELL_HELP = ("cell: verdict, share of the budget the closest metric uses, calc_diff, "
-             "speedup [interval]")
+CELL_HELP = ("cell: verdict, share of the budget the closest metric uses (an expected "
+             "failure, XFAIL: the violation that still catches it), calc_diff, speedup "
+             "[interval]")
 
 
 def to_markdown(matrix: Matrix) -> str:
@@ -162,7 +184,9 @@ def _cell_html(record: Record | None) -> str:
     if record.status == "skip":
         return f'{out}<br><span class="reason">{_e(record.reason)}</span>'
     ratio = closest_ratio(record)
-    if ratio is not None:
+    if record.status == "xfail":  # no budget bar: expected to miss it, by any amount
+        out += f"<br>{_e(caught_text(record))}"
+    elif ratio is not None:
         c = record.closest or {}
         out += f"<br>{bar(ratio)}{_e(_percent(ratio))} <code>{_e(c.get('metric'))}</code>"
     calc = record.key_metric("calc_diff")

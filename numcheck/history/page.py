@@ -15,7 +15,7 @@ extra); without it the page has every table.
 from __future__ import annotations
 
 import html
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from numcheck.history.matrix import cell_text, closest_ratio
@@ -28,7 +28,9 @@ from numcheck.history.svgseries import (
     CheckPlot,
     Panel,
     draw_check,
+    held_still,
     preload,
+    still_text,
 )
 from numcheck.report.htmlpage import EXTRA_HINT, page_start, svg_img, write_page
 
@@ -41,6 +43,8 @@ _EXTRA_CSS = """
 .swatch{display:inline-block;width:12px;height:12px;border-radius:2px;margin:0 4px 0 10px;
 vertical-align:middle}
 tr.regression td{background:#fdecea}tr.improved td{background:#e6f4ea}
+.plots img{width:100%;height:auto}
+.still{color:#555;margin:.2em 0}
 """
 
 
@@ -70,11 +74,12 @@ def tick_label(history: History, x: int) -> str:
 
 def plot_data(history: History, series: Series, palette: dict[str, str]) -> CheckPlot:
     """The plain data of one check's figure."""
-    calc = Panel("calc_diff", log=True, budget_label="budget")
-    ratio = Panel("closest to budget: value/budget", reference=1.0, reference_label="budget")
-    recall = Panel("recall_min", budget_label="budget")
+    calc = Panel("calc_diff", log=True, budget_label="budget", short="calc_diff")
+    ratio = Panel("closest to budget: value/budget", reference=1.0, reference_label="budget",
+                  short="budget used", fmt=".0%")
+    recall = Panel("recall_min", budget_label="budget", short="recall_min", fmt=".4f")
     speed = Panel("speedup [interval]", budget_label="speedup_min", reference=1.0,
-                  reference_label="no gain")
+                  reference_label="no gain", short="speedup", fmt=".2f")
     budgets: dict[str, dict[int, float]] = {"calc": {}, "recall": {}, "speed": {}}
     for cls, points in series.lines.items():
         for p in points:
@@ -88,7 +93,9 @@ def plot_data(history: History, series: Series, palette: dict[str, str]) -> Chec
             limit = (r.budget.get(first) or {}).get("calc_diff") if first else None
             if isinstance(limit, (int, float)):
                 budgets["calc"][p.x] = float(limit)
-            used = closest_ratio(r)
+            # An expected failure misses its budget by design, by any amount: its share of
+            # it is no reading (the latest table says what still catches it).
+            used = closest_ratio(r) if r.status != "xfail" else None
             if used is not None:
                 ratio.lines.setdefault(cls, []).append((x, min(used, RATIO_CAP)))
             recall_min = r.key_metric("recall_min")
@@ -152,14 +159,17 @@ def render_history(history: History, *, plots: bool | None = None,
     palette = colors(history)
     ordered = history.moved + [s for s in history.series if not s.moves]
     anchors = {s.key: _anchor(i) for i, s in enumerate(ordered)}  # a check's section
+    with collector_paused():
+        data = [split_still(plot_data(history, s, palette)) for s in ordered]
+    # Checks with nothing to plot (every figure held still, or skipped in every run) and no
+    # move: one row each in a table, not a panel of flat lines each.
+    quiet = [i for i, s in enumerate(ordered) if not s.moves and not data[i][0].panels]
     svgs: dict[int, str] = {}
     if plots:
         preload()
-        with collector_paused():
-            data = [(i, plot_data(history, s, palette)) for i, s in enumerate(ordered)]
-        data = [(i, d) for i, d in data if d.panels]  # skipped in every run: nothing to draw
-        drawn = parallel_map(draw_check, [d for _, d in data], jobs=jobs, min_items=24)
-        svgs = {i: svg for (i, _), svg in zip(data, drawn, strict=True)}
+        todo = [(i, moving) for i, (moving, _) in enumerate(data) if moving.panels]
+        drawn = parallel_map(draw_check, [d for _, d in todo], jobs=jobs, min_items=24)
+        svgs = {i: svg for (i, _), svg in zip(todo, drawn, strict=True)}
     rules = ", ".join(f"{k} {v:g}" for k, v in asdict(history.rules).items())
     legend = "".join(f'<span class="swatch" style="background:{c}"></span>{_e(cls)}'
                      for cls, c in palette.items())
@@ -194,13 +204,20 @@ def render_history(history: History, *, plots: bool | None = None,
     out.append(_runs_section(history))
     out.append("<h2>Each check</h2>")
     out.append(f"<p>Checks that moved first. Per check, across commits (oldest left, ordered "
-               f"by commit date; one line per device class): calc_diff of its first output; "
-               f"how much of its budget the closest metric uses (1 is the budget; a failure "
-               f"beyond {RATIO_CAP:g}x, or NaN, is drawn at {RATIO_CAP:g}); the worst row's "
+               f"by commit date; one line per device class): calc_diff of its first output "
+               f"(a zero drawn as an open triangle a decade below the smallest value); how "
+               f"much of its budget the closest metric uses (1 is the budget; a failure "
+               f"beyond {RATIO_CAP:g}x, or NaN, is drawn at {RATIO_CAP:g}; an expected "
+               f"failure is left out: it misses its budget by design); the worst row's "
                f"top-k recall (top-k ops); the speedup with its confidence interval (timed "
-               f"runs). Dashed vertical lines: the first commit where the check moved beyond "
-               f"the drift rules in that device class, labelled with its id.</p>")
+               f"runs). A figure that held still from run to run is a line of text, and a "
+               f"check with nothing else to show is one row of the table at the end. Dashed "
+               f"vertical lines: the first commit where the check moved beyond the drift "
+               f"rules in that device class, labelled with its id.</p>")
     for i, series in enumerate(ordered):
+        if i in quiet:
+            continue
+        moving, still = data[i]
         out.append(f'<section class="check" id="{_anchor(i)}"><h3><code>{_e(series.label)}'
                    "</code></h3>")
         if series.moves:
@@ -209,12 +226,49 @@ def render_history(history: History, *, plots: bool | None = None,
         if i in svgs:
             out.append(f'<div class="plots">{svg_img(svgs[i], series.label + " across commits")}'
                        "</div>")
-        elif plots:
+        elif plots and not still:
             out.append('<p class="hint">nothing to draw: no run measured this check '
                        "(skipped, or an error before any metric)</p>")
+        if still:
+            out.append(f'<p class="still">held still in every run: '
+                       f"{_e('; '.join(still_text(p) for p in still))}</p>")
         out.append("</section>")
+    if quiet:
+        out.append(_quiet_table(history, ordered, quiet))
     out.append("</body></html>")
     return "\n".join(out) + "\n"
+
+
+def split_still(plot: CheckPlot) -> tuple[CheckPlot, list[Panel]]:
+    """The check's figure with only the panels that move, and the panels that held still
+    (:func:`~numcheck.history.svgseries.held_still`), which the page gives as text."""
+    still = [p for p in plot.panels if held_still(p)]
+    moving = [p for p in plot.panels if not held_still(p)]
+    drawn = {c for p in moving for c in p.lines}
+    return replace(plot, panels=moving,
+                   colors={c: v for c, v in plot.colors.items() if c in drawn}), still
+
+
+def _quiet_table(history: History, ordered: list[Series], quiet: list[int]) -> str:
+    """The checks with nothing to plot, one row each: the newest reading per device class
+    (the same in every run, or a skip)."""
+    head = "".join(f"<th>{_e(c)}</th>" for c in history.classes)
+    body = []
+    for i in quiet:
+        series = ordered[i]
+        cells = []
+        for cls in history.classes:
+            points = series.lines.get(cls) or []
+            cells.append("<td>-</td>" if not points else
+                         f"<td>{_e(cell_text(points[-1].record))}</td>")
+        runs = sum(len(points) for points in series.lines.values())
+        body.append(f'<tr id="{_anchor(i)}"><td><code>{_e(series.label)}</code></td>'
+                    f'<td class="num">{runs}</td>{"".join(cells)}</tr>')
+    return (f"<h2>Checks that held still</h2><p>{len(quiet)} check(s) whose every figure was "
+            "the same in each run (or that no run measured): nothing to plot. Per device "
+            "class, the newest run's verdict, budget used, calc_diff and speedup.</p>"
+            f"<table><thead><tr><th>check</th><th>runs</th>{head}</tr></thead><tbody>"
+            + "".join(body) + "</tbody></table>")
 
 
 def _runs_section(history: History) -> str:

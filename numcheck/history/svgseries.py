@@ -32,11 +32,14 @@ PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#8172b3", "#937860", "#da8bc3", "#8
            "#ccb974", "#64b5cd")
 BUDGET = "#c44e52"
 #: Above this many points a series is thinned to its lowest and highest point per bucket
-#: of the axis; a panel is about 220 points wide.
+#: of the axis; a panel is 230 (four panels) to 950 points wide (one).
 MAX_POINTS = 200
 BUCKETS = 80
 #: Closest-to-budget ratios above this are drawn at it (an infinite ratio: NaN output).
 RATIO_CAP = 2.0
+#: A figure's width in inches (about 1300 px at 96 dpi): the page's width, for any number of
+#: panels.
+FIG_WIDTH = 13.5
 
 XY = tuple[float, float]
 
@@ -55,6 +58,10 @@ class Panel:
     #: A horizontal reference line (1.0: the budget of a ratio, no gain for a speedup).
     reference: float | None = None
     reference_label: str = ""
+    #: The metric's name in one line of text ("calc_diff", "budget used").
+    short: str = ""
+    #: How a value of it reads in text.
+    fmt: str = ".3g"
 
 
 @dataclass
@@ -69,6 +76,33 @@ class CheckPlot:
     ticks: list[tuple[int, str]]
     #: First moves: (x, commit label, device class).
     marks: list[tuple[int, str, str]] = field(default_factory=list)
+
+
+def _same(values: Sequence[float]) -> bool:
+    """All equal (NaNs equal to each other)."""
+    return len({"nan" if math.isnan(v) else v for v in values}) <= 1
+
+
+def held_still(panel: Panel) -> bool:
+    """Nothing in the panel moves from run to run: each device class's line keeps one value,
+    its interval band one extent, the budget one limit. A figure of it would be flat lines
+    (a row of text says as much in a fraction of the height)."""
+    if not all(_same([y for _, y in points]) for points in panel.lines.values()):
+        return False
+    if not all(_same([lo for _, lo, _ in band]) and _same([hi for _, _, hi in band])
+               for band in panel.bands.values()):
+        return False
+    return _same([y for _, y in panel.budget])
+
+
+def still_text(panel: Panel) -> str:
+    """A panel that held still, as text: ``calc_diff 1.73e-06`` (one value for every device
+    class), or ``calc_diff 1.73e-06 (H200), 2.1e-06 (B200)``."""
+    values = {cls: points[0][1] for cls, points in panel.lines.items() if points}
+    name = panel.short or panel.title
+    if _same(list(values.values())):
+        return f"{name} {format(next(iter(values.values())), panel.fmt)}"
+    return f"{name} " + ", ".join(f"{format(v, panel.fmt)} ({cls})" for cls, v in values.items())
 
 
 def preload() -> None:
@@ -128,6 +162,24 @@ def _finite(points: Sequence[XY], log: bool) -> tuple[list[XY], int]:
     return positive, len(keep) - len(positive)
 
 
+def zero_floor(panel: Panel) -> float | None:
+    """Where a log axis draws a zero: a decade below the smallest positive value the panel
+    shows (its lines and budget), so that a move from 0 is a step up from the floor, not a
+    lone dot; None when nothing in it is positive."""
+    values = [y for points in (*panel.lines.values(), panel.budget) for _, y in points
+              if math.isfinite(y) and y > 0]
+    if not values:
+        return None
+    return 10.0 ** (math.floor(math.log10(min(values))) - 1)
+
+
+def _on_floor(points: Sequence[XY], floor: float) -> tuple[list[XY], list[XY]]:
+    """A log panel's line with its zeros (and non-positive values) at ``floor``, and those
+    points alone (drawn with their own marker)."""
+    line = [(x, y if y > 0 else floor) for x, y in points if math.isfinite(y)]
+    return line, [(x, floor) for x, y in points if math.isfinite(y) and y <= 0]
+
+
 #: Per panel count, the figure this process draws with (and clears between checks).
 _FIGURES: dict[int, tuple[Any, list[Any]]] = {}
 
@@ -137,9 +189,10 @@ def _axes(n: int) -> tuple[Any, list[Any]]:
     if n not in _FIGURES:
         from matplotlib.figure import Figure
 
-        fig = Figure(figsize=(3.3 * n, 2.3))
-        fig.subplots_adjust(left=0.06 if n > 2 else 0.1, right=0.99, bottom=0.27, top=0.86,
-                            wspace=0.3)
+        # As wide as the page (the page draws it at 100% of its width) whatever the panel
+        # count: a single panel is a wide strip, not a quarter of the page.
+        fig = Figure(figsize=(FIG_WIDTH, 2.3))
+        fig.subplots_adjust(left=0.045, right=0.995, bottom=0.27, top=0.86, wspace=0.18)
         _FIGURES[n] = (fig, list(fig.subplots(1, n, squeeze=False)[0]))
     fig, axes = _FIGURES[n]
     for ax in axes:
@@ -169,13 +222,24 @@ def draw_check(plot: CheckPlot) -> str:
     tick_labels = dict(plot.ticks)
     for i, (ax, panel) in enumerate(zip(axes, plot.panels, strict=True)):
         zeros = 0
+        has_zero = any(y <= 0 for points in panel.lines.values() for _, y in points
+                       if math.isfinite(y))
+        floor = zero_floor(panel) if panel.log and has_zero else None
         for cls, points in panel.lines.items():
-            pts, dropped = _finite(points, panel.log)
-            zeros += dropped
+            on_floor: list[XY] = []
+            if floor is not None:
+                pts, on_floor = _on_floor(points, floor)
+            else:
+                pts, dropped = _finite(points, panel.log)
+                zeros += dropped
             pts = thin(flatten(pts), plot.n_x)
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], color=plot.colors[cls],
                         lw=1.2, marker="o" if len(pts) < 30 else None, ms=2.5, label=cls)
+            if on_floor:  # a zero: an open triangle on the floor, the line stepping up from it
+                zeros_at = thin(flatten(on_floor), plot.n_x)
+                ax.plot([p[0] for p in zeros_at], [p[1] for p in zeros_at], ls="none",
+                        marker="v", ms=4, mfc="none", color=plot.colors[cls])
         for cls, band in panel.bands.items():
             rows = envelope([b for b in band if math.isfinite(b[1]) and math.isfinite(b[2])],
                             plot.n_x)
@@ -202,6 +266,8 @@ def draw_check(plot: CheckPlot) -> str:
         notes = [f"dashed: {panel.budget_label}"] if budget else []
         if panel.reference is not None:
             notes.append(f"dotted: {panel.reference:g}")
+        if floor is not None:
+            notes.append(f"\u25bd: 0, drawn at {floor:.0e}")
         if zeros:
             notes.append(f"{zeros} zero(s) left out")
         title = panel.title + (f" ({', '.join(notes)})" if notes else "")
@@ -215,9 +281,16 @@ def draw_check(plot: CheckPlot) -> str:
             else NullFormatter())
         if panel.log:
             ax.set_yscale("log")
-            ax.yaxis.set_major_locator(LogLocator(base=10, numticks=4))
             ax.yaxis.set_minor_locator(NullLocator())
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:.0e}"))
+            shown = [y for points in (*panel.lines.values(), panel.budget) for _, y in points
+                     if math.isfinite(y) and y > 0] + ([floor] if floor is not None else [])
+            if shown and max(shown) < 10 * min(shown):
+                # Within one decade, decades alone would leave the axis without a label.
+                ax.yaxis.set_major_locator(MaxNLocator(3))
+                ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:.2g}"))
+            else:
+                ax.yaxis.set_major_locator(LogLocator(base=10, numticks=4))
+                ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:.0e}"))
         else:
             ax.yaxis.set_major_locator(MaxNLocator(4))
             ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:.4g}"))

@@ -19,12 +19,14 @@ as a regression:
 
 Improvements (the reverse of each rule) pass and are marked ``improved``. On the same device,
 any other change of a headline metric is listed as ``changed`` (it passes, but a reviewer
-sees it); ``same`` means the numbers are equal.
+sees it); ``same`` means no headline number moved by a unit of the last digit the table
+prints (:data:`PRINTED`): figures that print alike are never listed as changed.
 Pure: works on :class:`numcheck.report.records.Report` values; no pytest, no torch.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -153,18 +155,42 @@ def _judge(base: Record, new: Record, rules: Rules) -> tuple[list[str], list[str
     return worse, better, same_device
 
 
-#: Relative change below which two headline numbers count as equal (JSON round trips are
-#: exact; this only absorbs formatting by other tools).
-_EQUAL_REL = 1e-9
+#: How the drift table prints each headline figure (3 significant digits for the error
+#: metrics, 4 decimals for recalls). A figure has moved only when it changed by at least one
+#: unit of the last digit printed here: a smaller move is rounding in the print (and, read
+#: from the table, no move at all), so a ``changed`` row always shows two different figures.
+PRINTED = {"calc_diff": ".2e", "rel_fro": ".2e", "recall_min": ".4f", "tie_recall_min": ".4f",
+           "speedup": ".2f"}
+
+
+def printed_unit(value: float, fmt: str) -> float:
+    """One unit of the last digit ``fmt`` prints of ``value`` (``.2e`` of 1.234e-06: 1e-08;
+    ``.4f``: 1e-04)."""
+    digits = int(fmt[1:-1])
+    if fmt.endswith("f"):
+        return 10.0 ** -digits
+    if value == 0 or not math.isfinite(value):
+        return 0.0
+    exponent = int(format(value, fmt).split("e")[1])  # as printed: 9.996e-07 is 1.00e-06
+    return 10.0 ** (exponent - digits)
+
+
+def moved_in_print(base: float, new: float, fmt: str) -> bool:
+    """``new`` differs from ``base`` by at least one unit of the last printed digit (and
+    so prints differently)."""
+    if format(base, fmt) == format(new, fmt):
+        return False
+    unit = printed_unit(max(abs(base), abs(new)), fmt)
+    return abs(new - base) >= unit * (1 - 1e-9)  # 1.23e-06 -> 1.24e-06 is one unit
 
 
 def _moved(pairs: Mapping[str, Sequence[float | None]]) -> list[str]:
-    """The headline metrics that changed at all, with the factor (no rule fired)."""
+    """The headline metrics that moved in print, with the factor (no rule fired)."""
     out = []
     for name, (b, n) in pairs.items():
         if b is None or n is None or name == "speedup":
             continue  # timing moves run to run; its rule alone speaks for it
-        if abs(n - b) > _EQUAL_REL * max(abs(b), abs(n)):
+        if moved_in_print(b, n, PRINTED.get(name, ".2e")):
             ratio = f", {n / b:.3g}x" if b else ""
             out.append(f"{name} {b:.4g} -> {n:.4g}{ratio} (below every rule)")
     return out
@@ -199,10 +225,8 @@ def drift_rows(drift: Drift) -> list[list[str]]:
         p = row.pairs
         out.append([
             row.id,
-            _arrow(p.get("calc_diff", [None, None]), ".2e"),
-            _arrow(p.get("rel_fro", [None, None]), ".2e"),
-            _arrow(p.get("recall_min", [None, None]), ".4f"),
-            _arrow(p.get("speedup", [None, None]), ".2f"),
+            *(_arrow(p.get(name, [None, None]), PRINTED[name])
+              for name in ("calc_diff", "rel_fro", "recall_min", "speedup")),
             row.status,
             "; ".join(row.reasons),
         ])

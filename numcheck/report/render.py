@@ -15,6 +15,8 @@ from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.report.records import Record
 
 if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports without torch
+    from numcheck.localize.findings import Localization
+    from numcheck.numerics.metrics import ErrorMetrics
     from numcheck.numerics.topk import TopkReport
     from numcheck.numerics.verdict import Violation
     from numcheck.result import CheckResult, Settled
@@ -42,8 +44,9 @@ MAX_WHERE_LINES = 2
 def failure_message(result: CheckResult, commands: Commands, source: str) -> str:
     """The message of a failed case check."""
     top = result.worst()
-    detail = [] if top is None else _mismatch_lines(result, top.output, top.seed)
-    detail = [*where_lines(result), *detail]
+    metrics = None if top is None else _metrics_of(result, top.output, top.seed)
+    detail = failure_detail(getattr(result, "localization", []),
+                            None if top is None else top.output, metrics)
     # What the variant did once, at load time: part of what was checked, not of a call.
     prepared = getattr(result, "prepared", None)
     notes = [f"  {prepared['text']}"] if prepared else []
@@ -160,27 +163,43 @@ def footer(where: tuple[str, str], commands: Commands, *, regenerate_note: bool 
     ]
 
 
-def where_lines(result: CheckResult) -> list[str]:
+def failure_detail(
+    localization: Sequence[Localization], output: str | None, metrics: ErrorMetrics | None,
+) -> list[str]:
+    """The lines under ``worst:`` of every failure message (a case check's and the
+    numcheck_golden fixture's): where the error sits, then the worst output's mismatched
+    elements and largest error."""
+    lines = where_lines(localization)
+    if output is not None and metrics is not None:
+        lines += mismatch_lines(output, metrics)
+    return lines
+
+
+def where_lines(localization: Sequence[Localization]) -> list[str]:
     """``where:`` lines: where the error of the failing outputs sits, most telling first."""
-    found = [line for loc in getattr(result, "localization", []) for line in loc.lines]
+    found = [line for loc in localization for line in loc.lines]
     return [f"  {'where:' if i == 0 else '':<6} {line}"
             for i, line in enumerate(found[:MAX_WHERE_LINES])]
 
 
-def _mismatch_lines(result: CheckResult, output: str, seed: int | None) -> list[str]:
-    """``Mismatched elements: k / n (p%)`` and the largest error, for the worst output."""
+def _metrics_of(result: CheckResult, output: str, seed: int | None) -> ErrorMetrics | None:
+    """The metrics of ``output`` on ``seed`` (the first seed's when None)."""
     for s in result.seeds:
         m = s.metrics.get(output)
-        if m is None or (seed is not None and s.seed != seed):
-            continue
-        share = 100.0 * m.n_outside / m.n_compared if m.n_compared else 0.0
-        return [
-            (f"  {output}: mismatched elements {m.n_outside} / {m.n_compared} ({share:.3g}%) "
-            f"outside atol {m.atol:g} + rtol {m.rtol:g} * |golden|"),
-            (f"  {output}: max abs error {m.max_abs:.4g} at index {m.max_abs_index}; "
-            f"max rel error {m.max_rel:.4g} at index {m.max_rel_index}"),
-        ]
-    return []
+        if m is not None and (seed is None or s.seed == seed):
+            return m
+    return None
+
+
+def mismatch_lines(output: str, m: ErrorMetrics) -> list[str]:
+    """``Mismatched elements: k / n (p%)`` and the largest error, for the worst output."""
+    share = 100.0 * m.n_outside / m.n_compared if m.n_compared else 0.0
+    return [
+        (f"  {output}: mismatched elements {m.n_outside} / {m.n_compared} ({share:.3g}%) "
+        f"outside atol {m.atol:g} + rtol {m.rtol:g} * |golden|"),
+        (f"  {output}: max abs error {m.max_abs:.4g} at index {m.max_abs_index}; "
+        f"max rel error {m.max_rel:.4g} at index {m.max_rel_index}"),
+    ]
 
 
 def flip_table(report: TopkReport, limit: int = MAX_FLIPS) -> list[str]:
