@@ -14,13 +14,11 @@
   within the reference's :mod:`~numcheck.goldens.reproducibility`);
 - :mod:`~numcheck.goldens.stale`: golden files no case uses; :mod:`~numcheck.goldens.obtained`:
   a failed variant's outputs, kept beside the golden;
-- :mod:`~numcheck.goldens.atomic` and :mod:`~numcheck.goldens.locking`: atomic writes (the
-  JSON report uses them too) and the lock that serializes writes of one golden;
 - :mod:`~numcheck.goldens.fixture`: the ``numcheck_golden`` fixture's engine.
 
 The names below are the golden API (``from numcheck.goldens import unpack_pair``), loaded on
-first use so that importing this package, or its torch-free :mod:`~numcheck.goldens.atomic`,
-never imports torch.
+first use so that importing this package never imports torch. Writes go through
+:mod:`numcheck.disk` (atomic files, the golden's lock).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from numcheck.cases import Case, load_case_file
 from numcheck.goldens.files import golden_path
-from numcheck.goldens.locking import exclusive
+from numcheck.disk.locking import exclusive
 
 
 def case_files(cases_dir: Path) -> list[Path]:

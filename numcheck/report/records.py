@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from numcheck._version import __version__
-from numcheck.goldens.atomic import atomic_write
+from numcheck.disk.atomic import atomic_write
 from numcheck.numerics.metric_names import (
     ERROR_METRICS,
     KEY_METRICS,
@@ -461,7 +461,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
 
 def write_json(path: Path | str, report: Report) -> None:
     """Write the report as strict JSON, atomically
-    (:func:`numcheck.goldens.atomic.atomic_write`)."""
+    (:func:`numcheck.disk.atomic.atomic_write`)."""
     text = json.dumps(report_to_dict(report), indent=1, allow_nan=False) + "\n"
     atomic_write(path, text.encode())
 
