@@ -4,7 +4,7 @@
 
 Times ``numcheck.numerics.against_golden.check`` of the shipped ``bf16`` and ``tf32`` variants
 on one fresh seed, once with the op as shipped (rounding reference plus the members derived from
-its GEMM site, numcheck.precision.gemm_family) and once with the reference alone (no
+its GEMM site, numcheck.honest.gemm_family) and once with the reference alone (no
 ``gemm_site``, no alternatives), alternating, each rep on fresh ``CaseInputs`` (the envelope is
 made once per seed and kept there: a rep that reused them would time nothing), the inputs made
 before the clock starts. Prints the median CPU time of each (docs/budgets.md, "The rounding

@@ -59,7 +59,7 @@ _EXPORTS = {
     "GoldenCheckFailure": "numcheck.goldens.fixture",
     "GoldenError": "numcheck.goldens.files",
     "Gemm": "numcheck.ops.spec",
-    "add_gemm_members": "numcheck.precision.gemm_family",
+    "add_gemm_members": "numcheck.honest.gemm_family",
 }
 
 __all__ = [
@@ -118,7 +118,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
     from numcheck.ops.spec import Gemm
     from numcheck.ops.structure import Grouping, Structure
     from numcheck.precision import matmul_precision
-    from numcheck.precision.gemm_family import add_gemm_members
+    from numcheck.honest.gemm_family import add_gemm_members
 
 
 __getattr__, __dir__ = _lazy_exports(__name__, globals(), _EXPORTS)

@@ -27,7 +27,7 @@ from numcheck.ops.registry import (
 )
 from numcheck.ops.spec import Gemm
 from numcheck.ops.splitk import split_k_matmul
-from numcheck.precision.gemm_family import (
+from numcheck.honest.gemm_family import (
     MemberRuns,
     add_gemm_members,
     envelope_members,
@@ -35,7 +35,7 @@ from numcheck.precision.gemm_family import (
     member_name,
     member_variants,
 )
-from numcheck.precision.gemm_impls import EmulatedGemm, GemmImpl, honest_gemms
+from numcheck.honest.gemm_impls import EmulatedGemm, GemmImpl, honest_gemms
 
 INDEXER = {"batch": 2, "next_n": 1, "heads": 8, "head_dim": 64, "block_size": 16,
            "max_context": 96, "min_context": 0, "index_topk": 16, "shuffle_pages": True,

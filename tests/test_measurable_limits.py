@@ -20,7 +20,7 @@ from numcheck.goldens.make import fresh_golden
 from numcheck.numerics.budgets import DEFAULT_BUDGETS, BudgetError
 from numcheck.ops import registry
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Params, ParamSpec, Variant
-from numcheck.precision.gemm_family import missing_envelope
+from numcheck.honest.gemm_family import missing_envelope
 from numcheck.report.records import record_from_result
 
 ROOT = Path(__file__).resolve().parent.parent

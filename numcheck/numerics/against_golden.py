@@ -39,7 +39,7 @@ from numcheck.numerics.topk import topk_agreement
 from numcheck.numerics.verdict import Violation, check_output, check_topk
 from numcheck.ops.spec import OpSpec, Outputs, VariantError
 from numcheck.precision import rounding_unit, ulp_dtype
-from numcheck.precision.gemm_family import missing_envelope
+from numcheck.honest.gemm_family import missing_envelope
 from numcheck.prepare import Preparations, Preparer, prepare
 from numcheck.result import CheckResult, SeedResult
 

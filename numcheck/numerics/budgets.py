@@ -189,7 +189,7 @@ class VariantBudget:
 @dataclass(frozen=True)
 class Unmeasured:
     """A metric that the checks of a variant cannot measure on an output (``max_err_ratio``
-    without a rounding envelope: numcheck.precision.gemm_family.missing_envelope).
+    without a rounding envelope: numcheck.honest.gemm_family.missing_envelope).
 
     A budget key for it is a :class:`BudgetError` with ``problem`` and ``fix``: a limit that
     gates nothing must not sit in a budget looking like one. ``nowhere``: on none of the

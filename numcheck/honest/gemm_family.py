@@ -1,7 +1,7 @@
 """An op's honest family per precision class, derived from where its GEMM sits.
 
 An op that declares ``OpSpec.gemm_site`` (``site(inputs, params, gemm)``: the op with its
-matrix product left open) gets one **member** per row of numcheck.precision.gemm_impls for each
+matrix product left open) gets one **member** per row of numcheck.honest.gemm_impls for each
 precision class: the op computed with that GEMM. Members serve two purposes:
 
 - calibration and the self-test: :func:`member_variants` / :func:`add_gemm_members` make
@@ -35,7 +35,7 @@ import torch
 
 from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, Variant, VariantFn
 from numcheck.precision import coarser
-from numcheck.precision.gemm_impls import (
+from numcheck.honest.gemm_impls import (
     EmulatedGemm,
     GemmImpl,
     canonical_operand,
@@ -209,7 +209,7 @@ def add_gemm_members(op_name: str, precisions: Sequence[str] | None = None) -> l
     names = []
     for variant in member_variants(op, precisions):
         if variant.name not in get_op(op_name).variants:
-            add_variant(op_name, variant, origin="numcheck.precision.gemm_family")
+            add_variant(op_name, variant, origin="numcheck.honest.gemm_family")
         names.append(variant.name)
     return names
 
