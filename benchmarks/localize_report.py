@@ -104,7 +104,7 @@ def honest_rows(cases: dict[str, Any], seeds: list[int], device: str) -> list[Ho
     from dataclasses import replace
 
     from numcheck.goldens.make import fresh_golden
-    from numcheck.numerics.run import CaseInputs
+    from numcheck.check.run import CaseInputs
     from numcheck.ops.registry import get_op
     from numcheck.selftest import shipped_golden
 

@@ -219,7 +219,7 @@ def cmd_independent(args: argparse.Namespace) -> int:
 
     from numcheck.cases import load_case_file
     from numcheck.inputs import to_device
-    from numcheck.numerics.run import CaseInputs
+    from numcheck.check.run import CaseInputs
     from numcheck.ops.registry import get_op, load_entry_points
 
     load_entry_points()

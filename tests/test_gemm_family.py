@@ -12,8 +12,8 @@ import torch
 import numcheck
 from numcheck.cases import Case, load_case_file
 from numcheck.goldens.make import fresh_golden
-from numcheck.numerics.against_golden import check
-from numcheck.numerics.run import CaseInputs
+from numcheck.check.against_golden import check
+from numcheck.check.run import CaseInputs
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import (
     Inputs,

@@ -16,8 +16,8 @@ from numcheck.cases import Case, load_case_file
 from numcheck.check import run_check
 from numcheck.goldens.make import fresh_golden
 from numcheck.inputs import to_device
-from numcheck.numerics.cpu_tf32 import NOTE
-from numcheck.numerics.run import CaseInputs, run_variant
+from numcheck.check.cpu_tf32 import NOTE
+from numcheck.check.run import CaseInputs, run_variant
 from numcheck.ops import registry
 from numcheck.ops.registry import RegistrationError, Variant, get_op
 from numcheck.ops.spec import VariantError
@@ -29,7 +29,7 @@ from numcheck.prepare import Preparations, prepare, with_preparation
 from numcheck.report.htmlpage import render_html
 from numcheck.report.records import Report, record_from_dict, record_from_result, record_to_dict
 from numcheck.report.render import Commands, failure_message
-from numcheck.result import CheckResult
+from numcheck.check.result import CheckResult
 
 TINY = """
 [tiny-mhc]
@@ -322,7 +322,7 @@ def test_golden_envelope_and_tf32_note_run_prepared_variants(tmp_path: Path) -> 
         result = run_check(op, case, name, "cpu", inputs, golden)
         assert result.passed, result.violations
         assert result.metric("mixes", "max_err_ratio") is not None
-    from numcheck.numerics.extras import annotate
+    from numcheck.check.extras import annotate
 
     tf32 = run_check(op, case, "tf32", "cpu", inputs, golden, keep_outputs=True)
     annotate(tf32, op, golden, inputs)  # runs the prepared reference on the same inputs

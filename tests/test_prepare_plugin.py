@@ -45,7 +45,7 @@ def project(pytester: pytest.Pytester, variants: str, *, seeds: str = "0",
     from numcheck.cases import load_cases
     from numcheck.goldens.files import golden_path
     from numcheck.goldens.make import write_golden
-    from numcheck.numerics.run import CaseInputs
+    from numcheck.check.run import CaseInputs
     from numcheck.ops import registry
 
     pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")

@@ -15,7 +15,7 @@ from numcheck.goldens.files import load_golden, save_golden
 from numcheck.goldens.make import regenerate
 from numcheck.goldens.regen import GoldenRefused
 from numcheck.goldens.reproducibility import REFERENCE_EPS_FACTOR, difference, stats_difference
-from numcheck.numerics.run import CaseInputs
+from numcheck.check.run import CaseInputs
 from numcheck.ops import registry
 from numcheck.ops.registry import Variant, get_op
 

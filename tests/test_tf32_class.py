@@ -18,7 +18,7 @@ import planted
 import pytest
 
 from numcheck.cases import load_cases
-from numcheck.numerics.against_golden import check
+from numcheck.check.against_golden import check
 from numcheck.ops.registry import get_op
 from numcheck.selftest import error_to_family, fresh_golden, held_to
 

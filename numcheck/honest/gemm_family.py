@@ -9,7 +9,7 @@ precision class: the op computed with that GEMM. Members serve two purposes:
   the class (``--numcheck-calibrate-pool``, numcheck.calibrate.honest.measure_family);
 - the rounding envelope behind ``max_err_ratio``: a check divides its worst element error by
   the worst of the class's envelope members (and the op's ``rounding_reference`` and
-  ``rounding_alternatives``) on the same inputs (numcheck.numerics.run).
+  ``rounding_alternatives``) on the same inputs (numcheck.check.run).
 
 Whether an op has such an envelope for a class, on a device, is decided here once
 (:func:`missing_envelope`): a case file's ``max_err_ratio`` for an output no envelope can
@@ -229,7 +229,7 @@ class MemberRuns:
     """Members of one op run on one set of inputs, each result made once (module docstring).
 
     ``run(member)`` (optional, for :meth:`outputs`) runs a member's function on the inputs:
-    numcheck passes its own :func:`numcheck.numerics.run.run_variant`, so a member's outputs are
+    numcheck passes its own :func:`numcheck.check.run.run_variant`, so a member's outputs are
     checked like a variant's. The operands of a GEMM call, as each format reads them, are
     made once for every member that reaches that call the same way, and kept as long as this
     object is (numcheck makes one per envelope).

@@ -1,8 +1,8 @@
 """The numerics of a check: a variant's outputs against the golden, and what judges them.
 
-- :mod:`~numcheck.numerics.run`: a case's inputs (made once per seed, fingerprinted), a
+- :mod:`~numcheck.check.run`: a case's inputs (made once per seed, fingerprinted), a
   variant's call checked for what it returns, the rounding envelope of a precision class;
-- :mod:`~numcheck.numerics.against_golden`: one check's numerics, seed by seed, against the
+- :mod:`~numcheck.check.against_golden`: one check's numerics, seed by seed, against the
   golden validated for its case (:func:`check`);
 - :mod:`~numcheck.numerics.metrics`: elementwise error metrics (float64);
   :mod:`~numcheck.numerics.topk`: tie-aware top-k agreement;
@@ -10,9 +10,9 @@
   :mod:`~numcheck.numerics.verdict`: metrics against budgets, violations;
   :mod:`~numcheck.numerics.nonfinite`: why an inf/NaN pattern differs;
 - :mod:`~numcheck.numerics.metric_names`: every metric's name, shared by all rooms (no torch);
-- :mod:`~numcheck.numerics.firstcall`: a variant's first call, timed apart;
-- what a check keeps for its readers: :mod:`~numcheck.numerics.plotdata` (histograms),
-  :mod:`~numcheck.numerics.cpu_tf32` (the tf32-on-CPU note), :mod:`~numcheck.numerics.extras`.
+- :mod:`~numcheck.check.firstcall`: a variant's first call, timed apart;
+- what a check keeps for its readers: :mod:`~numcheck.check.plotdata` (histograms),
+  :mod:`~numcheck.check.cpu_tf32` (the tf32-on-CPU note), :mod:`~numcheck.check.extras`.
 
 The names below are what this package held as one module, loaded on first use (importing
 the package, or its torch-free :mod:`~numcheck.numerics.metric_names` and
@@ -27,18 +27,18 @@ from numcheck._lazy import lazy_exports as _lazy_exports
 
 #: Name -> the module that defines it (loaded on first use).
 _EXPORTS = {
-    "CaseInputs": "numcheck.numerics.run",
-    "run_variant": "numcheck.numerics.run",
-    "rounding_envelope_outputs": "numcheck.numerics.run",
-    "check": "numcheck.numerics.against_golden",
+    "CaseInputs": "numcheck.check.run",
+    "run_variant": "numcheck.check.run",
+    "rounding_envelope_outputs": "numcheck.check.run",
+    "check": "numcheck.check.against_golden",
     "seed_key": "numcheck.goldens.packing",
     "make_golden": "numcheck.goldens.make",
     "fresh_golden": "numcheck.goldens.make",
     "write_golden": "numcheck.goldens.make",
     "regenerate": "numcheck.goldens.make",
-    "display_id": "numcheck.result",
-    "SeedResult": "numcheck.result",
-    "CheckResult": "numcheck.result",
+    "display_id": "numcheck.check.result",
+    "SeedResult": "numcheck.check.result",
+    "CheckResult": "numcheck.check.result",
     "VariantError": "numcheck.ops.spec",
 }
 
@@ -61,10 +61,10 @@ __all__ = [
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads lazily
     from numcheck.goldens.make import fresh_golden, make_golden, regenerate, write_golden
     from numcheck.goldens.packing import seed_key
-    from numcheck.numerics.against_golden import check
-    from numcheck.numerics.run import CaseInputs, rounding_envelope_outputs, run_variant
+    from numcheck.check.against_golden import check
+    from numcheck.check.run import CaseInputs, rounding_envelope_outputs, run_variant
     from numcheck.ops.spec import VariantError
-    from numcheck.result import CheckResult, SeedResult, display_id
+    from numcheck.check.result import CheckResult, SeedResult, display_id
 
 
 __getattr__, __dir__ = _lazy_exports(__name__, globals(), _EXPORTS)

@@ -67,7 +67,7 @@ class Variant:
 class VariantError(Exception):
     """A variant that raised, or returned outputs of the wrong names, shape, dtype or device,
     or whose one-time preparation did (:mod:`numcheck.prepare`). Raised where variants run
-    (:func:`numcheck.numerics.run.run_variant`) and by the numerics of a check."""
+    (:func:`numcheck.check.run.run_variant`) and by the numerics of a check."""
 
 
 @dataclass(frozen=True)

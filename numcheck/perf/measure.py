@@ -29,7 +29,7 @@ import torch
 from numcheck.cases import Case
 from numcheck.devices import device_name
 from numcheck.inputs import to_device
-from numcheck.numerics.run import run_variant
+from numcheck.check.run import run_variant
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import Inputs, OpSpec, get_op
 from numcheck.perf.gate import PerfSpec, violations
@@ -38,7 +38,7 @@ from numcheck.perf.sequential import Outcome, StoppingRule, run
 from numcheck.perf.speedup import Decision, SpeedupEstimate, Summary, summarize
 from numcheck.perf.timing import PairedTimes, TimerRequest, TimingConfig, make_pair_timer
 from numcheck.prepare import Preparer, prepare
-from numcheck.result import display_id
+from numcheck.check.result import display_id
 
 #: A/A noise beyond which messages and the summary warn: the interval misses 1 by more
 #: than this fraction, or is wider than ``NOISE_WIDTH`` of its median.
@@ -154,7 +154,7 @@ def measure_perf(
 ) -> PerfResult:
     """Time ``variant`` against ``op.reference`` on ``device`` until the rule decides.
 
-    Both are first called once through :func:`numcheck.numerics.run.run_variant`, so a variant
+    Both are first called once through :func:`numcheck.check.run.run_variant`, so a variant
     that raises or returns the wrong outputs is a :class:`~numcheck.ops.spec.VariantError`
     here too (perf-only cases have no numerics check to catch it first). ``seed`` is
     accepted for compatibility; the order-statistic interval needs no resampling.

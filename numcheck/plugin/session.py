@@ -27,9 +27,9 @@ from numcheck.goldens.make import regenerate
 from numcheck.goldens.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
 from numcheck.goldens.stale import find_stale, prune
 from numcheck.history.store import save_folder, save_report
-from numcheck.numerics.extras import annotate, keep_failed
-from numcheck.numerics.firstcall import first_call_lines
-from numcheck.numerics.run import CaseInputs
+from numcheck.check.extras import annotate, keep_failed
+from numcheck.check.firstcall import first_call_lines
+from numcheck.check.run import CaseInputs
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.ops.spec import VariantError
 from numcheck.overhead.gate import (
@@ -69,7 +69,7 @@ from numcheck.report.render import Commands, failure_message, footer, summary_ta
 from numcheck.report.skips import collapse as collapse_skips
 from numcheck.report.skips import perf_only_reason
 from numcheck.report.step_summary import append_step_summary
-from numcheck.result import CheckResult, Settled, display_id
+from numcheck.check.result import CheckResult, Settled, display_id
 
 #: ``report.user_properties`` names on which a worker ships its record and its golden
 #: rewrites to the controller (pytest-xdist serialises user_properties with every report).
@@ -217,7 +217,7 @@ class NumcheckSession:
         )
         self.overhead_rows: list[list[str]] = []
         #: A first call longer than this many seconds prints a progress line while it runs
-        #: and is listed in the summary (numcheck.numerics.firstcall).
+        #: and is listed in the summary (numcheck.check.firstcall).
         raw = config.getini(options.FIRST_CALL_INI)
         try:
             self.first_call_note_s = float(raw)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports withou
     from numcheck.numerics.metrics import ErrorMetrics
     from numcheck.numerics.topk import TopkReport
     from numcheck.numerics.verdict import Violation
-    from numcheck.result import CheckResult, Settled
+    from numcheck.check.result import CheckResult, Settled
 
 @dataclass(frozen=True)
 class Commands:

@@ -19,8 +19,8 @@ from typing import Any
 from numcheck.cases import Case
 from numcheck.goldens.case_golden import CaseGolden
 from numcheck.goldens.make import fresh_golden
-from numcheck.numerics.against_golden import check
-from numcheck.numerics.run import CaseInputs
+from numcheck.check.against_golden import check
+from numcheck.check.run import CaseInputs
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError
 from numcheck.selftest import held_to, shipped_golden
@@ -146,7 +146,7 @@ def honest_table(case: Case, variants: Sequence[str], golden: CaseGolden, inputs
     from numcheck.inputs import to_device
     from numcheck.localize import failure as localize
     from numcheck.localize import spread
-    from numcheck.numerics.run import run_variant
+    from numcheck.check.run import run_variant
 
     op = get_op(case.op)
     rows = []

@@ -28,7 +28,7 @@ from numcheck.localize import failure as localize
 from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.numerics.metrics import ErrorMetrics, compare
 from numcheck.numerics.nonfinite import explain as explain_nonfinite
-from numcheck.numerics.run import (
+from numcheck.check.run import (
     CaseInputs,
     envelope_key,
     rounding_envelope_outputs,
@@ -41,11 +41,11 @@ from numcheck.ops.spec import OpSpec, Outputs, VariantError
 from numcheck.precision import rounding_unit, ulp_dtype
 from numcheck.honest.gemm_family import missing_envelope
 from numcheck.prepare import Preparations, Preparer, prepare
-from numcheck.result import CheckResult, SeedResult
+from numcheck.check.result import CheckResult, SeedResult
 
 if TYPE_CHECKING:
     from numcheck.numerics.budgets import OutputBudget
-    from numcheck.numerics.firstcall import FirstCallWatch
+    from numcheck.check.firstcall import FirstCallWatch
 
 __all__ = ["check", "judge_output"]
 

@@ -1,7 +1,7 @@
 """Running variants on a case's inputs: the inputs made once per seed, a variant's call
 checked for what it returns, and the rounding envelope a precision class is measured against.
 
-The numerics of a check (:mod:`numcheck.numerics.against_golden`), the speed gate, golden
+The numerics of a check (:mod:`numcheck.check.against_golden`), the speed gate, golden
 making (:mod:`numcheck.goldens.make`) and the self-tests all run variants through
 :func:`run_variant`, so a variant that raises or returns the wrong outputs is the same
 :class:`~numcheck.ops.spec.VariantError` everywhere.

@@ -31,7 +31,7 @@ def tf32_cpu_note(op: Any, case: Any, variant: str, device: str, inputs: Any,
     the reference's bit for bit; None otherwise (another device or precision, or a
     difference, which the metrics then report as usual)."""
     from numcheck.inputs import to_device
-    from numcheck.numerics.run import run_variant
+    from numcheck.check.run import run_variant
 
     if device != "cpu" or op.variants[variant].precision != "tf32" or variant == op.reference:
         return None
