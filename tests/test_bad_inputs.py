@@ -22,7 +22,7 @@ from test_plugin import CONFTEST, TINY_INDEXER, golden, make_project
 from numcheck.cases import load_case_file
 from numcheck.goldens import files as goldens
 from numcheck.goldens.files import load_golden, save_golden
-from numcheck.goldens.make import write_golden
+from numcheck.check.make_golden import write_golden
 from numcheck.check.run import CaseInputs
 from numcheck.ops.registry import get_op
 

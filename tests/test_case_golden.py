@@ -22,7 +22,7 @@ from numcheck.cases import Case, load_case_file
 from numcheck.goldens import case_golden, files, freshness, packing
 from numcheck.goldens.case_golden import CaseGolden, validate_for_case
 from numcheck.goldens.files import Golden, GoldenFormatError, GoldenStale
-from numcheck.goldens.make import make_golden
+from numcheck.check.make_golden import make_golden
 from numcheck.goldens.packing import pack_output
 from numcheck.check.against_golden import check
 from numcheck.check.run import CaseInputs

@@ -11,7 +11,7 @@ import torch
 
 import numcheck
 from numcheck.cases import Case, load_case_file
-from numcheck.goldens.make import fresh_golden
+from numcheck.check.make_golden import fresh_golden
 from numcheck.check.against_golden import check
 from numcheck.check.run import CaseInputs
 from numcheck.ops import indexer, mhc

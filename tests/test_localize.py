@@ -281,7 +281,7 @@ def test_a_structure_for_an_unknown_output_is_a_registration_error() -> None:
 @pytest.fixture
 def tiny(tmp_path: Path) -> Any:
     from numcheck.cases import load_cases
-    from numcheck.goldens.make import fresh_golden
+    from numcheck.check.make_golden import fresh_golden
 
     sys.path.insert(0, str(TESTS))
     import planted_located

@@ -16,7 +16,7 @@ from numcheck.calibrate import suggest_values
 from numcheck.cases import Case, CaseFileError, load_case_file, load_cases
 from numcheck.check import run_check
 from numcheck.goldens.fixture import GoldenCheck
-from numcheck.goldens.make import fresh_golden
+from numcheck.check.make_golden import fresh_golden
 from numcheck.numerics.budgets import DEFAULT_BUDGETS, BudgetError
 from numcheck.ops import registry
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Params, ParamSpec, Variant

@@ -73,7 +73,7 @@ def write_goldens(pytester: pytest.Pytester) -> None:
 
     from numcheck.cases import load_cases
     from numcheck.goldens.files import golden_path
-    from numcheck.goldens.make import write_golden
+    from numcheck.check.make_golden import write_golden
     from numcheck.check.run import CaseInputs
     from numcheck.ops import registry
 

@@ -14,7 +14,7 @@ from faketimer import FakePairTimer
 
 from numcheck.cases import Case, load_case_file
 from numcheck.check import run_check
-from numcheck.goldens.make import fresh_golden
+from numcheck.check.make_golden import fresh_golden
 from numcheck.inputs import to_device
 from numcheck.check.cpu_tf32 import NOTE
 from numcheck.check.run import CaseInputs, run_variant

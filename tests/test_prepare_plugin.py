@@ -44,7 +44,7 @@ def project(pytester: pytest.Pytester, variants: str, *, seeds: str = "0",
     makes it (the reference on the CPU)."""
     from numcheck.cases import load_cases
     from numcheck.goldens.files import golden_path
-    from numcheck.goldens.make import write_golden
+    from numcheck.check.make_golden import write_golden
     from numcheck.check.run import CaseInputs
     from numcheck.ops import registry
 

@@ -11,7 +11,7 @@ import pytest
 
 from numcheck.cases import load_case_file
 from numcheck.goldens.case_golden import load_for_case
-from numcheck.goldens.make import write_golden
+from numcheck.check.make_golden import write_golden
 from numcheck.check.against_golden import check
 from numcheck.check.run import CaseInputs
 from numcheck.ops.registry import get_op

@@ -153,7 +153,7 @@ class References:
     def get(self, seed: int) -> tuple[CaseGolden, CaseInputs]:
         """``(golden, inputs)`` of the one-seed case of ``seed``."""
         if seed not in self._made:
-            from numcheck.goldens.make import fresh_golden
+            from numcheck.check.make_golden import fresh_golden
 
             self._made[seed] = fresh_golden(self.op, replace(self.case, seeds=(seed,)),
                                             self.device)

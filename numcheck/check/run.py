@@ -2,7 +2,7 @@
 checked for what it returns, and the rounding envelope a precision class is measured against.
 
 The numerics of a check (:mod:`numcheck.check.against_golden`), the speed gate, golden
-making (:mod:`numcheck.goldens.make`) and the self-tests all run variants through
+making (:mod:`numcheck.check.make_golden`) and the self-tests all run variants through
 :func:`run_variant`, so a variant that raises or returns the wrong outputs is the same
 :class:`~numcheck.ops.spec.VariantError` everywhere.
 """

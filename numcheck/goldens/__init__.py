@@ -8,8 +8,6 @@
   version, seeds, parameters);
 - :mod:`~numcheck.goldens.case_golden`: a golden read and validated once for its case, the
   object the numerics of a check read;
-- :mod:`~numcheck.goldens.make`: the reference run on every seed, packed (regeneration, and
-  goldens made in memory for the self-test and calibration);
 - :mod:`~numcheck.goldens.regen`: storing a regenerated golden (NaN/Inf refused, stable bytes
   within the reference's :mod:`~numcheck.goldens.reproducibility`);
 - :mod:`~numcheck.goldens.stale`: golden files no case uses; :mod:`~numcheck.goldens.obtained`:

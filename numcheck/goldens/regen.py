@@ -109,7 +109,7 @@ def store(
     meta: Mapping[str, Any],
 ) -> RegenOutcome:
     """Write the reference outputs ``tensors`` (with ``meta``, as made by
-    :func:`numcheck.goldens.make.make_golden`) unless the stored golden is equal or within the
+    :func:`numcheck.check.make_golden.make_golden`) unless the stored golden is equal or within the
     reference's reproducibility tolerance. Raises :class:`GoldenRefused` (writing nothing)
     when an output holds NaN/Inf the op does not allow."""
     refuse_nonfinite(op, case, tensors, path)

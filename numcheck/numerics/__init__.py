@@ -32,10 +32,10 @@ _EXPORTS = {
     "rounding_envelope_outputs": "numcheck.check.run",
     "check": "numcheck.check.against_golden",
     "seed_key": "numcheck.goldens.packing",
-    "make_golden": "numcheck.goldens.make",
-    "fresh_golden": "numcheck.goldens.make",
-    "write_golden": "numcheck.goldens.make",
-    "regenerate": "numcheck.goldens.make",
+    "make_golden": "numcheck.check.make_golden",
+    "fresh_golden": "numcheck.check.make_golden",
+    "write_golden": "numcheck.check.make_golden",
+    "regenerate": "numcheck.check.make_golden",
     "display_id": "numcheck.check.result",
     "SeedResult": "numcheck.check.result",
     "CheckResult": "numcheck.check.result",
@@ -59,7 +59,7 @@ __all__ = [
 ]  # the names of _EXPORTS (tests/test_imports.py keeps them in step)
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads lazily
-    from numcheck.goldens.make import fresh_golden, make_golden, regenerate, write_golden
+    from numcheck.check.make_golden import fresh_golden, make_golden, regenerate, write_golden
     from numcheck.goldens.packing import seed_key
     from numcheck.check.against_golden import check
     from numcheck.check.run import CaseInputs, rounding_envelope_outputs, run_variant

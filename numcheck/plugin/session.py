@@ -23,7 +23,7 @@ from numcheck.check import cannot_run, run_check
 from numcheck.devices import device_name
 from numcheck.goldens.case_golden import CaseGolden, load_for_case
 from numcheck.goldens.files import GoldenError, golden_path
-from numcheck.goldens.make import regenerate
+from numcheck.check.make_golden import regenerate
 from numcheck.goldens.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
 from numcheck.goldens.stale import find_stale, prune
 from numcheck.history.store import save_folder, save_report

@@ -18,7 +18,7 @@ from typing import Any
 
 from numcheck.cases import Case
 from numcheck.goldens.case_golden import CaseGolden
-from numcheck.goldens.make import fresh_golden
+from numcheck.check.make_golden import fresh_golden
 from numcheck.check.against_golden import check
 from numcheck.check.run import CaseInputs
 from numcheck.ops.registry import get_op
