@@ -8,8 +8,8 @@
   only because another was imported before it; **only the Triton kernel modules need
   triton**; **nothing registers on import** (the registry stays empty until its first
   lookup).
-- **Only plugin/ imports pytest** (and perf/benchrecord.py, which fills pytest-benchmark's
-  session that the plugin hands it), so the core runs from scripts and benchmarks.
+- **Only plugin/ imports pytest** (pytest-benchmark's session included), so the core runs
+  from scripts and benchmarks.
 - **Facades load lazily and say what they load**: a package that re-exports names
   (``numcheck``, ``numcheck.goldens``, ``numcheck.numerics``, ``numcheck.localize``) names
   each one in ``_EXPORTS``, ``__all__`` and its ``TYPE_CHECKING`` block alike, so the import
@@ -102,23 +102,22 @@ def test_no_import_cycles_among_numcheck_modules_type_checking_included() -> Non
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
-#: Where pytest may be imported: the plugin, and the module that fills pytest-benchmark's
-#: session the plugin hands it.
-PYTEST_ALLOWED = ("numcheck.plugin", "numcheck.perf.benchrecord")
+#: Where pytest may be imported: the plugin.
+PYTEST_ALLOWED = "numcheck.plugin"
 
 
 def pytest_importers(package: Path = PACKAGE) -> list[str]:
-    """Modules outside plugin/ (and perf/benchrecord.py) that import pytest anywhere."""
-    root = package.name
-    allowed = tuple(a.replace("numcheck", root, 1) for a in PYTEST_ALLOWED)
+    """Modules outside plugin/ that import pytest (or pytest-benchmark) anywhere."""
+    allowed = PYTEST_ALLOWED.replace("numcheck", package.name, 1)
     offenders = []
     for name in module_names(package):
-        if name == allowed[0] or name.startswith(allowed[0] + ".") or name in allowed[1:]:
+        if name == allowed or name.startswith(allowed + "."):
             continue
         for node in ast.walk(ast.parse(source_of(name, package).read_text())):
             imported = ([a.name for a in node.names] if isinstance(node, ast.Import)
                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            if any(m.split(".")[0] in ("pytest", "_pytest") for m in imported):
+            if any(m.split(".")[0] in ("pytest", "_pytest", "pytest_benchmark")
+                   for m in imported):
                 offenders.append(name)
     return offenders
 
@@ -158,10 +157,11 @@ def test_the_static_rules_catch_planted_offenders(tmp_path: Path) -> None:
         "__init__.py": "",
         "plugin/__init__.py": "import pytest\n",  # allowed
         "core.py": "def helper():\n    import _pytest.fixtures\n",
+        "bench.py": "from pytest_benchmark.stats import Metadata\n",  # pytest's plugin too
         "ops/mine.py": "import pkg\nif True:\n    pkg.registry.add_variant('op', None)\n"
                        "def later():\n    pkg.registry.register(None)\n",  # in a function
     })
-    assert pytest_importers(package) == ["pkg.core"]
+    assert pytest_importers(package) == ["pkg.bench", "pkg.core"]
     assert registering_at_import(package) == ["pkg.ops.mine:3"]
 
 

@@ -23,7 +23,8 @@ from numcheck.ops.registry import RegistrationError, Variant, get_op
 from numcheck.ops.spec import VariantError
 from numcheck.overhead import gate
 from numcheck.perf import timing
-from numcheck.perf.measure import measure_perf, reset_machine_noise
+from numcheck.check.perf import measure_perf
+from numcheck.perf.noise import reset_machine_noise
 from numcheck.perf.timing import TimerRequest
 from numcheck.prepare import Preparations, prepare, with_preparation
 from numcheck.report.htmlpage import render_html

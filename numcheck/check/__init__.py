@@ -37,7 +37,7 @@ from numcheck.check.run import CaseInputs, run_variant
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import OpSpec
 from numcheck.overhead.gate import OVERHEAD_GATES, check_overhead
-from numcheck.perf.measure import measure_perf
+from numcheck.check.perf import measure_perf
 from numcheck.perf.sections import DeviceSections
 from numcheck.prepare import Preparations
 from numcheck.check.result import CheckResult, Settled, display_id

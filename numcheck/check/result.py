@@ -32,7 +32,7 @@ def display_id(case: Case, variant: str, device: str) -> str:
 
 
 class PerfPart(Protocol):
-    """What the speed gate leaves in a result (a :class:`numcheck.perf.measure.PerfResult`):
+    """What the speed gate leaves in a result (a :class:`numcheck.check.perf.PerfResult`):
     its violations and the record's ``timing`` section."""
 
     def violations(self) -> list[Violation]: ...

@@ -39,7 +39,8 @@ from numcheck.overhead.gate import (
     default_gates,
     overhead_row,
 )
-from numcheck.perf.measure import PERF_HEADER, PerfResult, noise_lines, perf_rows
+from numcheck.check.perf import PerfResult
+from numcheck.perf.table import PERF_HEADER, noise_lines, perf_rows
 from numcheck.perf.sections import DeviceSections, lock_wait_lines
 from numcheck.perf.timing import TimingError
 from numcheck.plugin import options
@@ -209,7 +210,7 @@ class NumcheckSession:
         self.explained: list[tuple[str, OverheadReport]] = []
         #: Per-device locks: timed sections exclusive, numerics shared, so workers sharing a
         #: GPU never time each other's kernels.
-        from numcheck.perf.measure import reset_machine_noise
+        from numcheck.perf.noise import reset_machine_noise
 
         reset_machine_noise()
         self.sections = DeviceSections(
@@ -332,7 +333,7 @@ class NumcheckSession:
         pytest-benchmark) and its cast ledger."""
         perf, overhead = result.perf, result.overhead
         if perf is not None:
-            from numcheck.perf import benchrecord
+            from numcheck.plugin import benchrecord
 
             assert isinstance(perf, PerfResult)  # what run_check's speed gate leaves
             self.perf_results.append(perf)
