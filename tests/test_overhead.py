@@ -15,6 +15,7 @@ from numcheck.cases import CaseFileError, load_case_file, load_cases
 from numcheck.gates import GATES
 from numcheck.ops import indexer
 from numcheck.ops.registry import get_op
+from numcheck.check.overhead import check_overhead
 from numcheck.overhead.casts import CastLedger
 from numcheck.overhead.gate import (
     METADATA_SHARE,
@@ -22,7 +23,6 @@ from numcheck.overhead.gate import (
     OverheadBudget,
     OverheadReport,
     audit_variant,
-    check_overhead,
     default_gates,
     default_overhead,
     overhead_violations,

@@ -36,7 +36,8 @@ from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.check.run import CaseInputs, run_variant
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import OpSpec
-from numcheck.overhead.gate import OVERHEAD_GATES, check_overhead
+from numcheck.check.overhead import check_overhead
+from numcheck.overhead.gate import OVERHEAD_GATES
 from numcheck.check.perf import measure_perf
 from numcheck.perf.sections import DeviceSections
 from numcheck.prepare import Preparations
