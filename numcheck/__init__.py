@@ -55,8 +55,8 @@ _EXPORTS = {
     "normal": "numcheck.inputs",
     "quantize_e4m3": "numcheck.inputs",
     "matmul_precision": "numcheck.precision",
-    "GoldenCheck": "numcheck.goldens.fixture",
-    "GoldenCheckFailure": "numcheck.goldens.fixture",
+    "GoldenCheck": "numcheck.plugin.golden_fixture",
+    "GoldenCheckFailure": "numcheck.plugin.golden_fixture",
     "GoldenError": "numcheck.goldens.files",
     "Gemm": "numcheck.ops.spec",
     "add_gemm_members": "numcheck.honest.gemm_family",
@@ -97,7 +97,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads lazily
     from numcheck.goldens.files import GoldenError
-    from numcheck.goldens.fixture import GoldenCheck, GoldenCheckFailure
+    from numcheck.plugin.golden_fixture import GoldenCheck, GoldenCheckFailure
     from numcheck.inputs import normal, quantize_e4m3, rng
     from numcheck.numerics.metrics import ErrorMetrics, calc_diff, compare
     from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement

@@ -15,7 +15,7 @@ import torch
 from numcheck.calibrate import suggest_values
 from numcheck.cases import Case, CaseFileError, load_case_file, load_cases
 from numcheck.check import run_check
-from numcheck.goldens.fixture import GoldenCheck
+from numcheck.plugin.golden_fixture import GoldenCheck
 from numcheck.check.make_golden import fresh_golden
 from numcheck.numerics.budgets import DEFAULT_BUDGETS, BudgetError
 from numcheck.ops import registry

@@ -189,7 +189,7 @@ def judge_output(
     ``honest`` holds this output from each member of the op's rounding envelope at this
     precision on the same inputs (the yardstick of ``max_err_ratio``); empty when the op
     names none. The numerics of a check and the ``numcheck_golden`` fixture
-    (:mod:`numcheck.goldens.fixture`) both judge an output here."""
+    (:mod:`numcheck.plugin.golden_fixture`) both judge an output here."""
     pair = stored.pair(actual)
     honest_actual = [stored.pair(h).actual for h in honest]
     m = compare(

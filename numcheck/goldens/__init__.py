@@ -11,8 +11,7 @@
 - :mod:`~numcheck.goldens.regen`: storing a regenerated golden (NaN/Inf refused, stable bytes
   within the reference's :mod:`~numcheck.goldens.reproducibility`);
 - :mod:`~numcheck.goldens.stale`: golden files no case uses; :mod:`~numcheck.goldens.obtained`:
-  a failed variant's outputs, kept beside the golden;
-- :mod:`~numcheck.goldens.fixture`: the ``numcheck_golden`` fixture's engine.
+  a failed variant's outputs, kept beside the golden.
 
 The names below are the golden API (``from numcheck.goldens import unpack_pair``), loaded on
 first use so that importing this package never imports torch. Writes go through

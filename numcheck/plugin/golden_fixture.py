@@ -14,7 +14,9 @@ command that creates it; the reference function runs only under the regen flag; 
 whose bytes changed is corrupt, one made from other inputs or another ``version`` is stale;
 nothing is ever written without the flag. It reuses the case machinery: goldens, metrics,
 top-k agreement, budgets with per-precision defaults, and verdicts. No pytest here: the
-plugin builds a :class:`GoldenCheck` per test and passes the commands in.
+plugin builds a :class:`GoldenCheck` per test and passes the commands in. It lives in the
+plugin's room because it words its failures as a case failure's (:mod:`numcheck.report`),
+which sits above the code that runs checks.
 """
 
 from __future__ import annotations
