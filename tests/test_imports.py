@@ -10,10 +10,10 @@
   lookup).
 - **Only plugin/ imports pytest** (pytest-benchmark's session included), so the core runs
   from scripts and benchmarks.
-- **Facades load lazily and say what they load**: a package that re-exports names
-  (``numcheck``, ``numcheck.goldens``, ``numcheck.numerics``, ``numcheck.localize``) names
-  each one in ``_EXPORTS``, ``__all__`` and its ``TYPE_CHECKING`` block alike, so the import
-  graph above sees every module a facade loads.
+- **One facade**: ``numcheck/__init__.py`` is the public API and the only package that
+  re-exports names; it loads them lazily and names each one in ``_EXPORTS``, ``__all__`` and
+  its ``TYPE_CHECKING`` block alike, so the import graph above sees every module it loads.
+  A room's ``__init__`` defines its own names or none, and re-exports nothing.
 - **At most 12 modules at numcheck's top level**: the rest live in rooms.
 """
 
@@ -165,8 +165,8 @@ def test_the_static_rules_catch_planted_offenders(tmp_path: Path) -> None:
     assert registering_at_import(package) == ["pkg.ops.mine:3"]
 
 
-#: The packages that re-export names lazily (PEP 562 ``__getattr__``).
-FACADES = ("numcheck", "numcheck.goldens", "numcheck.numerics", "numcheck.localize")
+#: The one package that re-exports names lazily (PEP 562 ``__getattr__``): the public API.
+FACADE = "numcheck"
 
 
 def _type_checking_names(module: str) -> dict[str, str]:
@@ -180,16 +180,54 @@ def _type_checking_names(module: str) -> dict[str, str]:
     return names
 
 
-@pytest.mark.parametrize("facade", FACADES)
-def test_a_facade_names_what_it_loads_in_step(facade: str) -> None:
-    package = importlib.import_module(facade)
+def test_the_facade_names_what_it_loads_in_step() -> None:
+    package = importlib.import_module(FACADE)
     exports: dict[str, str] = package._EXPORTS
     assert set(package.__all__) - {"__version__"} == set(exports)
-    assert _type_checking_names(facade) == exports  # what type checkers and the graph see
+    assert _type_checking_names(FACADE) == exports  # what type checkers and the graph see
     for name, module in exports.items():
         assert getattr(package, name) is getattr(importlib.import_module(module), name)
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
         package.no_such_name  # noqa: B018
+
+
+def re_exporting_packages(package: Path = PACKAGE) -> list[str]:
+    """The packages below ``package`` whose ``__init__`` re-exports names: a module-level
+    ``__getattr__`` (PEP 562), an ``_EXPORTS`` table, or the lazy-export helper."""
+    found = []
+    for name in module_names(package):
+        path = source_of(name, package)
+        if name == package.name or path.name != "__init__.py":
+            continue
+        tree = ast.parse(path.read_text())
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assigned = {t.id for n in tree.body if isinstance(n, ast.Assign | ast.AnnAssign)
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                    if isinstance(t, ast.Name)}
+        lazy = any(isinstance(n, ast.ImportFrom) and (n.module or "").endswith("_lazy")
+                   for n in ast.walk(tree))
+        if "__getattr__" in defined or "_EXPORTS" in assigned or lazy:
+            found.append(name)
+    return found
+
+
+def test_only_the_public_facade_re_exports() -> None:
+    """The public API is ``numcheck/__init__.py``; a room's ``__init__`` is its docstring
+    or its own code (``numcheck.check``, ``numcheck.precision``), never a mirror of names
+    defined elsewhere."""
+    assert re_exporting_packages() == []
+
+
+def test_a_planted_room_facade_is_caught(tmp_path: Path) -> None:
+    package = _package(tmp_path, {
+        "__init__.py": "from pkg._lazy import lazy_exports\n",  # the one facade: allowed
+        "_lazy.py": "",
+        "rooms/__init__.py": "_EXPORTS = {'f': 'pkg.rooms.low'}\n",
+        "rooms/low.py": "def f():\n    pass\n",
+        "other/__init__.py": "def __getattr__(name):\n    raise AttributeError(name)\n",
+        "own/__init__.py": "def f():\n    return 1\n",  # a room's own code: fine
+    })
+    assert re_exporting_packages(package) == ["pkg.other", "pkg.rooms"]
 
 
 def test_at_most_twelve_modules_at_the_top_level() -> None:
