@@ -4,6 +4,10 @@
   inside functions, and those for type checkers only (``if TYPE_CHECKING:``). A cycle behind
   ``TYPE_CHECKING`` runs never, but it still says two rooms need each other; the result of a
   check, for one, sits below every room that fills it.
+- **Rooms import downward only**: a room is a subpackage or a top-level module; counting the
+  same imports, no two rooms import each other and no rooms form a cycle, and
+  docs/architecture.md's floor table puts every room on a floor above every room it
+  imports, so the page cannot drift from the code.
 - **Every module imports first on its own** (in a fresh interpreter), so no module works
   only because another was imported before it; **only the Triton kernel modules need
   triton**; **nothing registers on import** (the registry stays empty until its first
@@ -22,13 +26,14 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import re
 from pathlib import Path
 
 import pytest
 from fresh import FreshPython
 from importgraph import (
-    PACKAGE, import_graph, importable_up_front, module_names, needing, source_of,
-    triton_importers,
+    PACKAGE, import_graph, importable_up_front, module_names, needing, room_arrows, room_graph,
+    source_of, triton_importers,
 )
 
 from numcheck.ops.fused import KERNEL_MODULES
@@ -100,6 +105,119 @@ def test_no_import_cycles_among_numcheck_modules_type_checking_included() -> Non
     assert "numcheck.goldens.case_golden" in graph["numcheck.calibrate"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def mutual_pairs(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every pair of nodes that import each other, each pair once."""
+    return sorted((a, b) for a in graph for b in graph[a] if a < b and a in graph.get(b, ()))
+
+
+def test_rooms_import_downward_only() -> None:
+    rooms = room_graph()
+    assert len(rooms) > 10 and rooms["check/"]  # the walk sees rooms and their arrows
+    arrows = room_arrows()
+    pairs = mutual_pairs(rooms)
+    assert pairs == [], "rooms that import each other: " + "; ".join(
+        f"{a} <-> {b} ({min(arrows[a, b])}; {min(arrows[b, a])})" for a, b in pairs)
+    cycle = find_cycle(rooms)
+    assert cycle is None, "room cycle: " + " -> ".join(
+        f"{a} [{min(arrows[a, b])}]" for a, b in zip(cycle or [], (cycle or [])[1:]))
+
+
+#: A small package of three rooms on three floors: ``top.py`` over ``high/`` over ``low/``.
+ROOMS = {
+    "__init__.py": "",
+    "low/__init__.py": "",
+    "low/a.py": "def f():\n    return 1\n",
+    "high/__init__.py": "",
+    "high/b.py": "from pkg.low.a import f\n",
+    "top.py": "import pkg.high.b\n",
+}
+
+
+@pytest.mark.parametrize(("planted", "pair", "cycle"), [
+    pytest.param({"low/a.py": "def f():\n    from pkg.high.b import g\n"},
+                 [("high/", "low/")], ["high/", "low/", "high/"], id="inside-a-function"),
+    pytest.param({"low/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                              "    from ..top import T\n"},
+                 [], ["high/", "low/", "top.py", "high/"], id="type-checking-three-rooms"),
+    pytest.param({"low/__init__.py": "from pkg import top\n"},
+                 [], ["high/", "low/", "top.py", "high/"], id="a-room-init"),
+])
+def test_a_planted_back_arrow_is_caught(tmp_path: Path, planted: dict[str, str],
+                                        pair: list[tuple[str, str]], cycle: list[str]) -> None:
+    clean = _package(tmp_path / "clean", ROOMS)
+    rooms = room_graph(clean)
+    assert rooms == {"__init__.py": set(), "low/": set(), "high/": {"low/"},
+                     "top.py": {"high/"}}
+    assert mutual_pairs(rooms) == [] and find_cycle(rooms) is None
+    # One import from a lower room back up: a pair of rooms, or a cycle of three.
+    back = room_graph(_package(tmp_path / "planted", {**ROOMS, **planted}))
+    assert mutual_pairs(back) == pair
+    assert find_cycle(back) == cycle
+
+
+#: docs/architecture.md: its floor table, and its ``ls numcheck/`` in floor order.
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def floor_table(text: str) -> dict[str, int]:
+    """Room -> floor, from the table of the page's "## Floors" section, whose first two
+    columns are the floor and its rooms (each in backticks: ``check/``, ``cases.py``)."""
+    section = re.split(r"^## Floors$", text, maxsplit=1, flags=re.MULTILINE)[1]
+    section = section.split("\n## ", 1)[0]
+    floors: dict[str, int] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not cells[0].isdigit():
+            continue
+        for room in re.findall(r"`([^`]+)`", cells[1]):
+            assert room not in floors, f"{room} is on two floors"
+            floors[room] = int(cells[0])
+    return floors
+
+
+def floor_problems(graph: dict[str, set[str]], floors: dict[str, int]) -> list[str]:
+    """What the table gets wrong: a room on no floor, a room the code does not have, an
+    import that does not go to a strictly lower floor."""
+    problems = [f"{room}: on no floor" for room in sorted(set(graph) - set(floors))]
+    problems += [f"{room}: no such room" for room in sorted(set(floors) - set(graph))]
+    for room in sorted(set(graph) & set(floors)):
+        for other in sorted(graph[room] & set(floors)):
+            if floors[other] >= floors[room]:
+                problems.append(f"{room} (floor {floors[room]}) imports {other} "
+                                f"(floor {floors[other]})")
+    return problems
+
+
+def test_the_floor_table_puts_every_room_above_what_it_imports() -> None:
+    floors = floor_table(ARCHITECTURE.read_text())
+    assert len(floors) > 10
+    assert floor_problems(room_graph(), floors) == []
+
+
+def test_the_floor_check_catches_a_room_on_the_wrong_floor() -> None:
+    table = ("## Floors\n\n| floor | rooms | what |\n|---|---|---|\n"
+             "| 2 | `high/`, `top.py` | above |\n| 1 | `low/`, `gone.py` | ground |\n")
+    floors = floor_table(table)
+    assert floors == {"high/": 2, "top.py": 2, "low/": 1, "gone.py": 1}
+    graph = {"low/": set(), "high/": {"low/"}, "top.py": {"high/"}, "new/": set()}
+    assert floor_problems(graph, floors) == [
+        "new/: on no floor", "gone.py: no such room", "top.py (floor 2) imports high/ (floor 2)"]
+
+
+def test_ls_in_the_docs_lists_the_package_floor_by_floor() -> None:
+    """The page's ``ls numcheck/`` names every file and room of the package, top floor
+    first, so reading it shows the order the imports go in."""
+    text = ARCHITECTURE.read_text()
+    listing = text.split("```\nnumcheck/\n", 1)[1].split("```", 1)[0]
+    shown = [line.split()[0] for line in listing.splitlines() if line.strip()]
+    present = sorted(p.name + ("/" if p.is_dir() else "") for p in PACKAGE.iterdir()
+                     if p.name != "__pycache__")
+    assert sorted(shown) == present
+    floors = floor_table(text)
+    order = [floors[name] for name in shown if name in floors]
+    assert order == sorted(order, reverse=True), "ls numcheck/ is not in floor order"
 
 
 #: Where pytest may be imported: the plugin.

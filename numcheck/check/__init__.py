@@ -11,6 +11,21 @@ The pytest item (:mod:`numcheck.plugin.session`), the self-test (:mod:`numcheck.
 and calibration (:mod:`numcheck.calibrate`) all call :func:`run_check`; they differ only in
 which gates they switch on and what they do with the result. No pytest here.
 
+This package is the room of the code that runs a check, on the floor above the measures it
+composes (docs/architecture.md, "Floors"); this module is its entry, and beside it:
+
+- :mod:`~numcheck.check.run`: a case's inputs made once per seed, a variant run and checked
+  for what it returns, the rounding envelope of a precision class;
+- :mod:`~numcheck.check.against_golden`: one check's numerics, seed by seed, against the
+  golden validated for its case;
+- :mod:`~numcheck.check.perf` and :mod:`~numcheck.check.overhead`: the speed gate and the
+  overhead audit of one check;
+- :mod:`~numcheck.check.result`: what a check gives (:class:`CheckResult`);
+- :mod:`~numcheck.check.firstcall`: the variant's first call, timed apart;
+- :mod:`~numcheck.check.make_golden`: a golden made by running the op's reference;
+- what a check keeps for its readers: :mod:`~numcheck.check.plotdata`,
+  :mod:`~numcheck.check.cpu_tf32` (the tf32-on-CPU note), :mod:`~numcheck.check.extras`.
+
 A variant's one-time preparation (``Variant.prepare``, :mod:`numcheck.prepare`) is made once
 per seed and shared by the numerics, the speed gate and the cast ledger; only the call is
 timed, and audited per call.

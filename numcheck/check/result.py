@@ -5,9 +5,10 @@ one :class:`SeedResult` per seed; :func:`numcheck.check.run_check` adds what the
 the overhead audit measured and how a known-bad variant's expectation settled
 (:class:`Settled`); the report (:mod:`numcheck.report.records`) reads it into a record.
 
-This module sits below every room that fills or reads a result, so each can import it: it
-names the speed gate's and the overhead audit's parts by the little it needs of them
-(:class:`PerfPart`, :class:`OverheadPart`), never by importing those rooms.
+It sits below every module of the check that fills a result, and the rooms that read one
+(:mod:`numcheck.report`, the plugin) sit above the check: it names the speed gate's and the
+overhead audit's parts by the little it needs of them (:class:`PerfPart`,
+:class:`OverheadPart`), never by importing the modules that make them.
 """
 
 from __future__ import annotations
