@@ -118,9 +118,8 @@ def run_gates(device: str, *, perf: bool, explain: bool) -> set[str]:
 
     The cast ledger always (and the kernel audit on CUDA) unless explain mode prints them
     instead; the speedup gate with --numcheck-perf. A timing run leaves the kernel audit
-    off: it attaches CUPTI through torch.profiler, and launches stay slower after it (H200,
-    torch 2.11: the fp32 indexer timed 0.95 ms before the first audit and 1.26 ms after;
-    docs/evidence/2026-11-29-h200-gate-and-perf/README.md).
+    off: it attaches CUPTI through torch.profiler, and launches stay slower after it
+    (docs/overhead.md, "On a GPU", has the measurement).
     """
     gates = set() if explain else default_gates(device)
     if perf:
