@@ -107,7 +107,7 @@ __all__ = [
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads lazily
     from numcheck.goldens.files import GoldenError
     from numcheck.goldens.packing import unpack_pair
-    from numcheck.plugin.golden_fixture import GoldenCheck, GoldenCheckFailure
+    from numcheck.honest.gemm_family import add_gemm_members
     from numcheck.inputs import normal, quantize_e4m3, rng
     from numcheck.numerics.metrics import ErrorMetrics, calc_diff, compare
     from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement
@@ -127,9 +127,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
     )
     from numcheck.ops.spec import Gemm
     from numcheck.ops.structure import Grouping, Structure
+    from numcheck.plugin.golden_fixture import GoldenCheck, GoldenCheckFailure
     from numcheck.precision import matmul_precision
     from numcheck.prepare import with_preparation
-    from numcheck.honest.gemm_family import add_gemm_members
 
 
 __getattr__, __dir__ = _lazy_exports(__name__, globals(), _EXPORTS)

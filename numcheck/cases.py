@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from numcheck.gates import GATES, KERNELS_GATE, OUTPUT_METRICS, TOPK_METRICS
+from numcheck.honest.gemm_family import missing_envelope, yardstick
 from numcheck.numerics.budget_provenance import PROVENANCE, CalibrationRecord, parse_record
 from numcheck.numerics.budgets import (
     BUDGET_LIKE,
@@ -53,7 +54,6 @@ from numcheck.overhead.gate import (
     complete_overhead,
 )
 from numcheck.perf.gate import PERF_BOUNDS, PERF_OPTIONS, PerfSpec
-from numcheck.honest.gemm_family import missing_envelope, yardstick
 
 #: Keys a case table accepts.
 CASE_KEYS = (

@@ -19,13 +19,13 @@ import torch
 from test_plugin import TINY_INDEXER, make_project, write_goldens
 
 from numcheck.cases import Case, load_case_file
+from numcheck.check.against_golden import check
+from numcheck.check.make_golden import make_golden
+from numcheck.check.run import CaseInputs
 from numcheck.goldens import case_golden, files, freshness, packing
 from numcheck.goldens.case_golden import CaseGolden, validate_for_case
 from numcheck.goldens.files import Golden, GoldenFormatError, GoldenStale
-from numcheck.check.make_golden import make_golden
 from numcheck.goldens.packing import pack_output
-from numcheck.check.against_golden import check
-from numcheck.check.run import CaseInputs
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import OpSpec
 

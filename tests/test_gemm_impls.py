@@ -6,8 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from numcheck.ops.splitk import split_k_matmul
-from numcheck.precision import matmul_precision
 from numcheck.honest.gemm_impls import (
     K_BLOCK,
     EmulatedGemm,
@@ -17,6 +15,8 @@ from numcheck.honest.gemm_impls import (
     gemms_for,
     honest_gemms,
 )
+from numcheck.ops.splitk import split_k_matmul
+from numcheck.precision import matmul_precision
 from numcheck.precision.operand_rounding import to_bf16_values, to_tf32
 
 A = 1 + 0.75 * 2.0**-10  # the element of the H200 measurement

@@ -12,10 +12,10 @@ import torch
 from test_plugin import CONFTEST, write_goldens
 
 from numcheck.cases import CaseFileError, load_case_file, load_cases
+from numcheck.check.overhead import check_overhead
 from numcheck.gates import GATES
 from numcheck.ops import indexer
 from numcheck.ops.registry import get_op
-from numcheck.check.overhead import check_overhead
 from numcheck.overhead.casts import CastLedger
 from numcheck.overhead.gate import (
     METADATA_SHARE,

@@ -11,6 +11,7 @@ import torch
 import numcheck
 from numcheck.cases import load_case_file
 from numcheck.check.against_golden import check
+from numcheck.check.result import CheckResult
 from numcheck.numerics.budgets import DEFAULT_BUDGETS
 from numcheck.ops import mhc
 from numcheck.ops.registry import PRECISIONS, Inputs, Outputs, Params, Variant, get_op
@@ -22,7 +23,6 @@ from numcheck.precision import (
     rounding_unit,
     unit_roundoff,
 )
-from numcheck.check.result import CheckResult
 from numcheck.selftest import fresh_golden
 
 

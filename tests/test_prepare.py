@@ -14,24 +14,24 @@ from faketimer import FakePairTimer
 
 from numcheck.cases import Case, load_case_file
 from numcheck.check import run_check
-from numcheck.check.make_golden import fresh_golden
-from numcheck.inputs import to_device
 from numcheck.check.cpu_tf32 import NOTE
+from numcheck.check.make_golden import fresh_golden
+from numcheck.check.overhead import check_overhead
+from numcheck.check.perf import measure_perf
+from numcheck.check.result import CheckResult
 from numcheck.check.run import CaseInputs, run_variant
+from numcheck.inputs import to_device
 from numcheck.ops import registry
 from numcheck.ops.registry import RegistrationError, Variant, get_op
 from numcheck.ops.spec import VariantError
-from numcheck.check.overhead import check_overhead
 from numcheck.overhead import gate
 from numcheck.perf import timing
-from numcheck.check.perf import measure_perf
 from numcheck.perf.noise import reset_machine_noise
 from numcheck.perf.timing import TimerRequest
 from numcheck.prepare import Preparations, prepare, with_preparation
 from numcheck.report.htmlpage import render_html
 from numcheck.report.records import Report, record_from_dict, record_from_result, record_to_dict
 from numcheck.report.render import Commands, failure_message
-from numcheck.check.result import CheckResult
 
 TINY = """
 [tiny-mhc]

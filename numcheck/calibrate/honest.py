@@ -26,10 +26,10 @@ from numcheck.calibrate.headroom import (  # noqa: F401 (the rule's names, as th
 )
 from numcheck.cases import Case
 from numcheck.check.against_golden import check
+from numcheck.check.result import CheckResult
 from numcheck.numerics.budgets import ERROR_METRICS
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError
-from numcheck.check.result import CheckResult
 from numcheck.selftest import fresh_golden, held_to
 
 #: Metrics :func:`suggest` writes into case files.

@@ -43,20 +43,20 @@ import contextlib
 from collections.abc import Callable, Collection, Iterator, Sequence
 
 from numcheck.cases import Case, Expectation
-from numcheck.goldens.case_golden import CaseGolden
-from numcheck.inputs import to_device
 from numcheck.check.against_golden import check
 from numcheck.check.firstcall import DEFAULT_NOTE_S, FirstCallWatch, Progress, device_sync
-from numcheck.numerics.metric_names import MAX_FLIPS
+from numcheck.check.overhead import check_overhead
+from numcheck.check.perf import measure_perf
+from numcheck.check.result import CheckResult, Settled, display_id
 from numcheck.check.run import CaseInputs, run_variant
+from numcheck.goldens.case_golden import CaseGolden
+from numcheck.inputs import to_device
+from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import OpSpec
-from numcheck.check.overhead import check_overhead
 from numcheck.overhead.gate import OVERHEAD_GATES
-from numcheck.check.perf import measure_perf
 from numcheck.perf.sections import DeviceSections
 from numcheck.prepare import Preparations
-from numcheck.check.result import CheckResult, Settled, display_id
 
 
 def settle_expected(

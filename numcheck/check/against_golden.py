@@ -20,14 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from numcheck.cases import Case
-from numcheck.goldens.case_golden import CaseGolden
-from numcheck.goldens.files import dtype_name
-from numcheck.goldens.packing import NONFINITE_KINDS, StoredOutput, StoredPair, nonfinite_of
-from numcheck.inputs import to_device
-from numcheck.localize import failure as localize
-from numcheck.numerics.metric_names import MAX_FLIPS
-from numcheck.numerics.metrics import ErrorMetrics, compare
-from numcheck.numerics.nonfinite import explain as explain_nonfinite
+from numcheck.check.result import CheckResult, SeedResult
 from numcheck.check.run import (
     CaseInputs,
     envelope_key,
@@ -35,17 +28,24 @@ from numcheck.check.run import (
     run_variant,
     yardstick,
 )
+from numcheck.goldens.case_golden import CaseGolden
+from numcheck.goldens.files import dtype_name
+from numcheck.goldens.packing import NONFINITE_KINDS, StoredOutput, StoredPair, nonfinite_of
+from numcheck.honest.gemm_family import missing_envelope
+from numcheck.inputs import to_device
+from numcheck.localize import failure as localize
+from numcheck.numerics.metric_names import MAX_FLIPS
+from numcheck.numerics.metrics import ErrorMetrics, compare
+from numcheck.numerics.nonfinite import explain as explain_nonfinite
 from numcheck.numerics.topk import topk_agreement
 from numcheck.numerics.verdict import Violation, check_output, check_topk
 from numcheck.ops.spec import OpSpec, Outputs, VariantError
 from numcheck.precision import rounding_unit, ulp_dtype
-from numcheck.honest.gemm_family import missing_envelope
 from numcheck.prepare import Preparations, Preparer, prepare
-from numcheck.check.result import CheckResult, SeedResult
 
 if TYPE_CHECKING:
-    from numcheck.numerics.budgets import OutputBudget
     from numcheck.check.firstcall import FirstCallWatch
+    from numcheck.numerics.budgets import OutputBudget
 
 __all__ = ["check", "judge_output"]
 

@@ -30,8 +30,8 @@ def tf32_cpu_note(op: Any, case: Any, variant: str, device: str, inputs: Any,
     """:data:`NOTE` for a tf32 variant on the CPU whose every output of every seed equals
     the reference's bit for bit; None otherwise (another device or precision, or a
     difference, which the metrics then report as usual)."""
-    from numcheck.inputs import to_device
     from numcheck.check.run import run_variant
+    from numcheck.inputs import to_device
 
     if device != "cpu" or op.variants[variant].precision != "tf32" or variant == op.reference:
         return None

@@ -16,13 +16,13 @@ from typing import Any
 import torch
 
 from numcheck.cases import Case
+from numcheck.check.run import CaseInputs, run_variant
 from numcheck.devices import device_label
 from numcheck.goldens.case_golden import CaseGolden, validate_for_case
 from numcheck.goldens.files import Golden, dtype_name
 from numcheck.goldens.packing import pack_output, seed_key
 from numcheck.goldens.regen import RegenOutcome, store
 from numcheck.inputs import to_device
-from numcheck.check.run import CaseInputs, run_variant
 from numcheck.ops.spec import OpSpec
 
 __all__ = ["fresh_golden", "make_golden", "regenerate", "write_golden"]

@@ -21,9 +21,10 @@ from typing import Any
 import torch
 
 from numcheck.cases import Case
+from numcheck.check.result import display_id
+from numcheck.check.run import run_variant
 from numcheck.devices import device_name
 from numcheck.inputs import to_device
-from numcheck.check.run import run_variant
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import Inputs, OpSpec, get_op
 from numcheck.perf.gate import PerfSpec, violations
@@ -34,7 +35,7 @@ from numcheck.perf.speedup import Decision, SpeedupEstimate, Summary, summarize
 from numcheck.perf.table import ms_text
 from numcheck.perf.timing import PairedTimes, TimerRequest, TimingConfig, make_pair_timer
 from numcheck.prepare import Preparer, prepare
-from numcheck.check.result import display_id
+
 
 @dataclass
 class PerfResult:

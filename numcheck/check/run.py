@@ -18,7 +18,6 @@ import torch
 
 from numcheck.cases import Case
 from numcheck.goldens.files import input_fingerprint
-from numcheck.ops.spec import Inputs, OpSpec, Outputs, Variant, VariantError, VariantFn
 from numcheck.honest.gemm_family import (
     MemberRuns,
     envelope_members,
@@ -26,6 +25,7 @@ from numcheck.honest.gemm_family import (
     member_name,
     yardstick,
 )
+from numcheck.ops.spec import Inputs, OpSpec, Outputs, Variant, VariantError, VariantFn
 from numcheck.prepare import Prepared, prepare
 
 __all__ = ["CaseInputs", "envelope_key", "rounding_envelope_outputs", "run_variant", "yardstick"]

@@ -27,9 +27,9 @@ from typing import Any
 import torch
 
 from numcheck.cases import Case
+from numcheck.disk.locking import exclusive
 from numcheck.goldens.files import Golden, GoldenError, GoldenStale, load_golden, save_golden
 from numcheck.goldens.freshness import GoldenNote, check_fresh
-from numcheck.disk.locking import exclusive
 from numcheck.goldens.packing import STATS_FIELDS, STATS_SUFFIX, nonfinite_of, seed_key
 from numcheck.goldens.reproducibility import compare_by_dtype, describe_unchanged
 from numcheck.ops.spec import OpSpec

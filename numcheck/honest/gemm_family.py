@@ -33,8 +33,6 @@ from typing import Any
 
 import torch
 
-from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, Variant, VariantFn
-from numcheck.precision import coarser
 from numcheck.honest.gemm_impls import (
     EmulatedGemm,
     GemmImpl,
@@ -42,6 +40,8 @@ from numcheck.honest.gemm_impls import (
     gemms_for,
     honest_gemms,
 )
+from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, Variant, VariantFn
+from numcheck.precision import coarser
 from numcheck.precision.operand_rounding import holds_exactly, to_format
 
 __all__ = ["MEMBER_PREFIX", "MemberRuns", "NoEnvelope", "add_gemm_members",

@@ -41,8 +41,8 @@ import torch
 from numcheck.gates import CASTS_GATE, KERNELS_GATE
 from numcheck.numerics.verdict import Violation
 from numcheck.overhead.casts import CastLedger, ledger_table
-from numcheck.overhead.units import megabytes
 from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, KernelAudit, profile_kernels
+from numcheck.overhead.units import megabytes
 from numcheck.precision import TENSOR_CORE_PRECISIONS
 
 OVERHEAD_GATES = (CASTS_GATE.name, KERNELS_GATE.name)

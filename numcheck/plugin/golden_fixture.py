@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from numcheck.check.against_golden import judge_output
 from numcheck.devices import device_label
 from numcheck.goldens.files import (
     Golden,
@@ -43,7 +44,6 @@ from numcheck.goldens.freshness import check_fresh
 from numcheck.goldens.packing import StoredOutput, pack_output, stored_output
 from numcheck.localize import failure as localize
 from numcheck.localize.findings import Localization
-from numcheck.check.against_golden import judge_output
 from numcheck.numerics.budgets import Unmeasured, VariantBudget, complete_budget
 from numcheck.numerics.metrics import ErrorMetrics
 from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement

@@ -20,16 +20,18 @@ import torch
 
 from numcheck.cases import Case, CaseFileError, CaseIds, load_case_file
 from numcheck.check import cannot_run, run_check
+from numcheck.check.extras import annotate, keep_failed
+from numcheck.check.firstcall import first_call_lines
+from numcheck.check.make_golden import regenerate
+from numcheck.check.perf import PerfResult
+from numcheck.check.result import CheckResult, Settled, display_id
+from numcheck.check.run import CaseInputs
 from numcheck.devices import device_name
 from numcheck.goldens.case_golden import CaseGolden, load_for_case
 from numcheck.goldens.files import GoldenError, golden_path
-from numcheck.check.make_golden import regenerate
 from numcheck.goldens.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
 from numcheck.goldens.stale import find_stale, prune
 from numcheck.history.store import save_folder, save_report
-from numcheck.check.extras import annotate, keep_failed
-from numcheck.check.firstcall import first_call_lines
-from numcheck.check.run import CaseInputs
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.ops.spec import VariantError
 from numcheck.overhead.gate import (
@@ -39,9 +41,8 @@ from numcheck.overhead.gate import (
     default_gates,
     overhead_row,
 )
-from numcheck.check.perf import PerfResult
-from numcheck.perf.table import PERF_HEADER, noise_lines, perf_rows
 from numcheck.perf.sections import DeviceSections, lock_wait_lines
+from numcheck.perf.table import PERF_HEADER, noise_lines, perf_rows
 from numcheck.perf.timing import TimingError
 from numcheck.plugin import options
 from numcheck.plugin.calibration import CalibrationMode
@@ -70,7 +71,6 @@ from numcheck.report.render import Commands, failure_message, footer, summary_ta
 from numcheck.report.skips import collapse as collapse_skips
 from numcheck.report.skips import perf_only_reason
 from numcheck.report.step_summary import append_step_summary
-from numcheck.check.result import CheckResult, Settled, display_id
 
 #: ``report.user_properties`` names on which a worker ships its record and its golden
 #: rewrites to the controller (pytest-xdist serialises user_properties with every report).
