@@ -2,9 +2,9 @@
 
     python benchmarks/envelope_cost.py [--reps 4]
 
-Times ``numcheck.numerics.against_golden.check`` of the shipped ``bf16`` and ``tf32`` variants
+Times ``numcheck.check.against_golden.check`` of the shipped ``bf16`` and ``tf32`` variants
 on one fresh seed, once with the op as shipped (rounding reference plus the members derived from
-its GEMM site, numcheck.precision.gemm_family) and once with the reference alone (no
+its GEMM site, numcheck.honest.gemm_family) and once with the reference alone (no
 ``gemm_site``, no alternatives), alternating, each rep on fresh ``CaseInputs`` (the envelope is
 made once per seed and kept there: a rep that reused them would time nothing), the inputs made
 before the clock starts. Prints the median CPU time of each (docs/budgets.md, "The rounding
@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from numcheck.cases import load_cases
-from numcheck.numerics.against_golden import check
-from numcheck.numerics.run import CaseInputs
+from numcheck.check.against_golden import check
+from numcheck.check.run import CaseInputs
 from numcheck.ops.registry import get_op
 from numcheck.selftest import fresh_golden
 

@@ -163,9 +163,9 @@ def rel_fro(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def run_shipped_checks() -> None:
     from numcheck.cases import load_cases
+    from numcheck.check.against_golden import check
+    from numcheck.check.run import CaseInputs
     from numcheck.goldens.files import golden_path, load_golden
-    from numcheck.numerics.against_golden import check
-    from numcheck.numerics.run import CaseInputs
 
     for case in load_cases(ROOT / "cases"):
         if "fused" not in case.variants or case.perf_only:  # perf-only: no golden

@@ -12,7 +12,7 @@ Measures every honest family of tests/honest.py (each shipped op at bf16 and tf3
 shipped variant of that class plus the test-only alternatives) on every shipped case, over the
 case's own seeds plus ``--seeds`` fresh ones, each against a fresh CPU reference, the way the
 gate measures (numcheck.calibrate.honest). The families hold the members derived from each
-op's GEMM site (numcheck.precision.gemm_family: TF32 rounded or truncated, bf16 out or fp32 out,
+op's GEMM site (numcheck.honest.gemm_family: TF32 rounded or truncated, bf16 out or fp32 out,
 one pass, K-blocks, split-K; with ``--device cuda`` also cuBLAS and a Triton tl.dot kernel).
 ``--suggest`` prints the budget tables (docs/budgets.md has the policy); ``--apply`` writes
 them into cases/*.toml: bf16 and tf32 ``max_err_ratio`` set to 1.25x the worst pooled over

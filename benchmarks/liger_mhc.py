@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     from liger_mhc import numcheck_ops
 
     import numcheck
-    from numcheck.numerics.firstcall import FirstCallWatch, device_sync
+    from numcheck.check.firstcall import FirstCallWatch, device_sync
 
     devices, why = numcheck_ops.where_it_runs()
     if args.device not in devices:

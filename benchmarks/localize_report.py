@@ -103,8 +103,8 @@ def honest_rows(cases: dict[str, Any], seeds: list[int], device: str) -> list[Ho
     seeds of the fresh cases on a reference made on the spot."""
     from dataclasses import replace
 
-    from numcheck.goldens.make import fresh_golden
-    from numcheck.numerics.run import CaseInputs
+    from numcheck.check.make_golden import fresh_golden
+    from numcheck.check.run import CaseInputs
     from numcheck.ops.registry import get_op
     from numcheck.selftest import shipped_golden
 

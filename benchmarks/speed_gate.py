@@ -218,8 +218,8 @@ def cmd_independent(args: argparse.Namespace) -> int:
     import torch
 
     from numcheck.cases import load_case_file
+    from numcheck.check.run import CaseInputs
     from numcheck.inputs import to_device
-    from numcheck.numerics.run import CaseInputs
     from numcheck.ops.registry import get_op, load_entry_points
 
     load_entry_points()

@@ -16,9 +16,14 @@ their own ops and variants (docs/extending.md):
 - seeded, device-independent inputs: :func:`rng`, :func:`normal`, :func:`quantize_e4m3`;
   an honest FP32 reference: :func:`matmul_precision` (``tf32=False``);
 - the ``numcheck_golden`` fixture's type, :class:`GoldenCheck`, and its failures,
-  :class:`GoldenCheckFailure` and :class:`GoldenError`.
+  :class:`GoldenCheckFailure` and :class:`GoldenError`;
+- a failed check's outputs against its golden: :func:`unpack_pair` (docs/usage.md, "Debug a
+  failure"); a variant with a one-time preparation called as one function:
+  :func:`with_preparation`.
 
-Names load on first use: ``import numcheck`` (and so ``pytest --help``) never imports torch.
+This module is numcheck's one facade: the rooms below it define their names and re-export
+none. Names load on first use: ``import numcheck`` (and so ``pytest --help``) never imports
+torch.
 """
 
 from __future__ import annotations
@@ -55,11 +60,13 @@ _EXPORTS = {
     "normal": "numcheck.inputs",
     "quantize_e4m3": "numcheck.inputs",
     "matmul_precision": "numcheck.precision",
-    "GoldenCheck": "numcheck.goldens.fixture",
-    "GoldenCheckFailure": "numcheck.goldens.fixture",
+    "unpack_pair": "numcheck.goldens.packing",
+    "with_preparation": "numcheck.prepare",
+    "GoldenCheck": "numcheck.plugin.golden_fixture",
+    "GoldenCheckFailure": "numcheck.plugin.golden_fixture",
     "GoldenError": "numcheck.goldens.files",
     "Gemm": "numcheck.ops.spec",
-    "add_gemm_members": "numcheck.precision.gemm_family",
+    "add_gemm_members": "numcheck.honest.gemm_family",
 }
 
 __all__ = [
@@ -93,11 +100,14 @@ __all__ = [
     "rng",
     "select_topk",
     "topk_agreement",
+    "unpack_pair",
+    "with_preparation",
 ]  # the same names as _EXPORTS (a test keeps them in step)
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads lazily
     from numcheck.goldens.files import GoldenError
-    from numcheck.goldens.fixture import GoldenCheck, GoldenCheckFailure
+    from numcheck.goldens.packing import unpack_pair
+    from numcheck.honest.gemm_family import add_gemm_members
     from numcheck.inputs import normal, quantize_e4m3, rng
     from numcheck.numerics.metrics import ErrorMetrics, calc_diff, compare
     from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement
@@ -117,8 +127,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
     )
     from numcheck.ops.spec import Gemm
     from numcheck.ops.structure import Grouping, Structure
+    from numcheck.plugin.golden_fixture import GoldenCheck, GoldenCheckFailure
     from numcheck.precision import matmul_precision
-    from numcheck.precision.gemm_family import add_gemm_members
+    from numcheck.prepare import with_preparation
 
 
 __getattr__, __dir__ = _lazy_exports(__name__, globals(), _EXPORTS)

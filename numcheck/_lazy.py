@@ -1,13 +1,11 @@
-"""Names loaded on first use (PEP 562), for numcheck and its packages that re-export.
+"""Names loaded on first use (PEP 562), for numcheck's public facade.
 
-``import numcheck`` (and so ``pytest --help``) must not import torch, and neither may the
-facades ``numcheck.goldens``, ``numcheck.numerics`` and ``numcheck.localize``, whose
-torch-free modules the CLI imports. Each keeps a table ``name -> module that defines it``
-and hands it here::
+``import numcheck`` (and so ``pytest --help``) must not import torch. ``numcheck/__init__.py``
+keeps a table ``name -> module that defines it`` and hands it here::
 
     __getattr__, __dir__ = _lazy_exports(__name__, globals(), _EXPORTS)
 
-tests/test_imports.py keeps every table in step with its ``__all__`` and its
+tests/test_imports.py keeps the table in step with its ``__all__`` and its
 ``TYPE_CHECKING`` imports (what type checkers see).
 """
 

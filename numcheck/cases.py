@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from numcheck.gates import GATES, KERNELS_GATE, OUTPUT_METRICS, TOPK_METRICS
+from numcheck.honest.gemm_family import missing_envelope, yardstick
 from numcheck.numerics.budget_provenance import PROVENANCE, CalibrationRecord, parse_record
 from numcheck.numerics.budgets import (
     BUDGET_LIKE,
@@ -53,7 +54,6 @@ from numcheck.overhead.gate import (
     complete_overhead,
 )
 from numcheck.perf.gate import PERF_BOUNDS, PERF_OPTIONS, PerfSpec
-from numcheck.precision.gemm_family import missing_envelope, yardstick
 
 #: Keys a case table accepts.
 CASE_KEYS = (
@@ -769,7 +769,7 @@ def _unmeasured(op: OpSpec, name: str, devices: tuple[str, ...],
                 lender: str | None) -> dict[str, dict[str, Unmeasured]]:
     """Per output, the metrics no check of variant ``name`` can measure on ``devices``:
     ``max_err_ratio`` where the op has no rounding envelope for the output's class (its
-    rounding reference or ``gemm_site`` members; numcheck.precision.gemm_family)."""
+    rounding reference or ``gemm_site`` members; numcheck.honest.gemm_family)."""
     precision = op.variants[name].precision
     whose = f"variant '{name}'" + (f" (held to {lender}'s budgets)" if lender else "")
     out: dict[str, dict[str, Unmeasured]] = {}

@@ -13,7 +13,7 @@ rounding of the scaled keys). That is another implementation scheme with a wider
 ships as its own variant with its own budgets (docs/budgets.md, "Honest families").
 
 Beside these, each family holds the members numcheck derives from the op's GEMM site
-(numcheck.precision.gemm_family: the same op with each honest GEMM of the class, as users implement
+(numcheck.honest.gemm_family: the same op with each honest GEMM of the class, as users implement
 it: TF32 with operands rounded to nearest or truncated, bf16 writing bf16 or fp32, the fp32
 accumulation in one pass, in K-blocks or split-K; on CUDA cuBLAS and a Triton tl.dot kernel).
 Those are the product's; :func:`family` lists them and :func:`register_all` registers them.
@@ -26,12 +26,12 @@ from __future__ import annotations
 import torch
 from variant_tables import register_table
 
+from numcheck.honest.gemm_family import add_gemm_members, member_name, members
 from numcheck.numerics.topk import select_topk
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import Inputs, Outputs, Params, get_op
 from numcheck.ops.splitk import split_k_matmul
 from numcheck.precision import matmul_precision
-from numcheck.precision.gemm_family import add_gemm_members, member_name, members
 
 # --- indexer ------------------------------------------------------------------------------
 
@@ -255,7 +255,7 @@ def family(op: str, precision: str) -> list[str]:
     """Every honest variant of ``op`` at ``precision``: the shipped one, the test-only ones
     and the members numcheck derives from the op's GEMM site (``gemm_<label>``: TF32 rounded
     and truncated, bf16 writing bf16 or fp32, one pass, K-blocks, split-K, and on CUDA
-    cuBLAS and a Triton tl.dot kernel; numcheck.precision.gemm_impls).
+    cuBLAS and a Triton tl.dot kernel; numcheck.honest.gemm_impls).
 
     The shipped variant named like the class (``bf16``, ``tf32``) is the family's head; its
     case budget is what every member is held to. Members that cannot run on a device are

@@ -146,3 +146,36 @@ def importable_up_front(package: Path = PACKAGE) -> list[str]:
     lazy = triton_importers(package)
     return [name for name in module_names(package)
             if name not in lazy and name.split(".")[-1] != "__main__"]
+
+
+def room_of(module: str, package: Path = PACKAGE) -> str:
+    """The room a module lives in, named as ``ls`` shows it: a subpackage (``check/``) or a
+    top-level module (``cases.py``; the package's own ``__init__.py``)."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "__init__.py"
+    if len(parts) > 2 or source_of(module, package).name == "__init__.py":
+        return parts[1] + "/"
+    return parts[1] + ".py"
+
+
+def room_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Room -> the other rooms its modules import (every import, as :func:`import_graph`
+    counts them: module level, inside functions, under ``TYPE_CHECKING``)."""
+    rooms: dict[str, set[str]] = {}
+    for module, imported in import_graph(package).items():
+        room = room_of(module, package)
+        rooms.setdefault(room, set()).update(
+            other for other in (room_of(m, package) for m in imported) if other != room)
+    return rooms
+
+
+def room_arrows(package: Path = PACKAGE) -> dict[tuple[str, str], set[str]]:
+    """(room, imported room) -> the module imports behind that arrow, ``a -> b``."""
+    arrows: dict[tuple[str, str], set[str]] = {}
+    for module, imported in import_graph(package).items():
+        for other in imported:
+            pair = (room_of(module, package), room_of(other, package))
+            if pair[0] != pair[1]:
+                arrows.setdefault(pair, set()).add(f"{module} -> {other}")
+    return arrows

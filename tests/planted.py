@@ -589,13 +589,13 @@ def register_all() -> None:
 
 # --- tf32-class bugs (issue 29): each claims TF32 and rounds like something coarser ---------
 # Held to the shipped tf32 budgets. The tf32 class's honest family and rounding envelope hold
-# TF32 with operands rounded to nearest and truncated (numcheck.precision.gemm_impls), emulated
+# TF32 with operands rounded to nearest and truncated (numcheck.honest.gemm_impls), emulated
 # bit for bit on the CPU, so these are caught on a CPU too.
 
 
 def _tf32_split_k_bf16_partials() -> object:
     """A split-K GEMM with TF32 operands whose four partial results are written in bf16."""
-    from numcheck.precision.gemm_impls import EmulatedGemm, Recipe
+    from numcheck.honest.gemm_impls import EmulatedGemm, Recipe
 
     return EmulatedGemm(Recipe("tf32_rn", "split_k", parts=4, partial="bf16"))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from numcheck.goldens.atomic import atomic_write, remove_leftovers, temp_name
+from numcheck.disk.atomic import atomic_write, remove_leftovers, temp_name
 
 
 def test_writes_and_replaces(tmp_path: Path) -> None:

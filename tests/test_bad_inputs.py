@@ -20,10 +20,10 @@ import torch
 from test_plugin import CONFTEST, TINY_INDEXER, golden, make_project
 
 from numcheck.cases import load_case_file
+from numcheck.check.make_golden import write_golden
+from numcheck.check.run import CaseInputs
 from numcheck.goldens import files as goldens
 from numcheck.goldens.files import load_golden, save_golden
-from numcheck.goldens.make import write_golden
-from numcheck.numerics.run import CaseInputs
 from numcheck.ops.registry import get_op
 
 Edit = Callable[[dict[str, torch.Tensor], dict[str, object]], None]

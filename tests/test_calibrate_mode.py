@@ -368,7 +368,7 @@ speedup_min = { cpu = 1.1, cuda = 1.2 }   # from an old run
 
 def fake_measure_perf(op: Any, case: Any, variant: str, device: str, inputs: Any,
                       **_: Any) -> Any:
-    """numcheck.perf.measure.measure_perf's interface: the next of the variant's SPEEDS."""
+    """numcheck.check.perf.measure_perf's interface: the next of the variant's SPEEDS."""
     calls = CALLS.setdefault(variant, 0)
     CALLS[variant] = calls + 1
     s = SPEEDS[variant][calls]
@@ -381,7 +381,7 @@ def test_speed_proposals_printed_and_written(
 ) -> None:
     # Through sys.modules: an earlier in-process run may have left the package attribute
     # pointing at a module object that pytester has since dropped from sys.modules.
-    perfrun = importlib.import_module("numcheck.perf.measure")
+    perfrun = importlib.import_module("numcheck.check.perf")
     CALLS.clear()
     monkeypatch.setattr(perfrun, "measure_perf", fake_measure_perf)
     path = project(pytester, SPEED_CASE)

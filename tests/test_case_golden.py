@@ -2,7 +2,7 @@
 
 numcheck.goldens.case_golden checks everything about a golden before any variant runs (the
 file, its freshness, every output of every seed against the metadata's record); the numerics
-(numcheck.numerics.against_golden) read the validated stored outputs and never go back.
+(numcheck.check.against_golden) read the validated stored outputs and never go back.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import torch
 from test_plugin import TINY_INDEXER, make_project, write_goldens
 
 from numcheck.cases import Case, load_case_file
+from numcheck.check.against_golden import check
+from numcheck.check.make_golden import make_golden
+from numcheck.check.run import CaseInputs
 from numcheck.goldens import case_golden, files, freshness, packing
 from numcheck.goldens.case_golden import CaseGolden, validate_for_case
 from numcheck.goldens.files import Golden, GoldenFormatError, GoldenStale
-from numcheck.goldens.make import make_golden
 from numcheck.goldens.packing import pack_output
-from numcheck.numerics.against_golden import check
-from numcheck.numerics.run import CaseInputs
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import OpSpec
 

@@ -9,8 +9,8 @@ import pytest
 
 from numcheck.cases import Case, Expectation, load_case_file
 from numcheck.check import cannot_run, run_check, settle_expected
-from numcheck.goldens.make import fresh_golden
-from numcheck.numerics.against_golden import check
+from numcheck.check.against_golden import check
+from numcheck.check.make_golden import fresh_golden
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import get_op
 

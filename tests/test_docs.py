@@ -3,6 +3,7 @@ links and paths that resolve, evidence kept apart from the guides and each run d
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 from pathlib import Path
@@ -122,6 +123,48 @@ def test_every_docs_path_named_in_the_repository_exists() -> None:
             if any(c in mention for c in "*{}<>$") or not mention.strip("/"):
                 continue
             if not (ROOT / mention).exists():
+                missing.append(f"{path.relative_to(ROOT)}: {mention}")
+    assert not missing, missing
+
+
+def _bound_names(source: Path) -> set[str]:
+    """Names a module binds at its top level (defs, classes, assignments, imports), and a
+    package's submodules."""
+    tree = ast.parse(source.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    if source.name == "__init__.py":
+        names |= {p.stem for p in source.parent.iterdir() if p.suffix == ".py" or p.is_dir()}
+    return names
+
+
+def test_every_numcheck_module_named_in_the_repository_exists() -> None:
+    """A module of numcheck named in its code, guides, benchmarks or examples, as a path
+    (``numcheck/check/run.py``) or a dotted name (``numcheck.check.run.CaseInputs``), exists,
+    and so does the name that follows it: moving a module means following every mention.
+    (tests/ is left out: it names made-up modules on purpose.)"""
+    missing = []
+    for path in _text_files():
+        if path.is_relative_to(ROOT / "tests") or path.suffix not in (".py", ".md", ".toml"):
+            continue
+        text = path.read_text()
+        for mention in re.findall(r"(?<![\w/.])numcheck/[\w/]*\.py\b", text):
+            if not (ROOT / mention).exists():
+                missing.append(f"{path.relative_to(ROOT)}: {mention}")
+        for mention in set(re.findall(r"(?<![\w/.])numcheck(?:\.[A-Za-z_]\w*)+", text)):
+            parts = mention.split(".")
+            for i in range(len(parts), 0, -1):  # the longest prefix that is a module
+                module = ROOT.joinpath(*parts[:i])
+                source = module / "__init__.py" if module.is_dir() else module.with_suffix(".py")
+                if source.exists():
+                    break
+            if parts[i:] and parts[i] not in _bound_names(source):
                 missing.append(f"{path.relative_to(ROOT)}: {mention}")
     assert not missing, missing
 

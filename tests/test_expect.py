@@ -271,7 +271,7 @@ def test_a_seed_dependent_bug_is_xfail_on_every_seed_when_its_output_is_named(
         tmp_path: Path) -> None:
     import planted
 
-    from numcheck.goldens.make import fresh_golden
+    from numcheck.check.make_golden import fresh_golden
     from numcheck.ops import registry
 
     with registry.isolated():

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from test_plugin import CONFTEST, write_goldens
 
-from numcheck.numerics.firstcall import FirstCallWatch, first_call_lines
+from numcheck.check.firstcall import FirstCallWatch, first_call_lines
 
 
 def clock(*values: float):  # type: ignore[no-untyped-def]
@@ -135,7 +135,7 @@ def test_a_perf_only_check_makes_its_first_call_before_any_timing(tmp_path) -> N
 
     from numcheck.cases import load_case_file
     from numcheck.check import run_check
-    from numcheck.numerics.run import CaseInputs
+    from numcheck.check.run import CaseInputs
     from numcheck.ops import mhc
     from numcheck.ops.registry import Variant, add_variant, get_op, isolated
     from numcheck.perf import timing

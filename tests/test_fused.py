@@ -17,9 +17,9 @@ import torch
 from fresh import FreshPython
 
 from numcheck.cases import load_cases
+from numcheck.check.against_golden import check
+from numcheck.check.run import CaseInputs
 from numcheck.inputs import to_device
-from numcheck.numerics.against_golden import check
-from numcheck.numerics.run import CaseInputs
 from numcheck.ops import indexer, mhc, triton_support
 from numcheck.ops.registry import Variant, add_variant, get_op
 from numcheck.selftest import shipped_golden

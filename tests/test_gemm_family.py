@@ -11,9 +11,18 @@ import torch
 
 import numcheck
 from numcheck.cases import Case, load_case_file
-from numcheck.goldens.make import fresh_golden
-from numcheck.numerics.against_golden import check
-from numcheck.numerics.run import CaseInputs
+from numcheck.check.against_golden import check
+from numcheck.check.make_golden import fresh_golden
+from numcheck.check.run import CaseInputs
+from numcheck.honest.gemm_family import (
+    MemberRuns,
+    add_gemm_members,
+    envelope_members,
+    member_fn,
+    member_name,
+    member_variants,
+)
+from numcheck.honest.gemm_impls import EmulatedGemm, GemmImpl, honest_gemms
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import (
     Inputs,
@@ -27,15 +36,6 @@ from numcheck.ops.registry import (
 )
 from numcheck.ops.spec import Gemm
 from numcheck.ops.splitk import split_k_matmul
-from numcheck.precision.gemm_family import (
-    MemberRuns,
-    add_gemm_members,
-    envelope_members,
-    member_fn,
-    member_name,
-    member_variants,
-)
-from numcheck.precision.gemm_impls import EmulatedGemm, GemmImpl, honest_gemms
 
 INDEXER = {"batch": 2, "next_n": 1, "heads": 8, "head_dim": 64, "block_size": 16,
            "max_context": 96, "min_context": 0, "index_topk": 16, "shuffle_pages": True,

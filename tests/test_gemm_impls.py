@@ -6,9 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from numcheck.ops.splitk import split_k_matmul
-from numcheck.precision import matmul_precision
-from numcheck.precision.gemm_impls import (
+from numcheck.honest.gemm_impls import (
     K_BLOCK,
     EmulatedGemm,
     GemmImpl,
@@ -17,6 +15,8 @@ from numcheck.precision.gemm_impls import (
     gemms_for,
     honest_gemms,
 )
+from numcheck.ops.splitk import split_k_matmul
+from numcheck.precision import matmul_precision
 from numcheck.precision.operand_rounding import to_bf16_values, to_tf32
 
 A = 1 + 0.75 * 2.0**-10  # the element of the H200 measurement
@@ -93,7 +93,7 @@ def test_emulated_gemms_compute_what_their_recipe_says() -> None:
 
 def test_operands_are_read_as_fresh_contiguous_fp32() -> None:
     """Two members whose rounding leaves the same values hand the GEMM the same layout:
-    what lets numcheck.precision.gemm_family run such members once."""
+    what lets numcheck.honest.gemm_family run such members once."""
     x = torch.randn(4, 6).to(torch.bfloat16).T
     c = canonical_operand(x)
     assert c.dtype == torch.float32 and c.is_contiguous() and c.data_ptr() != x.data_ptr()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from numcheck.goldens.files import GoldenMissing
-from numcheck.goldens.fixture import GoldenCheck, GoldenCheckFailure, folder_for_test
+from numcheck.plugin.golden_fixture import GoldenCheck, GoldenCheckFailure, folder_for_test
 
 TEST_FILE = """
 import torch

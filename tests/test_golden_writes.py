@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import torch
 
+from numcheck.disk.locking import LockTimeout, exclusive, lock_path
 from numcheck.goldens.files import GoldenMissing, load_golden, save_golden
-from numcheck.goldens.locking import LockTimeout, exclusive, lock_path
 
 pytestmark = pytest.mark.skipif(
     sys.platform == "win32" or not hasattr(os, "fork"), reason="fork and flock are POSIX"

@@ -19,7 +19,7 @@ from fleet import quiet_history
 from test_plugin import make_project, write_goldens
 
 from numcheck import __main__ as cli
-from numcheck.numerics import plotdata
+from numcheck.check import plotdata
 from numcheck.report import htmlpage as htmlreport
 from numcheck.report import svgplots
 from numcheck.report.records import Record, Report, load_report, record_from_dict, record_to_dict

@@ -4,16 +4,20 @@
   inside functions, and those for type checkers only (``if TYPE_CHECKING:``). A cycle behind
   ``TYPE_CHECKING`` runs never, but it still says two rooms need each other; the result of a
   check, for one, sits below every room that fills it.
+- **Rooms import downward only**: a room is a subpackage or a top-level module; counting the
+  same imports, no two rooms import each other and no rooms form a cycle, and
+  docs/architecture.md's floor table puts every room on a floor above every room it
+  imports, so the page cannot drift from the code.
 - **Every module imports first on its own** (in a fresh interpreter), so no module works
   only because another was imported before it; **only the Triton kernel modules need
   triton**; **nothing registers on import** (the registry stays empty until its first
   lookup).
-- **Only plugin/ imports pytest** (and perf/benchrecord.py, which fills pytest-benchmark's
-  session that the plugin hands it), so the core runs from scripts and benchmarks.
-- **Facades load lazily and say what they load**: a package that re-exports names
-  (``numcheck``, ``numcheck.goldens``, ``numcheck.numerics``, ``numcheck.localize``) names
-  each one in ``_EXPORTS``, ``__all__`` and its ``TYPE_CHECKING`` block alike, so the import
-  graph above sees every module a facade loads.
+- **Only plugin/ imports pytest** (pytest-benchmark's session included), so the core runs
+  from scripts and benchmarks.
+- **One facade**: ``numcheck/__init__.py`` is the public API and the only package that
+  re-exports names; it loads them lazily and names each one in ``_EXPORTS``, ``__all__`` and
+  its ``TYPE_CHECKING`` block alike, so the import graph above sees every module it loads.
+  A room's ``__init__`` defines its own names or none, and re-exports nothing.
 - **At most 12 modules at numcheck's top level**: the rest live in rooms.
 """
 
@@ -22,13 +26,14 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import re
 from pathlib import Path
 
 import pytest
 from fresh import FreshPython
 from importgraph import (
-    PACKAGE, import_graph, importable_up_front, module_names, needing, source_of,
-    triton_importers,
+    PACKAGE, import_graph, importable_up_front, module_names, needing, room_arrows, room_graph,
+    source_of, triton_importers,
 )
 
 from numcheck.ops.fused import KERNEL_MODULES
@@ -102,23 +107,135 @@ def test_no_import_cycles_among_numcheck_modules_type_checking_included() -> Non
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
-#: Where pytest may be imported: the plugin, and the module that fills pytest-benchmark's
-#: session the plugin hands it.
-PYTEST_ALLOWED = ("numcheck.plugin", "numcheck.perf.benchrecord")
+def mutual_pairs(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every pair of nodes that import each other, each pair once."""
+    return sorted((a, b) for a in graph for b in graph[a] if a < b and a in graph.get(b, ()))
+
+
+def test_rooms_import_downward_only() -> None:
+    rooms = room_graph()
+    assert len(rooms) > 10 and rooms["check/"]  # the walk sees rooms and their arrows
+    arrows = room_arrows()
+    pairs = mutual_pairs(rooms)
+    assert pairs == [], "rooms that import each other: " + "; ".join(
+        f"{a} <-> {b} ({min(arrows[a, b])}; {min(arrows[b, a])})" for a, b in pairs)
+    cycle = find_cycle(rooms)
+    assert cycle is None, "room cycle: " + " -> ".join(
+        f"{a} [{min(arrows[a, b])}]" for a, b in zip(cycle or [], (cycle or [])[1:]))
+
+
+#: A small package of three rooms on three floors: ``top.py`` over ``high/`` over ``low/``.
+ROOMS = {
+    "__init__.py": "",
+    "low/__init__.py": "",
+    "low/a.py": "def f():\n    return 1\n",
+    "high/__init__.py": "",
+    "high/b.py": "from pkg.low.a import f\n",
+    "top.py": "import pkg.high.b\n",
+}
+
+
+@pytest.mark.parametrize(("planted", "pair", "cycle"), [
+    pytest.param({"low/a.py": "def f():\n    from pkg.high.b import g\n"},
+                 [("high/", "low/")], ["high/", "low/", "high/"], id="inside-a-function"),
+    pytest.param({"low/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                              "    from ..top import T\n"},
+                 [], ["high/", "low/", "top.py", "high/"], id="type-checking-three-rooms"),
+    pytest.param({"low/__init__.py": "from pkg import top\n"},
+                 [], ["high/", "low/", "top.py", "high/"], id="a-room-init"),
+])
+def test_a_planted_back_arrow_is_caught(tmp_path: Path, planted: dict[str, str],
+                                        pair: list[tuple[str, str]], cycle: list[str]) -> None:
+    clean = _package(tmp_path / "clean", ROOMS)
+    rooms = room_graph(clean)
+    assert rooms == {"__init__.py": set(), "low/": set(), "high/": {"low/"},
+                     "top.py": {"high/"}}
+    assert mutual_pairs(rooms) == [] and find_cycle(rooms) is None
+    # One import from a lower room back up: a pair of rooms, or a cycle of three.
+    back = room_graph(_package(tmp_path / "planted", {**ROOMS, **planted}))
+    assert mutual_pairs(back) == pair
+    assert find_cycle(back) == cycle
+
+
+#: docs/architecture.md: its floor table, and its ``ls numcheck/`` in floor order.
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def floor_table(text: str) -> dict[str, int]:
+    """Room -> floor, from the table of the page's "## Floors" section, whose first two
+    columns are the floor and its rooms (each in backticks: ``check/``, ``cases.py``)."""
+    section = re.split(r"^## Floors$", text, maxsplit=1, flags=re.MULTILINE)[1]
+    section = section.split("\n## ", 1)[0]
+    floors: dict[str, int] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not cells[0].isdigit():
+            continue
+        for room in re.findall(r"`([^`]+)`", cells[1]):
+            assert room not in floors, f"{room} is on two floors"
+            floors[room] = int(cells[0])
+    return floors
+
+
+def floor_problems(graph: dict[str, set[str]], floors: dict[str, int]) -> list[str]:
+    """What the table gets wrong: a room on no floor, a room the code does not have, an
+    import that does not go to a strictly lower floor."""
+    problems = [f"{room}: on no floor" for room in sorted(set(graph) - set(floors))]
+    problems += [f"{room}: no such room" for room in sorted(set(floors) - set(graph))]
+    for room in sorted(set(graph) & set(floors)):
+        for other in sorted(graph[room] & set(floors)):
+            if floors[other] >= floors[room]:
+                problems.append(f"{room} (floor {floors[room]}) imports {other} "
+                                f"(floor {floors[other]})")
+    return problems
+
+
+def test_the_floor_table_puts_every_room_above_what_it_imports() -> None:
+    floors = floor_table(ARCHITECTURE.read_text())
+    assert len(floors) > 10
+    assert floor_problems(room_graph(), floors) == []
+
+
+def test_the_floor_check_catches_a_room_on_the_wrong_floor() -> None:
+    table = ("## Floors\n\n| floor | rooms | what |\n|---|---|---|\n"
+             "| 2 | `high/`, `top.py` | above |\n| 1 | `low/`, `gone.py` | ground |\n")
+    floors = floor_table(table)
+    assert floors == {"high/": 2, "top.py": 2, "low/": 1, "gone.py": 1}
+    graph = {"low/": set(), "high/": {"low/"}, "top.py": {"high/"}, "new/": set()}
+    assert floor_problems(graph, floors) == [
+        "new/: on no floor", "gone.py: no such room", "top.py (floor 2) imports high/ (floor 2)"]
+
+
+def test_ls_in_the_docs_lists_the_package_floor_by_floor() -> None:
+    """The page's ``ls numcheck/`` names every file and room of the package, top floor
+    first, so reading it shows the order the imports go in."""
+    text = ARCHITECTURE.read_text()
+    listing = text.split("```\nnumcheck/\n", 1)[1].split("```", 1)[0]
+    shown = [line.split()[0] for line in listing.splitlines() if line.strip()]
+    present = sorted(p.name + ("/" if p.is_dir() else "") for p in PACKAGE.iterdir()
+                     if p.name != "__pycache__")
+    assert sorted(shown) == present
+    floors = floor_table(text)
+    order = [floors[name] for name in shown if name in floors]
+    assert order == sorted(order, reverse=True), "ls numcheck/ is not in floor order"
+
+
+#: Where pytest may be imported: the plugin.
+PYTEST_ALLOWED = "numcheck.plugin"
 
 
 def pytest_importers(package: Path = PACKAGE) -> list[str]:
-    """Modules outside plugin/ (and perf/benchrecord.py) that import pytest anywhere."""
-    root = package.name
-    allowed = tuple(a.replace("numcheck", root, 1) for a in PYTEST_ALLOWED)
+    """Modules outside plugin/ that import pytest (or pytest-benchmark) anywhere."""
+    allowed = PYTEST_ALLOWED.replace("numcheck", package.name, 1)
     offenders = []
     for name in module_names(package):
-        if name == allowed[0] or name.startswith(allowed[0] + ".") or name in allowed[1:]:
+        if name == allowed or name.startswith(allowed + "."):
             continue
         for node in ast.walk(ast.parse(source_of(name, package).read_text())):
             imported = ([a.name for a in node.names] if isinstance(node, ast.Import)
                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            if any(m.split(".")[0] in ("pytest", "_pytest") for m in imported):
+            if any(m.split(".")[0] in ("pytest", "_pytest", "pytest_benchmark")
+                   for m in imported):
                 offenders.append(name)
     return offenders
 
@@ -158,15 +275,16 @@ def test_the_static_rules_catch_planted_offenders(tmp_path: Path) -> None:
         "__init__.py": "",
         "plugin/__init__.py": "import pytest\n",  # allowed
         "core.py": "def helper():\n    import _pytest.fixtures\n",
+        "bench.py": "from pytest_benchmark.stats import Metadata\n",  # pytest's plugin too
         "ops/mine.py": "import pkg\nif True:\n    pkg.registry.add_variant('op', None)\n"
                        "def later():\n    pkg.registry.register(None)\n",  # in a function
     })
-    assert pytest_importers(package) == ["pkg.core"]
+    assert pytest_importers(package) == ["pkg.bench", "pkg.core"]
     assert registering_at_import(package) == ["pkg.ops.mine:3"]
 
 
-#: The packages that re-export names lazily (PEP 562 ``__getattr__``).
-FACADES = ("numcheck", "numcheck.goldens", "numcheck.numerics", "numcheck.localize")
+#: The one package that re-exports names lazily (PEP 562 ``__getattr__``): the public API.
+FACADE = "numcheck"
 
 
 def _type_checking_names(module: str) -> dict[str, str]:
@@ -180,16 +298,54 @@ def _type_checking_names(module: str) -> dict[str, str]:
     return names
 
 
-@pytest.mark.parametrize("facade", FACADES)
-def test_a_facade_names_what_it_loads_in_step(facade: str) -> None:
-    package = importlib.import_module(facade)
+def test_the_facade_names_what_it_loads_in_step() -> None:
+    package = importlib.import_module(FACADE)
     exports: dict[str, str] = package._EXPORTS
     assert set(package.__all__) - {"__version__"} == set(exports)
-    assert _type_checking_names(facade) == exports  # what type checkers and the graph see
+    assert _type_checking_names(FACADE) == exports  # what type checkers and the graph see
     for name, module in exports.items():
         assert getattr(package, name) is getattr(importlib.import_module(module), name)
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
         package.no_such_name  # noqa: B018
+
+
+def re_exporting_packages(package: Path = PACKAGE) -> list[str]:
+    """The packages below ``package`` whose ``__init__`` re-exports names: a module-level
+    ``__getattr__`` (PEP 562), an ``_EXPORTS`` table, or the lazy-export helper."""
+    found = []
+    for name in module_names(package):
+        path = source_of(name, package)
+        if name == package.name or path.name != "__init__.py":
+            continue
+        tree = ast.parse(path.read_text())
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assigned = {t.id for n in tree.body if isinstance(n, ast.Assign | ast.AnnAssign)
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                    if isinstance(t, ast.Name)}
+        lazy = any(isinstance(n, ast.ImportFrom) and (n.module or "").endswith("_lazy")
+                   for n in ast.walk(tree))
+        if "__getattr__" in defined or "_EXPORTS" in assigned or lazy:
+            found.append(name)
+    return found
+
+
+def test_only_the_public_facade_re_exports() -> None:
+    """The public API is ``numcheck/__init__.py``; a room's ``__init__`` is its docstring
+    or its own code (``numcheck.check``, ``numcheck.precision``), never a mirror of names
+    defined elsewhere."""
+    assert re_exporting_packages() == []
+
+
+def test_a_planted_room_facade_is_caught(tmp_path: Path) -> None:
+    package = _package(tmp_path, {
+        "__init__.py": "from pkg._lazy import lazy_exports\n",  # the one facade: allowed
+        "_lazy.py": "",
+        "rooms/__init__.py": "_EXPORTS = {'f': 'pkg.rooms.low'}\n",
+        "rooms/low.py": "def f():\n    pass\n",
+        "other/__init__.py": "def __getattr__(name):\n    raise AttributeError(name)\n",
+        "own/__init__.py": "def f():\n    return 1\n",  # a room's own code: fine
+    })
+    assert re_exporting_packages(package) == ["pkg.other", "pkg.rooms"]
 
 
 def test_at_most_twelve_modules_at_the_top_level() -> None:

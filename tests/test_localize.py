@@ -281,7 +281,7 @@ def test_a_structure_for_an_unknown_output_is_a_registration_error() -> None:
 @pytest.fixture
 def tiny(tmp_path: Path) -> Any:
     from numcheck.cases import load_cases
-    from numcheck.goldens.make import fresh_golden
+    from numcheck.check.make_golden import fresh_golden
 
     sys.path.insert(0, str(TESTS))
     import planted_located
@@ -301,7 +301,7 @@ def tiny(tmp_path: Path) -> Any:
 
 
 def test_the_runner_localizes_failures_only(tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from numcheck.numerics.against_golden import check
+    from numcheck.check.against_golden import check
     from numcheck.report.records import record_from_dict, record_from_result, record_to_dict
     from numcheck.report.render import Commands, failure_message
 
@@ -335,7 +335,7 @@ def test_the_runner_localizes_failures_only(tiny: Any, monkeypatch: pytest.Monke
 
 
 def test_localization_can_be_switched_off(tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from numcheck.numerics.against_golden import check
+    from numcheck.check.against_golden import check
 
     op, case, golden, inputs = tiny
     monkeypatch.setenv(localize.ENV, "0")
@@ -432,7 +432,7 @@ def test_a_recall_failure_with_only_near_tie_flips_has_nothing_to_place() -> Non
 
 def test_a_localization_that_raises_leaves_the_verdict_standing(
         tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from numcheck.numerics.against_golden import check
+    from numcheck.check.against_golden import check
 
     op, case, golden, inputs = tiny
 

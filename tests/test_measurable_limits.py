@@ -15,12 +15,12 @@ import torch
 from numcheck.calibrate import suggest_values
 from numcheck.cases import Case, CaseFileError, load_case_file, load_cases
 from numcheck.check import run_check
-from numcheck.goldens.fixture import GoldenCheck
-from numcheck.goldens.make import fresh_golden
+from numcheck.check.make_golden import fresh_golden
+from numcheck.honest.gemm_family import missing_envelope
 from numcheck.numerics.budgets import DEFAULT_BUDGETS, BudgetError
 from numcheck.ops import registry
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Params, ParamSpec, Variant
-from numcheck.precision.gemm_family import missing_envelope
+from numcheck.plugin.golden_fixture import GoldenCheck
 from numcheck.report.records import record_from_result
 
 ROOT = Path(__file__).resolve().parent.parent

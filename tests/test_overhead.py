@@ -12,6 +12,7 @@ import torch
 from test_plugin import CONFTEST, write_goldens
 
 from numcheck.cases import CaseFileError, load_case_file, load_cases
+from numcheck.check.overhead import check_overhead
 from numcheck.gates import GATES
 from numcheck.ops import indexer
 from numcheck.ops.registry import get_op
@@ -22,7 +23,6 @@ from numcheck.overhead.gate import (
     OverheadBudget,
     OverheadReport,
     audit_variant,
-    check_overhead,
     default_gates,
     default_overhead,
     overhead_violations,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from numcheck.perf.measure import noise_lines, perf_rows
 from numcheck.perf.sections import DeviceSections, lock_wait_lines, wait_totals
+from numcheck.perf.table import noise_lines, perf_rows
 
 NOISE = {"aa_speedup": 1.001, "aa_ci_low": 0.998, "aa_ci_high": 1.004, "aa_pairs": 20,
          "timer": "cuda-graph", "case": "mhc_pre::seed", "pid": 11,

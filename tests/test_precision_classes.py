@@ -10,7 +10,8 @@ import torch
 
 import numcheck
 from numcheck.cases import load_case_file
-from numcheck.numerics.against_golden import check
+from numcheck.check.against_golden import check
+from numcheck.check.result import CheckResult
 from numcheck.numerics.budgets import DEFAULT_BUDGETS
 from numcheck.ops import mhc
 from numcheck.ops.registry import PRECISIONS, Inputs, Outputs, Params, Variant, get_op
@@ -22,7 +23,6 @@ from numcheck.precision import (
     rounding_unit,
     unit_roundoff,
 )
-from numcheck.result import CheckResult
 from numcheck.selftest import fresh_golden
 
 
@@ -113,7 +113,7 @@ def test_a_users_fp16_or_fp8_variant_passes_on_its_class_defaults(
     mixes = result.seeds[0].metrics["mixes"]
     if precision == "fp16":
         # The op declares its GEMM site, so fp16 has a rounding envelope without any fp16
-        # variant of the op: the fp16 GEMMs of numcheck.precision.gemm_impls on the same inputs. The
+        # variant of the op: the fp16 GEMMs of numcheck.honest.gemm_impls on the same inputs. The
         # user's fp16 GEMM writes fp16 like the envelope's one-pass member.
         assert mixes.measured("max_err_ratio") and 0 < mixes.max_err_ratio <= 1.0
     else:  # the scaled fp8 classes have no honest GEMMs to derive (they need the scales)

@@ -43,9 +43,9 @@ def project(pytester: pytest.Pytester, variants: str, *, seeds: str = "0",
     """A project whose case runs the test variants; its golden made as --numcheck-regen
     makes it (the reference on the CPU)."""
     from numcheck.cases import load_cases
+    from numcheck.check.make_golden import write_golden
+    from numcheck.check.run import CaseInputs
     from numcheck.goldens.files import golden_path
-    from numcheck.goldens.make import write_golden
-    from numcheck.numerics.run import CaseInputs
     from numcheck.ops import registry
 
     pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 import subprocess
@@ -46,3 +47,35 @@ def test_the_tutorial_quotes_the_example_project_verbatim() -> None:
     for path, block in blocks:
         text = (ROOT / path).read_text()
         assert block in text, f"docs/extending.md's block from {path} no longer matches the file"
+
+
+def _api_table() -> set[str]:
+    """The names docs/extending.md's "The public API" table lists."""
+    doc = (ROOT / "docs" / "extending.md").read_text()
+    section = doc.split("## The public API", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    return {name for row in rows for name in re.findall(r"`(\w+)`", row)}
+
+
+def test_the_public_api_table_lists_every_public_name() -> None:
+    assert _api_table() == set(numcheck.__all__) - {"__version__"}
+
+
+#: ``from numcheck... import ...`` lines of the user guides' code blocks.
+IMPORT_LINE = re.compile(r"^\s*from (numcheck[\w.]*) import ([\w, ]+)$", re.MULTILINE)
+
+
+def test_what_the_guides_import_from_numcheck_is_there() -> None:
+    """A name a guide tells users to import resolves where the guide says, and a name the
+    guides import from elsewhere than the facade is a module (``from numcheck.ops import
+    registry``), not a re-export: the public API is ``numcheck`` alone."""
+    found = 0
+    for page in ("usage.md", "extending.md", "budgets.md", "cases.md", "fused.md"):
+        for module, names in IMPORT_LINE.findall((ROOT / "docs" / page).read_text()):
+            package = importlib.import_module(module)
+            for name in (n.strip() for n in names.split(",")):
+                found += 1
+                value = getattr(package, name)  # AttributeError: the guide is stale
+                if module != "numcheck":
+                    assert inspect.ismodule(value), f"docs/{page}: import {name} from numcheck"
+    assert found >= 2

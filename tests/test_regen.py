@@ -11,11 +11,11 @@ from test_plugin import TINY_MHC, golden, make_project
 from test_registration import make_op
 
 from numcheck.cases import load_case_file
+from numcheck.check.make_golden import regenerate
+from numcheck.check.run import CaseInputs
 from numcheck.goldens.files import load_golden, save_golden
-from numcheck.goldens.make import regenerate
 from numcheck.goldens.regen import GoldenRefused
 from numcheck.goldens.reproducibility import REFERENCE_EPS_FACTOR, difference, stats_difference
-from numcheck.numerics.run import CaseInputs
 from numcheck.ops import registry
 from numcheck.ops.registry import Variant, get_op
 

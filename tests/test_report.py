@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from numcheck.cases import load_case_file
+from numcheck.check.against_golden import check
+from numcheck.check.make_golden import write_golden
+from numcheck.check.result import CheckResult
+from numcheck.check.run import CaseInputs
 from numcheck.goldens.case_golden import load_for_case
-from numcheck.goldens.make import write_golden
-from numcheck.numerics.against_golden import check
-from numcheck.numerics.run import CaseInputs
 from numcheck.ops.registry import get_op
 from numcheck.report.environment import environment
 from numcheck.report.markdown import headline, to_markdown
@@ -33,7 +34,6 @@ from numcheck.report.records import (
     write_json,
 )
 from numcheck.report.render import summary_table
-from numcheck.result import CheckResult
 
 CASE = """
 [tiny]

@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from numcheck.cases import load_cases
-from numcheck.numerics.against_golden import check
+from numcheck.check.against_golden import check
+from numcheck.honest.gemm_family import MEMBER_PREFIX
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import get_op
-from numcheck.precision.gemm_family import MEMBER_PREFIX
 from numcheck.selftest import (
     Planted,
     catch_table,

@@ -9,10 +9,10 @@ import planted  # tests/planted.py; pytest puts this folder on sys.path (no __in
 import pytest
 
 from numcheck.cases import Case, load_cases
+from numcheck.check.against_golden import check
+from numcheck.check.run import CaseInputs
 from numcheck.goldens.case_golden import CaseGolden
 from numcheck.goldens.files import golden_path
-from numcheck.numerics.against_golden import check
-from numcheck.numerics.run import CaseInputs
 from numcheck.ops.registry import get_op
 from numcheck.selftest import shipped_golden
 

@@ -91,7 +91,7 @@ def test_undecided_is_never_a_pass_and_has_its_own_metric() -> None:
 
 
 def test_noise_warning_only_when_the_aa_figure_is_far_from_one() -> None:
-    from numcheck.perf.measure import noise_warning
+    from numcheck.perf.noise import noise_warning
 
     quiet = {"aa_speedup": 1.0, "aa_ci_low": 0.998, "aa_ci_high": 1.003, "clocks": None}
     assert noise_warning(quiet) == "" and noise_warning(None) == ""

@@ -2,7 +2,7 @@
 
 TF32 is read two ways (operands rounded to nearest by cuBLAS, truncated by Triton's tl.dot).
 Both are in the tf32 family and its rounding envelope, emulated bit for bit on the CPU
-(numcheck.precision.gemm_impls), so the tf32 budgets are calibrated and tested here for real.
+(numcheck.honest.gemm_impls), so the tf32 budgets are calibrated and tested here for real.
 The bugs (tests/planted.py, their own section) claim TF32 and round like something coarser; each
 must fail its tf32 budget wherever its own error is at least 2x the family's worst
 (numcheck.selftest.error_to_family). docs/reliability.md has the 50-seed figures.
@@ -18,7 +18,7 @@ import planted
 import pytest
 
 from numcheck.cases import load_cases
-from numcheck.numerics.against_golden import check
+from numcheck.check.against_golden import check
 from numcheck.ops.registry import get_op
 from numcheck.selftest import error_to_family, fresh_golden, held_to
 

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from numcheck.cases import load_case_file
+from numcheck.check.make_golden import write_golden
+from numcheck.check.run import CaseInputs
 from numcheck.goldens.files import load_golden
-from numcheck.goldens.make import write_golden
-from numcheck.numerics.run import CaseInputs
 from numcheck.ops.registry import get_op
 from numcheck.plugin.workers import gpu_index, is_worker, pin_worker_gpu, worker_count, worker_id
 

@@ -44,11 +44,11 @@ from numcheck.numerics.metric_names import ERROR_METRICS, TOPK_LIMITS
 
 if TYPE_CHECKING:
     from numcheck.cases import Case
+    from numcheck.check.result import SeedResult
+    from numcheck.check.run import CaseInputs
     from numcheck.goldens.case_golden import CaseGolden
     from numcheck.numerics.budgets import VariantBudget
-    from numcheck.numerics.run import CaseInputs
     from numcheck.ops.registry import OpSpec
-    from numcheck.result import SeedResult
 
 # The headroom rule (numcheck.calibrate.headroom, docs/budgets.md): error budgets are 2x the
 # worst measurement, max_err_ratio 1.25x (a bug at 2x the honest worst must fail), recall
@@ -153,7 +153,7 @@ class References:
     def get(self, seed: int) -> tuple[CaseGolden, CaseInputs]:
         """``(golden, inputs)`` of the one-seed case of ``seed``."""
         if seed not in self._made:
-            from numcheck.goldens.make import fresh_golden
+            from numcheck.check.make_golden import fresh_golden
 
             self._made[seed] = fresh_golden(self.op, replace(self.case, seeds=(seed,)),
                                             self.device)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from numcheck.goldens.atomic import atomic_write
+from numcheck.disk.atomic import atomic_write
 from numcheck.numerics.budget_provenance import PROVENANCE as RECORDS
 from numcheck.numerics.budget_provenance import CalibrationRecord
 from numcheck.numerics.budgets import BUDGET_LIKE

@@ -2,7 +2,7 @@
 
 A budget miss of a correct variant means the budget is too tight for its precision class;
 the fix is to measure the class's honest implementations (the op's reference implementation
-of the class and its honest GEMM members, numcheck.precision.gemm_family), never the failing
+of the class and its honest GEMM members, numcheck.honest.gemm_family), never the failing
 variant alone: a calibration of the variant alone budgets whatever it computes, a bug
 included. :func:`honest_family` says which pool to measure and which checks to run (the
 failing variant is left out where the case runs the class's reference implementation: it
@@ -50,7 +50,7 @@ def honest_family(op: OpSpec, case: Case, variant: str, device: str) -> Family:
       variant is left out (it keeps its tables, or takes the family's with ``budget_like``);
     - else the variant pooled with the members (never alone where the op has members).
     """
-    from numcheck.precision.gemm_family import member_name, members
+    from numcheck.honest.gemm_family import member_name, members
 
     precision = op.variants[variant].precision
     lender = case.budget_like.get(variant)

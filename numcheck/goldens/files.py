@@ -25,8 +25,8 @@ from typing import Any
 import safetensors.torch
 import torch
 
-from numcheck.goldens.atomic import atomic_write, remove_leftovers
-from numcheck.goldens.locking import exclusive
+from numcheck.disk.atomic import atomic_write, remove_leftovers
+from numcheck.disk.locking import exclusive
 
 __all__ = [
     "FORMAT_VERSION",
@@ -251,7 +251,7 @@ def save_golden(path: Path, tensors: Mapping[str, torch.Tensor], meta: Mapping[s
     The bytes go to a temporary file in the same folder, which is flushed, fsynced and moved over
     ``path`` with ``os.replace``; then the folder is fsynced. A reader therefore sees either the
     old golden or the new one, never half a file, and no temporary file is left behind on error.
-    The write holds the golden's cross-process lock (:mod:`numcheck.goldens.locking`), so concurrent
+    The write holds the golden's cross-process lock (:mod:`numcheck.disk.locking`), so concurrent
     writers of one golden take turns; under it, temporary files left by a writer that was
     killed mid-write are removed.
     """

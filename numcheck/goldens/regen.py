@@ -27,9 +27,9 @@ from typing import Any
 import torch
 
 from numcheck.cases import Case
+from numcheck.disk.locking import exclusive
 from numcheck.goldens.files import Golden, GoldenError, GoldenStale, load_golden, save_golden
 from numcheck.goldens.freshness import GoldenNote, check_fresh
-from numcheck.goldens.locking import exclusive
 from numcheck.goldens.packing import STATS_FIELDS, STATS_SUFFIX, nonfinite_of, seed_key
 from numcheck.goldens.reproducibility import compare_by_dtype, describe_unchanged
 from numcheck.ops.spec import OpSpec
@@ -109,7 +109,7 @@ def store(
     meta: Mapping[str, Any],
 ) -> RegenOutcome:
     """Write the reference outputs ``tensors`` (with ``meta``, as made by
-    :func:`numcheck.goldens.make.make_golden`) unless the stored golden is equal or within the
+    :func:`numcheck.check.make_golden.make_golden`) unless the stored golden is equal or within the
     reference's reproducibility tolerance. Raises :class:`GoldenRefused` (writing nothing)
     when an output holds NaN/Inf the op does not allow."""
     refuse_nonfinite(op, case, tensors, path)

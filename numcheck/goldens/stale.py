@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from numcheck.cases import Case, load_case_file
+from numcheck.disk.locking import exclusive
 from numcheck.goldens.files import golden_path
-from numcheck.goldens.locking import exclusive
 
 
 def case_files(cases_dir: Path) -> list[Path]:

@@ -1,70 +1,18 @@
-"""The numerics of a check: a variant's outputs against the golden, and what judges them.
+"""The measures: what judges a variant's outputs against the golden, knowing nothing of who asks.
 
-- :mod:`~numcheck.numerics.run`: a case's inputs (made once per seed, fingerprinted), a
-  variant's call checked for what it returns, the rounding envelope of a precision class;
-- :mod:`~numcheck.numerics.against_golden`: one check's numerics, seed by seed, against the
-  golden validated for its case (:func:`check`);
-- :mod:`~numcheck.numerics.metrics`: elementwise error metrics (float64);
-  :mod:`~numcheck.numerics.topk`: tie-aware top-k agreement;
-- :mod:`~numcheck.numerics.budgets`: the budget model and the per-precision defaults;
-  :mod:`~numcheck.numerics.verdict`: metrics against budgets, violations;
-  :mod:`~numcheck.numerics.nonfinite`: why an inf/NaN pattern differs;
+Like torch's ``testing/_comparison.py``, this room is a library of pure measures that every
+room above it uses, from the ops (top-k selection) to the case files (budgets) and the
+reports (metric names); it imports only :mod:`numcheck.precision`.
+
 - :mod:`~numcheck.numerics.metric_names`: every metric's name, shared by all rooms (no torch);
-- :mod:`~numcheck.numerics.firstcall`: a variant's first call, timed apart;
-- what a check keeps for its readers: :mod:`~numcheck.numerics.plotdata` (histograms),
-  :mod:`~numcheck.numerics.cpu_tf32` (the tf32-on-CPU note), :mod:`~numcheck.numerics.extras`.
+- :mod:`~numcheck.numerics.metrics`: elementwise error metrics (float64);
+- :mod:`~numcheck.numerics.topk`: top-k selection and tie-aware top-k agreement;
+- :mod:`~numcheck.numerics.budgets`: the budget model and the per-precision defaults (no
+  torch); :mod:`~numcheck.numerics.budget_provenance`: the calibration record beside a
+  variant's tables;
+- :mod:`~numcheck.numerics.verdict`: metrics against budgets, violations;
+  :mod:`~numcheck.numerics.nonfinite`: why an inf/NaN pattern differs.
 
-The names below are what this package held as one module, loaded on first use (importing
-the package, or its torch-free :mod:`~numcheck.numerics.metric_names` and
-:mod:`~numcheck.numerics.budgets`, never imports torch).
+Running a variant and judging it over seeds against its case's golden is
+:mod:`numcheck.check`, in the room above.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from numcheck._lazy import lazy_exports as _lazy_exports
-
-#: Name -> the module that defines it (loaded on first use).
-_EXPORTS = {
-    "CaseInputs": "numcheck.numerics.run",
-    "run_variant": "numcheck.numerics.run",
-    "rounding_envelope_outputs": "numcheck.numerics.run",
-    "check": "numcheck.numerics.against_golden",
-    "seed_key": "numcheck.goldens.packing",
-    "make_golden": "numcheck.goldens.make",
-    "fresh_golden": "numcheck.goldens.make",
-    "write_golden": "numcheck.goldens.make",
-    "regenerate": "numcheck.goldens.make",
-    "display_id": "numcheck.result",
-    "SeedResult": "numcheck.result",
-    "CheckResult": "numcheck.result",
-    "VariantError": "numcheck.ops.spec",
-}
-
-__all__ = [
-    "CaseInputs",
-    "CheckResult",
-    "SeedResult",
-    "VariantError",
-    "check",
-    "display_id",
-    "fresh_golden",
-    "make_golden",
-    "regenerate",
-    "rounding_envelope_outputs",
-    "run_variant",
-    "seed_key",
-    "write_golden",
-]  # the names of _EXPORTS (tests/test_imports.py keeps them in step)
-
-if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads lazily
-    from numcheck.goldens.make import fresh_golden, make_golden, regenerate, write_golden
-    from numcheck.goldens.packing import seed_key
-    from numcheck.numerics.against_golden import check
-    from numcheck.numerics.run import CaseInputs, rounding_envelope_outputs, run_variant
-    from numcheck.ops.spec import VariantError
-    from numcheck.result import CheckResult, SeedResult, display_id
-
-
-__getattr__, __dir__ = _lazy_exports(__name__, globals(), _EXPORTS)

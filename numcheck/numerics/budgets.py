@@ -189,7 +189,7 @@ class VariantBudget:
 @dataclass(frozen=True)
 class Unmeasured:
     """A metric that the checks of a variant cannot measure on an output (``max_err_ratio``
-    without a rounding envelope: numcheck.precision.gemm_family.missing_envelope).
+    without a rounding envelope: numcheck.honest.gemm_family.missing_envelope).
 
     A budget key for it is a :class:`BudgetError` with ``problem`` and ``fix``: a limit that
     gates nothing must not sit in a budget looking like one. ``nowhere``: on none of the
@@ -284,7 +284,7 @@ def complete_budget(
 
 #: Keys a finer variant's coarse output takes from the coarse class's budget (see
 #: :func:`coarse_output_tables`). ``max_err_ratio`` too: on such an output it is measured
-#: against the coarse class's rounding envelope (numcheck.numerics.run), as the coarse
+#: against the coarse class's rounding envelope (numcheck.check.run), as the coarse
 #: class's is.
 INHERITED_KEYS = ("rel_fro", "calc_diff", "frac_outside", "max_band_ratio", "max_err_ratio",
                   OUTSIDE_KEY, OUTSIDE_ROWS_KEY, *BAND_KEYS)

@@ -309,7 +309,7 @@ def gemm_site(inputs: Inputs, p: Params, gemm: Gemm) -> Outputs:
     """The op with its score GEMM done by ``gemm`` on q and the paged keys as stored, in e4m3
     (the GEMM reads them in its class's format, which holds every e4m3 value exactly), then
     the fp32 epilogue every shipped variant has (relu, head weights, head sum, kv scale,
-    mask) and the top-k (numcheck.precision.gemm_family)."""
+    mask) and the top-k (numcheck.honest.gemm_family)."""
     b, n, h, d = inputs["q"].shape
     k, k_scale = paged_keys(inputs, p["max_context"])
     q = inputs["q"].view(b, n * h, d)

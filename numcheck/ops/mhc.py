@@ -136,7 +136,7 @@ def tf32(inputs: Inputs, p: Params) -> Outputs:
 def gemm_site(inputs: Inputs, p: Params, gemm: Gemm) -> Outputs:
     """The op with its projection done by ``gemm``: x (bf16, exact in every GEMM class but
     the fp8 ones) and hc_fn^T (fp32, which the GEMM rounds to its class), the RMS statistics
-    in fp32, then the epilogue every shipped variant has (numcheck.precision.gemm_family)."""
+    in fp32, then the epilogue every shipped variant has (numcheck.honest.gemm_family)."""
     x = inputs["x"].flatten(1)
     xf = x.float()
     m = gemm(x, inputs["hc_fn"].T) * _rms_inv(xf, norm_eps(p))

@@ -67,7 +67,7 @@ class Variant:
 class VariantError(Exception):
     """A variant that raised, or returned outputs of the wrong names, shape, dtype or device,
     or whose one-time preparation did (:mod:`numcheck.prepare`). Raised where variants run
-    (:func:`numcheck.numerics.run.run_variant`) and by the numerics of a check."""
+    (:func:`numcheck.check.run.run_variant`) and by the numerics of a check."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ class OpSpec:
     #: Where the op's GEMM sits: ``gemm_site(inputs, params, gemm)`` runs the op with its
     #: matrix product done by ``gemm`` (operands as the op holds them, e.g. e4m3 or bf16
     #: widened to fp32; the GEMM rounds them to its own precision class). numcheck derives
-    #: from it the op's honest members of each precision class (numcheck.precision.gemm_impls: TF32
+    #: from it the op's honest members of each precision class (numcheck.honest.gemm_impls: TF32
     #: with operands rounded to nearest or truncated, bf16 writing bf16 or fp32, one pass,
     #: K-blocks, split-K; on CUDA cuBLAS and a Triton ``tl.dot`` kernel) and its rounding
     #: envelope (``max_err_ratio``), next to :attr:`rounding_reference` and

@@ -4,7 +4,7 @@ A split-K kernel cuts the reduction dimension K into slices, runs one GEMM per s
 the partial results. When each partial is written in bf16 (the GEMM's output dtype), the
 result carries one bf16 rounding per slice instead of one in all: an honest implementation
 of a bf16 op whose worst element error can be twice that of a single bf16 GEMM. Two such
-GEMMs are in every bf16 rounding envelope (numcheck.precision.gemm_impls), so a variant's
+GEMMs are in every bf16 rounding envelope (numcheck.honest.gemm_impls), so a variant's
 ``max_err_ratio`` is measured against the worst of these honest choices.
 """
 

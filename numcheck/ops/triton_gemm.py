@@ -7,7 +7,7 @@ operands, or with ``input_precision="ieee"`` for fp32. Sizes and strides are run
 arguments, so one compile serves every shape of a run (a kernel that takes them as
 constants compiles anew for each shape, tens of seconds each).
 
-numcheck.precision.gemm_impls offers it as the ``triton_*`` members of the tf32, bf16 and fp32
+numcheck.honest.gemm_impls offers it as the ``triton_*`` members of the tf32, bf16 and fp32
 honest families, on CUDA. Under Triton's interpreter (a CPU) it runs too, for tests of its
 indexing: the interpreter computes ``tl.dot`` in IEEE fp32 whatever the input precision,
 and reads bf16 as raw integers, so there bf16 operands are widened to fp32 first (exact).

@@ -5,5 +5,9 @@
 - :mod:`~numcheck.overhead.movement`: which aten ops move data (the ledger's classification);
 - :mod:`~numcheck.overhead.units`: bytes as text (torch-free, for the reports too);
 - :mod:`~numcheck.overhead.kernels`: the kernel audit (GPU kernels by class, CUDA only);
-- :mod:`~numcheck.overhead.gate`: the ``casts`` and ``kernels`` gates and their case-file limits.
+- :mod:`~numcheck.overhead.gate`: the ``casts`` and ``kernels`` gates and their case-file
+  limits: a call audited, and its report held to a budget.
+
+The audit of one check (a variant's preparation made first, the op's reference measured
+where its passes set a limit) is :mod:`numcheck.check.overhead`, in the room above.
 """

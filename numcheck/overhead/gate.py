@@ -34,21 +34,30 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from numcheck.gates import CASTS_GATE, KERNELS_GATE
 from numcheck.numerics.verdict import Violation
 from numcheck.overhead.casts import CastLedger, ledger_table
-from numcheck.overhead.units import megabytes
 from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, KernelAudit, profile_kernels
+from numcheck.overhead.units import megabytes
 from numcheck.precision import TENSOR_CORE_PRECISIONS
 
-if TYPE_CHECKING:
-    from numcheck.prepare import Prepared, Preparer
-
 OVERHEAD_GATES = (CASTS_GATE.name, KERNELS_GATE.name)
+
+
+class PreparedCall(Protocol):
+    """A variant's one-time preparation as the audit uses it (a
+    :class:`numcheck.prepare.Prepared`, which sits above this room: it keeps its ledger with
+    this room's :class:`~numcheck.overhead.casts.CastLedger`)."""
+
+    def call_inputs(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
+
+    def lines(self, limit: int = 12) -> list[str]: ...
+
+    def cell(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -104,10 +113,9 @@ DEFAULT_CAST_BYTES_RATIO: dict[str, float] = {
     "fp32": 10.8, "tf32": 10.8, "bf16": 23.6, "fp16": 23.6,
 }
 #: Default ``max_copy_share`` per precision class. Only the kernels gate reads it, and that
-#: gate runs on CUDA only. Conservative: at production shapes on an H200 the shipped naive
-#: variants spent 22-54% of their GPU time in cast/copy kernels
-#: (docs/evidence/2026-11-29-h200-gate-and-perf/README.md, section 4); 0.75 fails a variant
-#: dominated by copies without failing those. Tighten from
+#: gate runs on CUDA only. Conservative: it fails a variant dominated by copies without
+#: failing the shipped naive variants at production shapes (their measured shares, with the
+#: GPU run behind them: docs/overhead.md, "Copy and cast budgets"). Tighten from
 #: ``benchmarks/cast_ratios.py --device cuda``.
 DEFAULT_COPY_SHARE: dict[str, float] = {"fp32": 0.75, "tf32": 0.75, "bf16": 0.75, "fp16": 0.75}
 
@@ -247,10 +255,11 @@ class OverheadReport:
     kernels: KernelAudit | None = None
     #: The variant's one-time preparation, with its own ledger: shown beside the per-call
     #: ledger ("prepared once: ..."), never gated (numcheck.prepare).
-    prepared: Prepared | None = None
+    prepared: PreparedCall | None = None
     #: Passes the op's reference makes over each input on the same inputs: the default
     #: limit of an input the budget does not name (:meth:`input_copies_limit`). Measured by
-    #: :func:`check_overhead` only when a variant reads an input more than once.
+    #: :func:`numcheck.check.overhead.check_overhead` only when a variant reads an input more
+    #: than once.
     reference_passes: dict[str, float] | None = None
 
     @property
@@ -370,7 +379,7 @@ _HARNESS = (__file__,)
 def audit_variant(
     fn: Any, inputs: Mapping[str, torch.Tensor], params: Mapping[str, Any], *,
     kernels: bool = False, iterations: int = 5, min_bytes: float | None = None,
-    by_value: bool = True, prepared: Prepared | None = None,
+    by_value: bool = True, prepared: PreparedCall | None = None,
 ) -> OverheadReport:
     """Run ``fn(inputs, params)`` once under the cast ledger, and profile it on CUDA.
 
@@ -461,81 +470,3 @@ def overhead_violations(
                 f"conversion: {big.describe() if big else '-'}",
             ))
     return found
-
-
-def check_overhead(
-    op: Any, case: Any, variant: str, device: str, cpu_inputs: Mapping[str, torch.Tensor],
-    *, gates: set[str] | frozenset[str], kernels: bool = False,
-    preparer: Preparer | None = None,
-) -> tuple[OverheadReport, list[Violation]]:
-    """The overhead half of a check: audit one variant and hold it to the case's budget.
-
-    ``case.overhead`` gives the budget; a variant the case file does not name (a planted
-    one, say) gets its precision's default. Used by the pytest session and the self-test.
-    A variant's one-time preparation comes from ``preparer`` (default: made now, under its
-    own ledger); only the call is audited and gated.
-    """
-    from numcheck.inputs import to_device
-    from numcheck.prepare import prepare
-
-    preparer = preparer or prepare
-    declared = op.min_bytes(case.params) if op.min_bytes is not None else None
-    spec = op.variants[variant]
-    budget = case.overhead.get(variant) or default_overhead(spec.precision)
-    inputs = to_device(dict(cpu_inputs), device)
-    prepared = preparer(spec, inputs, case.params, device)
-    # A prepared tensor of a new name is an input of the call too (its ledger names it).
-    _check_input_names(budget, inputs if prepared is None else prepared.call_inputs(inputs),
-                       case, variant)
-    report = audit_variant(spec.fn, inputs, case.params, kernels=kernels, min_bytes=declared,
-                           prepared=prepared)
-    if CASTS_GATE.name in gates and report.gated_input_copies(budget) is not None:
-        # Over the static limit: the reference's own passes may allow it (an input the
-        # op's reference gathers from a copy too). Measured only here, once per case.
-        report.reference_passes = reference_passes(op, case, device, inputs, preparer)
-    return report, overhead_violations(report, budget, gates)
-
-
-#: (reference fn and preparation, op, case, device, seed, params) -> the reference's
-#: passes over each input.
-_REFERENCE_PASSES: dict[tuple[Any, ...], dict[str, float]] = {}
-
-
-def reference_passes(
-    op: Any, case: Any, device: str, inputs: Mapping[str, torch.Tensor], preparer: Preparer,
-) -> dict[str, float]:
-    """Passes the op's reference variant makes over each input: its per-call ledger on
-    ``inputs``, after its one-time preparation (from ``preparer``) as for any variant.
-    Remembered per reference, case, device and first seed; the bytes it moves are not
-    needed, so no minimum bytes are asked for."""
-    reference = op.variants[op.reference]
-    # The reference's functions are in the key: a test or a plugin that registers another
-    # reference under the op's name must not be answered with the first one's passes.
-    key = (reference.fn, reference.prepare, op.name, case.id, device,
-           case.seeds[0] if case.seeds else None,
-           tuple(sorted((k, repr(v)) for k, v in case.params.items())))
-    found = _REFERENCE_PASSES.get(key)
-    if found is None:
-        report = audit_variant(reference.fn, inputs, case.params,
-                               prepared=preparer(reference, inputs, case.params, device))
-        found = report.ledger.input_passes()
-        if len(_REFERENCE_PASSES) > 256:  # a long session of many cases: keep it small
-            _REFERENCE_PASSES.clear()
-        _REFERENCE_PASSES[key] = found
-    return found
-
-
-def _check_input_names(
-    budget: OverheadBudget, inputs: Mapping[str, Any], case: Any, variant: str
-) -> None:
-    """A per-input ``max_input_copies`` must name one of the call's inputs (the op's, and
-    those its preparation adds): a misspelt name would otherwise leave that input at the
-    default without a word. (Checked here, where the inputs are known; the message reads
-    like a case-file error.)"""
-    for name, _ in budget.max_input_copies_of:
-        if name not in inputs:
-            raise ValueError(
-                f"{case.source}: case '{case.id}': key 'overhead.{variant}.max_input_copies."
-                f"{name}': '{name}' is not an input of op '{case.op}'. Fix: use one of: "
-                f"{', '.join(inputs)}"
-            )

@@ -42,7 +42,7 @@ from numcheck.plugin.options import (  # re-exported: numcheck.plugin.OPTION etc
 )
 
 if TYPE_CHECKING:
-    from numcheck.goldens.fixture import GoldenCheck
+    from numcheck.plugin.golden_fixture import GoldenCheck
 
 #: ``(golden path, rewritten?)`` of each fixture golden regenerated in this run.
 FIXTURE_GOLDENS = pytest.StashKey[list[tuple[Path, bool]]]()
@@ -244,8 +244,8 @@ def register_user_ops(config: pytest.Config) -> None:
 def numcheck_golden(request: pytest.FixtureRequest) -> Iterator[GoldenCheck]:
     """Compare a tensor (``.check``) or a top-k selection (``.check_topk``) with a golden
     stored under the goldens folder by test id; ``--numcheck-regen`` (re)writes it from
-    the reference function. See :class:`numcheck.goldens.fixture.GoldenCheck`."""
-    from numcheck.goldens.fixture import GoldenCheck
+    the reference function. See :class:`numcheck.plugin.golden_fixture.GoldenCheck`."""
+    from numcheck.plugin.golden_fixture import GoldenCheck
 
     config = request.config
     nodeid = request.node.nodeid

@@ -150,7 +150,7 @@ class CalibrationMode:
 
     def _speed(self, op: Any, case: Any, variant: str, device: str, state: Any,
                common: dict[str, Any]) -> dict[str, Any]:
-        from numcheck.perf.measure import measure_perf
+        from numcheck.check.perf import measure_perf
         from numcheck.prepare import Preparations
 
         cpu_inputs, _ = state.inputs_for(op, case).get(case.seeds[0])

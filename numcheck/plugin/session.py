@@ -20,16 +20,18 @@ import torch
 
 from numcheck.cases import Case, CaseFileError, CaseIds, load_case_file
 from numcheck.check import cannot_run, run_check
+from numcheck.check.extras import annotate, keep_failed
+from numcheck.check.firstcall import first_call_lines
+from numcheck.check.make_golden import regenerate
+from numcheck.check.perf import PerfResult
+from numcheck.check.result import CheckResult, Settled, display_id
+from numcheck.check.run import CaseInputs
 from numcheck.devices import device_name
 from numcheck.goldens.case_golden import CaseGolden, load_for_case
 from numcheck.goldens.files import GoldenError, golden_path
-from numcheck.goldens.make import regenerate
 from numcheck.goldens.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
 from numcheck.goldens.stale import find_stale, prune
 from numcheck.history.store import save_folder, save_report
-from numcheck.numerics.extras import annotate, keep_failed
-from numcheck.numerics.firstcall import first_call_lines
-from numcheck.numerics.run import CaseInputs
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.ops.spec import VariantError
 from numcheck.overhead.gate import (
@@ -39,8 +41,8 @@ from numcheck.overhead.gate import (
     default_gates,
     overhead_row,
 )
-from numcheck.perf.measure import PERF_HEADER, PerfResult, noise_lines, perf_rows
 from numcheck.perf.sections import DeviceSections, lock_wait_lines
+from numcheck.perf.table import PERF_HEADER, noise_lines, perf_rows
 from numcheck.perf.timing import TimingError
 from numcheck.plugin import options
 from numcheck.plugin.calibration import CalibrationMode
@@ -69,7 +71,6 @@ from numcheck.report.render import Commands, failure_message, footer, summary_ta
 from numcheck.report.skips import collapse as collapse_skips
 from numcheck.report.skips import perf_only_reason
 from numcheck.report.step_summary import append_step_summary
-from numcheck.result import CheckResult, Settled, display_id
 
 #: ``report.user_properties`` names on which a worker ships its record and its golden
 #: rewrites to the controller (pytest-xdist serialises user_properties with every report).
@@ -117,9 +118,8 @@ def run_gates(device: str, *, perf: bool, explain: bool) -> set[str]:
 
     The cast ledger always (and the kernel audit on CUDA) unless explain mode prints them
     instead; the speedup gate with --numcheck-perf. A timing run leaves the kernel audit
-    off: it attaches CUPTI through torch.profiler, and launches stay slower after it (H200,
-    torch 2.11: the fp32 indexer timed 0.95 ms before the first audit and 1.26 ms after;
-    docs/evidence/2026-11-29-h200-gate-and-perf/README.md).
+    off: it attaches CUPTI through torch.profiler, and launches stay slower after it
+    (docs/overhead.md, "On a GPU", has the measurement).
     """
     gates = set() if explain else default_gates(device)
     if perf:
@@ -209,7 +209,7 @@ class NumcheckSession:
         self.explained: list[tuple[str, OverheadReport]] = []
         #: Per-device locks: timed sections exclusive, numerics shared, so workers sharing a
         #: GPU never time each other's kernels.
-        from numcheck.perf.measure import reset_machine_noise
+        from numcheck.perf.noise import reset_machine_noise
 
         reset_machine_noise()
         self.sections = DeviceSections(
@@ -217,7 +217,7 @@ class NumcheckSession:
         )
         self.overhead_rows: list[list[str]] = []
         #: A first call longer than this many seconds prints a progress line while it runs
-        #: and is listed in the summary (numcheck.numerics.firstcall).
+        #: and is listed in the summary (numcheck.check.firstcall).
         raw = config.getini(options.FIRST_CALL_INI)
         try:
             self.first_call_note_s = float(raw)
@@ -332,7 +332,7 @@ class NumcheckSession:
         pytest-benchmark) and its cast ledger."""
         perf, overhead = result.perf, result.overhead
         if perf is not None:
-            from numcheck.perf import benchrecord
+            from numcheck.plugin import benchrecord
 
             assert isinstance(perf, PerfResult)  # what run_check's speed gate leaves
             self.perf_results.append(perf)

@@ -13,15 +13,12 @@ Every variant names the precision class it computes in (``fp32``, ``tf32``, ``fp
 
 torch is imported inside the functions, so the names load without it.
 
-This package is the room of precision classes. This module holds the classes themselves;
-beside it, how each class is implemented as users run it:
-
-- :mod:`numcheck.precision.operand_rounding`: fp32 operands rounded to TF32 (to nearest, or
-  truncated), bf16 and fp16, bit for bit;
-- :mod:`numcheck.precision.gemm_impls`: the honest GEMMs of each class (emulated, and on
-  CUDA cuBLAS and a Triton kernel);
-- :mod:`numcheck.precision.gemm_family`: an op's members and rounding envelope per class,
-  derived from where its GEMM sits (``OpSpec.gemm_site``).
+This package is the room of precision classes, on the floor just above the ground: it
+imports no other room. This module holds the classes themselves; beside it,
+:mod:`numcheck.precision.operand_rounding` rounds fp32 operands to TF32 (to nearest, or
+truncated), bf16 and fp16, bit for bit. How each class is implemented as users run it (the
+honest GEMMs, an op's members and rounding envelope) needs ops and sits above them, in
+:mod:`numcheck.honest`.
 """
 
 from __future__ import annotations

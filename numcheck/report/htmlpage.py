@@ -12,7 +12,7 @@ and speedup intervals than read a wide text table. The page holds:
   a variant's one-time preparation apart from them, and the baseline drift.
 
 Everything is built from a :class:`~numcheck.report.records.Report` alone (records carry their plot
-data, :mod:`numcheck.numerics.plotdata`), so a saved JSON report gives the same page. The file
+data, :mod:`numcheck.check.plotdata`), so a saved JSON report gives the same page. The file
 references nothing outside itself: no scripts, fonts, stylesheets or images to fetch; plots
 are inline SVG (``data:`` URIs, so their internal ids cannot collide). Plots need the
 ``html`` extra (matplotlib, :mod:`numcheck.report.svgplots`); without it the page says so

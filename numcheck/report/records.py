@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from numcheck._version import __version__
-from numcheck.goldens.atomic import atomic_write
+from numcheck.disk.atomic import atomic_write
 from numcheck.numerics.metric_names import (
     ERROR_METRICS,
     KEY_METRICS,
@@ -32,7 +32,7 @@ from numcheck.numerics.metric_names import (
 from numcheck.report.drift_result import Drift
 
 if TYPE_CHECKING:
-    from numcheck.result import CheckResult
+    from numcheck.check.result import CheckResult
 
 #: Bump on any change a reader of old reports would trip on (renamed or retyped fields).
 #: Adding an optional field does not bump it: readers ignore fields they do not know.
@@ -90,14 +90,14 @@ class Record:
     device_name: str | None = None
     device_index: int | None = None
     worker: str | None = None
-    #: Compact plot data for the HTML report (numcheck.numerics.plotdata; docs/report.md), or None.
+    #: Compact plot data for the HTML report (numcheck.check.plotdata; docs/report.md), or None.
     plots: dict[str, Any] | None = None
     #: What a reader of the row must know beyond the verdict (e.g. tf32 = fp32 on the CPU).
     note: str | None = None
     #: For a failure: where the error of each failing output sits (numcheck/localize/failure.py).
     localization: list[dict[str, Any]] | None = None
     #: Seconds of the check's first call of its variant (compile and warm-up, timed apart
-    #: and never by the perf gate: numcheck/numerics/firstcall.py); None when it made none.
+    #: and never by the perf gate: numcheck/check/firstcall.py); None when it made none.
     first_call_s: float | None = None
     #: The variant's one-time preparation (numcheck/prepare.py): what it made and its own
     #: cast ledger, apart from the per-call ``casts``; None for a variant without one.
@@ -461,7 +461,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
 
 def write_json(path: Path | str, report: Report) -> None:
     """Write the report as strict JSON, atomically
-    (:func:`numcheck.goldens.atomic.atomic_write`)."""
+    (:func:`numcheck.disk.atomic.atomic_write`)."""
     text = json.dumps(report_to_dict(report), indent=1, allow_nan=False) + "\n"
     atomic_write(path, text.encode())
 

@@ -15,11 +15,11 @@ from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.report.records import Record
 
 if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports without torch
+    from numcheck.check.result import CheckResult, Settled
     from numcheck.localize.findings import Localization
     from numcheck.numerics.metrics import ErrorMetrics
     from numcheck.numerics.topk import TopkReport
     from numcheck.numerics.verdict import Violation
-    from numcheck.result import CheckResult, Settled
 
 @dataclass(frozen=True)
 class Commands:

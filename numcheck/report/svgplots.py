@@ -6,7 +6,7 @@ that renders offline in any browser and in CI artifacts; plotly would inline ~3.
 JavaScript per report. Only the object API is used (``Figure``, never ``pyplot``): no global
 state, no display backend, safe inside a pytest run.
 
-Every function takes the compact data a report record carries (:mod:`numcheck.numerics.plotdata`)
+Every function takes the compact data a report record carries (:mod:`numcheck.check.plotdata`)
 and returns an SVG document as text. Nothing here reads tensors.
 """
 

@@ -24,11 +24,11 @@ from typing import Any
 
 from numcheck.cases import Case
 from numcheck.check import run_check
+from numcheck.check.make_golden import fresh_golden as make_fresh_golden
+from numcheck.check.run import CaseInputs
 from numcheck.gates import CASTS_GATE
 from numcheck.goldens.case_golden import CaseGolden
 from numcheck.goldens.files import GoldenError
-from numcheck.goldens.make import fresh_golden as make_fresh_golden
-from numcheck.numerics.run import CaseInputs
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.ops.spec import VariantError
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from numcheck.cases import Case
+from numcheck.check.against_golden import check
+from numcheck.check.make_golden import fresh_golden
+from numcheck.check.run import CaseInputs
 from numcheck.goldens.case_golden import CaseGolden
-from numcheck.goldens.make import fresh_golden
-from numcheck.numerics.against_golden import check
-from numcheck.numerics.run import CaseInputs
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError
 from numcheck.selftest import held_to, shipped_golden
@@ -143,10 +143,10 @@ class Honest:
 def honest_table(case: Case, variants: Sequence[str], golden: CaseGolden, inputs: CaseInputs,
                  *, device: str = "cpu") -> list[Honest]:
     """Localize every output of every good variant, pass or fail, against ``golden``."""
+    from numcheck.check.run import run_variant
     from numcheck.inputs import to_device
     from numcheck.localize import failure as localize
     from numcheck.localize import spread
-    from numcheck.numerics.run import run_variant
 
     op = get_op(case.op)
     rows = []

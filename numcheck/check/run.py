@@ -1,8 +1,8 @@
 """Running variants on a case's inputs: the inputs made once per seed, a variant's call
 checked for what it returns, and the rounding envelope a precision class is measured against.
 
-The numerics of a check (:mod:`numcheck.numerics.against_golden`), the speed gate, golden
-making (:mod:`numcheck.goldens.make`) and the self-tests all run variants through
+The numerics of a check (:mod:`numcheck.check.against_golden`), the speed gate, golden
+making (:mod:`numcheck.check.make_golden`) and the self-tests all run variants through
 :func:`run_variant`, so a variant that raises or returns the wrong outputs is the same
 :class:`~numcheck.ops.spec.VariantError` everywhere.
 """
@@ -18,14 +18,14 @@ import torch
 
 from numcheck.cases import Case
 from numcheck.goldens.files import input_fingerprint
-from numcheck.ops.spec import Inputs, OpSpec, Outputs, Variant, VariantError, VariantFn
-from numcheck.precision.gemm_family import (
+from numcheck.honest.gemm_family import (
     MemberRuns,
     envelope_members,
     envelope_reference,
     member_name,
     yardstick,
 )
+from numcheck.ops.spec import Inputs, OpSpec, Outputs, Variant, VariantError, VariantFn
 from numcheck.prepare import Prepared, prepare
 
 __all__ = ["CaseInputs", "envelope_key", "rounding_envelope_outputs", "run_variant", "yardstick"]
@@ -106,8 +106,8 @@ def rounding_envelope_outputs(
     """The op's honest implementations at ``precision``, on the same inputs: its rounding
     reference and rounding alternatives (when it names a reference that can run on
     ``device``), and the envelope members derived from its ``gemm_site``
-    (numcheck.precision.gemm_family; members that provably compute the same are run once,
-    :class:`~numcheck.precision.gemm_family.MemberRuns`). ``own`` is the checked variant's
+    (numcheck.honest.gemm_family; members that provably compute the same are run once,
+    :class:`~numcheck.honest.gemm_family.MemberRuns`). ``own`` is the checked variant's
     name and outputs, used as they are when that variant is the reference. Empty when the op
     has neither for ``precision``. :meth:`CaseInputs.envelope` keeps the result for every
     other variant of the class on these inputs."""

@@ -1,6 +1,6 @@
 """Making a golden: the op's FP32 reference run on every seed of a case, packed as a file holds it.
 
-:func:`make_golden` runs the reference (:func:`numcheck.numerics.run.run_variant`) and packs
+:func:`make_golden` runs the reference (:func:`numcheck.check.run.run_variant`) and packs
 its outputs (:mod:`numcheck.goldens.packing`) with the metadata that pins how they were made.
 Under the regen flag :func:`regenerate` stores them (:func:`numcheck.goldens.regen.store`);
 the self-test and calibration use :func:`fresh_golden`: the same golden, in memory,
@@ -16,13 +16,13 @@ from typing import Any
 import torch
 
 from numcheck.cases import Case
+from numcheck.check.run import CaseInputs, run_variant
 from numcheck.devices import device_label
 from numcheck.goldens.case_golden import CaseGolden, validate_for_case
 from numcheck.goldens.files import Golden, dtype_name
 from numcheck.goldens.packing import pack_output, seed_key
 from numcheck.goldens.regen import RegenOutcome, store
 from numcheck.inputs import to_device
-from numcheck.numerics.run import CaseInputs, run_variant
 from numcheck.ops.spec import OpSpec
 
 __all__ = ["fresh_golden", "make_golden", "regenerate", "write_golden"]

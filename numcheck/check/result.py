@@ -1,13 +1,14 @@
 """What one check gives: the verdict of a (case, variant, device), as every room fills it.
 
-The numerics (:func:`numcheck.numerics.against_golden.check`) make a :class:`CheckResult` with
+The numerics (:func:`numcheck.check.against_golden.check`) make a :class:`CheckResult` with
 one :class:`SeedResult` per seed; :func:`numcheck.check.run_check` adds what the speed gate and
 the overhead audit measured and how a known-bad variant's expectation settled
 (:class:`Settled`); the report (:mod:`numcheck.report.records`) reads it into a record.
 
-This module sits below every room that fills or reads a result, so each can import it: it
-names the speed gate's and the overhead audit's parts by the little it needs of them
-(:class:`PerfPart`, :class:`OverheadPart`), never by importing those rooms.
+It sits below every module of the check that fills a result, and the rooms that read one
+(:mod:`numcheck.report`, the plugin) sit above the check: it names the speed gate's and the
+overhead audit's parts by the little it needs of them (:class:`PerfPart`,
+:class:`OverheadPart`), never by importing the modules that make them.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def display_id(case: Case, variant: str, device: str) -> str:
 
 
 class PerfPart(Protocol):
-    """What the speed gate leaves in a result (a :class:`numcheck.perf.measure.PerfResult`):
+    """What the speed gate leaves in a result (a :class:`numcheck.check.perf.PerfResult`):
     its violations and the record's ``timing`` section."""
 
     def violations(self) -> list[Violation]: ...
@@ -106,11 +107,11 @@ class CheckResult:
     overhead: OverheadPart | None = None
     #: A known-bad variant's expected failures, settled (None for an ordinary check).
     settled: Settled | None = None
-    #: The record's compact plot data (numcheck.numerics.plotdata) and a note shown in its row.
+    #: The record's compact plot data (numcheck.check.plotdata) and a note shown in its row.
     plots: dict[str, Any] | None = None
     note: str | None = None
     #: Seconds of the check's first call of its variant (compile, warm-up), timed apart
-    #: (numcheck.numerics.firstcall); None when the check made no call of its own.
+    #: (numcheck.check.firstcall); None when the check made no call of its own.
     first_call_s: float | None = None
     #: The variant's one-time preparation on the case's first seed, as the record's
     #: ``prepared`` section (:meth:`numcheck.prepare.Prepared.as_dict`); None without one.

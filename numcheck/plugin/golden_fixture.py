@@ -14,7 +14,9 @@ command that creates it; the reference function runs only under the regen flag; 
 whose bytes changed is corrupt, one made from other inputs or another ``version`` is stale;
 nothing is ever written without the flag. It reuses the case machinery: goldens, metrics,
 top-k agreement, budgets with per-precision defaults, and verdicts. No pytest here: the
-plugin builds a :class:`GoldenCheck` per test and passes the commands in.
+plugin builds a :class:`GoldenCheck` per test and passes the commands in. It lives in the
+plugin's room because it words its failures as a case failure's (:mod:`numcheck.report`),
+which sits above the code that runs checks.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 
 import torch
 
+from numcheck.check.against_golden import judge_output
 from numcheck.devices import device_label
 from numcheck.goldens.files import (
     Golden,
@@ -41,7 +44,6 @@ from numcheck.goldens.freshness import check_fresh
 from numcheck.goldens.packing import StoredOutput, pack_output, stored_output
 from numcheck.localize import failure as localize
 from numcheck.localize.findings import Localization
-from numcheck.numerics.against_golden import judge_output
 from numcheck.numerics.budgets import Unmeasured, VariantBudget, complete_budget
 from numcheck.numerics.metrics import ErrorMetrics
 from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement

@@ -17,9 +17,9 @@ CI calibrates the tf32 class for real. On CUDA the **real** ones run too: cuBLAS
 torch (TF32 allowed, bf16 in and out, bf16 in and fp32 out) and a small Triton ``tl.dot``
 kernel with the library's defaults (numcheck.ops.triton_gemm). ``envelope`` marks the
 members a check measures ``max_err_ratio`` against (the ones that round the most:
-numcheck.precision.gemm_family).
+numcheck.honest.gemm_family).
 
-An op declares where its GEMM sits (``OpSpec.gemm_site``); numcheck.precision.gemm_family turns each
+An op declares where its GEMM sits (``OpSpec.gemm_site``); numcheck.honest.gemm_family turns each
 row of this table into a member of the op's honest family.
 """
 
@@ -79,7 +79,7 @@ def canonical_operand(x: torch.Tensor) -> torch.Tensor:
 
     Every emulated GEMM reads its operands through this, so two members whose rounding leaves
     the same values also hand the fp32 GEMM the same layout and alignment: they compute the
-    same bits, which is what lets numcheck.precision.gemm_family run such members once."""
+    same bits, which is what lets numcheck.honest.gemm_family run such members once."""
     out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
     return out.copy_(x)
 
@@ -159,7 +159,8 @@ def _batched(a: torch.Tensor, b: torch.Tensor,
 
 def cublas_tf32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """torch's fp32 matmul with TF32 allowed: cuBLAS on tensor cores, operands rounded to
-    nearest (one element ``1 + 0.75 * 2^-10`` reads as ``1 + 2^-10`` on an H200)."""
+    nearest (``1 + 0.75 * 2^-10`` becomes ``1 + 2^-10``; docs/budgets.md, "Precision
+    classes as users implement them", has the GPU run that shows it)."""
     with matmul_precision(tf32=True):
         return torch.matmul(a.float(), b.float())
 

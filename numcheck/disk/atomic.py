@@ -29,7 +29,7 @@ def remove_leftovers(path: Path) -> None:
     """Delete temporary files that killed writers of ``path`` left behind.
 
     Only safe while no other live process writes ``path``: call it under the file's lock
-    (:func:`numcheck.goldens.locking.exclusive`).
+    (:func:`numcheck.disk.locking.exclusive`).
     """
     for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
         with contextlib.suppress(OSError):

@@ -10,7 +10,7 @@ The variant keeps computing what torch computes on this machine: a shipped varia
 the user's code path as it runs, and swapping in an emulation on the CPU would check a path
 nobody runs. TF32 rounding itself is not left untested on a CPU: the tf32 class's honest
 family and the rounding envelope behind its ``max_err_ratio`` hold TF32 emulated bit for bit
-(operands rounded to nearest and truncated, numcheck.precision.gemm_impls), so the tf32 budgets are
+(operands rounded to nearest and truncated, numcheck.honest.gemm_impls), so the tf32 budgets are
 calibrated and a bug that rounds coarser than TF32 fails here too (docs/budgets.md).
 """
 
@@ -30,8 +30,8 @@ def tf32_cpu_note(op: Any, case: Any, variant: str, device: str, inputs: Any,
     """:data:`NOTE` for a tf32 variant on the CPU whose every output of every seed equals
     the reference's bit for bit; None otherwise (another device or precision, or a
     difference, which the metrics then report as usual)."""
+    from numcheck.check.run import run_variant
     from numcheck.inputs import to_device
-    from numcheck.numerics.run import run_variant
 
     if device != "cpu" or op.variants[variant].precision != "tf32" or variant == op.reference:
         return None

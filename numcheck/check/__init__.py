@@ -5,11 +5,26 @@
                     --overhead (numcheck.overhead)--> cast ledger / kernel audit, violations
                     --expectations (case file)-----> known-bad variant caught as expected
                                                      (an output, a gate or metrics), or not
-                    ==> one :class:`~numcheck.result.CheckResult`
+                    ==> one :class:`~numcheck.check.result.CheckResult`
 
 The pytest item (:mod:`numcheck.plugin.session`), the self-test (:mod:`numcheck.selftest`)
 and calibration (:mod:`numcheck.calibrate`) all call :func:`run_check`; they differ only in
 which gates they switch on and what they do with the result. No pytest here.
+
+This package is the room of the code that runs a check, on the floor above the measures it
+composes (docs/architecture.md, "Floors"); this module is its entry, and beside it:
+
+- :mod:`~numcheck.check.run`: a case's inputs made once per seed, a variant run and checked
+  for what it returns, the rounding envelope of a precision class;
+- :mod:`~numcheck.check.against_golden`: one check's numerics, seed by seed, against the
+  golden validated for its case;
+- :mod:`~numcheck.check.perf` and :mod:`~numcheck.check.overhead`: the speed gate and the
+  overhead audit of one check;
+- :mod:`~numcheck.check.result`: what a check gives (:class:`CheckResult`);
+- :mod:`~numcheck.check.firstcall`: the variant's first call, timed apart;
+- :mod:`~numcheck.check.make_golden`: a golden made by running the op's reference;
+- what a check keeps for its readers: :mod:`~numcheck.check.plotdata`,
+  :mod:`~numcheck.check.cpu_tf32` (the tf32-on-CPU note), :mod:`~numcheck.check.extras`.
 
 A variant's one-time preparation (``Variant.prepare``, :mod:`numcheck.prepare`) is made once
 per seed and shared by the numerics, the speed gate and the cast ledger; only the call is
@@ -28,19 +43,20 @@ import contextlib
 from collections.abc import Callable, Collection, Iterator, Sequence
 
 from numcheck.cases import Case, Expectation
+from numcheck.check.against_golden import check
+from numcheck.check.firstcall import DEFAULT_NOTE_S, FirstCallWatch, Progress, device_sync
+from numcheck.check.overhead import check_overhead
+from numcheck.check.perf import measure_perf
+from numcheck.check.result import CheckResult, Settled, display_id
+from numcheck.check.run import CaseInputs, run_variant
 from numcheck.goldens.case_golden import CaseGolden
 from numcheck.inputs import to_device
-from numcheck.numerics.against_golden import check
-from numcheck.numerics.firstcall import DEFAULT_NOTE_S, FirstCallWatch, Progress, device_sync
 from numcheck.numerics.metric_names import MAX_FLIPS
-from numcheck.numerics.run import CaseInputs, run_variant
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import OpSpec
-from numcheck.overhead.gate import OVERHEAD_GATES, check_overhead
-from numcheck.perf.measure import measure_perf
+from numcheck.overhead.gate import OVERHEAD_GATES
 from numcheck.perf.sections import DeviceSections
 from numcheck.prepare import Preparations
-from numcheck.result import CheckResult, Settled, display_id
 
 
 def settle_expected(
@@ -53,7 +69,7 @@ def settle_expected(
     (``active(name)``). Each of those must catch the variant (a violation it covers), and no
     violation may fall outside the expectation: then the result is an xfail, whichever
     metrics each seed tripped. Otherwise it is a failure that says which expected failures
-    were missed and which violations fell outside (:class:`~numcheck.result.Settled`). With
+    were missed and which violations fell outside (:class:`~numcheck.check.result.Settled`). With
     nothing named active and nothing failed, the check is an ordinary (passing) one.
     """
     live = {name: metrics for name, metrics in expected.targets().items() if active(name)}
@@ -135,7 +151,7 @@ def run_check(
             (:mod:`numcheck.perf.gpulock`): numerics hold it shared, timing and the kernel
             audit exclusively. None: no lock (a single process).
         progress: where a first call of more than ``first_call_note_s`` seconds is
-            announced (numcheck.numerics.firstcall); None: nowhere. The figure is kept either way.
+            announced (numcheck.check.firstcall); None: nowhere. The figure is kept either way.
     """
     gates = set(gates)
     hold = sections.hold if sections is not None else _unlocked

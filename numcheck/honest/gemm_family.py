@@ -1,7 +1,7 @@
 """An op's honest family per precision class, derived from where its GEMM sits.
 
 An op that declares ``OpSpec.gemm_site`` (``site(inputs, params, gemm)``: the op with its
-matrix product left open) gets one **member** per row of numcheck.precision.gemm_impls for each
+matrix product left open) gets one **member** per row of numcheck.honest.gemm_impls for each
 precision class: the op computed with that GEMM. Members serve two purposes:
 
 - calibration and the self-test: :func:`member_variants` / :func:`add_gemm_members` make
@@ -9,7 +9,7 @@ precision class: the op computed with that GEMM. Members serve two purposes:
   the class (``--numcheck-calibrate-pool``, numcheck.calibrate.honest.measure_family);
 - the rounding envelope behind ``max_err_ratio``: a check divides its worst element error by
   the worst of the class's envelope members (and the op's ``rounding_reference`` and
-  ``rounding_alternatives``) on the same inputs (numcheck.numerics.run).
+  ``rounding_alternatives``) on the same inputs (numcheck.check.run).
 
 Whether an op has such an envelope for a class, on a device, is decided here once
 (:func:`missing_envelope`): a case file's ``max_err_ratio`` for an output no envelope can
@@ -33,15 +33,15 @@ from typing import Any
 
 import torch
 
-from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, Variant, VariantFn
-from numcheck.precision import coarser
-from numcheck.precision.gemm_impls import (
+from numcheck.honest.gemm_impls import (
     EmulatedGemm,
     GemmImpl,
     canonical_operand,
     gemms_for,
     honest_gemms,
 )
+from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, Variant, VariantFn
+from numcheck.precision import coarser
 from numcheck.precision.operand_rounding import holds_exactly, to_format
 
 __all__ = ["MEMBER_PREFIX", "MemberRuns", "NoEnvelope", "add_gemm_members",
@@ -209,7 +209,7 @@ def add_gemm_members(op_name: str, precisions: Sequence[str] | None = None) -> l
     names = []
     for variant in member_variants(op, precisions):
         if variant.name not in get_op(op_name).variants:
-            add_variant(op_name, variant, origin="numcheck.precision.gemm_family")
+            add_variant(op_name, variant, origin="numcheck.honest.gemm_family")
         names.append(variant.name)
     return names
 
@@ -229,7 +229,7 @@ class MemberRuns:
     """Members of one op run on one set of inputs, each result made once (module docstring).
 
     ``run(member)`` (optional, for :meth:`outputs`) runs a member's function on the inputs:
-    numcheck passes its own :func:`numcheck.numerics.run.run_variant`, so a member's outputs are
+    numcheck passes its own :func:`numcheck.check.run.run_variant`, so a member's outputs are
     checked like a variant's. The operands of a GEMM call, as each format reads them, are
     made once for every member that reaches that call the same way, and kept as long as this
     object is (numcheck makes one per envelope).

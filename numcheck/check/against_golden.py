@@ -20,32 +20,32 @@ from typing import TYPE_CHECKING
 import torch
 
 from numcheck.cases import Case
-from numcheck.goldens.case_golden import CaseGolden
-from numcheck.goldens.files import dtype_name
-from numcheck.goldens.packing import NONFINITE_KINDS, StoredOutput, StoredPair, nonfinite_of
-from numcheck.inputs import to_device
-from numcheck.localize import failure as localize
-from numcheck.numerics.metric_names import MAX_FLIPS
-from numcheck.numerics.metrics import ErrorMetrics, compare
-from numcheck.numerics.nonfinite import explain as explain_nonfinite
-from numcheck.numerics.run import (
+from numcheck.check.result import CheckResult, SeedResult
+from numcheck.check.run import (
     CaseInputs,
     envelope_key,
     rounding_envelope_outputs,
     run_variant,
     yardstick,
 )
+from numcheck.goldens.case_golden import CaseGolden
+from numcheck.goldens.files import dtype_name
+from numcheck.goldens.packing import NONFINITE_KINDS, StoredOutput, StoredPair, nonfinite_of
+from numcheck.honest.gemm_family import missing_envelope
+from numcheck.inputs import to_device
+from numcheck.localize import failure as localize
+from numcheck.numerics.metric_names import MAX_FLIPS
+from numcheck.numerics.metrics import ErrorMetrics, compare
+from numcheck.numerics.nonfinite import explain as explain_nonfinite
 from numcheck.numerics.topk import topk_agreement
 from numcheck.numerics.verdict import Violation, check_output, check_topk
 from numcheck.ops.spec import OpSpec, Outputs, VariantError
 from numcheck.precision import rounding_unit, ulp_dtype
-from numcheck.precision.gemm_family import missing_envelope
 from numcheck.prepare import Preparations, Preparer, prepare
-from numcheck.result import CheckResult, SeedResult
 
 if TYPE_CHECKING:
+    from numcheck.check.firstcall import FirstCallWatch
     from numcheck.numerics.budgets import OutputBudget
-    from numcheck.numerics.firstcall import FirstCallWatch
 
 __all__ = ["check", "judge_output"]
 
@@ -189,7 +189,7 @@ def judge_output(
     ``honest`` holds this output from each member of the op's rounding envelope at this
     precision on the same inputs (the yardstick of ``max_err_ratio``); empty when the op
     names none. The numerics of a check and the ``numcheck_golden`` fixture
-    (:mod:`numcheck.goldens.fixture`) both judge an output here."""
+    (:mod:`numcheck.plugin.golden_fixture`) both judge an output here."""
     pair = stored.pair(actual)
     honest_actual = [stored.pair(h).actual for h in honest]
     m = compare(

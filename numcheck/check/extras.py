@@ -10,15 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from numcheck.check.cpu_tf32 import tf32_cpu_note
+from numcheck.check.plotdata import check_plots
 from numcheck.goldens.obtained import write_obtained
-from numcheck.numerics.cpu_tf32 import tf32_cpu_note
-from numcheck.numerics.plotdata import check_plots
 
 if TYPE_CHECKING:
+    from numcheck.check.result import CheckResult
+    from numcheck.check.run import CaseInputs
     from numcheck.goldens.case_golden import CaseGolden
-    from numcheck.numerics.run import CaseInputs
     from numcheck.ops.spec import OpSpec
-    from numcheck.result import CheckResult
 
 
 def annotate(result: CheckResult, op: OpSpec, golden: CaseGolden, inputs: CaseInputs) -> None:

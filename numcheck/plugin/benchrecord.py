@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from numcheck.perf.measure import PerfResult
+from numcheck.check.perf import PerfResult
 
 
 class _Entry:
