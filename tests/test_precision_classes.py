@@ -26,10 +26,20 @@ from numcheck.precision import (
 from numcheck.selftest import fresh_golden
 
 
-@pytest.mark.parametrize("precision", [p for p in PRECISION_CLASSES if p != "tf32"])
+#: Classes without a torch dtype of their own: their values live in float32.
+IN_FLOAT32 = ("tf32", "e2m1")
+
+
+@pytest.mark.parametrize("precision", [p for p in PRECISION_CLASSES if p not in IN_FLOAT32])
 def test_unit_roundoff_is_half_the_dtype_epsilon(precision: str) -> None:
     dtype = getattr(torch, DTYPE_NAMES[precision])
     assert UNIT_ROUNDOFF[precision] == torch.finfo(dtype).eps / 2
+
+
+def test_fp4_is_one_class_coarser_than_fp8_held_in_float32() -> None:
+    assert UNIT_ROUNDOFF["e2m1"] == 2.0**-2
+    assert DTYPE_NAMES["e2m1"] == "float32" and PRECISION_CLASSES["e2m1"].tensor_core
+    assert coarser("e2m1", "e5m2") == "e2m1" and coarser("e4m3", "e2m1") == "e2m1"
 
 
 def test_tf32_rounds_like_fp16_and_every_class_has_defaults() -> None:

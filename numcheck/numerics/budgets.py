@@ -43,8 +43,8 @@ BUDGET_LIKE = "budget_like"
 
 # docs/budgets.md explains each number. Any key of ERROR_METRICS or TOPK_LIMITS added to a
 # row becomes gated by default for that precision; atol, rtol and one of tie_band_rel /
-# tie_band_abs are required in every row. The fp16 and fp8 rows are derived from the bf16 row
-# by :func:`scaled_row` (below the table).
+# tie_band_abs are required in every row. The fp16, fp8 and fp4 rows are derived from the
+# bf16 row by :func:`scaled_row` (below the table).
 _MEASURED_ROWS: Mapping[str, Mapping[str, float]] = {
     "fp32": {
         "rel_fro": 1e-5,
@@ -116,13 +116,13 @@ def scaled_row(row: Mapping[str, float], u_from: float, u_to: float) -> dict[str
     return out
 
 
-#: Every precision class's defaults: the measured rows, and fp16 / fp8 rows scaled from
-#: bf16 (docs/budgets.md, "Precision classes").
+#: Every precision class's defaults: the measured rows, and fp16 / fp8 / fp4 rows scaled
+#: from bf16 (docs/budgets.md, "Precision classes").
 DEFAULT_BUDGETS: Mapping[str, Mapping[str, float]] = {
     **_MEASURED_ROWS,
     **{
         p: scaled_row(_MEASURED_ROWS["bf16"], UNIT_ROUNDOFF["bf16"], UNIT_ROUNDOFF[p])
-        for p in ("fp16", "e4m3", "e5m2")
+        for p in ("fp16", "e4m3", "e5m2", "e2m1")
     },
 }
 

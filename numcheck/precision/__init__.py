@@ -1,7 +1,7 @@
 """Precision classes, and matmul precision switches that always restore the process's own.
 
 Every variant names the precision class it computes in (``fp32``, ``tf32``, ``fp16``,
-``bf16``, ``e4m3``, ``e5m2``). The class decides four things, all read from
+``bf16``, ``e4m3``, ``e5m2``, ``e2m1``). The class decides four things, all read from
 :data:`PRECISION_CLASSES`:
 
 - which default budget row completes the variant's budget (``numcheck.numerics.budgets``),
@@ -14,11 +14,20 @@ Every variant names the precision class it computes in (``fp32``, ``tf32``, ``fp
 torch is imported inside the functions, so the names load without it.
 
 This package is the room of precision classes, on the floor just above the ground: it
-imports no other room. This module holds the classes themselves; beside it,
-:mod:`numcheck.precision.operand_rounding` rounds fp32 operands to TF32 (to nearest, or
-truncated), bf16 and fp16, bit for bit. How each class is implemented as users run it (the
-honest GEMMs, an op's members and rounding envelope) needs ops and sits above them, in
-:mod:`numcheck.honest`.
+imports no other room. This module holds the classes themselves; beside it:
+
+- :mod:`numcheck.precision.operand_rounding`: fp32 operands rounded to TF32 (to nearest, or
+  truncated), bf16 and fp16, bit for bit;
+- the scaled FP8 and FP4 classes, bit for bit: element formats
+  (:mod:`numcheck.precision.quant_formats`), quantization schemes as data
+  (:mod:`numcheck.precision.quant_scheme`), quantizing (:mod:`numcheck.precision.quantize`),
+  checking another quantizer's output (:mod:`numcheck.precision.quant_validate`), the GEMM
+  under an accumulation model (:mod:`numcheck.precision.quant_accumulate`), the bound of an
+  honest kernel against its simulated reference (:mod:`numcheck.precision.quant_bound`) and
+  the honest emulated members (:mod:`numcheck.precision.quant_members`).
+
+How each class is implemented as users run it (the honest GEMMs, an op's members and
+rounding envelope) needs ops and sits above them, in :mod:`numcheck.honest`.
 """
 
 from __future__ import annotations
@@ -68,6 +77,13 @@ PRECISION_CLASSES: dict[str, PrecisionClass] = {
                        doc="fp8 e4m3 operands (4 significant bits), scaled"),
         PrecisionClass("e5m2", "float8_e5m2", tensor_core=True, mantissa_bits=2,
                        doc="fp8 e5m2 operands (3 significant bits), scaled"),
+        # One FP4 class, as one e4m3 class covers per-tensor, per-row and block scales: the
+        # class is the element format, the scale rule (NVFP4, MXFP4) is the variant's
+        # declared scheme (numcheck.precision.quant_scheme). torch >= 2.4 has no float4
+        # dtype to compute in, so its values live in float32, as TF32's do.
+        PrecisionClass("e2m1", "float32", tensor_core=True, mantissa_bits=1,
+                       doc="fp4 e2m1 operands (2 significant bits) with block scales "
+                           "(NVFP4, MXFP4); emulated where no FP4 tensor cores exist"),
     )
 }
 #: Names of the precision classes, in table order.

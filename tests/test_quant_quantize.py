@@ -1,0 +1,195 @@
+"""Quantization schemes as data, and quantizing by them bit for bit (numcheck.precision.quant_scheme,
+numcheck.precision.quantize)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from numcheck.precision.quant_formats import is_representable, round_to_element
+from numcheck.precision.quant_scheme import (
+    DEEPSEEK_ACT,
+    DEEPSEEK_WEIGHT,
+    FP8_ROW,
+    FP8_TENSOR,
+    MXFP4,
+    NVFP4,
+    PER_ROW,
+    PER_TENSOR,
+    Granularity,
+    OperandScheme,
+    block_amax,
+    blocks,
+    expand_to_elements,
+    groups,
+)
+from numcheck.precision.quantize import as_quantized, dequantize, quantize, scales_for
+
+
+def _x(rows: int, k: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(rows, k, generator=g) * torch.exp(2 * torch.randn(rows, 1, generator=g))
+
+
+def test_granularity_grids_with_ragged_edges() -> None:
+    shape = (300, 520)  # neither a multiple of 128
+    assert PER_TENSOR.grid(shape) == (1, 1) and PER_TENSOR.name == "tensor"
+    assert PER_ROW.grid(shape) == (300, 1) and PER_ROW.name == "row"
+    assert groups(128).grid(shape) == (300, 5) and groups(128).name == "1x128"
+    assert blocks(128).grid(shape) == (3, 5) and blocks(128).name == "128x128"
+    assert groups(128).k_boundaries(520) == [0, 128, 256, 384, 512]
+    assert not PER_ROW.varies_along_k(520) and groups(128).varies_along_k(520)
+    assert not groups(128).varies_along_k(128)
+    with pytest.raises(ValueError, match="rows must be an integer >= 0"):
+        Granularity(-1, 0)
+
+
+def test_ragged_blocks_take_the_amax_of_the_elements_they_have() -> None:
+    x = torch.zeros(130, 200)
+    x[129, 199] = -7.0  # the lone element of the last (ragged) block
+    x[0, 130] = 3.0
+    amax = block_amax(x, blocks(128))
+    assert amax.tolist() == [[0.0, 3.0], [0.0, 7.0]]
+    grid = torch.arange(4.0).reshape(2, 2)
+    full = expand_to_elements(grid, (130, 200), blocks(128))
+    assert full.shape == (130, 200) and full[129, 199] == 3 and full[127, 127] == 0
+    with pytest.raises(ValueError, match=r"expected \[2, 2\]"):
+        expand_to_elements(grid.T[:1], (130, 200), blocks(128))
+
+
+def test_schemes_are_checked_data() -> None:
+    assert DEEPSEEK_WEIGHT.label == "e4m3fn/128x128/fp32"
+    assert replace(FP8_TENSOR, saturate=False).label == "e4m3fn/tensor/fp32/nosat"
+    assert NVFP4.scale_shape((4, 40)) == (4, 3)
+    with pytest.raises(ValueError, match="unknown scale format 'e8m0'"):
+        OperandScheme(scale="e8m0")
+    with pytest.raises(ValueError, match="e2m1 has no infinity and no NaN.*saturate=True"):
+        OperandScheme("e2m1", groups(32), "mx", saturate=False)
+    with pytest.raises(ValueError, match="amax_floor must be a positive"):
+        OperandScheme(amax_floor=0.0)
+    with pytest.raises(ValueError, match="unknown element format"):
+        OperandScheme("e3m4")
+
+
+def test_fp32_scales_are_amax_over_fmax_and_elements_the_rounding_of_x_over_scale() -> None:
+    x = _x(70, 300)
+    for scheme in (FP8_TENSOR, FP8_ROW, DEEPSEEK_ACT, DEEPSEEK_WEIGHT,
+                   replace(DEEPSEEK_ACT, element="e5m2")):
+        q = quantize(x, scheme)
+        amax = block_amax(x, scheme.granularity).clamp(min=1e-4)
+        assert torch.equal(q.scales, amax / scheme.format.max_value)
+        full = expand_to_elements(q.scales, q.shape, scheme.granularity)
+        assert torch.equal(q.values, round_to_element(x / full, scheme.element, saturate=True))
+        # The block's largest element lands on (or one rounding from) the format's largest.
+        top = (q.values.abs() == scheme.format.max_value).sum()
+        assert top >= q.scales.numel()
+
+
+def test_ue8m0_scales_are_the_smallest_power_of_two_that_keeps_amax_in_range() -> None:
+    x = _x(40, 384, seed=1)
+    x[0, :128] = 448.0 * 2.0**-3  # amax / 448 exactly a power of two: kept, not doubled
+    scheme = replace(DEEPSEEK_ACT, scale="ue8m0")
+    q = quantize(x, scheme)
+    s = q.scales.double()
+    amax = block_amax(x, scheme.granularity).double()
+    mant, _ = torch.frexp(s)
+    assert (mant == 0.5).all()
+    assert (amax / s <= 448).all() and (amax / (s / 2) > 448).all()
+    assert q.scales[0, 0] == 2.0**-3
+    assert (q.values.abs() <= 448).all()
+
+
+def test_mx_scales_follow_the_ocp_rule_and_saturate_past_fmax() -> None:
+    x = _x(16, 96, seed=2)
+    q = quantize(x, MXFP4)
+    amax = block_amax(x, MXFP4.granularity).double()
+    _, e = torch.frexp(amax)
+    assert torch.equal(q.scales.double(), torch.ldexp(torch.ones_like(amax), e - 1 - 2))
+    ratio = amax / q.scales.double()
+    assert (ratio >= 4).all() and (ratio < 8).all()
+    # amax / scale in [6, 8) saturates at 6: those blocks hold a 6 for their largest.
+    over = ratio >= 6
+    assert over.any()
+    assert (q.values.abs() <= 6).all()
+    # The same rule for MXFP8: amax / scale in [256, 512), elements saturate past 448.
+    q8 = quantize(x, replace(MXFP4, element="e4m3fn"))
+    r8 = block_amax(x, MXFP4.granularity).double() / q8.scales.double()
+    assert (r8 >= 256).all() and (r8 < 512).all()
+
+
+def test_nvfp4_follows_the_two_level_recipe() -> None:
+    x = _x(8, 80, seed=3)
+    q = quantize(x, NVFP4)
+    amax_t = x.abs().max()
+    assert q.global_scale is not None
+    assert q.global_scale == amax_t / torch.tensor(2688.0)
+    s_enc = torch.tensor(2688.0) / amax_t
+    block = block_amax(x, NVFP4.granularity)
+    assert torch.equal(q.scales, round_to_element(block / 6 * s_enc, "e4m3fn", saturate=True))
+    assert is_representable(q.scales, "e4m3fn").all() and q.scales.max() == 448
+    full = expand_to_elements(q.scales, q.shape, NVFP4.granularity)
+    assert torch.equal(q.values, round_to_element(x * (s_enc / full), "e2m1", saturate=True))
+    # Each element is within half e2m1's widest step (2) of its scaled value, plus what the
+    # block's largest lost to saturation where its e4m3 scale rounded down.
+    scale = q.element_scales()
+    lost = (expand_to_elements(block, q.shape, NVFP4.granularity).double() - 6 * scale)
+    err = (dequantize(q) - x.double()).abs()
+    assert (err <= scale + lost.clamp(min=0)).all()
+
+
+def test_a_block_whose_e4m3_scale_underflows_holds_zeros() -> None:
+    x = torch.zeros(1, 32)
+    x[0, 0] = 1000.0
+    x[0, 16:] = 1e-9  # 448 * 1e-9 / 1000 is far under e4m3's smallest 2^-9
+    q = quantize(x, NVFP4)
+    assert q.scales[0, 1] == 0 and (q.values[0, 16:] == 0).all()
+    assert torch.isfinite(dequantize(q)).all()
+
+
+def test_dequantize_is_exact_in_float64() -> None:
+    x = _x(33, 200, seed=4)
+    for scheme in (FP8_ROW, DEEPSEEK_WEIGHT, NVFP4, MXFP4):
+        q = quantize(x, scheme)
+        d = dequantize(q)
+        assert d.dtype == torch.float64
+        # Each product has at most 4 + 24 (+ 24) significant bits: float64 holds it, so
+        # dividing back by the scale recovers the element exactly.
+        assert torch.equal(d / q.element_scales(), q.values.double())
+        assert torch.equal(dequantize(q, torch.float32), d.float())
+
+
+def test_quantize_is_deterministic_and_reads_any_float_dtype_as_float32() -> None:
+    x = _x(20, 256, seed=5).bfloat16()
+    a, b = quantize(x, DEEPSEEK_ACT), quantize(x.float(), DEEPSEEK_ACT)
+    assert torch.equal(a.values, b.values) and torch.equal(a.scales, b.scales)
+
+
+def test_bad_operands_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"2-D operand \[rows, K\].*\[2, 3, 4\]"):
+        quantize(torch.ones(2, 3, 4), FP8_TENSOR)
+    with pytest.raises(ValueError, match="1 NaN or infinite value"):
+        quantize(torch.tensor([[1.0, float("inf")]]), FP8_TENSOR)
+    with pytest.raises(ValueError, match="floating-point"):
+        quantize(torch.ones(2, 2, dtype=torch.int32), FP8_TENSOR)
+
+
+def test_zero_blocks_get_the_floor_scale() -> None:
+    q = quantize(torch.zeros(4, 8), FP8_ROW)
+    assert torch.equal(q.scales, torch.full((4, 1), 1e-4) / 448)
+    assert (q.values == 0).all()
+
+
+def test_as_quantized_wraps_another_quantizers_output() -> None:
+    x = _x(6, 64, seed=6)
+    s = x.abs().amax(1) / 448
+    fp8 = (x / s[:, None]).to(torch.float8_e4m3fn)
+    q = as_quantized(fp8, s, FP8_ROW)
+    assert q.scales.shape == (6, 1) and q.values.dtype == torch.float32
+    assert as_quantized(fp8, torch.tensor(2.0), FP8_TENSOR).scales.shape == (1, 1)
+    kept = as_quantized(fp8, torch.ones(2, 3), DEEPSEEK_ACT)  # a wrong grid is kept as given
+    assert kept.scales.shape == (2, 3)
+    with pytest.raises(ValueError, match="expected"):
+        dequantize(kept)
+    assert scales_for(x, FP8_ROW)[1] is None
