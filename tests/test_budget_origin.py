@@ -196,3 +196,80 @@ def test_every_recorded_origin_of_the_shipped_cases_holds_the_value_the_gate_use
                 assert DEFAULT_BUDGETS[at.precision][key] == value, (output, key)
             else:
                 assert isinstance(at, NotMeasured), (output, key, origin)
+
+
+# -- calibration reads the record: which table a suggestion belongs to ------------------------
+
+
+def _tf32_payload(case: Case, table: dict[str, Any]) -> dict[str, Any]:
+    budget = case.budgets["tf32"]
+    return {"kind": "numerics", "source": "cases/mhc.toml", "path": "/x/cases/mhc.toml",
+            "case": case.id, "variant": "tf32", "device": "cpu", "nodeid": "n", "runs": True,
+            "expect": [], "seeds": [0, 1000], "fresh": 1, "first_seed": 1000, "k": 0,
+            "topk_output": None,
+            "gated": {o: sorted(ob.limits) for o, ob in budget.outputs.items()},
+            "reference": "fp32", "reference_device": "cpu", "budget_like": None,
+            "precision": "tf32", "output_precision": {"y": "bf16"}, "pool": ["tf32"],
+            "limits": {o: dict(ob.limits) for o, ob in budget.outputs.items()},
+            "record": None, "origins": origins_to_dict(budget.origins), "table": table}
+
+
+def test_calibration_never_writes_an_inherited_key_into_the_finer_variants_table(
+        tmp_path: Path) -> None:
+    """tf32's y takes rel_fro and frac_outside from bf16's y: a tf32 calibration suggests
+    and writes the keys of its own y table (calc_diff), those a default fills, and its
+    fp32-stored outputs, but says, and never writes, what belongs to bf16's table; with the
+    bf16 table's values where its own measurements would need more."""
+    from numcheck.calibrate.plan import RunInfo, plan_numerics
+
+    case = _mhc(tmp_path)
+    table = {"mixes": {"rel_fro": [4e-4, 0, "tf32"], "calc_diff": [8e-8, 0, "tf32"]},
+             "y": {"rel_fro": [3e-3, 1000, "tf32"], "calc_diff": [2e-6, 0, "tf32"],
+                   "frac_outside": [0.0, 0, "tf32"], "max_err_ratio": [1.2, 0, "tf32"]}}
+    plan = plan_numerics([_tf32_payload(case, table)], RunInfo(fresh=1, first_seed=1000))
+    written = {(e.table[-1], e.key): e for e in plan.edits["/x/cases/mhc.toml"]}
+    assert ("y", "rel_fro") not in written and ("y", "frac_outside") not in written
+    assert ("y", "calc_diff") in written  # tf32's own y table sets it (MHC)
+    assert ("mixes", "rel_fro") in written and ("mixes", "calc_diff") in written
+    assert written["mixes", "rel_fro"].origin == Given("t.budget.tf32.mixes", 11)
+    assert written["mixes", "calc_diff"].origin == Default("tf32")
+    assert ("# t: tf32's y takes rel_fro, frac_outside from [t.budget.bf16.y] (y is stored "
+            "in bf16): not written here; calibrate bf16's family to change them. This run "
+            "alone would suggest more: rel_fro 0.006 (the table: 0.004)") in plan.lines
+    assert "rel_fro = 0.006" not in "\n".join(plan.lines)
+
+
+def test_a_tf32_calibration_says_y_belongs_to_bf16s_table(pytester: pytest.Pytester) -> None:
+    """End to end on the shipped op: the suggestion for tf32's y names bf16's table for the
+    keys it inherits, and sets none of them under tf32's y."""
+    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
+    pytester.mkdir("cases")
+    (pytester.path / "cases" / "mhc.toml").write_text(MHC)
+    result = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", "tf32")
+    result.stdout.fnmatch_lines([
+        "[[]t.budget.tf32.y[]]",
+        "calc_diff = *",
+        ("# t: tf32's y takes rel_fro, frac_outside from [[]t.budget.bf16.y[]] (y is stored "
+         "in bf16): not written here; calibrate bf16's family to change them"),
+    ])
+    y = result.stdout.str().split("[t.budget.tf32.y]")[1].split("# t: tf32's y")[0]
+    assert "rel_fro" not in y and "frac_outside" not in y
+
+
+def test_python_m_calibrate_suggest_leaves_inherited_keys_to_their_table(
+        tmp_path: Path) -> None:
+    """``python -m numcheck.calibrate --suggest`` prints tf32's y without the keys bf16's y
+    table holds for it, and a borrower's table not at all, as the budget record says."""
+    from numcheck.calibrate import suggest
+
+    case = _mhc(tmp_path, '[t.budget.bf16_roundtrip]\nbudget_like = "bf16"\n')
+    row = {"rel_fro": 1e-4, "calc_diff": 1e-8, "frac_outside": 0.0}
+    run = {"cases": {"mhc_pre::t": {"tf32/y": row, "tf32/mixes": row,
+                                    "bf16_roundtrip/y": row}}}
+    text = suggest([run], [case])
+    assert ("[t.budget.tf32.y]\ncalc_diff = 2e-08\n"
+            "# rel_fro, frac_outside: bf16's table on y (y is stored in bf16)\n") in text
+    assert "[t.budget.tf32.mixes]\nrel_fro = 0.0002\ncalc_diff = 2e-08\nfrac_outside = 0\n" \
+        in text
+    assert "# t: bf16_roundtrip takes bf16's budgets" in text
+    assert "bf16_roundtrip.y" not in text
