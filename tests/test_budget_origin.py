@@ -273,3 +273,38 @@ def test_python_m_calibrate_suggest_leaves_inherited_keys_to_their_table(
         in text
     assert "# t: bf16_roundtrip takes bf16's budgets" in text
     assert "bf16_roundtrip.y" not in text
+
+
+def test_the_report_record_carries_each_limits_origin_and_what_was_not_measured(
+        tmp_path: Path) -> None:
+    """The JSON record's ``budget_origin`` mirrors ``budget``: each limit's origin, and a
+    limit nothing measured on this device as ``unmeasured`` (left out of ``budget``)."""
+    from numcheck.check.result import CheckResult, SeedResult
+    from numcheck.report.records import record_from_dict, record_from_result, record_to_dict
+
+    case = _mhc(tmp_path)
+    seed = SeedResult(0, ungated={"y.max_err_ratio": "no bf16 envelope on this device"})
+    record = record_from_result(CheckResult(case, "tf32", "cpu", seeds=[seed], violations=[]))
+    assert record.budget_origin["y"]["rel_fro"] == origin_to_dict(
+        Inherited("bf16", "y", "bf16", Given("t.budget.bf16.y", 8)))
+    assert record.budget_origin["y"]["max_err_ratio"] == {
+        "kind": "unmeasured", "why": "no bf16 envelope on this device"}
+    assert "max_err_ratio" not in record.budget["y"]
+    assert set(record.budget["y"]) <= set(record.budget_origin["y"]) | {"allow_nan"}
+    assert record.budget_origin["mixes"]["rel_fro"] == {
+        "kind": "given", "table": "t.budget.tf32.mixes", "line": 11}
+    assert record_from_dict(json.loads(json.dumps(record_to_dict(record)))) == record
+
+
+def test_the_report_records_the_topk_budgets_origins_under_topk(tmp_path: Path) -> None:
+    from numcheck.check.result import CheckResult
+    from numcheck.report.records import record_from_result
+
+    path = tmp_path / "tiny.toml"
+    path.write_text('[c1]\nop = "tiny"\n[c1.budget.bf16.idx]\nrecall_min = 0.98\n')
+    (case,) = load_case_file(path, lookup=lookup)
+    record = record_from_result(CheckResult(case, "bf16", "cpu", seeds=[], violations=[]))
+    assert record.budget_origin["topk"] == {
+        "recall_min": {"kind": "given", "table": "c1.budget.bf16.idx", "line": 4},
+        "tie_recall_min": {"kind": "default", "precision": "bf16", "storage": None},
+        "tie_band": {"kind": "default", "precision": "bf16", "storage": None}}
