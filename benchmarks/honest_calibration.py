@@ -58,6 +58,7 @@ from numcheck.calibrate.honest import (
     suggest,
 )
 from numcheck.cases import load_cases
+from numcheck.numerics.budget_origin import lender_of
 from numcheck.ops.registry import get_op
 
 #: Classes whose ``max_err_ratio`` --apply sets from the family (both have a rounding
@@ -215,16 +216,20 @@ def apply(merged: dict[str, Any], cases: list[Any], note: str,
     for case in cases:
         for prec, res in merged.get(f"{case.op}::{case.id}", {}).items():
             held = [v for v in HELD_AS_BF16.get(case.op, ()) if v in case.budgets
-                    and case.budget_like.get(v) != prec] if prec == "bf16" else []
+                    and lender_of(case.budgets[v].origins) != prec] if prec == "bf16" else []
             variants = (prec, *held)
             for output, worst in res["worst"].items():
                 found = (_recall_floor(case, prec, worst, note) if "recall_min" in worst
                          else _family_values(case, prec, output, worst, pooled, note))
                 for metric, value, old, why in found:
                     for variant in variants:
+                        # where the key comes from now decides whether it is written
+                        # there (numcheck.calibrate.casewriter: not into a borrower)
+                        origin = case.budgets[variant].origin(output, metric) \
+                            if variant in case.budgets else None
                         edits.setdefault(case.source, []).append(
                             Edit((case.id, "budget", variant, output), metric, value,
-                                 comment=""))
+                                 comment="", origin=origin))
                         whys[f"{case.id}.budget.{variant}.{output}.{metric}"] = why
     changes: list[str] = []
     when = datetime.date.today().isoformat()

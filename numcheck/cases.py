@@ -26,18 +26,20 @@ import math
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from numcheck.gates import GATES, KERNELS_GATE, OUTPUT_METRICS, TOPK_METRICS
 from numcheck.honest.gemm_family import missing_envelope, yardstick
+from numcheck.numerics.budget_origin import Given, Inherited, Lent, NotMeasured, Origin
 from numcheck.numerics.budget_provenance import PROVENANCE, CalibrationRecord, parse_record
 from numcheck.numerics.budgets import (
     BUDGET_LIKE,
     BudgetError,
     Unmeasured,
     VariantBudget,
+    coarse_inheritance,
     coarse_output_tables,
     complete_budget,
     describe,
@@ -54,6 +56,7 @@ from numcheck.overhead.gate import (
     complete_overhead,
 )
 from numcheck.perf.gate import PERF_BOUNDS, PERF_OPTIONS, PerfSpec
+from numcheck.toml_lines import key_lines
 
 #: Keys a case table accepts.
 CASE_KEYS = (
@@ -117,8 +120,9 @@ class Case:
 
     ``params`` is the op's defaults, then the preset, then ``shape`` (the later wins).
     ``variants`` are the non-reference variants to check, in the op's variant order.
-    ``budgets`` holds a complete budget for each of them and for the op's reference.
-    Treat the mappings as read-only.
+    ``budgets`` holds a complete budget for each of them and for the op's reference, with
+    the origin of every key (:attr:`VariantBudget.origins`: given at a line of ``source``,
+    inherited, lent, or a default). Treat the mappings as read-only.
     """
 
     id: str
@@ -147,6 +151,10 @@ class Case:
     #: How calibration set each variant's budget tables (``[<case>.provenance.<variant>]``,
     #: written by --numcheck-calibrate-write, read by the next calibration; never gated).
     provenance: Mapping[str, CalibrationRecord] = field(default_factory=dict)
+    #: Where each key of the case is set in ``source``: its path below the case's table
+    #: (``("overhead", "fp32", "max_cast_bytes_ratio")``; ``()``: the case's own table) ->
+    #: 1-based line, read from the file's text when it is loaded (numcheck.toml_lines).
+    lines: Mapping[tuple[str, ...], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -257,7 +265,8 @@ def load_case_file(path: Path, *, lookup: OpLookup = registry.get_op) -> list[Ca
     """
     try:
         with path.open("rb") as handle:
-            data = tomllib.load(handle)
+            text = handle.read().decode()
+        data = tomllib.loads(text)
     except OSError as exc:
         raise CaseFileError(path, f"cannot read the file ({exc})", "check the path") from exc
     except tomllib.TOMLDecodeError as exc:
@@ -270,18 +279,32 @@ def load_case_file(path: Path, *, lookup: OpLookup = registry.get_op) -> list[Ca
             "the file holds no cases",
             'add a case table, e.g. [my-case] with op = "<op name>", or delete the file',
         )
-    return [_parse_case(_Where(path, case_id), body, lookup) for case_id, body in data.items()]
+    # Where each key is set, read once now: messages name a budget's line from the record
+    # made here (VariantBudget.origins), never by reading the file again.
+    lines = key_lines(text)
+    return [_parse_case(_Where(path, case_id, lines), body, lookup)
+            for case_id, body in data.items()]
 
 
 @dataclass(frozen=True)
 class _Where:
-    """The file and case being parsed, to raise errors that name both."""
+    """The file and case being parsed, to raise errors that name both; ``lines``: where
+    each key of the file is set (key path -> line)."""
 
     path: Path
     case: str
+    lines: Mapping[tuple[str, ...], int] = field(default_factory=dict)
 
     def error(self, key: str | None, problem: str, fix: str) -> CaseFileError:
         return CaseFileError(self.path, problem, fix, case=self.case, key=key)
+
+    def line(self, *keys: str) -> int | None:
+        """The line that sets the case's key ``keys`` (a path below the case's table)."""
+        return self.lines.get((self.case, *keys))
+
+    def case_lines(self) -> dict[tuple[str, ...], int]:
+        """Every key of the case and its line, by the path below the case's table."""
+        return {key[1:]: line for key, line in self.lines.items() if key[0] == self.case}
 
 
 def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
@@ -347,6 +370,7 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
         overhead=overhead,
         budget_like=budget_like,
         provenance=provenance,
+        lines=where.case_lines(),
     )
 
 
@@ -836,7 +860,7 @@ def _parse_budgets(
             continue
         try:
             precision = op.variants[name].precision
-            budgets[name] = complete_budget(
+            budget = complete_budget(
                 precision,
                 coarse_output_tables(precision, tables[name], tables,
                                      op.output_precision, op.rounding_reference),
@@ -844,11 +868,50 @@ def _parse_budgets(
                 topk_output=topk_output,
                 output_precision=op.output_precision,
                 unmeasured=_unmeasured(op, name, runs_on[name], lenders.get(name)),
+                given_origins=_given_origins(where, op, name, precision, tables, lenders),
             )
         except BudgetError as exc:
             key = f"budget.{lenders.get(name, name)}.{exc.key}"
             raise where.error(key, exc.problem, exc.fix) from None
+        lender = lenders.get(name)
+        if lender is not None:
+            tie = where.line("budget", name, BUDGET_LIKE)
+            budget = replace(budget, origins={
+                output: {key: o if isinstance(o, NotMeasured) else Lent(name, lender, tie, o)
+                         for key, o in keys.items()}
+                for output, keys in budget.origins.items()})
+        budgets[name] = budget
     return budgets, lenders
+
+
+def _given_origins(where: _Where, op: OpSpec, name: str, precision: str,
+                   tables: Mapping[str, Any], lenders: Mapping[str, str],
+                   ) -> dict[str, dict[str, Origin]]:
+    """Where each key of variant ``name``'s tables (its own, or those it borrows, which
+    :func:`_parse_budgets` wraps as lent) is written: in the tables themselves at their
+    line, or, on a coarse output, inherited from the storage class's table
+    (numcheck.numerics.budgets.coarse_inheritance), itself given or lent."""
+
+    def given_at(variant: str, output: str, key: str) -> Origin:
+        """The key as written in the tables ``variant`` reads: its own, or lent to it."""
+        owner = lenders.get(variant, variant)
+        at: Origin = Given(f"{where.case}.budget.{owner}.{output}",
+                           where.line("budget", owner, output, key))
+        if owner != variant and variant != name:  # name's own lending is wrapped later
+            at = Lent(variant, owner, where.line("budget", variant, BUDGET_LIKE), at)
+        return at
+
+    own = tables[name]
+    out: dict[str, dict[str, Origin]] = {
+        output: {key: given_at(name, output, key) for key in keys}
+        for output, keys in own.items() if isinstance(keys, Mapping)}
+    inherited = coarse_inheritance(precision, own, tables, op.output_precision,
+                                   op.rounding_reference)
+    for output, (variant, storage, keys) in inherited.items():
+        out.setdefault(output, {}).update(
+            {key: Inherited(variant, output, storage, given_at(variant, output, key))
+             for key in keys})
+    return out
 
 
 def _budget_lenders(

@@ -7,76 +7,104 @@ from pathlib import Path
 import pytest
 from test_plugin import make_project, write_goldens
 
-from numcheck.report.budget_source import budget_location, locate_key
-
-TOML = """\
-# a comment
-[a]
-op = "indexer"
-budget.bf16.logits.rel_fro = 1e-3
-
-[b]
-op = "indexer"
-[b.budget.bf16]
-logits = { calc_diff = 1e-5, rel_fro = 2e-3 }
-topk.recall_min = 0.99
-
-[b.budget.tf32.logits]
-rel_fro = 1e-6   # trailing comment
-"c.d" = 1
-
-["v4.0"]
-op = "indexer"
-[ "v4.0".budget.bf16.logits ]
-max_abs = 0.5
-"""
-
-
-@pytest.mark.parametrize(
-    ("key", "line"),
-    [
-        (["a", "budget", "bf16", "logits", "rel_fro"], 4),
-        (["b", "budget", "bf16", "logits", "calc_diff"], 9),
-        (["b", "budget", "bf16", "logits", "rel_fro"], 9),
-        (["b", "budget", "bf16", "topk", "recall_min"], 10),
-        (["b", "budget", "tf32", "logits", "rel_fro"], 13),
-        (["b", "budget", "tf32", "logits", "c.d"], 14),
-        (["v4.0", "budget", "bf16", "logits", "max_abs"], 19),
-        (["b", "budget", "bf16", "logits", "max_abs"], None),
-        (["a", "budget", "tf32", "logits", "rel_fro"], None),
-    ],
+from numcheck.cases import load_cases
+from numcheck.check.result import CheckResult
+from numcheck.numerics.budget_origin import (
+    Default,
+    FixtureArg,
+    Given,
+    Inherited,
+    Lent,
+    NotMeasured,
+    Origin,
 )
-def test_locate_key(tmp_path: Path, key: list[str], line: int | None) -> None:
-    path = tmp_path / "c.toml"
-    path.write_text(TOML)
-    assert locate_key(path, key) == line
+from numcheck.numerics.verdict import Violation
+from numcheck.report.budget_source import origin_text
+from numcheck.report.render import Commands, failure_message
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_budget_location_from_the_file_or_the_defaults(tmp_path: Path) -> None:
-    path = tmp_path / "c.toml"
-    path.write_text(TOML)
-    assert budget_location(path, "cases/c.toml", "b", "tf32", "logits", "rel_fro",
-                           precision="tf32", value=1e-6) == (
+def _text(origin: Origin, variant: str = "tf32", key: str = "rel_fro",
+          value: float = 1e-6, output: str = "logits") -> str:
+    return origin_text(origin, case="b", variant=variant, output=output, key=key,
+                       value=value, source="cases/c.toml", case_line=6)
+
+
+def test_a_given_key_names_its_line_and_a_default_its_row() -> None:
+    assert _text(Given("b.budget.tf32.logits", 13)) == (
         "cases/c.toml:13 ([b.budget.tf32.logits] rel_fro = 1e-06)")
-    assert budget_location(path, "cases/c.toml", "b", "bf16", "logits", "frac_outside",
-                           precision="bf16", value=0.01) == (
+    assert _text(Default("bf16"), variant="bf16", key="frac_outside", value=0.01) == (
         "frac_outside = 0.01: default for bf16 from numcheck/numerics/budgets.py (no key in "
         "cases/c.toml:6 [b]; set [b.budget.bf16.logits] frac_outside to override)")
 
 
-def test_a_borrowed_budget_points_at_the_lenders_key_and_the_budget_like_line(
-        tmp_path: Path) -> None:
-    path = tmp_path / "c.toml"
-    path.write_text(TOML + '\n[b.budget.bf16_folded]\nbudget_like = "bf16"\n')
-    assert budget_location(path, "cases/c.toml", "b", "bf16_folded", "logits", "rel_fro",
-                           precision="bf16", value=2e-3, lender="bf16") == (
+def test_a_borrowed_budget_points_at_the_lenders_key_and_the_budget_like_line() -> None:
+    lent = Lent("bf16_folded", "bf16", 22, Given("b.budget.bf16.logits", 9))
+    assert _text(lent, variant="bf16_folded", value=2e-3) == (
         "cases/c.toml:9 ([b.budget.bf16.logits] rel_fro = 0.002; bf16_folded takes bf16's "
         "budgets: budget_like at cases/c.toml:22)")
-    assert budget_location(path, "cases/c.toml", "b", "bf16_folded", "logits", "frac_outside",
-                           precision="bf16", value=0.01, lender="bf16") == (
-        "frac_outside = 0.01: default for bf16 from numcheck/numerics/budgets.py (bf16_folded takes "
-        "bf16's budgets: budget_like at cases/c.toml:22; no key in cases/c.toml:6 [b]; set "
-        "[b.budget.bf16.logits] frac_outside to override)")
+    lent_default = Lent("bf16_folded", "bf16", 22, Default("bf16"))
+    assert _text(lent_default, variant="bf16_folded", key="frac_outside", value=0.01) == (
+        "frac_outside = 0.01: default for bf16 from numcheck/numerics/budgets.py (bf16_folded "
+        "takes bf16's budgets: budget_like at cases/c.toml:22; no key in cases/c.toml:6 [b]; "
+        "set [b.budget.bf16.logits] frac_outside to override)")
+
+
+def test_an_inherited_key_names_the_coarse_class_table_and_why() -> None:
+    inherited = Inherited("bf16", "y", "bf16", Given("b.budget.bf16.y", 105))
+    assert _text(inherited, output="y", value=0.0069) == (
+        "cases/c.toml:105 ([b.budget.bf16.y] rel_fro = 0.0069; y is stored in bf16, so tf32 "
+        "takes bf16's budget on it (a key in [b.budget.tf32.y] overrides it))")
+    # ... and the default row of the storage class, for a key no table on y sets
+    assert _text(Default("bf16", "bf16"), output="y", key="atol", value=0.01) == (
+        "atol = 0.01: default for bf16 from numcheck/numerics/budgets.py (y is stored in bf16, "
+        "coarser than tf32's class; no key in cases/c.toml:6 [b]; set [b.budget.tf32.y] atol "
+        "to override)")
+
+
+def test_lent_then_inherited_and_inherited_from_a_lent_table_name_every_link() -> None:
+    # fused borrows tf32's tables; they leave y's rel_fro out, so fused takes bf16's
+    chain = Lent("fused", "tf32", 30, Inherited("bf16", "y", "bf16",
+                                                Given("b.budget.bf16.y", 105)))
+    assert _text(chain, variant="fused", output="y", value=0.0069) == (
+        "cases/c.toml:105 ([b.budget.bf16.y] rel_fro = 0.0069; fused takes tf32's budgets: "
+        "budget_like at cases/c.toml:30; y is stored in bf16, so fused takes bf16's budget on "
+        "it (a key in [b.budget.tf32.y] overrides it))")
+    # tf32's y inherits from bf16, whose tables are bf16_roundtrip's
+    chain = Inherited("bf16", "y", "bf16", Lent("bf16", "bf16_roundtrip", 40,
+                                                Given("b.budget.bf16_roundtrip.y", 42)))
+    assert _text(chain, output="y", value=0.0069) == (
+        "cases/c.toml:42 ([b.budget.bf16_roundtrip.y] rel_fro = 0.0069; y is stored in bf16, "
+        "so tf32 takes bf16's budget on it (a key in [b.budget.tf32.y] overrides it); bf16 "
+        "takes bf16_roundtrip's budgets: budget_like at cases/c.toml:40)")
+
+
+def test_a_fixture_key_and_an_unmeasured_key_say_so() -> None:
+    assert _text(FixtureArg("tests/test_k.py:10"), value=1e-4) == (
+        "tests/test_k.py:10 (budget= of this check: rel_fro = 0.0001)")
+    assert _text(NotMeasured("no envelope"), key="max_err_ratio") == (
+        "max_err_ratio: no limit, not measured (no envelope)")
+
+
+def test_a_line_not_found_names_the_file_alone() -> None:
+    assert _text(Given("b.budget.tf32.logits", None)) == (
+        "cases/c.toml ([b.budget.tf32.logits] rel_fro = 1e-06)")
+
+
+def test_the_mhc_tf32_y_miss_names_the_bf16_y_key_it_inherits() -> None:
+    """Issue 34: cases/mhc.toml [v4flash-t64], tf32, y: rel_fro = 0.0069 is the case's bf16
+    budget on y (y is stored in bf16), not the bf16 defaults row (0.01) the message used to
+    name. The failure message of a real loaded case names the key's line."""
+    (case,) = [c for c in load_cases(ROOT / "cases") if c.id == "v4flash-t64"]
+    assert (ROOT / "cases/mhc.toml").read_text().splitlines()[104] == "rel_fro = 0.0069"
+    miss = Violation("y", "rel_fro", 0.02, 0.0069, seed=0)
+    result = CheckResult(case, "tf32", "cpu", seeds=[], violations=[miss])
+    message = failure_message(result, Commands("reproduce", "regenerate"), "cases/mhc.toml")
+    assert ("  budget:      cases/mhc.toml:105 ([v4flash-t64.budget.bf16.y] rel_fro = 0.0069; "
+            "y is stored in bf16, so tf32 takes bf16's budget on it (a key in "
+            "[v4flash-t64.budget.tf32.y] overrides it))") in message.splitlines()
+    assert "default" not in message
 
 
 def _failing_run(pytester: pytest.Pytester, budget: str) -> pytest.RunResult:

@@ -21,6 +21,7 @@ from numcheck.calibrate.family import honest_family
 from numcheck.calibrate.honest import family_findings
 from numcheck.calibrate.plan import RunInfo, plan_numerics
 from numcheck.cases import CaseFileError, load_case_file, load_cases
+from numcheck.numerics.budget_origin import Default, Given, origin_to_dict
 from numcheck.ops.registry import get_op
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -339,13 +340,21 @@ def _payload(table: dict[str, Any], **extra: Any) -> dict[str, Any]:
             "table": table, **extra}
 
 
+def _given(**values: float) -> dict[str, Any]:
+    """Payload fields of a budget whose y table sets ``values`` in the case file (the rest
+    from the bf16 row): the limits it holds and their origins, as the loaded case records."""
+    limits = {"rel_fro": 1e-2, "calc_diff": 1e-4, **values}
+    origins = {key: origin_to_dict(Given("c.budget.bf16.y", 8) if key in values
+                                   else Default("bf16")) for key in limits}
+    return {"limits": {"y": limits}, "origins": {"y": origins}}
+
+
 def test_a_table_that_would_mix_two_calibrations_is_refused() -> None:
     """The file's table sets max_err_ratio, which this run did not measure: re-setting the
     other keys beside it would mix two pools' evidence in one table."""
     table = {"y": {"rel_fro": [3e-3, 0, "bf16"], "calc_diff": [4e-6, 0, "bf16"]}}
-    raw = {"c": {"budget": {"bf16": {"y": {"rel_fro": 1e-2, "max_err_ratio": 1.7}}}}}
-    plan = plan_numerics([_payload(table)], RunInfo(fresh=1, first_seed=1000),
-                         file_tables=lambda path: raw)
+    plan = plan_numerics([_payload(table, **_given(rel_fro=1e-2, max_err_ratio=1.7))],
+                         RunInfo(fresh=1, first_seed=1000))
     kinds = {f.kind: f for f in plan.findings}
     assert set(kinds) == {"mixed", "unrecorded"}
     assert kinds["mixed"].text == (
@@ -357,8 +366,8 @@ def test_a_table_that_would_mix_two_calibrations_is_refused() -> None:
     assert kinds["unrecorded"].overridden([], renew=True)
     # Every key measured: no mix; the file's values only widened: nothing unrecorded.
     table["y"]["max_err_ratio"] = [1.5, 0, "bf16"]
-    plan = plan_numerics([_payload(table)], RunInfo(), file_tables=lambda path: {
-        "c": {"budget": {"bf16": {"y": {"rel_fro": 5e-3, "max_err_ratio": 1.7}}}}})
+    plan = plan_numerics([_payload(table, **_given(rel_fro=5e-3, max_err_ratio=1.7))],
+                         RunInfo())
     assert plan.findings == []
     (record,) = plan.records["/x/cases/dot.toml"].values()
     assert (record.pool, record.devices, record.seeds) == (("bf16",), ("cpu",), (0,))

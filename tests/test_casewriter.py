@@ -10,6 +10,8 @@ import pytest
 pytest.importorskip("tomlkit", reason="tomlkit (the calibrate extra) writes case files")
 
 from numcheck.calibrate.casewriter import CaseWriteError, Edit, apply_edits, with_provenance, write_edits
+from numcheck.cases import Case, load_case_file
+from numcheck.numerics.budget_origin import Lent
 
 CASE = """\
 # A header comment that must survive.
@@ -122,18 +124,61 @@ BORROWED = CASE.replace("[tiny.perf.bf16]", '[tiny.budget.tf32]\nbudget_like = "
                         "[tiny.perf.bf16]")
 
 
-def test_a_borrowed_budget_is_not_written_as_copies() -> None:
-    """tf32 takes bf16's tables (budget_like): its edits are skipped, once per variant, with
-    where to write instead; bf16's own edit still lands."""
+def _loaded(tmp_path: Path, text: str, name: str = "indexer.toml") -> Case:
+    path = tmp_path / name
+    path.write_text(text)
+    (case, *_) = load_case_file(path)
+    return case
+
+
+def test_a_borrowed_budget_is_not_written_as_copies(tmp_path: Path) -> None:
+    """tf32 takes bf16's tables (budget_like), as its loaded budget's origins say: its edits
+    are skipped, once per variant, with where to write instead; bf16's own edit lands."""
+    budgets = _loaded(tmp_path, BORROWED).budgets
     tf32 = ("tiny", "budget", "tf32", "logits")
     out, changes, skipped = apply_edits(BORROWED, [
-        Edit(tf32, "rel_fro", 1e-6), Edit(tf32, "calc_diff", 1e-12),
-        Edit(LOGITS, "rel_fro", 0.005)])
+        Edit(tf32, "rel_fro", 1e-6, origin=budgets["tf32"].origin("logits", "rel_fro")),
+        Edit(tf32, "calc_diff", 1e-12, origin=budgets["tf32"].origin("logits", "calc_diff")),
+        Edit(LOGITS, "rel_fro", 0.005, origin=budgets["bf16"].origin("logits", "rel_fro"))])
+    assert isinstance(budgets["tf32"].origin("logits", "rel_fro"), Lent)
     assert [c.describe() for c in skipped] == [
         ("tiny.budget.tf32: takes bf16's budgets (budget_like = \"bf16\"): not written as "
          "copies; set [tiny.budget.bf16] to change both")]
     assert [c.where for c in changes] == ["tiny.budget.bf16.logits.rel_fro"]
     assert tomllib.loads(out)["tiny"]["budget"]["tf32"] == {"budget_like": "bf16"}
+
+
+MHC = """\
+[t]
+op = "mhc_pre"
+preset = "v4pro"
+shape = { tokens = 4 }
+variants = ["bf16", "tf32"]
+
+[t.budget.bf16.y]
+rel_fro = 0.004
+[t.budget.tf32.y]
+max_err_ratio = 5
+"""
+
+
+def test_a_key_a_coarse_output_inherits_is_not_written_into_the_finer_table(
+        tmp_path: Path) -> None:
+    """tf32's y takes rel_fro from bf16's y (y is stored in bf16): an edit of it is skipped,
+    naming the table that holds it; a key of tf32's own y table, and a default, are
+    written."""
+    budget = _loaded(tmp_path, MHC, "mhc.toml").budgets["tf32"]
+    y = ("t", "budget", "tf32", "y")
+    out, changes, skipped = apply_edits(MHC, [
+        Edit(y, key, value, origin=budget.origin("y", key))
+        for key, value in (("rel_fro", 1e-4), ("max_err_ratio", 4.0), ("calc_diff", 1e-8))])
+    assert [c.describe() for c in skipped] == [
+        ("t.budget.tf32.y.rel_fro: (none) -> 0.0001 (y is stored in bf16: held to "
+         "[t.budget.bf16.y] rel_fro; set it there to change it)")]
+    assert [c.where for c in changes] == ["t.budget.tf32.y.max_err_ratio",
+                                          "t.budget.tf32.y.calc_diff"]
+    assert tomllib.loads(out)["t"]["budget"]["tf32"]["y"] == {"max_err_ratio": 4,
+                                                             "calc_diff": 1e-8}
 
 
 def test_the_writer_names_its_command_once_in_the_header() -> None:

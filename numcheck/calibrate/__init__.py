@@ -312,23 +312,36 @@ def _merged_rows(runs: Sequence[Mapping[str, Any]], case: Case) -> dict[str, dic
 def suggest(runs: Sequence[Mapping[str, Any]], cases: Sequence[Case]) -> str:
     """TOML budget tables for every case, from calibration runs on one or more devices.
 
-    A variant that takes another's budgets (``budget_like``) gets no table of its own: it is
-    held to its lender's (:func:`suggestion_findings` says when it would not fit).
+    Which table a value belongs to is the case's budget record's to say
+    (:attr:`numcheck.numerics.budgets.VariantBudget.origins`): a variant that takes another's
+    budgets (``budget_like``) gets no table of its own: it is held to its lender's
+    (:func:`suggestion_findings` says when it would not fit); a key a coarse output inherits
+    (mHC's bf16 ``y`` of a tf32 variant) is the storage class's table's, and is left out.
     """
+    from numcheck.numerics.budget_origin import Inherited, lender_of
+
     lines: list[str] = []
     for case in cases:
         rows = _merged_rows(runs, case)
         k = int(case.params.get("index_topk", 0) or 0)
         for vo, row in rows.items():
             variant, output = vo.split("/")
-            if variant in case.budget_like:
-                note = f"# {case.id}: {variant} takes {case.budget_like[variant]}'s budgets"
+            budget = case.budgets.get(variant)
+            lender = lender_of(budget.origins) if budget is not None else None
+            if lender is not None:
+                note = f"# {case.id}: {variant} takes {lender}'s budgets"
                 if note not in lines:
                     lines.append(note)
                 continue
             cells = suggest_values(row, topk="recall_min" in row, k=k)
+            taken = {m: o for m in cells if budget is not None
+                     and isinstance(o := budget.origin(output, m), Inherited)}
             lines.append(f"[{case.id}.budget.{variant}.{output}]")
-            lines += [f"{m} = {v:.4g}" for m, v in cells.items()]
+            lines += [f"{m} = {v:.4g}" for m, v in cells.items() if m not in taken]
+            if taken:
+                first = next(iter(taken.values()))
+                lines.append(f"# {', '.join(taken)}: {first.variant}'s table on {output} "
+                             f"({output} is stored in {first.storage})")
         lines.append("")
     return "\n".join(lines)
 
@@ -338,6 +351,7 @@ def suggestion_findings(runs: Sequence[Mapping[str, Any]], cases: Sequence[Case]
     (:mod:`numcheck.calibrate.guard`): a variant whose measurements no honest implementation
     of its class produces, or a borrower that would not fit inside its lender's tables."""
     from numcheck.calibrate import guard
+    from numcheck.numerics.budget_origin import lender_of
     from numcheck.ops.registry import get_op
 
     findings: list[guard.Finding] = []
@@ -352,7 +366,8 @@ def suggestion_findings(runs: Sequence[Mapping[str, Any]], cases: Sequence[Case]
         for variant, table in by_variant.items():
             if variant == op.reference or variant not in op.variants:
                 continue
-            lender = case.budget_like.get(variant)
+            budget = case.budgets.get(variant)
+            lender = lender_of(budget.origins) if budget is not None else None
             precision = op.variants[lender or variant].precision
             findings += guard.suspects(case.id, lender or variant, precision,
                                        op.output_precision, {variant: table},

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from numcheck.disk.atomic import atomic_write
+from numcheck.numerics.budget_origin import Given, Inherited, Lent, Origin, root
 from numcheck.numerics.budget_provenance import PROVENANCE as RECORDS
 from numcheck.numerics.budget_provenance import CalibrationRecord
 from numcheck.numerics.budgets import BUDGET_LIKE
@@ -53,6 +54,11 @@ class Edit:
     #: The comment the changed line gets instead of the one it had; "" drops the line's
     #: comment (it described the old value); None keeps it.
     comment: str | None = None
+    #: Where the key's value comes from now, as the loaded budget records it
+    #: (numcheck.numerics.budget_origin): a key lent by ``budget_like`` or inherited from
+    #: the storage class's table belongs to that table, and is not written here. None: a
+    #: value with no budget origin (a speed threshold), written as told.
+    origin: Origin | None = None
 
     @property
     def where(self) -> str:
@@ -98,8 +104,9 @@ def apply_edits(
 
     Pure (text in, text out). An edit whose value equals the file's is no change. A
     ``tie_band_rel`` edit on a table that uses ``tie_band_abs`` is skipped (a budget takes
-    one of the two), and so is a value the file does not hold as a number. Edits of a
-    variant whose budget is borrowed (``budget_like``) are skipped, one entry per variant.
+    one of the two), and so is a value the file does not hold as a number. An edit whose
+    ``origin`` says the key belongs to another table is skipped: a variant whose budget is
+    borrowed (``budget_like``; one entry per variant), or a key a coarse output inherits.
     ``provenance`` (command, when): named in the header when anything changed.
     ``records``: (case, variant) -> the calibration record written as
     ``[<case>.provenance.<variant>]`` (numcheck.numerics.budget_provenance), replacing the
@@ -118,14 +125,21 @@ def apply_edits(
     created: list[Any] = []
     borrowers: set[str] = set()
     for edit in edits:
-        lender = _lender(doc, edit.table)
-        if lender is not None:
+        if isinstance(edit.origin, Lent):
+            lender = edit.origin.lender
             where = ".".join(edit.table[:3])
             if where not in borrowers:
                 borrowers.add(where)
                 skipped.append(Change(where, None, None, (
                     f"takes {lender}'s budgets ({BUDGET_LIKE} = \"{lender}\"): not written "
                     f"as copies; set [{edit.table[0]}.budget.{lender}] to change both")))
+            continue
+        if isinstance(edit.origin, Inherited):
+            held = root(edit.origin)
+            where = held.table if isinstance(held, Given) else edit.origin.variant
+            skipped.append(Change(edit.where, None, edit.value, (
+                f"{edit.origin.output} is stored in {edit.origin.storage}: held to [{where}] "
+                f"{edit.key}; set it there to change it")))
             continue
         table = _table(doc, edit.table, create=edit.value is not None, created=created)
         if table is None:
@@ -289,18 +303,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value.unwrap() if hasattr(value, "unwrap") else value
-
-
-def _lender(doc: Any, keys: tuple[str, ...]) -> str | None:
-    """The variant whose budgets the edited budget table's variant takes, if it borrows."""
-    if len(keys) < 3 or keys[1] != "budget":
-        return None
-    node: Any = doc
-    for key in keys[:3]:
-        node = node.get(key) if isinstance(node, dict) else None
-    if isinstance(node, dict) and BUDGET_LIKE in node:
-        return str(node[BUDGET_LIKE])
-    return None
 
 
 def _table(doc: Any, keys: tuple[str, ...], *, create: bool, created: list[Any]) -> Any:

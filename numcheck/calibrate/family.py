@@ -6,8 +6,8 @@ of the class and its honest GEMM members, numcheck.honest.gemm_family), never th
 variant alone: a calibration of the variant alone budgets whatever it computes, a bug
 included. :func:`honest_family` says which pool to measure and which checks to run (the
 failing variant is left out where the case runs the class's reference implementation: it
-keeps its tables, or takes the family's with ``budget_like``); numcheck.report.budget_source
-words the command.
+keeps its tables, or takes the family's with ``budget_like``, as the budget's origin record
+says); numcheck.report.budget_source words the command.
 """
 
 from __future__ import annotations
@@ -51,9 +51,11 @@ def honest_family(op: OpSpec, case: Case, variant: str, device: str) -> Family:
     - else the variant pooled with the members (never alone where the op has members).
     """
     from numcheck.honest.gemm_family import member_name, members
+    from numcheck.numerics.budget_origin import lender_of
 
     precision = op.variants[variant].precision
-    lender = case.budget_like.get(variant)
+    budget = case.budgets.get(variant)
+    lender = lender_of(budget.origins) if budget is not None else None  # as loaded
     reference = op.rounding_reference.get(precision)
     gemms = tuple(member_name(g) for g in members(op, precision)
                   if device in g.devices and not g.unavailable)

@@ -13,14 +13,18 @@ records that say what set them, and the reasons not to write (pure: no torch, no
   bug, a bit-exact floor, less evidence than the table's record, a mixed table);
 - a :class:`numcheck.numerics.budget_provenance.CalibrationRecord` per written variant says
   what set its tables, for the case file.
+
+Which table a suggestion belongs to is the budget's origin record's to say (a payload's
+``origins``, :mod:`numcheck.numerics.budget_origin`): a key the variant's own table sets or
+that a default fills is written there; a borrower's (``budget_like``) belongs to its lender's
+tables; a key a coarse output inherits (mHC's bf16 ``y`` of a tf32 variant) belongs to the
+storage class's table, and is not written into the finer variant's.
 """
 
 from __future__ import annotations
 
-import tomllib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from numcheck.calibrate import (
@@ -33,6 +37,7 @@ from numcheck.calibrate import (
     suggest_values,
 )
 from numcheck.calibrate.casewriter import Edit, format_number
+from numcheck.numerics.budget_origin import Given, Inherited, Origin, origins_from_dict, root
 from numcheck.numerics.budget_provenance import CalibrationRecord, parse_record
 from numcheck.numerics.budgets import BudgetError
 from numcheck.numerics.metric_names import ERROR_METRICS, TOPK_LIMITS
@@ -84,12 +89,23 @@ def groups(payloads: list[dict[str, Any]]) -> Iterator[_Group]:
     return iter(found.values())
 
 
-def read_tables(path: str) -> dict[str, Any]:
-    """A case file's raw TOML (the values as written, before defaults fill them)."""
-    try:
-        return tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError):
-        return {}
+def origins(payload: Mapping[str, Any]) -> dict[str, dict[str, Origin]]:
+    """Where each key of the payload's variant's budget is set (output -> key -> origin);
+    empty for a payload that does not carry it (written before it did)."""
+    return origins_from_dict(payload.get("origins") or {})
+
+
+def own_keys(payload: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Per output, the keys the variant's own table sets in the case file."""
+    return {output: [k for k, o in keys.items() if isinstance(o, Given)]
+            for output, keys in origins(payload).items()}
+
+
+def inherited_keys(payload: Mapping[str, Any]) -> dict[str, dict[str, Inherited]]:
+    """Per output, the keys the variant takes from the storage class's table."""
+    found = {output: {k: o for k, o in keys.items() if isinstance(o, Inherited)}
+             for output, keys in origins(payload).items()}
+    return {output: keys for output, keys in found.items() if keys}
 
 
 @dataclass(frozen=True)
@@ -108,14 +124,14 @@ def plan_numerics(
     payloads: list[dict[str, Any]], run: RunInfo, *,
     earlier: list[dict[str, Any]] | None = None,
     accepted: Sequence[str] = (),
-    file_tables: Callable[[str], dict[str, Any]] = read_tables,
 ) -> NumericsPlan:
     """The budget tables of this run's numerics payloads, their edits, records and findings.
 
     ``earlier``: numerics payloads of earlier runs (``--numcheck-calibrate-with``); a
     variant's budget then covers its worst on every device. ``accepted``: variants whose
-    bug-sized measurements are pooled anyway (their findings are kept, the caller decides);
-    ``file_tables`` reads a case file's raw tables (for the values the file itself sets).
+    bug-sized measurements are pooled anyway (their findings are kept, the caller decides).
+    The values the case file itself sets, and which table each suggestion belongs to, come
+    from each payload's origin record (:func:`origins`), never from the file's text.
     """
     if not payloads:
         return NumericsPlan(["numcheck calibrate: no numerics check ran"])
@@ -136,13 +152,13 @@ def plan_numerics(
         if group.source != source:
             source = group.source
             plan.lines += ["", f"# {source}"]
-        _plan_group(plan, group, before, run, tuple(accepted), file_tables)
+        _plan_group(plan, group, before, run, tuple(accepted))
     return plan
 
 
 def _plan_group(plan: NumericsPlan, group: _Group,
                 before: dict[tuple[str, str, str], list[dict[str, Any]]], run: RunInfo,
-                accepted: tuple[str, ...], file_tables: Callable[[str], dict[str, Any]]) -> None:
+                accepted: tuple[str, ...]) -> None:
     lines = plan.lines
     measured: dict[str, list[dict[str, Any]]] = {}
     for p in group.payloads:
@@ -155,7 +171,6 @@ def _plan_group(plan: NumericsPlan, group: _Group,
     for p in group.payloads:
         if p["runs"] and p.get("budget_like") and not known_bad(p):
             borrowers.setdefault(p["budget_like"], []).append(p["variant"])
-    raw: dict[str, Any] | None = None
     for p in group.payloads:
         if not p["runs"]:
             continue
@@ -181,14 +196,12 @@ def _plan_group(plan: NumericsPlan, group: _Group,
             continue
         lent = [b for b in borrowers.get(variant, []) if b not in members]
         lent_parts = [q for b in lent for q in measured[b] if informative(q)]
-        if raw is None:
-            raw = file_tables(group.path)
-        _plan_variant(plan, group, p, members, own, lent_parts, run, accepted, raw)
+        _plan_variant(plan, group, p, members, own, lent_parts, run, accepted)
 
 
 def _plan_variant(plan: NumericsPlan, group: _Group, p: dict[str, Any], members: list[str],
                   own: list[dict[str, Any]], lent: list[dict[str, Any]], run: RunInfo,
-                  accepted: tuple[str, ...], raw: dict[str, Any]) -> None:
+                  accepted: tuple[str, ...]) -> None:
     case, variant, lines = group.case, p["variant"], plan.lines
     precision = p.get("precision", "")
     coarse = p.get("output_precision", {})
@@ -235,17 +248,22 @@ def _plan_variant(plan: NumericsPlan, group: _Group, p: dict[str, Any], members:
     if p.get("pool_from") == "record":
         lines.append(f"# {case}: {variant}'s pool from its calibration record: "
                      f"{', '.join(p['pool'])}")
+    found = origins(p)
     for output, row in table.items():
         header = f"[{case}.budget.{variant}.{output}]"
-        lines.append(header if not shown else f"{header}  # pooled: worst of {', '.join(shown)}")
+        if cells[output]:
+            lines.append(header if not shown else
+                         f"{header}  # pooled: worst of {', '.join(shown)}")
         for key, value in cells[output].items():
             worst = row.get(MEASURED_BY.get(key, key))
             lines.append(cell(key, value, worst_text(key, worst, bool(shown))))
             plan.edits.setdefault(group.path, []).append(
-                Edit((case, "budget", variant, output), key, value))
+                Edit((case, "budget", variant, output), key, value,
+                     origin=found.get(output, {}).get(key)))
+        lines += _inherited_note(case, variant, output, p, table)
     floored = bool(plan.findings) and plan.findings[-1].kind == "floor" and \
         plan.findings[-1].variant == variant and plan.findings[-1].case == case
-    _judge_against_file(plan, group, p, cells, devices, members, raw, floored=floored)
+    _judge_against_file(plan, group, p, cells, devices, members, floored=floored)
     record = CalibrationRecord(
         command=run.command, date=run.date, torch=run.torch,
         pool=tuple(dict.fromkeys(q["variant"] for q in own)),
@@ -256,14 +274,16 @@ def _plan_variant(plan: NumericsPlan, group: _Group, p: dict[str, Any], members:
 
 def _judge_against_file(plan: NumericsPlan, group: _Group, p: dict[str, Any],
                         cells: dict[str, dict[str, float]], devices: set[str],
-                        members: Sequence[str], raw: dict[str, Any], *,
-                        floored: bool = False) -> None:
+                        members: Sequence[str], *, floored: bool = False) -> None:
     """The findings that depend on what the case file holds: its record, the values it sets
     itself, and the keys a written table would keep. ``floored``: the variant's tables are
-    refused as floors already (the tightening need not be said twice)."""
+    refused as floors already (the tightening need not be said twice). What the file sets
+    is the payload's origin record's to say (the keys given in the variant's own table, at
+    the values its budget holds)."""
     case, variant = group.case, p["variant"]
-    tables = raw.get(case, {}).get("budget", {}).get(variant, {})
-    tables = tables if isinstance(tables, dict) else {}
+    limits = p.get("limits", {})
+    tables = {output: {k: limits.get(output, {}).get(k) for k in keys}
+              for output, keys in own_keys(p).items() if keys}
     record = None
     if p.get("record"):
         try:
@@ -279,14 +299,14 @@ def _judge_against_file(plan: NumericsPlan, group: _Group, p: dict[str, Any],
             plan.findings.append(gap)
     else:
         given = {o: {k: v for k, v in t.items() if k in cells.get(o, {})}
-                 for o, t in tables.items() if isinstance(t, dict)}
+                 for o, t in tables.items()}
         tighter = _tighter_than(cells, given)
         if tighter and not floored:
             plan.findings.append(guard.unrecorded_tightening(case, variant, tighter))
     kept: dict[str, list[str]] = {}
     for output, written in cells.items():
         table = tables.get(output)
-        if not isinstance(table, dict) or not written:
+        if table is None or not written:
             continue
         left = [k for k in table if k in _MIXED_KEYS and k not in written]
         if left:
@@ -295,11 +315,42 @@ def _judge_against_file(plan: NumericsPlan, group: _Group, p: dict[str, Any],
         plan.findings.append(guard.mixed_keys(case, variant, kept))
 
 
-def _cells(p: dict[str, Any], table: WorstTable) -> dict[str, dict[str, float]]:
-    return {output: suggest_values({m: w.value for m, w in row.items()},
-                                   topk=output == p["topk_output"], k=p["k"],
-                                   gated=p["gated"].get(output, ()))
-            for output, row in table.items()}
+def _cells(p: dict[str, Any], table: WorstTable, *, inherited: bool = False,
+           ) -> dict[str, dict[str, float]]:
+    """The suggested values of each output, those of keys the variant inherits left out
+    (they belong to the storage class's table), or only those with ``inherited``."""
+    taken = inherited_keys(p)
+    out = {}
+    for output, row in table.items():
+        values = suggest_values({m: w.value for m, w in row.items()},
+                                topk=output == p["topk_output"], k=p["k"],
+                                gated=p["gated"].get(output, ()))
+        out[output] = {k: v for k, v in values.items()
+                       if (k in taken.get(output, {})) == inherited}
+    return out
+
+
+def _inherited_note(case: str, variant: str, output: str, p: dict[str, Any],
+                    table: WorstTable) -> list[str]:
+    """The keys ``output`` inherits, said and never written: they are the storage class's
+    table's (docs/budgets.md, "Outputs stored in a coarser dtype"), set by calibrating that
+    class's family; and where this run alone would suggest more than that table holds."""
+    taken = inherited_keys(p).get(output, {})
+    if not taken:
+        return []
+    first = next(iter(taken.values()))
+    at = root(first)
+    where = at.table if isinstance(at, Given) else f"{case}.budget.{first.variant}.{output}"
+    suggested = _cells(p, {output: table[output]}, inherited=True)[output]
+    limits = p.get("limits", {}).get(output, {})
+    past = [f"{k} {format_number(v)} (the table: {format_number(limits[k])})"
+            for k, v in suggested.items() if k in limits and _wider(k, v, limits[k])]
+    text = (f"# {case}: {variant}'s {output} takes {', '.join(taken)} from [{where}] "
+            f"({output} is stored in {first.storage}): not written here; calibrate "
+            f"{first.variant}'s family to change them")
+    if past:
+        text += f". This run alone would suggest more: {', '.join(past)}"
+    return [text]
 
 
 def _wider(key: str, new: float, old: float) -> bool:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from numcheck.numerics.budget_origin import Default, Given, NotMeasured, Origin
 from numcheck.numerics.metric_names import ERROR_METRICS, TOPK_LIMITS
 from numcheck.precision import UNIT_ROUNDOFF, coarser
 
@@ -180,10 +181,20 @@ class TopkBudget:
 class VariantBudget:
     """Every budget of one variant: ``outputs`` holds the ordinary outputs by name (all of
     them, the top-k indices output excepted); ``topk`` is the top-k budget, or None when the
-    op has no top-k output."""
+    op has no top-k output. ``origins`` says where each key's value comes from (output ->
+    key -> :mod:`numcheck.numerics.budget_origin` origin, the top-k output under its own
+    name): decided where the budget is completed, read by whoever must say where a limit is
+    set."""
 
     outputs: Mapping[str, OutputBudget]
     topk: TopkBudget | None
+    #: Not compared: two budgets that hold the same limits gate the same, wherever each
+    #: value was written (a case file's copies and its ``budget_like`` load equal).
+    origins: Mapping[str, Mapping[str, Origin]] = field(default_factory=dict, compare=False)
+
+    def origin(self, output: str, key: str) -> Origin | None:
+        """Where ``key`` of ``output`` comes from (None for a key the budget does not hold)."""
+        return self.origins.get(output, {}).get(key)
 
 
 @dataclass(frozen=True)
@@ -229,8 +240,10 @@ def complete_budget(
     topk_output: str | None,
     output_precision: Mapping[str, str] | None = None,
     unmeasured: Mapping[str, Mapping[str, Unmeasured]] | None = None,
+    given_origins: Mapping[str, Mapping[str, Origin]] | None = None,
 ) -> VariantBudget:
-    """The full budget of a variant of precision class ``precision``.
+    """The full budget of a variant of precision class ``precision``, with the origin of
+    every key (:attr:`VariantBudget.origins`).
 
     ``given_outputs`` maps output names to the keys a case gave for them (raw values, as read
     from TOML); every other key comes from the :data:`DEFAULT_BUDGETS` row of ``precision``.
@@ -240,7 +253,10 @@ def complete_budget(
     defaults come from the coarser of the two rows, since an fp32 path cannot be held to
     fp32 error on a bf16 output. ``unmeasured`` maps an output to the metrics its checks
     cannot measure (:class:`Unmeasured`): a key given for one of them is an error, and its
-    default is dropped where it is measured nowhere.
+    default is dropped where it is measured nowhere (its origin: :class:`NotMeasured`).
+    ``given_origins`` says where each given key comes from (output -> key; by default
+    :class:`Given` in a table named after the output, at no known line); a key filled in
+    is a :class:`Default` of the row it came from.
 
     Raises :class:`BudgetError` for an unknown output or key, a key for a metric that cannot
     be measured, a value of the wrong type, a negative or NaN value, a fraction outside
@@ -264,22 +280,46 @@ def complete_budget(
                 f"write it as a table, e.g. {name} = {{ rel_fro = 1e-3 }}",
             )
     coarse = output_precision or {}
-    budgets = {
-        name: _output_budget(
-            name,
-            _default_row(coarser(precision, coarse[name])) if name in coarse else defaults,
-            given_outputs.get(name, {}),
-            topk_output,
-            (unmeasured or {}).get(name, {}),
-        )
-        for name in outputs
-        if name != topk_output
-    }
+    budgets: dict[str, OutputBudget] = {}
+    origins: dict[str, dict[str, Origin]] = {}
+    for name in outputs:
+        if name == topk_output:
+            continue
+        row = coarser(precision, coarse[name]) if name in coarse else precision
+        given = given_outputs.get(name, {})
+        missing = (unmeasured or {}).get(name, {})
+        budgets[name] = _output_budget(name, _default_row(row), given, topk_output, missing)
+        default = Default(row, coarse[name] if row != precision else None)
+        origins[name] = _origins(name, budgets[name], given, default, given_origins)
+        origins[name].update({key: NotMeasured(why.problem) for key, why in missing.items()
+                              if why.nowhere and key not in budgets[name].limits})
     topk = None
     if topk_output is not None:
         others = [name for name in outputs if name != topk_output]
-        topk = _topk_budget(topk_output, defaults, given_outputs.get(topk_output, {}), others)
-    return VariantBudget(outputs=budgets, topk=topk)
+        given = given_outputs.get(topk_output, {})
+        topk = _topk_budget(topk_output, defaults, given, others)
+        origins[topk_output] = _origins(topk_output, topk, given, Default(precision),
+                                        given_origins)
+    return VariantBudget(outputs=budgets, topk=topk, origins=origins)
+
+
+def budget_keys(budget: OutputBudget | TopkBudget, given: Mapping[str, Any],
+                defaults: Mapping[str, Any]) -> list[str]:
+    """The keys a completed budget holds a value for: its limits, its band (``atol``,
+    ``rtol``) or tie band, and the counts and ``allow_nan`` where given or in the row."""
+    if isinstance(budget, TopkBudget):
+        return [*budget.limits, f"tie_band_{budget.tie_band_kind}"]
+    keys = [*budget.limits, *BAND_KEYS]
+    keys += [k for k in (OUTSIDE_KEY, OUTSIDE_ROWS_KEY) if k in given or k in defaults]
+    return keys + (["allow_nan"] if "allow_nan" in given else [])
+
+
+def _origins(name: str, budget: OutputBudget | TopkBudget, given: Mapping[str, Any],
+             default: Default, given_origins: Mapping[str, Mapping[str, Origin]] | None,
+             ) -> dict[str, Origin]:
+    named = (given_origins or {}).get(name, {})
+    return {key: (named.get(key) or Given(name, None)) if key in given else default
+            for key in budget_keys(budget, given, DEFAULT_BUDGETS[default.precision])}
 
 
 #: Keys a finer variant's coarse output takes from the coarse class's budget (see
@@ -310,15 +350,36 @@ def coarse_output_tables(
     ``given_by_variant`` every variant's; returns the variant's tables (a new mapping).
     """
     tables = dict(given)
+    for output, (variant, _, keys) in coarse_inheritance(
+            precision, given, given_by_variant, output_precision, rounding_reference).items():
+        source = given_by_variant[variant][output]
+        tables[output] = {**{k: source[k] for k in keys}, **tables.get(output, {})}
+    return tables
+
+
+def coarse_inheritance(
+    precision: str,
+    given: Mapping[str, Any],
+    given_by_variant: Mapping[str, Mapping[str, Any]],
+    output_precision: Mapping[str, str],
+    rounding_reference: Mapping[str, str],
+) -> dict[str, tuple[str, str, tuple[str, ...]]]:
+    """What :func:`coarse_output_tables` takes from the coarse class, per output: ``(the
+    variant whose table it comes from, the output's storage class, the keys taken)``;
+    outputs that take nothing are left out."""
+    out: dict[str, tuple[str, str, tuple[str, ...]]] = {}
     for output, storage in output_precision.items():
         if coarser(precision, storage) == precision:
             continue  # the variant is as coarse as the storage: its own budget applies
-        source = given_by_variant.get(rounding_reference.get(storage, ""), {}).get(output)
-        if not isinstance(source, Mapping) or not isinstance(tables.get(output, {}), Mapping):
+        variant = rounding_reference.get(storage, "")
+        source = given_by_variant.get(variant, {}).get(output)
+        own = given.get(output, {})
+        if not isinstance(source, Mapping) or not isinstance(own, Mapping):
             continue  # nothing to inherit, or a malformed table complete_budget reports
-        inherited = {k: v for k, v in source.items() if k in INHERITED_KEYS}
-        tables[output] = {**inherited, **tables.get(output, {})}
-    return tables
+        keys = tuple(k for k in source if k in INHERITED_KEYS and k not in own)
+        if keys:
+            out[output] = (variant, storage, keys)
+    return out
 
 
 def describe(value: Any) -> str:

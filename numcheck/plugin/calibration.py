@@ -90,10 +90,16 @@ class CalibrationMode:
 
     def _numerics(self, op: Any, case: Any, variant: str, device: str,
                   common: dict[str, Any]) -> list[dict[str, Any]]:
+        from numcheck.numerics.budget_origin import lender_of, origins_to_dict
+
         settings = self.settings
+        budget = case.budgets[variant]
+        # Whose tables the variant reads, as its budget's record says (budget_like): a
+        # borrower has no tables, so no calibration record, of its own.
+        lender = lender_of(budget.origins)
         # The table's calibration record: the next run measures the same pool on the same
         # seeds unless told otherwise (docs/budgets.md, "Calibration remembers").
-        record = case.provenance.get(variant) if variant not in case.budget_like else None
+        record = case.provenance.get(variant) if lender is None else None
         reused = None if settings.renew else record
         fresh, first = settings.fresh or 0, settings.first_seed
         if reused is not None and not settings.fresh_given:
@@ -103,7 +109,6 @@ class CalibrationMode:
         pool, pool_from = self._pool(variant, reused)
         seeds = calibration_seeds(case, fresh, first)
         refs = self._references(op, case, device)
-        budget = case.budgets[variant]
         topk = op.topk.indices if op.topk is not None else None
         gated = {name: sorted(ob.limits) for name, ob in budget.outputs.items()}
         limits: dict[str, dict[str, float]] = {
@@ -117,9 +122,11 @@ class CalibrationMode:
         base = {**common, "kind": "numerics", "seeds": list(seeds), "fresh": fresh,
                 "first_seed": first, "k": int(case.params.get("index_topk", 0) or 0),
                 "topk_output": topk, "gated": gated, "reference": op.reference,
-                "reference_device": refs.device, "budget_like": case.budget_like.get(variant),
+                "reference_device": refs.device, "budget_like": lender,
                 "precision": op.variants[variant].precision,
-                "output_precision": dict(op.output_precision)}
+                "output_precision": dict(op.output_precision),
+                # where each key of the budget is set: which table a suggestion belongs to
+                "origins": origins_to_dict(budget.origins)}
         out = [{**base, "variant": variant, "runs": True,
                 "expect": list(expect.fails) if expect else [], "pool": pool,
                 "pool_from": pool_from, "pool_missing": missing, "limits": limits,

@@ -44,13 +44,13 @@ from numcheck.goldens.freshness import check_fresh
 from numcheck.goldens.packing import StoredOutput, pack_output, stored_output
 from numcheck.localize import failure as localize
 from numcheck.localize.findings import Localization
+from numcheck.numerics.budget_origin import DEFAULTS_SOURCE, Default, FixtureArg, Origin
 from numcheck.numerics.budgets import Unmeasured, VariantBudget, complete_budget
 from numcheck.numerics.metrics import ErrorMetrics
 from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement
 from numcheck.numerics.verdict import Violation, check_topk, worst
 from numcheck.ops.spec import TopkSpec
 from numcheck.precision import precision_of
-from numcheck.report.budget_source import DEFAULTS_SOURCE
 from numcheck.report.render import Commands, failure_detail, verdict_message
 
 #: Sub-folder of the goldens folder that holds fixture goldens (no op name starts with "_").
@@ -160,9 +160,11 @@ class GoldenCheck:
         """
         __tracebackhide__ = True
         precision = precision or precision_of(actual.dtype)
+        caller = _caller()
         full = complete_budget(precision, {name: dict(budget or {})}, outputs=(name,),
                                topk_output=None,
-                               unmeasured={name: {"max_err_ratio": NO_ENVELOPE}})
+                               unmeasured={name: {"max_err_ratio": NO_ENVELOPE}},
+                               given_origins=_fixture_origins(name, budget, caller))
         ob = full.outputs[name]
         golden = self._golden(name, inputs, version, lambda: {name: reference_fn()})
         stored = stored_output(name, golden.tensors, path=golden.path, case=self._label(name),
@@ -173,7 +175,7 @@ class GoldenCheck:
             where = _localize(None, {name: actual}, {name: stored}, violations, full)
             raise GoldenCheckFailure(self._message(
                 name, violations, golden.path, metrics=metrics, localization=where,
-                budget=_budget_line(violations, ob.limits, budget, precision, _caller()),
+                budget=_budget_line(violations, ob.limits, full, precision, caller),
             ))
         return metrics
 
@@ -199,8 +201,10 @@ class GoldenCheck:
         :meth:`check`.
         """
         __tracebackhide__ = True
+        caller = _caller()
         full = complete_budget(precision, {name: dict(budget or {})}, outputs=(name,),
-                               topk_output=name)
+                               topk_output=name,
+                               given_origins=_fixture_origins(name, budget, caller))
         tb = full.topk
         assert tb is not None
         k = indices.shape[-1]
@@ -232,7 +236,7 @@ class GoldenCheck:
             where = _localize(TopkSpec(name, scores), {name: indices}, held, violations, full)
             message = self._message(
                 name, violations, golden.path, report, localization=where,
-                budget=_budget_line(violations, tb.limits, budget, precision, _caller()),
+                budget=_budget_line(violations, tb.limits, full, precision, caller),
             )
             raise GoldenCheckFailure(message)
         return report
@@ -353,19 +357,28 @@ def _caller() -> str:
     return f"{shown}:{frame.f_lineno}"
 
 
+def _fixture_origins(name: str, budget: Mapping[str, Any] | None,
+                     caller: str) -> dict[str, dict[str, Origin]]:
+    """Each key of ``budget=`` comes from the call at ``caller``."""
+    return {name: {key: FixtureArg(caller) for key in budget or {}}}
+
+
 def _budget_line(
-    violations: list[Violation], limits: Mapping[str, float], given: Mapping[str, Any] | None,
+    violations: list[Violation], limits: Mapping[str, float], budget: VariantBudget,
     precision: str, caller: str,
 ) -> str:
-    """Where the worst violation's limit is set: the ``budget=`` of the call, or the
-    precision's defaults row (and the key that would override it); "" for a rule (a NaN,
-    the -inf mask), which no budget sets."""
+    """Where the worst violation's limit is set, as the budget's record says: the
+    ``budget=`` of the call, or the precision's defaults row (and the key that would
+    override it in the call at ``caller``); "" for a rule (a NaN, the -inf mask), which no
+    budget sets."""
     top = worst(violations)
     if top is None or top.metric not in limits:
         return ""
     value = limits[top.metric]
-    if top.metric in (given or {}):
-        return f"{caller} (budget= of this check: {top.metric} = {value:g})"
-    return (f"{top.metric} = {value:g}: default for {precision} from {DEFAULTS_SOURCE} (no "
-            f"such key in budget= at {caller}; pass budget={{{top.metric!r}: ...}} to override)")
-
+    origin = budget.origin(top.output, top.metric)
+    if isinstance(origin, FixtureArg):
+        return f"{origin.where} (budget= of this check: {top.metric} = {value:g})"
+    row = origin.precision if isinstance(origin, Default) else precision
+    return (f"{top.metric} = {value:g}: default for {row} from {DEFAULTS_SOURCE} (no "
+            f"such key in budget= at {caller}; pass budget={{{top.metric!r}: ...}} to "
+            "override)")

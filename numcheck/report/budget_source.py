@@ -6,117 +6,83 @@ family of its class, never the variant alone), or the reference itself changed (
 the golden). When it is not clear which, the variant is the suspect. The failure message names the budget's
 location so the reader can tell which: the case file and line of the key
 (``cases/indexer.toml:24``), or, for a value nobody wrote, the defaults row it comes from
-(``default for bf16 from numcheck/numerics/budgets.py``). A variant whose table says ``budget_like =
-"bf16"`` is held to bf16's tables: the location is then bf16's key, and the message names the
-``budget_like`` line too, since that is where the two are tied.
+(``default for bf16 from numcheck/numerics/budgets.py``), and why that is the place: a
+variant whose table says ``budget_like = "bf16"`` is held to bf16's tables (the message names
+the ``budget_like`` line too, since that is where the two are tied), and a finer variant's
+output stored in a coarser dtype (mHC's bf16 ``y``) is held to the storage class's table on it.
 
-tomllib keeps no line numbers, so :func:`locate_key` reads the case file's lines itself: it
-follows table headers and dotted keys (``[c.budget.bf16.logits]`` then ``calc_diff = ...``,
-``[c.budget.bf16]`` then ``logits = { calc_diff = ... }``, ``budget.bf16.logits.calc_diff``
-under ``[c]``). Nothing here imports torch or pytest.
+None of that is worked out here: the case loader records each key's origin once, when it
+completes the budget (:attr:`numcheck.numerics.budgets.VariantBudget.origins`, with the lines
+it read from the file), and :func:`origin_text` only words that record. Nothing here imports
+torch or pytest.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
+from numcheck.numerics.budget_origin import (
+    DEFAULTS_SOURCE,
+    FixtureArg,
+    Given,
+    Inherited,
+    Lent,
+    NotMeasured,
+    Origin,
+)
 from numcheck.numerics.budgets import BUDGET_LIKE
 
-#: Where the per-precision default budgets live, as the message names it.
-DEFAULTS_SOURCE = "numcheck/numerics/budgets.py"
 
-_HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
-_KEY = re.compile(r"^\s*((?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')"
-                  r"(?:\s*\.\s*(?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*'))*)\s*=\s*(.*)$")
-
-
-def _split_key(dotted: str) -> list[str]:
-    parts = re.findall(r"\"([^\"]*)\"|'([^']*)'|([A-Za-z0-9_-]+)", dotted)
-    return [a or b or c for a, b, c in parts]
-
-
-def locate_key(path: Path, key: Sequence[str]) -> int | None:
-    """The 1-based line of the TOML file that sets ``key`` (a path of names), or None.
-
-    A key set inside an inline table (``logits = { calc_diff = 1e-5 }``) is found on the
-    line of that table.
-    """
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError:
-        return None
-    target = list(key)
-    table: list[str] = []
-    for number, line in enumerate(lines, start=1):
-        header = _HEADER.match(line)
-        if header:
-            table = _split_key(header.group(1))
-            continue
-        found = _KEY.match(line)
-        if not found:
-            continue
-        full = table + _split_key(found.group(1))
-        if full == target:
-            return number
-        rest = target[len(full):]
-        if (full == target[: len(full)] and found.group(2).lstrip().startswith("{") and rest
-                and re.search(rf"(^|[{{,\s.]){re.escape(rest[-1])}\s*=", found.group(2))):
-            return number
-    return None
-
-
-def locate_table(path: Path, case: str) -> int | None:
-    """The line of the case's own table header ``[<case>]``."""
-    return locate_key_header(path, [case])
-
-
-def locate_key_header(path: Path, key: Sequence[str]) -> int | None:
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError:
-        return None
-    for number, line in enumerate(lines, start=1):
-        header = _HEADER.match(line)
-        if header and _split_key(header.group(1)) == list(key):
-            return number
-    return None
-
-
-def budget_location(
-    source: Path,
-    shown_source: str,
+def origin_text(
+    origin: Origin,
+    *,
     case: str,
     variant: str,
     output: str,
-    metric: str,
-    *,
-    precision: str,
+    key: str,
     value: float,
-    lender: str | None = None,
+    source: str,
+    case_line: int | None = None,
 ) -> str:
-    """``cases/indexer.toml:24 ([tiny.budget.bf16.logits] calc_diff = 3.8e-06)``, or
-    ``calc_diff = 0.0001: default for bf16 from numcheck/numerics/budgets.py (no key in
-    cases/indexer.toml:12 [tiny])`` when the case file does not set it. For a variant that
-    borrows its budgets (``lender``: the loaded case's ``budget_like`` of the variant), the
-    lender's key, and the ``budget_like`` line."""
-    tables = lender or variant
-    tied = ""
-    if lender is not None:
-        tie = locate_key(source, [case, "budget", variant, BUDGET_LIKE])
-        tied = (f"{variant} takes {lender}'s budgets: {BUDGET_LIKE} at {shown_source}"
-                + ("" if tie is None else f":{tie}"))
-    line = locate_key(source, [case, "budget", tables, output, metric])
-    if line is not None:
-        where = f"{shown_source}:{line} ([{case}.budget.{tables}.{output}] {metric} = {value:g})"
-        return f"{where[:-1]}; {tied})" if tied else where
-    table = locate_table(source, case)
-    at = f"{shown_source}:{table}" if table is not None else shown_source
-    return (f"{metric} = {value:g}: default for {precision} from {DEFAULTS_SOURCE} ("
-            f"{tied + '; ' if tied else ''}no key in {at} [{case}]; set "
-            f"[{case}.budget.{tables}.{output}] {metric} to override)")
+    """Where the limit ``key = value`` of ``output`` of ``variant`` is set, for a message:
+    ``cases/indexer.toml:24 ([tiny.budget.bf16.logits] calc_diff = 3.8e-06)``, then why that
+    table holds the variant (``; bf16_folded takes bf16's budgets: budget_like at
+    cases/indexer.toml:10``, ``; y is stored in bf16, so tf32 takes bf16's budget on it``);
+    or ``calc_diff = 0.0001: default for bf16 from numcheck/numerics/budgets.py (no key in
+    cases/indexer.toml:12 [tiny]; set [tiny.budget.bf16.logits] calc_diff to override)``.
+    ``source``: the case file as the message shows it; ``case_line``: the line of the
+    case's table (``Case.lines[()]``)."""
+    steps: list[str] = []
+    table = variant  # the table a key set for this variant goes in: its own, or its lender's
+    while isinstance(origin, Lent | Inherited):
+        if isinstance(origin, Lent):
+            steps.append(f"{origin.borrower} takes {origin.lender}'s budgets: {BUDGET_LIKE} at "
+                         f"{_at(source, origin.line)}")
+            if origin.borrower == variant:
+                table = origin.lender
+        else:
+            steps.append(f"{origin.output} is stored in {origin.storage}, so {variant} takes "
+                         f"{origin.variant}'s budget on it (a key in [{case}.budget.{table}."
+                         f"{origin.output}] overrides it)")
+        origin = origin.source
+    why = "".join(f"; {step}" for step in steps)
+    if isinstance(origin, Given):
+        return f"{_at(source, origin.line)} ([{origin.table}] {key} = {value:g}{why})"
+    if isinstance(origin, FixtureArg):
+        return f"{origin.where} (budget= of this check: {key} = {value:g}{why})"
+    if isinstance(origin, NotMeasured):
+        return f"{key}: no limit, not measured ({origin.why})"
+    if origin.storage is not None:  # a Default, the one kind left
+        steps.append(f"{output} is stored in {origin.storage}, coarser than {variant}'s class")
+    return (f"{key} = {value:g}: default for {origin.precision} from {DEFAULTS_SOURCE} ("
+            + "".join(f"{step}; " for step in steps)
+            + f"no key in {_at(source, case_line)} [{case}]; set [{case}.budget.{table}."
+            f"{output}] {key} to override)")
+
+
+def _at(source: str, line: int | None) -> str:
+    return source if line is None else f"{source}:{line}"
 
 
 def calibrate_command(case_nodeid: str, device: str, *, pool: str = "",
@@ -147,11 +113,3 @@ def next_steps(calibrate: str, regenerate: str, *, family: str = "") -> list[str
          "that pools it refuses to write past its class's honest limits"),
         f"               the reference changed -> {regenerate}",
     ]
-
-
-def budget_precision(output: str, precision: str, output_precision: Mapping[str, str]) -> str:
-    """The defaults row an output's budget comes from (the coarser for a coarse output)."""
-    from numcheck.numerics.budgets import coarser
-
-    return coarser(precision, output_precision[output]) if output in output_precision else \
-        precision

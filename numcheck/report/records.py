@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from numcheck._version import __version__
 from numcheck.disk.atomic import atomic_write
+from numcheck.numerics.budget_origin import NotMeasured, origin_to_dict
 from numcheck.numerics.metric_names import (
     ERROR_METRICS,
     KEY_METRICS,
@@ -102,6 +103,11 @@ class Record:
     #: The variant's one-time preparation (numcheck/prepare.py): what it made and its own
     #: cast ledger, apart from the per-call ``casts``; None for a variant without one.
     prepared: dict[str, Any] | None = None
+    #: Where each value of ``budget`` is set, laid out as ``budget`` (output or ``topk`` ->
+    #: key -> origin as JSON data, numcheck/numerics/budget_origin.py), and the limits the
+    #: check did not hold because nothing measured them (kind ``unmeasured``, with why);
+    #: empty without a verdict.
+    budget_origin: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -193,6 +199,7 @@ def record_from_result(
         localization=[loc.as_dict() for loc in getattr(result, "localization", [])] or None,
         first_call_s=getattr(result, "first_call_s", None),
         prepared=_section(getattr(result, "prepared", None)),
+        budget_origin=_budget_origin(budget, result.ungated),
     )
 
 
@@ -257,6 +264,34 @@ def _budget_dict(budget: Any, ungated: Mapping[str, str]) -> dict[str, Any]:
             "tie_band": budget.topk.tie_band,
             "tie_band_kind": budget.topk.tie_band_kind,
         }
+    return out
+
+
+def _budget_origin(budget: Any, ungated: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Where each value of :func:`_budget_dict` is set, in its layout, with the limits left
+    out of it as not measured: those nothing measured on this device (``ungated``) and those
+    the budget has no limit for, since nothing can measure them wherever it is checked."""
+    every: Mapping[str, Mapping[str, Any]] = getattr(budget, "origins", {})
+    out: dict[str, dict[str, Any]] = {}
+    for name, ob in budget.outputs.items():
+        origins = every.get(name, {})
+        keys = [*ob.limits, "atol", "rtol", "allow_nan"]
+        row = {k: origin_to_dict(origins[k]) for k in keys if k in origins}
+        row.update({k: origin_to_dict(o) for k, o in origins.items()
+                    if isinstance(o, NotMeasured)})
+        row.update({key.partition(".")[2]: origin_to_dict(NotMeasured(why))
+                    for key, why in ungated.items() if key.partition(".")[0] == name})
+        if row:
+            out[name] = row
+    if budget.topk is not None:
+        topk: Mapping[str, Any] = next(
+            (o for n, o in every.items() if n not in budget.outputs), {})
+        tie = f"tie_band_{budget.topk.tie_band_kind}"
+        row = {k: origin_to_dict(topk[k]) for k in budget.topk.limits if k in topk}
+        if tie in topk:
+            row["tie_band"] = origin_to_dict(topk[tie])
+        if row:
+            out["topk"] = row
     return out
 
 

@@ -7,7 +7,7 @@ capped table; the case; the commands to reproduce and to regenerate.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -80,31 +80,28 @@ def expectation_lines(settled: Settled) -> list[str]:
 
 
 def _budget_line(result: CheckResult, top: Violation | None, source: str) -> str:
-    """Where the worst violation's limit is set: case file and line, or the defaults row."""
-    from numcheck.ops.registry import get_op
-    from numcheck.report.budget_source import budget_location, budget_precision, locate_key
+    """Where the worst violation's limit is set, as the budget's record says (its origin,
+    decided when the case was loaded): the case file and line, or the defaults row."""
+    from numcheck.report.budget_source import origin_text
 
     if top is None:
         return ""
     case, variant = result.case, result.variant
-    op = get_op(case.op)
     budget = case.budgets.get(variant)
-    limits: dict[str, float] = {}
+    origin = None if budget is None else budget.origin(top.output, top.metric)
+    limits: Mapping[str, float] = {}
     if budget is not None and top.output in budget.outputs:
-        limits = dict(budget.outputs[top.output].limits)
-    elif budget is not None and budget.topk is not None and op.topk is not None \
-            and top.output == op.topk.indices:
-        limits = dict(budget.topk.limits)
-    if top.metric in limits:
-        precision = budget_precision(top.output, op.variants[variant].precision,
-                                     op.output_precision)
-        return budget_location(case.source, source, case.id, variant, top.output, top.metric,
-                               precision=precision, value=limits[top.metric],
-                               lender=case.budget_like.get(variant))
+        limits = budget.outputs[top.output].limits
+    elif budget is not None and budget.topk is not None:
+        limits = budget.topk.limits
+    if origin is not None and top.metric in limits:
+        return origin_text(origin, case=case.id, variant=variant, output=top.output,
+                           key=top.metric, value=limits[top.metric], source=source,
+                           case_line=case.lines.get(()))
     table = {"casts": "overhead", "kernels": "overhead", "perf": "perf"}.get(top.output)
     if table is None:
         return ""  # a rule, not a budget (a NaN, the -inf mask): nothing to tune
-    line = locate_key(case.source, [case.id, table, variant, top.metric])
+    line = case.lines.get((table, variant, top.metric))
     if line is not None:
         return f"{source}:{line} ([{case.id}.{table}.{variant}] {top.metric})"
     return (f"{top.metric}: default of the {table} gate (set [{case.id}.{table}.{variant}] "
