@@ -86,15 +86,6 @@ class CalibrationMode:
 
     # -- one check ----------------------------------------------------------------------
 
-    def run(self, item: Any, state: Any) -> None:
-        """Measure one (case, variant, device) check and keep what it measured on the item."""
-        check = CheckRef(op=item.case.op, case=item.case.id, source=item._source(),
-                         path=str(Path(item.path).resolve()), device=item.device,
-                         nodeid=item.nodeid)
-        item.numcheck_calibration = self.measure(item.case, item.variant, check,
-                                                 inputs=state.inputs_for,
-                                                 sections=state.sections)
-
     def measure(self, case: Case, variant: str, check: CheckRef, *,
                 inputs: Callable[[OpSpec, Case], CaseInputs],
                 sections: DeviceSections) -> list[Payload]:
