@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from test_cases import PLAIN, lookup
 
+from numcheck.calibrate.payloads import NumericsPayload, payload_from_data
 from numcheck.cases import Case, load_case_file, load_cases
 from numcheck.numerics.budget_origin import (
     Default,
@@ -201,9 +202,9 @@ def test_every_recorded_origin_of_the_shipped_cases_holds_the_value_the_gate_use
 # -- calibration reads the record: which table a suggestion belongs to ------------------------
 
 
-def _tf32_payload(case: Case, table: dict[str, Any]) -> dict[str, Any]:
+def _tf32_payload(case: Case, table: dict[str, Any]) -> NumericsPayload:
     budget = case.budgets["tf32"]
-    return {"kind": "numerics", "source": "cases/mhc.toml", "path": "/x/cases/mhc.toml",
+    return payload_from_data({"op": "mhc_pre", "kind": "numerics", "source": "cases/mhc.toml", "path": "/x/cases/mhc.toml",
             "case": case.id, "variant": "tf32", "device": "cpu", "nodeid": "n", "runs": True,
             "expect": [], "seeds": [0, 1000], "fresh": 1, "first_seed": 1000, "k": 0,
             "topk_output": None,
@@ -211,7 +212,7 @@ def _tf32_payload(case: Case, table: dict[str, Any]) -> dict[str, Any]:
             "reference": "fp32", "reference_device": "cpu", "budget_like": None,
             "precision": "tf32", "output_precision": {"y": "bf16"}, "pool": ["tf32"],
             "limits": {o: dict(ob.limits) for o, ob in budget.outputs.items()},
-            "record": None, "origins": origins_to_dict(budget.origins), "table": table}
+            "record": None, "origins": origins_to_dict(budget.origins), "table": table})
 
 
 def test_calibration_never_writes_an_inherited_key_into_the_finer_variants_table(

@@ -475,18 +475,22 @@ def test_runs_on_other_devices_pool_into_one_budget(pytester: pytest.Pytester) -
 
 
 def test_timing_runs_of_earlier_runs_combine() -> None:
-    from numcheck.plugin.calibration import combine_speed
+    from numcheck.calibrate.payloads import CheckRef, SpeedPayload, SpeedRun
+    from numcheck.calibrate.speed import combine_speed
 
-    def run(device: str, runs: list[float], path: str = "/here/cases/dot.toml") -> dict:
-        return {"kind": "speed", "source": "cases/dot.toml", "case": "small", "variant": "bf16",
-                "device": device, "path": path, "nodeid": "n", "runs": [[r, r, r] for r in runs]}
+    def run(device: str, runs: list[float], path: str = "/here/cases/dot.toml",
+            case: str = "small") -> SpeedPayload:
+        return SpeedPayload(check=CheckRef("dot", case, "cases/dot.toml", path, device, "n"),
+                            variant="bf16", runs=tuple(SpeedRun(r, r, r) for r in runs),
+                            expected_fail=False, current=None)
 
     here = run("cuda", [1.2, 1.3])
     out = combine_speed([here], [run("cuda", [1.1], "/elsewhere"), run("cpu", [0.9], "/elsewhere")])
-    assert [[r[0] for r in p["runs"]] for p in out] == [[1.2, 1.3, 1.1], [0.9]]
-    assert [p["path"] for p in out] == ["/here/cases/dot.toml"] * 2  # written here
-    assert here["runs"] == [[1.2] * 3, [1.3] * 3]  # the input is not changed
-    other_case = dict(run("cuda", [1.0]), case="big")
+    assert [[r.median for r in p.runs] for p in out] == [[1.2, 1.3, 1.1], [0.9]]
+    assert [p.check.path for p in out] == ["/here/cases/dot.toml"] * 2  # written here
+    assert [p.check.device for p in out] == ["cuda", "cpu"]
+    assert here.runs == (SpeedRun(1.2, 1.2, 1.2), SpeedRun(1.3, 1.3, 1.3))  # input unchanged
+    other_case = run("cuda", [1.0], case="big")
     assert len(combine_speed([here], [other_case])) == 1  # not selected in this run
 
 

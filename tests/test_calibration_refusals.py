@@ -19,6 +19,7 @@ from numcheck.calibrate import main as calibrate_main
 from numcheck.calibrate import suggestion_findings
 from numcheck.calibrate.family import honest_family
 from numcheck.calibrate.honest import family_findings
+from numcheck.calibrate.payloads import NumericsPayload, payload_from_data
 from numcheck.calibrate.plan import RunInfo, plan_numerics
 from numcheck.cases import CaseFileError, load_case_file, load_cases
 from numcheck.numerics.budget_origin import Default, Given, origin_to_dict
@@ -329,15 +330,19 @@ def test_a_record_naming_a_member_the_run_cannot_measure_is_refused() -> None:
             in gap.text)
 
 
-def _payload(table: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"kind": "numerics", "source": "cases/dot.toml", "path": "/x/cases/dot.toml",
-            "case": "c", "variant": "bf16", "device": "cpu", "nodeid": "n", "runs": True,
-            "expect": [], "seeds": [0, 1000], "fresh": 1, "first_seed": 1000, "k": 0,
-            "topk_output": None, "gated": {"y": ["calc_diff", "max_err_ratio", "rel_fro"]},
-            "reference": "fp32", "reference_device": "cpu", "budget_like": None,
-            "precision": "bf16", "output_precision": {}, "pool": ["bf16"],
-            "limits": {"y": {"rel_fro": 1e-2, "calc_diff": 1e-4}}, "record": None,
-            "table": table, **extra}
+def _payload(table: dict[str, Any], **extra: Any) -> NumericsPayload:
+    """A numerics payload from its plain form (as a worker ships it, or a file keeps it)."""
+    payload = payload_from_data({
+        "op": "dot", "case": "c", "source": "cases/dot.toml", "path": "/x/cases/dot.toml",
+        "device": "cpu", "nodeid": "n", "kind": "numerics", "variant": "bf16", "runs": True,
+        "expect": [], "seeds": [0, 1000], "fresh": 1, "first_seed": 1000, "k": 0,
+        "topk_output": None, "gated": {"y": ["calc_diff", "max_err_ratio", "rel_fro"]},
+        "reference": "fp32", "reference_device": "cpu", "budget_like": None,
+        "precision": "bf16", "output_precision": {}, "pool": ["bf16"],
+        "limits": {"y": {"rel_fro": 1e-2, "calc_diff": 1e-4}}, "record": None,
+        "table": table, **extra})
+    assert isinstance(payload, NumericsPayload)
+    return payload
 
 
 def _given(**values: float) -> dict[str, Any]:

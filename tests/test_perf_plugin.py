@@ -182,7 +182,7 @@ def test_perf_flag_needs_numcheck(pytester: pytest.Pytester) -> None:
     ],
 )
 def test_gates_a_run_measures(device: str, perf: bool, explain: bool, gates: set[str]) -> None:
-    from numcheck.plugin.session import run_gates
+    from numcheck.plugin.runconfig import run_gates
 
     assert run_gates(device, perf=perf, explain=explain) == gates
 

@@ -340,3 +340,50 @@ def test_regen_without_numcheck_writes_no_case_golden(pytester: pytest.Pytester)
     result.stdout.fnmatch_lines([("numcheck: --numcheck-regen without --numcheck regenerates "
                                  "only numcheck_golden checks*")])
     assert not golden(pytester).exists()
+
+
+SEAM_CONFTEST = CONFTEST + '''
+import pytest
+
+SEEN = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    """Stand in for a process-isolating executor: see every request, run it in this
+    process, and have one check die where its worker process would."""
+    from numcheck.ops.spec import VariantError
+    from numcheck.plugin.session import NumcheckSession
+
+    state = config.stash[NumcheckSession.KEY]
+    real = state.executor
+
+    def seam(request):
+        SEEN.append(f"{request.variant}[{request.device}]")
+        if request.variant == "bf16":
+            raise VariantError("bf16 died in its worker process")
+        return real(request)
+
+    state.executor = seam
+
+
+def pytest_unconfigure(config):
+    (config.rootpath / "seen.txt").write_text(" ".join(SEEN))
+'''
+
+
+def test_every_check_runs_through_the_session_executor(pytester: pytest.Pytester) -> None:
+    """The items run their checks only through NumcheckSession.executor (the seam process
+    isolation replaces, numcheck.check.executor): an executor put in its place sees every
+    check once, what it returns is the verdict, and what it raises is the check's error."""
+    make_project(pytester, variants='"bf16", "far_flips"')
+    pytester.makeconftest(SEAM_CONFTEST)
+    write_goldens(pytester)
+    result = pytester.runpytest("--numcheck")
+    result.assert_outcomes(passed=1, failed=2)
+    assert (pytester.path / "seen.txt").read_text() == "fp32[cpu] bf16[cpu] far_flips[cpu]"
+    result.stdout.fnmatch_lines([
+        "numcheck VariantError indexer::tiny::bf16[cpu]",
+        "  bf16 died in its worker process",
+        "numcheck FAIL indexer::tiny::far_flips[[]cpu[]]",
+    ])

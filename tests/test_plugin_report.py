@@ -113,16 +113,16 @@ def test_the_environment_is_asked_only_for_a_report_written(
     """The run's environment starts git (and nvidia-smi on CUDA): a run that writes nothing
     never builds it, whatever its verdict (the gate's verdict reads records only), and a run
     that writes a report, a markdown summary and a saved copy builds it once for all three."""
-    from numcheck.plugin import session
+    from numcheck.plugin import reporting
 
     calls: list[str] = []
-    real = session.environment
+    real = reporting.environment
 
     def counted(**kwargs: Any) -> dict[str, Any]:
         calls.append(kwargs["device"])
         return real(**kwargs)
 
-    monkeypatch.setattr(session, "environment", counted)
+    monkeypatch.setattr(reporting, "environment", counted)
     make_project(pytester, variants='"bf16", "far_flips"', planted=True)
     write_goldens(pytester)
     pytester.runpytest("--numcheck").assert_outcomes(passed=2, failed=1)

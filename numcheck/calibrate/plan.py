@@ -2,8 +2,9 @@
 records that say what set them, and the reasons not to write (pure: no torch, no pytest).
 
 ``pytest --numcheck --numcheck-calibrate`` (:mod:`numcheck.plugin.calibration`) measures one
-(case, variant, device) check per item and ships what it measured as a plain dict (a
-*payload*) to the controller, which calls :func:`plan_numerics` once with all of them:
+(case, variant, device) check per item and ships what it measured (a
+:class:`~numcheck.calibrate.payloads.NumericsPayload`) to the controller, which calls
+:func:`plan_numerics` once with all of them:
 
 - each variant's tables pool the worst of its pool (``--numcheck-calibrate-pool``, or the
   pool its calibration record names), of the variants that borrow its budgets
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from numcheck.calibrate import (
     LOWER_IS_WORSE,
@@ -37,9 +38,9 @@ from numcheck.calibrate import (
     suggest_values,
 )
 from numcheck.calibrate.casewriter import Edit, format_number
+from numcheck.calibrate.payloads import NumericsPayload, Payload
 from numcheck.numerics.budget_origin import Given, Inherited, Origin, origins_from_dict, root
-from numcheck.numerics.budget_provenance import CalibrationRecord, parse_record
-from numcheck.numerics.budgets import BudgetError
+from numcheck.numerics.budget_provenance import CalibrationRecord
 from numcheck.numerics.metric_names import ERROR_METRICS, TOPK_LIMITS
 
 #: Width of ``key = value`` before the comment in printed tables.
@@ -59,49 +60,44 @@ class NumericsPlan:
     findings: list[guard.Finding] = field(default_factory=list)
 
 
-def table_out(table: WorstTable) -> dict[str, dict[str, list[Any]]]:
-    """A worst table as JSON-able lists (what a payload carries)."""
-    return {o: {m: w.as_list() for m, w in row.items()} for o, row in table.items()}
-
-
-def table_in(data: Mapping[str, Mapping[str, Sequence[Any]]]) -> WorstTable:
-    return {o: {m: Worst.from_list(w) for m, w in row.items()} for o, row in data.items()}
+P = TypeVar("P", bound=Payload)
 
 
 @dataclass
-class _Group:
+class Group(Generic[P]):
     """The payloads of one case file's case, in order."""
 
     source: str
     path: str
     case: str
-    payloads: list[dict[str, Any]]
+    payloads: list[P]
 
 
-def groups(payloads: list[dict[str, Any]]) -> Iterator[_Group]:
+def groups(payloads: Sequence[P]) -> Iterator[Group[P]]:
     """The payloads by (case file, case), in order of first appearance."""
-    found: dict[tuple[str, str], _Group] = {}
+    found: dict[tuple[str, str], Group[P]] = {}
     for p in payloads:
-        key = (p["path"], p["case"])
+        ref = p.check
+        key = (ref.path, ref.case)
         if key not in found:
-            found[key] = _Group(p["source"], p["path"], p["case"], [])
+            found[key] = Group(ref.source, ref.path, ref.case, [])
         found[key].payloads.append(p)
     return iter(found.values())
 
 
-def origins(payload: Mapping[str, Any]) -> dict[str, dict[str, Origin]]:
+def origins(payload: NumericsPayload) -> dict[str, dict[str, Origin]]:
     """Where each key of the payload's variant's budget is set (output -> key -> origin);
     empty for a payload that does not carry it (written before it did)."""
-    return origins_from_dict(payload.get("origins") or {})
+    return origins_from_dict(payload.origins)
 
 
-def own_keys(payload: Mapping[str, Any]) -> dict[str, list[str]]:
+def own_keys(payload: NumericsPayload) -> dict[str, list[str]]:
     """Per output, the keys the variant's own table sets in the case file."""
     return {output: [k for k, o in keys.items() if isinstance(o, Given)]
             for output, keys in origins(payload).items()}
 
 
-def inherited_keys(payload: Mapping[str, Any]) -> dict[str, dict[str, Inherited]]:
+def inherited_keys(payload: NumericsPayload) -> dict[str, dict[str, Inherited]]:
     """Per output, the keys the variant takes from the storage class's table."""
     found = {output: {k: o for k, o in keys.items() if isinstance(o, Inherited)}
              for output, keys in origins(payload).items()}
@@ -121,8 +117,8 @@ class RunInfo:
 
 
 def plan_numerics(
-    payloads: list[dict[str, Any]], run: RunInfo, *,
-    earlier: list[dict[str, Any]] | None = None,
+    payloads: Sequence[NumericsPayload], run: RunInfo, *,
+    earlier: Sequence[NumericsPayload] | None = None,
     accepted: Sequence[str] = (),
 ) -> NumericsPlan:
     """The budget tables of this run's numerics payloads, their edits, records and findings.
@@ -138,15 +134,15 @@ def plan_numerics(
     first = payloads[0]
     span = (f" ({run.first_seed}..{run.first_seed + run.fresh - 1})" if run.fresh else "")
     plan = NumericsPlan([
-        (f"# seeds: each case's own + {run.fresh} fresh{span}; reference: {first['reference']} "
-         f"recomputed on {first['reference_device']} (no golden read)"),
+        (f"# seeds: each case's own + {run.fresh} fresh{span}; reference: {first.reference} "
+         f"recomputed on {first.reference_device} (no golden read)"),
         ("# policy (docs/budgets.md, the headroom rule): errors 2x the worst, max_err_ratio "
          "1.25x, rounded up to 2 digits; recall floors 2x the worst miss; tie bands 2x the "
          "widest near-tie"),
     ])
-    before: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    before: dict[tuple[str, str, str], list[NumericsPayload]] = {}
     for p in earlier or []:
-        before.setdefault((p["source"], p["case"], p["variant"]), []).append(p)
+        before.setdefault((p.check.source, p.check.case, p.variant), []).append(p)
     source = None
     for group in groups(payloads):
         if group.source != source:
@@ -156,31 +152,31 @@ def plan_numerics(
     return plan
 
 
-def _plan_group(plan: NumericsPlan, group: _Group,
-                before: dict[tuple[str, str, str], list[dict[str, Any]]], run: RunInfo,
+def _plan_group(plan: NumericsPlan, group: Group[NumericsPayload],
+                before: dict[tuple[str, str, str], list[NumericsPayload]], run: RunInfo,
                 accepted: tuple[str, ...]) -> None:
     lines = plan.lines
-    measured: dict[str, list[dict[str, Any]]] = {}
+    measured: dict[str, list[NumericsPayload]] = {}
     for p in group.payloads:
-        measured.setdefault(p["variant"], []).append(p)
+        measured.setdefault(p.variant, []).append(p)
     for variant, found in list(measured.items()):
         found += before.get((group.source, group.case, variant), [])
     # A variant that takes another's budgets (budget_like) is held to that one table: its
     # measurements must fit inside it (never widen it), and it is never written as copies.
     borrowers: dict[str, list[str]] = {}
     for p in group.payloads:
-        if p["runs"] and p.get("budget_like") and not known_bad(p):
-            borrowers.setdefault(p["budget_like"], []).append(p["variant"])
+        if p.own_check and p.budget_like and not known_bad(p):
+            borrowers.setdefault(p.budget_like, []).append(p.variant)
     for p in group.payloads:
-        if not p["runs"]:
+        if not p.own_check:
             continue
-        variant = p["variant"]
+        variant = p.variant
         bad = known_bad(p)
         if bad:
             lines.append(f"# {group.case}: {variant} is known-bad (expect: "
                          f"{', '.join(bad)}): not budgeted")
             continue
-        lender = p.get("budget_like")
+        lender = p.budget_like
         if lender:
             held = ("its measurements must fit inside that table" if lender in measured
                     else f"select {lender} too to budget both: nothing suggested")
@@ -191,7 +187,7 @@ def _plan_group(plan: NumericsPlan, group: _Group,
         own = [q for m in members for q in measured[m] if informative(q)]
         if not own:
             lines.append(f"# {group.case}: {variant} is the reference, computed on "
-                         f"{p['device']} like the one it is compared with: nothing to "
+                         f"{p.check.device} like the one it is compared with: nothing to "
                          "budget (run on the GPU to budget its drift there)")
             continue
         lent = [b for b in borrowers.get(variant, []) if b not in members]
@@ -199,17 +195,16 @@ def _plan_group(plan: NumericsPlan, group: _Group,
         _plan_variant(plan, group, p, members, own, lent_parts, run, accepted)
 
 
-def _plan_variant(plan: NumericsPlan, group: _Group, p: dict[str, Any], members: list[str],
-                  own: list[dict[str, Any]], lent: list[dict[str, Any]], run: RunInfo,
-                  accepted: tuple[str, ...]) -> None:
-    case, variant, lines = group.case, p["variant"], plan.lines
-    precision = p.get("precision", "")
-    coarse = p.get("output_precision", {})
+def _plan_variant(plan: NumericsPlan, group: Group[NumericsPayload], p: NumericsPayload,
+                  members: list[str], own: list[NumericsPayload], lent: list[NumericsPayload],
+                  run: RunInfo, accepted: tuple[str, ...]) -> None:
+    case, variant, lines = group.case, p.variant, plan.lines
+    precision = p.precision
+    coarse = p.output_precision
     everything = own + lent
-    devices = {q["device"] for q in everything}
+    devices = {q.check.device for q in everything}
     labels = [label(q, devices) for q in everything]
-    tables = [relabel(table_in(q["table"]), lab) for q, lab in zip(everything, labels,
-                                                                     strict=True)]
+    tables = [relabel(q.table, lab) for q, lab in zip(everything, labels, strict=True)]
     own_tables = tables[:len(own)]
     if precision:
         plan.findings += guard.suspects(
@@ -225,7 +220,7 @@ def _plan_variant(plan: NumericsPlan, group: _Group, p: dict[str, Any], members:
                 case, lab, variant, widened, t, precision or "its class", coarse))
     # A borrower that widens the table without being accepted is left out of what would be
     # written (nothing is written while its finding stands).
-    keep = [i < len(own) or everything[i]["variant"] in accepted
+    keep = [i < len(own) or everything[i].variant in accepted
             or not _widened(cells_own, _cells(p, pool([*own_tables, tables[i]])))
             for i in range(len(everything))]
     table = pool(t for t, k in zip(tables, keep, strict=True) if k)
@@ -237,17 +232,16 @@ def _plan_variant(plan: NumericsPlan, group: _Group, p: dict[str, Any], members:
         lines.append(f"# {case}: {variant} equals the reference bit for bit on "
                      f"{', '.join(sorted(devices))}: these are floors; measure the devices it is "
                      f"gated on too (--numcheck-calibrate-with), or its class's honest members")
-        tighter = _tighter_than(cells, p.get("limits", {}))
+        tighter = _tighter_than(cells, p.limits)
         if tighter:
             plan.findings.append(guard.floor_tightening(
                 case, variant, ", ".join(sorted(devices)), precision or "its class", tighter))
-    if p.get("fresh") is not None and (p["fresh"], p.get("first_seed")) != (
-            run.fresh, run.first_seed):
+    if (p.fresh, p.first_seed) != (run.fresh, run.first_seed):
         lines.append(f"# {case}: {variant} measured on the seeds its record names: "
                      f"{_seeds_text(p)}")
-    if p.get("pool_from") == "record":
+    if p.pool_from == "record":
         lines.append(f"# {case}: {variant}'s pool from its calibration record: "
-                     f"{', '.join(p['pool'])}")
+                     f"{', '.join(p.pool)}")
     found = origins(p)
     for output, row in table.items():
         header = f"[{case}.budget.{variant}.{output}]"
@@ -266,13 +260,13 @@ def _plan_variant(plan: NumericsPlan, group: _Group, p: dict[str, Any], members:
     _judge_against_file(plan, group, p, cells, devices, members, floored=floored)
     record = CalibrationRecord(
         command=run.command, date=run.date, torch=run.torch,
-        pool=tuple(dict.fromkeys(q["variant"] for q in own)),
+        pool=tuple(dict.fromkeys(q.variant for q in own)),
         devices=tuple(sorted(devices)), seeds=tuple(_case_seeds(p)),
-        fresh_seeds=int(p.get("fresh") or 0), first_fresh_seed=int(p.get("first_seed") or 0))
+        fresh_seeds=p.fresh, first_fresh_seed=p.first_seed)
     plan.records.setdefault(group.path, {})[(case, variant)] = record
 
 
-def _judge_against_file(plan: NumericsPlan, group: _Group, p: dict[str, Any],
+def _judge_against_file(plan: NumericsPlan, group: Group[NumericsPayload], p: NumericsPayload,
                         cells: dict[str, dict[str, float]], devices: set[str],
                         members: Sequence[str], *, floored: bool = False) -> None:
     """The findings that depend on what the case file holds: its record, the values it sets
@@ -280,21 +274,16 @@ def _judge_against_file(plan: NumericsPlan, group: _Group, p: dict[str, Any],
     refused as floors already (the tightening need not be said twice). What the file sets
     is the payload's origin record's to say (the keys given in the variant's own table, at
     the values its budget holds)."""
-    case, variant = group.case, p["variant"]
-    limits = p.get("limits", {})
+    case, variant = group.case, p.variant
+    limits = p.limits
     tables = {output: {k: limits.get(output, {}).get(k) for k in keys}
               for output, keys in own_keys(p).items() if keys}
-    record = None
-    if p.get("record"):
-        try:
-            record = parse_record(variant, p["record"])
-        except BudgetError:
-            record = None  # the loader reported it already
+    record = p.record
     if record is not None:
         # A pool given on the command line is the run told otherwise; devices never are.
-        told = p.get("pool_from") == "option"
+        told = p.pool_from == "option"
         gap = guard.record_gaps(case, variant, record, record.pool if told else members,
-                                devices, p.get("pool_missing", []))
+                                devices, list(p.pool_missing))
         if gap is not None:
             plan.findings.append(gap)
     else:
@@ -315,7 +304,7 @@ def _judge_against_file(plan: NumericsPlan, group: _Group, p: dict[str, Any],
         plan.findings.append(guard.mixed_keys(case, variant, kept))
 
 
-def _cells(p: dict[str, Any], table: WorstTable, *, inherited: bool = False,
+def _cells(p: NumericsPayload, table: WorstTable, *, inherited: bool = False,
            ) -> dict[str, dict[str, float]]:
     """The suggested values of each output, those of keys the variant inherits left out
     (they belong to the storage class's table), or only those with ``inherited``."""
@@ -323,14 +312,14 @@ def _cells(p: dict[str, Any], table: WorstTable, *, inherited: bool = False,
     out = {}
     for output, row in table.items():
         values = suggest_values({m: w.value for m, w in row.items()},
-                                topk=output == p["topk_output"], k=p["k"],
-                                gated=p["gated"].get(output, ()))
+                                topk=output == p.topk_output, k=p.k,
+                                gated=p.gated.get(output, ()))
         out[output] = {k: v for k, v in values.items()
                        if (k in taken.get(output, {})) == inherited}
     return out
 
 
-def _inherited_note(case: str, variant: str, output: str, p: dict[str, Any],
+def _inherited_note(case: str, variant: str, output: str, p: NumericsPayload,
                     table: WorstTable) -> list[str]:
     """The keys ``output`` inherits, said and never written: they are the storage class's
     table's (docs/budgets.md, "Outputs stored in a coarser dtype"), set by calibrating that
@@ -342,7 +331,7 @@ def _inherited_note(case: str, variant: str, output: str, p: dict[str, Any],
     at = root(first)
     where = at.table if isinstance(at, Given) else f"{case}.budget.{first.variant}.{output}"
     suggested = _cells(p, {output: table[output]}, inherited=True)[output]
-    limits = p.get("limits", {}).get(output, {})
+    limits = p.limits.get(output, {})
     past = [f"{k} {format_number(v)} (the table: {format_number(limits[k])})"
             for k, v in suggested.items() if k in limits and _wider(k, v, limits[k])]
     text = (f"# {case}: {variant}'s {output} takes {', '.join(taken)} from [{where}] "
@@ -379,21 +368,21 @@ def _tighter_than(cells: dict[str, dict[str, float]], limits: Mapping[str, Mappi
     return found
 
 
-def _case_seeds(p: dict[str, Any]) -> list[int]:
-    fresh, first = int(p.get("fresh") or 0), int(p.get("first_seed") or 0)
+def _case_seeds(p: NumericsPayload) -> list[int]:
+    fresh, first = p.fresh, p.first_seed
     extra = set(range(first, first + fresh))
-    return [s for s in p.get("seeds", []) if s not in extra]
+    return [s for s in p.seeds if s not in extra]
 
 
-def _seeds_text(p: dict[str, Any]) -> str:
-    fresh, first = int(p.get("fresh") or 0), int(p.get("first_seed") or 0)
+def _seeds_text(p: NumericsPayload) -> str:
+    fresh, first = p.fresh, p.first_seed
     own = ", ".join(str(s) for s in _case_seeds(p))
     return f"{own} + {fresh} fresh ({first}..{first + fresh - 1})" if fresh else own
 
 
-def known_bad(payload: dict[str, Any]) -> list[str]:
+def known_bad(payload: NumericsPayload) -> list[str]:
     """The expected failures of a known-bad variant that name one of its outputs."""
-    return [f for f in payload["expect"] if f.partition(".")[0] in payload["table"]]
+    return [f for f in payload.expect if f.partition(".")[0] in payload.table]
 
 
 def _exact(table: WorstTable) -> bool:
@@ -402,25 +391,25 @@ def _exact(table: WorstTable) -> bool:
     return bool(values) and not any(values)
 
 
-def informative(payload: dict[str, Any]) -> bool:
+def informative(payload: NumericsPayload) -> bool:
     """False for the reference compared with itself on the device it was computed on."""
-    return not (payload["variant"] == payload["reference"]
-                and payload["reference_device"] == payload["device"])
+    return not (payload.variant == payload.reference
+                and payload.reference_device == payload.check.device)
 
 
-def label(payload: dict[str, Any], devices: set[str]) -> str:
-    return payload["variant"] if len(devices) == 1 else f"{payload['variant']} {payload['device']}"
+def label(payload: Payload, devices: set[str]) -> str:
+    return payload.variant if len(devices) == 1 else f"{payload.variant} {payload.check.device}"
 
 
 def relabel(table: WorstTable, name: str) -> WorstTable:
     return {o: {m: replace(w, variant=name) for m, w in row.items()} for o, row in table.items()}
 
 
-def pool_of(payload: dict[str, Any], measured: Mapping[str, Any]) -> list[str]:
+def pool_of(payload: NumericsPayload, measured: Mapping[str, Any]) -> list[str]:
     """The measured variants budgeted together with the payload's variant (itself first):
     its pool (the option's, or its record's), as far as this run measured it."""
-    variant = payload["variant"]
-    members = payload.get("pool") or [variant]
+    variant = payload.variant
+    members = payload.pool or (variant,)
     return [variant, *(m for m in members if m != variant and m in measured)]
 
 

@@ -1,8 +1,9 @@
 """What a check keeps for its readers beyond the verdict: plot data, a row note, and, on a
 failure, the obtained file.
 
-Called by the pytest session after :func:`numcheck.check.run_check`; plain functions of the
-check's result, so they are tested without pytest.
+Called by the run's executor (:mod:`numcheck.check.executor`) after
+:func:`numcheck.check.run_check`; plain functions of the check's result, so they are tested
+without pytest.
 """
 
 from __future__ import annotations

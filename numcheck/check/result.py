@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from numcheck.cases import Case
@@ -116,6 +117,9 @@ class CheckResult:
     #: The variant's one-time preparation on the case's first seed, as the record's
     #: ``prepared`` section (:meth:`numcheck.prepare.Prepared.as_dict`); None without one.
     prepared: dict[str, Any] | None = None
+    #: Where a failed check's outputs were written for diffing against the golden (its
+    #: obtained file, numcheck.goldens.obtained); None when none was kept.
+    obtained: Path | None = None
 
     @property
     def passed(self) -> bool:

@@ -1,8 +1,9 @@
 """The pytest plugin (entry point ``pytest11: numcheck``): options, ini keys, switch-on.
 
 Glue only. Without ``--numcheck`` nothing is registered and torch is never imported, so
-plain ``pytest`` stays fast; with it, :class:`numcheck.plugin.session.NumcheckSession` is
-registered as a plugin and does the work through the pure modules. The
+plain ``pytest`` stays fast; with it, the run's state
+(:class:`numcheck.plugin.session.NumcheckSession`, in the stash) and its hooks
+(:mod:`numcheck.plugin.runhooks`) are registered and do the work through the pure modules. The
 ``numcheck_golden`` fixture is available in every run (it imports torch when a test asks
 for it), and ``pytest_numcheck_register`` (:mod:`numcheck.plugin.hooks`) lets a conftest.py add
 ops and variants.
@@ -200,11 +201,13 @@ def pytest_configure(config: pytest.Config) -> None:
                 raise pytest.UsageError(f"{needs} only works together with {OPTION}")
         return
     register_user_ops(config)
-    from numcheck.plugin.session import NumcheckSession  # torch is imported only when switched on
+    # torch is imported only when switched on.
+    from numcheck.plugin.runhooks import RunHooks
+    from numcheck.plugin.session import NumcheckSession
 
     session = NumcheckSession(config)
     config.stash[NumcheckSession.KEY] = session
-    config.pluginmanager.register(session, "numcheck-session")
+    config.pluginmanager.register(RunHooks(session), "numcheck-session")
     register_calibration(config)
 
 

@@ -4,15 +4,16 @@ budgets and speed thresholds, and (on request) write them into the case files.
 Registered as a plugin by :mod:`numcheck.plugin` when a calibration option is on. The
 checks are collected and selected exactly as in a gating run (paths, ``-k``, the device,
 ops from conftest hooks and entry points); each check then measures instead of gating
-(:meth:`CalibrationMode.run`), so a variant over its current budget does not fail the run.
-What a check measured travels on its test report (as the gate's records do, so pytest-xdist
-works) and the controller prints the suggestions at the end:
+(:meth:`CalibrationMode.measure`), so a variant over its current budget does not fail the
+run. What a check measured (typed payloads, :mod:`numcheck.calibrate.payloads`) travels on
+its test report as plain data (as the gate's records do, so pytest-xdist works) and the
+controller prints the suggestions at the end:
 
 - numerics (:mod:`numcheck.calibrate`): worst values over the case's seeds and N fresh ones,
   against the reference recomputed on the CPU, turned into budget tables by the headroom
   policy; pools budget several variants as one;
-- speed (:mod:`numcheck.perf.thresholds`): K timing runs per check, turned into
-  ``speedup_min`` proposals for this device class.
+- speed (:mod:`numcheck.calibrate.speed`, :mod:`numcheck.perf.thresholds`): K timing runs
+  per check, turned into ``speedup_min`` proposals for this device class.
 
 Writing goes through :mod:`numcheck.calibrate.casewriter`, which names this run's command once in each
 written file's header (``# set by: pytest ... (<date>, <device>, torch <version>)``).
@@ -20,18 +21,29 @@ written file's header (``# set by: pytest ... (<date>, <device>, torch <version>
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from numcheck.calibrate import LOWER_IS_WORSE, References, calibration_seeds, measure_variant
-from numcheck.calibrate.casewriter import CaseWriteError, Change, Edit, format_number, write_edits
+from numcheck.calibrate.casewriter import CaseWriteError, Change, Edit, write_edits
 from numcheck.calibrate.guard import SUSPECT, Finding, accepted_notes, blocking
-from numcheck.calibrate.plan import COLUMN, RunInfo, groups, plan_numerics, table_out
-from numcheck.perf.thresholds import BAND, QUANTILE, propose_speedup_min
-from numcheck.plugin.calibration_options import RUN_FORMAT, Settings
+from numcheck.calibrate.payloads import (
+    CheckRef,
+    NumericsPayload,
+    Payload,
+    SpeedPayload,
+    SpeedRun,
+    payload_from_data,
+    payload_to_data,
+    save_run,
+)
+from numcheck.calibrate.plan import RunInfo, plan_numerics
+from numcheck.calibrate.speed import combine_speed, speed_section
+from numcheck.plugin.calibration_options import Settings
 from numcheck.plugin.options import (
     CALIBRATE_ACCEPT_OPTION,
     CALIBRATE_POOL_OPTION,
@@ -40,7 +52,15 @@ from numcheck.plugin.options import (
     CALIBRATE_WRITE_OPTION,
 )
 
-#: ``report.user_properties`` name of a check's measurements (a list of plain dicts).
+if TYPE_CHECKING:
+    from numcheck.cases import Case
+    from numcheck.check.run import CaseInputs
+    from numcheck.numerics.budget_provenance import CalibrationRecord
+    from numcheck.ops.registry import OpSpec
+    from numcheck.perf.sections import DeviceSections
+
+#: ``report.user_properties`` name of a check's measurements (their plain form, a list of
+#: dicts: :func:`numcheck.calibrate.payloads.payload_to_data`).
 PROPERTY = "numcheck_calibration"
 
 
@@ -52,7 +72,7 @@ class CalibrationMode:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
-        self.payloads: list[dict[str, Any]] = []
+        self.payloads: list[Payload] = []
         #: Collection order: the tables are printed in it, whatever order checks end in.
         self.order: list[str] = []
         self._refs: References | None = None
@@ -62,37 +82,38 @@ class CalibrationMode:
         self.summary: list[str] = []
         #: (case file, case, variant) of every selected check: a pool member with a check of
         #: its own is measured there, any other here.
-        self.selected: set[tuple[Any, str, str]] = set()
+        self.selected: set[tuple[Path, str, str]] = set()
 
     # -- one check ----------------------------------------------------------------------
 
-    def run(self, item: Any, state: Any) -> None:
-        """Measure one (case, variant, device) check and keep what it measured on the item."""
+    def measure(self, case: Case, variant: str, check: CheckRef, *,
+                inputs: Callable[[OpSpec, Case], CaseInputs],
+                sections: DeviceSections) -> list[Payload]:
+        """Measure one (case, variant, device) check (``check`` names it): its numerics
+        (and its pool members the run selected no check of), and its timing runs.
+        ``inputs`` gives the run's inputs of a case; ``sections`` its device locks."""
         from numcheck.ops.registry import get_op
 
-        case, variant, device = item.case, item.variant, item.device
         op = get_op(case.op)
-        common = {"op": case.op, "case": case.id, "source": item._source(),
-                  "path": str(Path(item.path).resolve()), "device": device,
-                  "nodeid": item.nodeid}
-        payloads: list[dict[str, Any]] = []
+        payloads: list[Payload] = []
         if self.settings.fresh is not None and not case.perf_only:
-            payloads += self._numerics(op, case, variant, device, common)
+            payloads += self._numerics(op, case, variant, check)
         if self.settings.speed_runs is not None and variant != op.reference:
-            payloads.append(self._speed(op, case, variant, device, state, common))
-        item.numcheck_calibration = payloads
+            payloads.append(self._speed(op, case, variant, check, inputs, sections))
+        return payloads
 
-    def _references(self, op: Any, case: Any, device: str) -> References:
+    def _references(self, op: OpSpec, case: Case, device: str) -> References:
         # Checks of one case run back to back: keep only the current case's references.
         if self._refs is None or self._refs.case is not case:
             self._refs = References(op, case, device)
         return self._refs
 
-    def _numerics(self, op: Any, case: Any, variant: str, device: str,
-                  common: dict[str, Any]) -> list[dict[str, Any]]:
+    def _numerics(self, op: OpSpec, case: Case, variant: str,
+                  check: CheckRef) -> list[Payload]:
         from numcheck.numerics.budget_origin import lender_of, origins_to_dict
 
         settings = self.settings
+        device = check.device
         budget = case.budgets[variant]
         # Whose tables the variant reads, as its budget's record says (budget_like): a
         # borrower has no tables, so no calibration record, of its own.
@@ -110,30 +131,31 @@ class CalibrationMode:
         seeds = calibration_seeds(case, fresh, first)
         refs = self._references(op, case, device)
         topk = op.topk.indices if op.topk is not None else None
-        gated = {name: sorted(ob.limits) for name, ob in budget.outputs.items()}
+        gated = {name: tuple(sorted(ob.limits)) for name, ob in budget.outputs.items()}
         limits: dict[str, dict[str, float]] = {
             name: dict(ob.limits) for name, ob in budget.outputs.items()}
         if budget.topk is not None and topk is not None:
-            gated[topk] = sorted(budget.topk.limits)
+            gated[topk] = tuple(sorted(budget.topk.limits))
             limits[topk] = {**budget.topk.limits, f"tie_band_{budget.topk.tie_band_kind}":
                             budget.topk.tie_band}
         expect = case.expect.get(variant)
         missing = [m for m in pool if m not in op.variants]
-        base = {**common, "kind": "numerics", "seeds": list(seeds), "fresh": fresh,
-                "first_seed": first, "k": int(case.params.get("index_topk", 0) or 0),
-                "topk_output": topk, "gated": gated, "reference": op.reference,
-                "reference_device": refs.device, "budget_like": lender,
-                "precision": op.variants[variant].precision,
-                "output_precision": dict(op.output_precision),
-                # where each key of the budget is set: which table a suggestion belongs to
-                "origins": origins_to_dict(budget.origins)}
-        out = [{**base, "variant": variant, "runs": True,
-                "expect": list(expect.fails) if expect else [], "pool": pool,
-                "pool_from": pool_from, "pool_missing": missing, "limits": limits,
-                "record": record.as_table() if record is not None else None,
-                "table": table_out(measure_variant(op, case, variant, device, seeds, refs))}]
+        own = NumericsPayload(
+            check=check, variant=variant, own_check=True, seeds=tuple(seeds), fresh=fresh,
+            first_seed=first, k=int(case.params.get("index_topk", 0) or 0), topk_output=topk,
+            gated=gated, reference=op.reference, reference_device=refs.device,
+            budget_like=lender,
+            precision=op.variants[variant].precision,
+            output_precision=dict(op.output_precision),
+            # where each key of the budget is set: which table a suggestion belongs to
+            origins=origins_to_dict(budget.origins),
+            expect=tuple(expect.fails) if expect else (), pool=tuple(pool),
+            pool_from=pool_from, pool_missing=tuple(missing), limits=limits, record=record,
+            table=measure_variant(op, case, variant, device, seeds, refs))
+        out: list[Payload] = [own]
         # Pool members without a check selected in this run are measured here, with this
-        # variant's budget (a member the case runs but -k or a node id left out included).
+        # variant's budget (a member the case runs but -k or a node id left out included);
+        # their payloads say what the case says of the variant, and carry only a table.
         for member in pool:
             if member in (variant, op.reference) or (case.source, case.id,
                                                      member) in self.selected:
@@ -141,11 +163,13 @@ class CalibrationMode:
             if member in missing or device not in op.variants[member].devices:
                 continue
             table = measure_variant(op, case, member, device, seeds, refs, budget=budget)
-            out.append({**base, "variant": member, "runs": False, "expect": [],
-                        "table": table_out(table)})
+            out.append(replace(own, variant=member, own_check=False, expect=(), pool=(),
+                               pool_from=None, pool_missing=(), limits={}, record=None,
+                               table=table))
         return out
 
-    def _pool(self, variant: str, record: Any) -> tuple[list[str], str | None]:
+    def _pool(self, variant: str,
+              record: CalibrationRecord | None) -> tuple[list[str], str | None]:
         """The variants budgeted with ``variant`` (itself first), and where that came from:
         a --numcheck-calibrate-pool naming it, else its calibration record's pool."""
         for members in self.settings.pools.values():
@@ -155,27 +179,29 @@ class CalibrationMode:
             return [variant, *(m for m in record.pool if m != variant)], "record"
         return [variant], None
 
-    def _speed(self, op: Any, case: Any, variant: str, device: str, state: Any,
-               common: dict[str, Any]) -> dict[str, Any]:
+    def _speed(self, op: OpSpec, case: Case, variant: str, check: CheckRef,
+               inputs: Callable[[OpSpec, Case], CaseInputs],
+               sections: DeviceSections) -> SpeedPayload:
         from numcheck.check.perf import measure_perf
         from numcheck.prepare import Preparations
 
-        cpu_inputs, _ = state.inputs_for(op, case).get(case.seeds[0])
+        device = check.device
+        cpu_inputs, _ = inputs(op, case).get(case.seeds[0])
         # One-time preparations are made once for the K runs, as for one check.
         preparer = Preparations().at(case.seeds[0])
-        points: list[list[float]] = []
+        points: list[SpeedRun] = []
         for _ in range(self.settings.speed_runs or 0):
             # The same call as a gated timing, K times; only the point speedups and their
             # intervals are kept (``estimate``; ``speedup`` in timing layers that name it so).
-            with state.sections.hold(exclusive=True):  # timing holds the device alone
+            with sections.hold(exclusive=True):  # timing holds the device alone
                 result = measure_perf(op, case, variant, device, cpu_inputs, preparer=preparer)
             est = getattr(result, "estimate", None) or result.speedup
-            points.append([est.median, est.low, est.high])
+            points.append(SpeedRun(est.median, est.low, est.high))
         expect = case.expect.get(variant)
-        return {**common, "kind": "speed", "variant": variant, "runs": points,
-                "expected_fail": bool(expect and "perf.speedup_min" in expect.fails),
-                "current": case.perf[variant].threshold(device) if variant in case.perf
-                else None}
+        return SpeedPayload(
+            check=check, variant=variant, runs=tuple(points),
+            expected_fail=bool(expect and "perf.speedup_min" in expect.fails),
+            current=case.perf[variant].threshold(device) if variant in case.perf else None)
 
     # -- hooks: measurements travel on the reports to the controller ---------------------
 
@@ -193,14 +219,15 @@ class CalibrationMode:
                          for item in session.items if hasattr(item, "case")}
         for item in session.items:
             case = getattr(item, "case", None)
-            members = self.settings.pools.get(getattr(item, "variant", ""), ())
+            variant = getattr(item, "variant", "")
+            members = self.settings.pools.get(variant, ())
             if case is None or not members:
                 continue
             op = get_op(case.op)
             for member in members:
                 if member not in op.variants:
                     raise pytest.UsageError(
-                        f"{CALIBRATE_POOL_OPTION} {item.variant}: op {op.name!r} has no variant "
+                        f"{CALIBRATE_POOL_OPTION} {variant}: op {op.name!r} has no variant "
                         f"{member!r} (its variants: {', '.join(op.variants)}). Fix: register it "
                         "(pytest_numcheck_register) or drop it from the pool")
 
@@ -209,7 +236,7 @@ class CalibrationMode:
         report = yield
         payloads = getattr(item, "numcheck_calibration", None)
         if payloads and call.when == "call":
-            report.user_properties.append((PROPERTY, payloads))
+            report.user_properties.append((PROPERTY, [payload_to_data(p) for p in payloads]))
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -219,7 +246,7 @@ class CalibrationMode:
             return
         for name, value in report.user_properties:
             if name == PROPERTY and isinstance(value, list):
-                self.payloads.extend(value)
+                self.payloads.extend(payload_from_data(p) for p in value)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Suggest, and on request write; the exit status says whether that went through.
@@ -269,13 +296,13 @@ class CalibrationMode:
         (numerics plan, speed proposals, findings, writes)."""
         settings = self.settings
         order = {nodeid: i for i, nodeid in enumerate(self._order())}
-        payloads = sorted(self.payloads, key=lambda p: order.get(p["nodeid"], len(order)))
+        payloads = sorted(self.payloads, key=lambda p: order.get(p.check.nodeid, len(order)))
         out: list[str] = []
         edits: dict[str, list[Edit]] = {}
-        numerics = [p for p in payloads if p["kind"] == "numerics"]
-        earlier = [p for p in settings.earlier if p["kind"] == "numerics"]
-        speed = combine_speed([p for p in payloads if p["kind"] == "speed"],
-                              [p for p in settings.earlier if p["kind"] == "speed"])
+        numerics = [p for p in payloads if isinstance(p, NumericsPayload)]
+        earlier = [p for p in settings.earlier if isinstance(p, NumericsPayload)]
+        speed = combine_speed([p for p in payloads if isinstance(p, SpeedPayload)],
+                              [p for p in settings.earlier if isinstance(p, SpeedPayload)])
         from datetime import date
 
         run = RunInfo(_command(self.config), date.today().isoformat(), _torch(),
@@ -288,13 +315,13 @@ class CalibrationMode:
         if settings.speed_runs is not None:
             runs = settings.speed_runs
             sections.append((f"suggested speedup_min ({_device(speed)}, {runs} runs each)",
-                             speed_section(speed, settings)))
+                             speed_section(speed, margin=settings.margin)))
         for title, (lines, found) in sections:
             out.append(f"\0numcheck calibrate: {title}")
             out += lines
             _merge(edits, found)
         if settings.json_path is not None:
-            save_run(settings.json_path, payloads)
+            save_run(settings.json_path, payloads, torch_version=_torch())
             out.append(f"numcheck calibrate: measurements saved to {settings.json_path} "
                        f"(pool them into another run with {CALIBRATE_WITH_OPTION} PATH)")
         stands = blocking(plan.findings, settings.accepted, settings.renew)
@@ -337,51 +364,6 @@ class CalibrationMode:
         return self.order
 
 
-# -- speed proposals (pure) ----------------------------------------------------------------
-
-
-def speed_section(
-    payloads: list[dict[str, Any]], settings: Settings
-) -> tuple[list[str], dict[str, list[Edit]]]:
-    """The printed ``speedup_min`` proposals and the edits that write them."""
-    if not payloads:
-        return ["numcheck calibrate: no timed check ran (the reference is not gated)"], {}
-    margin = settings.margin
-    lines = [(f"# rule: lower speedup of the runs (the {QUANTILE:.0%} quantile; the slowest "
-             f"run below 10 runs) x (1 - {margin:g}), rounded down to 3 digits; not gated "
-             f"within {BAND:.0%} of 1; known-bad variants (expect perf.speedup_min) keep failing")]
-    edits: dict[str, list[Edit]] = {}
-    source = None
-    for group in groups(payloads):
-        if group.source != source:
-            source = group.source
-            lines += ["", f"# {source}"]
-        for p in group.payloads:
-            device, variant = p["device"], p["variant"]
-            speedups = [run[0] for run in p["runs"]]
-            proposal = propose_speedup_min(speedups, margin=margin,
-                                           expected_fail=p["expected_fail"],
-                                           current=p["current"])
-            runs = " ".join(f"{s:.3f}" for s in speedups)
-            lowest = min(run[1] for run in p["runs"])
-            evidence = f"runs {runs}; lowest bound {lowest:.3f}"
-            header = f"[{group.case}.perf.{variant}]"
-            table = (group.case, "perf", variant)
-            if proposal.threshold is None:
-                lines.append(f"# {header} {proposal.reason}; {evidence}")
-                if p["current"] is not None:
-                    edits.setdefault(group.path, []).append(
-                        Edit(table, "speedup_min", None, sub=device))
-                continue
-            lines.append(header)
-            value = f"speedup_min = {{ {device} = {format_number(proposal.threshold)} }}"
-            lines.append(f"{value:<{COLUMN + 4}}# {proposal.reason}; {evidence}")
-            if not proposal.keep:
-                edits.setdefault(group.path, []).append(
-                    Edit(table, "speedup_min", proposal.threshold, sub=device))
-    return lines, edits
-
-
 def _tighter(change: Change) -> bool:
     """A written value that demands more than the file did (a lower error budget, a higher
     recall floor or speed threshold)."""
@@ -390,41 +372,6 @@ def _tighter(change: Change) -> bool:
     parts = change.where.split(".")
     raises = parts[-1] in LOWER_IS_WORSE or "speedup_min" in parts
     return change.new > change.old if raises else change.new < change.old
-
-
-def combine_speed(
-    payloads: list[dict[str, Any]], earlier: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """This run's timing payloads with earlier runs' of the same checks: runs on the same
-    device class add up (more evidence for one threshold); another device class gets its
-    own proposal, written into this run's case file."""
-    out = [dict(p, runs=list(p["runs"])) for p in payloads]
-    same = {(p["source"], p["case"], p["variant"], p["device"]): p for p in out}
-    paths = {(p["source"], p["case"], p["variant"]): p for p in out}
-    for p in earlier:
-        key = (p["source"], p["case"], p["variant"])
-        if key not in paths:
-            continue  # not selected in this run
-        if (*key, p["device"]) in same:
-            same[(*key, p["device"])]["runs"] += p["runs"]
-        else:
-            here = paths[key]
-            adopted = dict(p, path=here["path"], nodeid=here["nodeid"], runs=list(p["runs"]))
-            same[(*key, p["device"])] = adopted
-            out.append(adopted)
-    return out
-
-
-def save_run(path: Path, payloads: list[dict[str, Any]]) -> None:
-    """This run's measurements as JSON, for ``--numcheck-calibrate-with`` elsewhere."""
-    import json
-
-    import torch
-
-    data = {"numcheck_calibration": RUN_FORMAT, "torch": torch.__version__,
-            "devices": sorted({p["device"] for p in payloads}), "payloads": payloads}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1))
 
 
 def refusal_lines(findings: list[Finding], *, write: bool) -> list[str]:
@@ -474,16 +421,16 @@ def _command(config: pytest.Config) -> str:
     return "pytest " + shlex.join(config.invocation_params.args)
 
 
-def _when(payloads: list[dict[str, Any]]) -> str:
+def _when(payloads: Sequence[Payload]) -> str:
     """``2026-12-03, cpu, torch 2.13.0+cpu``: the date, the devices measured, torch."""
     from datetime import date
 
-    devices = ", ".join(sorted({p["device"] for p in payloads})) or "-"
+    devices = ", ".join(sorted({p.check.device for p in payloads})) or "-"
     return f"{date.today().isoformat()}, {devices}, torch {_torch()}"
 
 
-def _device(payloads: list[dict[str, Any]]) -> str:
-    return payloads[0]["device"] if payloads else "-"
+def _device(payloads: Sequence[Payload]) -> str:
+    return payloads[0].check.device if payloads else "-"
 
 
 def _torch() -> str:

@@ -10,10 +10,9 @@ time, so a bad combination is a usage error before anything runs.
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -33,12 +32,13 @@ from numcheck.plugin.options import (
     REGEN_OPTION,
 )
 
+if TYPE_CHECKING:
+    from numcheck.calibrate.payloads import Payload
+
 #: The options that switch calibration on or change what it does (each needs --numcheck).
 CALIBRATION_FLAGS = (CALIBRATE_OPTION, CALIBRATE_WRITE_OPTION, CALIBRATE_POOL_OPTION,
                      CALIBRATE_SPEED_OPTION, CALIBRATE_JSON_OPTION, CALIBRATE_WITH_OPTION,
                      CALIBRATE_ACCEPT_OPTION, CALIBRATE_RENEW_OPTION)
-#: The format tag of a --numcheck-calibrate-json file.
-RUN_FORMAT = 1
 #: Fresh seeds when ``--numcheck-calibrate`` is given without ``=N``.
 DEFAULT_FRESH_SEEDS = 20
 
@@ -144,7 +144,7 @@ class Settings:
     margin: float = 0.05
     #: Where to save this run's measurements, and earlier runs' measurements to pool in.
     json_path: Path | None = None
-    earlier: tuple[dict[str, Any], ...] = ()
+    earlier: tuple[Payload, ...] = ()
     #: Variants whose bug-sized measurements may be written anyway, and whether the tables
     #: are set from this run alone (the records' pool, seeds and devices not asked for).
     accepted: tuple[str, ...] = ()
@@ -194,7 +194,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         raise pytest.UsageError(str(exc)) from None
     here = config.invocation_params.dir
     json_path = here / get(CALIBRATE_JSON_OPTION) if get(CALIBRATE_JSON_OPTION) else None
-    earlier: list[dict[str, Any]] = []
+    earlier: list[Payload] = []
     for name in get(CALIBRATE_WITH_OPTION):
         earlier += load_run(here / name)
     accepted = tuple(dict.fromkeys(v.strip() for value in get(CALIBRATE_ACCEPT_OPTION)
@@ -232,20 +232,21 @@ def settings_from_config(config: pytest.Config) -> Settings:
     return settings
 
 
-def load_run(path: Path) -> list[dict[str, Any]]:
+def load_run(path: Path) -> list[Payload]:
     """The measurements of a ``--numcheck-calibrate-json`` file; a UsageError naming the
     file and the fix when it is not one."""
+    import json
+
+    # Only a calibration run reads one: the payloads' module is not imported otherwise.
+    from numcheck.calibrate.payloads import RUN_FORMAT, read_run
+
     fix = (f"pass a file written by {CALIBRATE_JSON_OPTION} (run pytest --numcheck "
            f"--numcheck-calibrate {CALIBRATE_JSON_OPTION} PATH where you measured)")
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        return read_run(path)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise pytest.UsageError(f"{CALIBRATE_WITH_OPTION} {path}: cannot read it ({exc}). "
                                 f"Fix: {fix}") from None
-    ok = isinstance(data, dict) and data.get("numcheck_calibration") == RUN_FORMAT
-    payloads = data.get("payloads") if ok else None
-    if not isinstance(payloads, list) or not all(
-            isinstance(p, dict) and p.get("kind") in ("numerics", "speed") for p in payloads):
+    except ValueError:
         raise pytest.UsageError(f"{CALIBRATE_WITH_OPTION} {path}: not a numcheck calibration "
-                                f"file (format {RUN_FORMAT}). Fix: {fix}")
-    return payloads
+                                f"file (format {RUN_FORMAT}). Fix: {fix}") from None

@@ -6,7 +6,7 @@ GPUs (N > device_count shares GPUs round-robin). The id in test names and record
 ``cuda``: a check's identity does not depend on which GPU ran it.
 
 Workers ship their records to the controller on the test reports (see
-:mod:`numcheck.plugin.session`); only the controller (or a run without xdist) writes reports.
+:mod:`numcheck.plugin.shipping`); only the controller (or a run without xdist) writes reports.
 Pure: nothing here imports torch or pytest.
 """
 

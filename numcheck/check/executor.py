@@ -1,0 +1,110 @@
+"""Where a run executes its checks: one request in, one :class:`CheckResult` out.
+
+This is the seam between a run (the pytest items, :mod:`numcheck.plugin.items`) and the
+code that runs a check. The items build a :class:`CheckRequest` (plain data: the case, the
+variant, the device) and call an :class:`Executor`; they read nothing back but the
+:class:`~numcheck.check.result.CheckResult` (or the error that left no verdict:
+:class:`~numcheck.goldens.files.GoldenError`, :class:`~numcheck.ops.spec.VariantError`,
+:class:`~numcheck.perf.timing.TimingError`), and decide the pytest outcome from it.
+
+:class:`InProcess` runs each check in the calling process, with the run's
+:class:`~numcheck.check.case_cache.CaseCache`: the case's golden, then
+:func:`numcheck.check.run_check`, then what the report keeps beyond the verdict (plot data,
+the tf32-on-CPU note) and, for a check that failed outside what its case expects, the
+obtained file (:attr:`CheckResult.obtained`). Everything the item needs is on the result,
+so the variant's output tensors never have to leave the executor: an executor that runs
+each check in a process of its own (a worker per device, restarted after a crash, a time
+limit per check) replaces :class:`InProcess` behind the same call (docs/architecture.md,
+"Where a check is executed").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from numcheck.cases import Case
+from numcheck.check import run_check
+from numcheck.check.case_cache import CaseCache
+from numcheck.check.extras import annotate, keep_failed
+from numcheck.check.firstcall import DEFAULT_NOTE_S, Progress
+from numcheck.check.result import CheckResult
+from numcheck.ops.registry import get_op
+from numcheck.perf.sections import DeviceSections
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """One check to execute, as plain data (what a check's process would be sent)."""
+
+    case: Case
+    variant: str
+    device: str
+    #: The command that regenerates the case's golden, named when the golden is refused.
+    regen_hint: str
+
+
+class Executor(Protocol):
+    """Runs one check and gives its result; raises only the errors that leave no verdict."""
+
+    def __call__(self, request: CheckRequest) -> CheckResult: ...
+
+
+def failed_outside_expectation(result: CheckResult) -> bool:
+    """A failure the run reports as one: not a known-bad variant caught as its case expects
+    (an xfail) nor one that escaped its expectation (a strict xpass), but violations of its
+    own."""
+    settled = result.settled
+    return not result.passed and (settled is None or bool(settled.outside))
+
+
+class InProcess:
+    """Executes each check in this process (the run's gates, device locks and caches)."""
+
+    def __init__(
+        self,
+        cases: CaseCache,
+        *,
+        gates: Collection[str],
+        explain: bool = False,
+        sections: DeviceSections | None = None,
+        progress: Progress | None = None,
+        first_call_note_s: float = DEFAULT_NOTE_S,
+        obtained_dir: Path,
+        root: Path,
+    ) -> None:
+        self.cases = cases
+        self.gates = gates
+        self.explain = explain
+        self.sections = sections
+        self.progress = progress
+        self.first_call_note_s = first_call_note_s
+        self.obtained_dir = obtained_dir
+        #: The obtained file names its golden relative to this folder (the rootdir).
+        self.root = root
+
+    def __call__(self, request: CheckRequest) -> CheckResult:
+        case = request.case
+        op = get_op(case.op)
+        golden = None if case.perf_only else self.cases.golden(op, case,
+                                                               regen_hint=request.regen_hint)
+        inputs = self.cases.inputs(op, case)
+        result = run_check(
+            op, case, request.variant, request.device, inputs, golden,
+            gates=self.gates, explain=self.explain, sections=self.sections,
+            keep_outputs=True, progress=self.progress,
+            first_call_note_s=self.first_call_note_s,
+        )
+        if golden is not None:
+            annotate(result, op, golden, inputs)
+        if failed_outside_expectation(result):
+            result.obtained = keep_failed(self.obtained_dir, result, inputs,
+                                          golden=relative(self.cases.path(op, case), self.root))
+        return result
+
+
+def relative(path: Path, root: Path) -> str:
+    """``path`` relative to ``root`` where it lies under it, else as it is."""
+    return str(path.relative_to(root) if path.is_relative_to(root) else path)
