@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from numcheck.inputs import normal, rng
+from numcheck.ops.batch import Batch
 from numcheck.ops.spec import Gemm, Inputs, OpSpec, Outputs, Params, ParamSpec, Variant
 from numcheck.ops.structure import Grouping, Structure
 from numcheck.precision import matmul_precision
@@ -182,6 +183,11 @@ STRUCTURE = {
 }
 
 
+#: A request is a token row (decode: one token per request): its x row against the shared
+#: hc_fn, scale and base; every output's row of that token.
+BATCH = Batch(inputs={"x": 0}, outputs={name: 0 for name in ("mixes", "pre", "post", "comb", "y")},
+              size_param="tokens")
+
 OP = OpSpec(
     name="mhc_pre",
     version=1,
@@ -209,4 +215,5 @@ OP = OpSpec(
     # envelope of max_err_ratio from it (docs/budgets.md).
     gemm_site=gemm_site,
     structure=STRUCTURE,
+    batch=BATCH,
 )
