@@ -108,6 +108,13 @@ class Record:
     #: check did not hold because nothing measured them (kind ``unmeasured``, with why);
     #: empty without a verdict.
     budget_origin: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: What the determinism and batch-invariance gates measured (numcheck/invariance/gate.py:
+    #: the outputs compared, the runs and the requests alone, and their differences); None
+    #: when neither ran.
+    invariance: dict[str, Any] | None = None
+    #: The op's outputs the variant does not compute (``Variant.produces``): not checked,
+    #: shown as not produced; empty for a variant that computes them all.
+    not_produced: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -200,6 +207,8 @@ def record_from_result(
         first_call_s=getattr(result, "first_call_s", None),
         prepared=_section(getattr(result, "prepared", None)),
         budget_origin=_budget_origin(budget, result.ungated),
+        invariance=_section(getattr(result, "invariance", None)),
+        not_produced=list(getattr(result, "not_produced", ())),
     )
 
 
