@@ -265,3 +265,26 @@ def test_a_gate_the_case_turns_on_for_another_device_does_not_run(tmp_path: Path
     golden, inputs = fresh_golden(op, case)
     result = run_check(op, case, "atomic_splitk", "cpu", inputs, golden, gates=GATES)
     assert result.passed and result.invariance is None
+
+
+def test_the_shipped_cases_turn_the_keys_on_where_they_were_measured_to_hold() -> None:
+    # cases/*.toml: measured with benchmarks/invariance.py (docs/reliability.md). Every
+    # numerics case deterministic on both devices; the indexer's CPU variants batch-invariant
+    # on the CPU only; no mHC variant batch-invariant (measured not to be on the CPU).
+    from numcheck.cases import load_cases
+
+    root = Path(__file__).resolve().parent.parent
+    cases = [c for c in load_cases(root / "cases") if not c.perf_only]
+    assert cases
+    for case in cases:
+        op = registry.get_op(case.op)
+        assert case.deterministic is not None, case.id
+        assert set(case.deterministic.variants) == {op.reference, *case.variants}
+        if case.op == "mhc_pre":
+            assert case.batch_invariant is None, case.id
+        else:
+            assert case.batch_invariant is not None, case.id
+            assert case.batch_invariant.devices == ("cpu",)
+            # Every variant that can run on a CPU (bf16_fp32out is CUDA-only in torch).
+            assert set(case.batch_invariant.variants) == {
+                op.reference, *case.variants} - {"bf16_fp32out"}
