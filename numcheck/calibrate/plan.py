@@ -156,10 +156,12 @@ def _plan_group(plan: NumericsPlan, group: _Group,
         if p["runs"] and p.get("budget_like") and not known_bad(p):
             borrowers.setdefault(p["budget_like"], []).append(p["variant"])
     raw: dict[str, Any] | None = None
+    planned: set[str] = set()
     for p in group.payloads:
-        if not p["runs"]:
-            continue
+        if not p["runs"] or p["variant"] in planned:
+            continue  # a sweep's other points: pooled into its first point's plan
         variant = p["variant"]
+        planned.add(variant)
         bad = known_bad(p)
         if bad:
             lines.append(f"# {group.case}: {variant} is known-bad (expect: "
@@ -194,7 +196,9 @@ def _plan_variant(plan: NumericsPlan, group: _Group, p: dict[str, Any], members:
     coarse = p.get("output_precision", {})
     everything = own + lent
     devices = {q["device"] for q in everything}
-    labels = [label(q, devices) for q in everything]
+    # A sweep's points pool as one case: each point's measurements keep its label.
+    labels = [label(q, devices) + (f" @{q['point']}" if q.get("point") else "")
+              for q in everything]
     tables = [relabel(table_in(q["table"]), lab) for q, lab in zip(everything, labels,
                                                                      strict=True)]
     own_tables = tables[:len(own)]
@@ -217,8 +221,10 @@ def _plan_variant(plan: NumericsPlan, group: _Group, p: dict[str, Any], members:
             for i in range(len(everything))]
     table = pool(t for t, k in zip(tables, keep, strict=True) if k)
     cells = _cells(p, table)
-    kept_labels = [lab for lab, k in zip(labels, keep, strict=True) if k]
+    kept = [q for q, k in zip(everything, keep, strict=True) if k]
+    kept_labels = list(dict.fromkeys(label(q, devices) for q in kept))
     shown = kept_labels if len(kept_labels) > 1 else []
+    points = list(dict.fromkeys(q["point"] for q in kept if q.get("point")))
     exact = _exact(table)
     if exact:
         lines.append(f"# {case}: {variant} equals the reference bit for bit on "
@@ -235,12 +241,14 @@ def _plan_variant(plan: NumericsPlan, group: _Group, p: dict[str, Any], members:
     if p.get("pool_from") == "record":
         lines.append(f"# {case}: {variant}'s pool from its calibration record: "
                      f"{', '.join(p['pool'])}")
+    over = f" over {len(points)} sweep points" if points else ""
     for output, row in table.items():
         header = f"[{case}.budget.{variant}.{output}]"
-        lines.append(header if not shown else f"{header}  # pooled: worst of {', '.join(shown)}")
+        lines.append(header if not (shown or over) else
+                     f"{header}  # pooled: worst of {', '.join(shown or kept_labels)}{over}")
         for key, value in cells[output].items():
             worst = row.get(MEASURED_BY.get(key, key))
-            lines.append(cell(key, value, worst_text(key, worst, bool(shown))))
+            lines.append(cell(key, value, worst_text(key, worst, bool(shown or over))))
             plan.edits.setdefault(group.path, []).append(
                 Edit((case, "budget", variant, output), key, value))
     floored = bool(plan.findings) and plan.findings[-1].kind == "floor" and \

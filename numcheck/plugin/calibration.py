@@ -72,7 +72,9 @@ class CalibrationMode:
 
         case, variant, device = item.case, item.variant, item.device
         op = get_op(case.op)
-        common = {"op": case.op, "case": case.id, "source": item._source(),
+        # A sweep's points are budgeted as one case: its table (Case.table), every point.
+        common = {"op": case.op, "case": case.table, "source": item._source(),
+                  "point": None if case.sweep is None else case.sweep.label,
                   "path": str(Path(item.path).resolve()), "device": device,
                   "nodeid": item.nodeid}
         payloads: list[dict[str, Any]] = []
@@ -100,6 +102,8 @@ class CalibrationMode:
             fresh = reused.fresh_seeds
         if reused is not None and not settings.first_seed_given:
             first = reused.first_fresh_seed
+        if case.inputs.file is not None:
+            fresh = 0  # recorded inputs: the file's calls are all there is
         pool, pool_from = self._pool(variant, reused)
         seeds = calibration_seeds(case, fresh, first)
         refs = self._references(op, case, device)

@@ -8,6 +8,7 @@ modules' exceptions into pytest outcomes with one message layout.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import shlex
 import sys
 from collections.abc import Iterator
@@ -71,6 +72,7 @@ from numcheck.report.render import Commands, failure_message, footer, summary_ta
 from numcheck.report.skips import collapse as collapse_skips
 from numcheck.report.skips import perf_only_reason
 from numcheck.report.step_summary import append_step_summary
+from numcheck.report.sweep_rows import fold_overhead_rows
 
 #: ``report.user_properties`` names on which a worker ships its record and its golden
 #: rewrites to the controller (pytest-xdist serialises user_properties with every report).
@@ -216,6 +218,8 @@ class NumcheckSession:
             self.device, enabled=self.device == "cuda" or "perf" in self.active_gates
         )
         self.overhead_rows: list[list[str]] = []
+        #: Per overhead row: the sweep case and point of its check (folded in the summary).
+        self.overhead_points: list[tuple[str, str] | None] = []
         #: A first call longer than this many seconds prints a progress line while it runs
         #: and is listed in the summary (numcheck.check.firstcall).
         raw = config.getini(options.FIRST_CALL_INI)
@@ -345,6 +349,8 @@ class NumcheckSession:
                               overhead),
                 "-" if prepared is None else prepared.cell(),
             ])
+            sweep = item.case.sweep
+            self.overhead_points.append(None if sweep is None else (sweep.case, sweep.label))
             if self.explain:
                 self.explained.append((item.display_id, overhead))
 
@@ -527,10 +533,11 @@ class NumcheckSession:
             tr.write_sep("-", "numcheck casts and copies (cast ledger per check; "
                          "docs/usage.md explains the columns)")
             # The last cell is a variant's one-time preparation: a column only when a
-            # checked variant has one.
-            header, rows = OVERHEAD_HEADER, [r[:-1] for r in self.overhead_rows]
-            if any(r[-1] != "-" for r in self.overhead_rows):
-                header, rows = [*OVERHEAD_HEADER, PREPARED_COLUMN], self.overhead_rows
+            # checked variant has one. A sweep's points: its worst point's row.
+            folded = fold_overhead_rows(self.overhead_rows, self.overhead_points)
+            header, rows = OVERHEAD_HEADER, [r[:-1] for r in folded]
+            if any(r[-1] != "-" for r in folded):
+                header, rows = [*OVERHEAD_HEADER, PREPARED_COLUMN], folded
             for line in table(header, rows):
                 tr.write_line(line)
         if self.explain:
@@ -613,18 +620,39 @@ def nothing_selected(config: pytest.Config, cases_dir: Path) -> str:
 
 
 class CaseFile(pytest.File):
-    """A ``cases/*.toml`` file: one collector per case in it."""
+    """A ``cases/*.toml`` file: one collector per case in it (a sweep's: one per point)."""
 
-    def collect(self) -> Iterator[CaseNode]:
+    def collect(self) -> Iterator[CaseNode | SweepNode]:
         state = self.config.stash[NumcheckSession.KEY]
-        for case in load_case_file(self.path):
+        # Calibration may read a case whose inputs still lack their own tables: it sets them.
+        cases = load_case_file(self.path, measuring=CalibrationMode.KEY in self.config.stash)
+        for case in cases:
             state.case_ids.claim(case)
-            yield CaseNode.from_parent(self, name=case.id, case=case)
+        for name, group in itertools.groupby(cases, key=lambda c: c.table):
+            points = list(group)
+            if points[0].sweep is None:
+                yield CaseNode.from_parent(self, name=name, case=points[0])
+            else:
+                yield SweepNode.from_parent(self, name=name, points=points)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, CaseFileError):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
+
+
+class SweepNode(pytest.Collector):
+    """A shape sweep: one case node per point, named by the point's label (``-k`` selects
+    it; the sweep's node id selects every point)."""
+
+    def __init__(self, *, points: list[Case], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.points = points
+
+    def collect(self) -> Iterator[CaseNode]:
+        for case in self.points:
+            assert case.sweep is not None
+            yield CaseNode.from_parent(self, name=case.sweep.label, case=case)
 
 
 class CaseNode(pytest.Collector):
@@ -669,15 +697,18 @@ class CheckItem(pytest.Item):
         # A budget too tight is calibrated on the class's honest family, never on the
         # failing variant alone (which would budget a bug in).
         family = honest_family(get_op(self.case.op), self.case, self.variant, self.device)
+        case_node = self.parent.nodeid  # type: ignore[union-attr]
+        # A sweep's budgets are its case's, set over every point: calibrate the whole sweep.
+        sweep = self.parent.parent if self.case.sweep is not None else None  # type: ignore[union-attr]
         return Commands(
             reproduce=f"pytest {options.OPTION}{dev} {shlex.quote(self.nodeid)}",
             regenerate=f"pytest {options.OPTION} {options.REGEN_OPTION} "
-            f"{shlex.quote(self.parent.nodeid)}",  # type: ignore[union-attr]
+            f"{shlex.quote(case_node)}",
             calibrate=calibrate_command(
-                self.parent.nodeid, self.device,  # type: ignore[union-attr]
+                case_node if sweep is None else sweep.nodeid, self.device,
                 pool=family.pool_option(),
-                checks=[f"{self.parent.nodeid}::{v}[{self.device}]"  # type: ignore[union-attr]
-                        for v in family.select]),
+                checks=[] if sweep is not None else
+                [f"{case_node}::{v}[{self.device}]" for v in family.select]),
             family=family.precision,
         )
 
@@ -766,7 +797,8 @@ class CheckItem(pytest.Item):
             self.record = record_without_verdict(
                 id=self.display_id, nodeid=self.nodeid, op=self.case.op, case=self.case.id,
                 variant=self.variant, device=self.device, source=self._source(),
-                worker=state.worker, **without_verdict,
+                worker=state.worker, sweep=None if self.case.sweep is None
+                else self.case.sweep.as_dict(), **without_verdict,
             )
         self.user_properties.extend(junit_properties(self.record))
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.report.records import Record
+from numcheck.report.sweep_rows import fold_sweeps
 
 if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports without torch
     from numcheck.check.result import CheckResult, Settled
@@ -98,16 +99,17 @@ def _budget_line(result: CheckResult, top: Violation | None, source: str) -> str
     if top.metric in limits:
         precision = budget_precision(top.output, op.variants[variant].precision,
                                      op.output_precision)
-        return budget_location(case.source, source, case.id, variant, top.output, top.metric,
+        # A sweep's point is held to its sweep case's tables (Case.table).
+        return budget_location(case.source, source, case.table, variant, top.output, top.metric,
                                precision=precision, value=limits[top.metric],
                                lender=case.budget_like.get(variant))
     table = {"casts": "overhead", "kernels": "overhead", "perf": "perf"}.get(top.output)
     if table is None:
         return ""  # a rule, not a budget (a NaN, the -inf mask): nothing to tune
-    line = locate_key(case.source, [case.id, table, variant, top.metric])
+    line = locate_key(case.source, [case.table, table, variant, top.metric])
     if line is not None:
-        return f"{source}:{line} ([{case.id}.{table}.{variant}] {top.metric})"
-    return (f"{top.metric}: default of the {table} gate (set [{case.id}.{table}.{variant}] "
+        return f"{source}:{line} ([{case.table}.{table}.{variant}] {top.metric})"
+    return (f"{top.metric}: default of the {table} gate (set [{case.table}.{table}.{variant}] "
             f"{top.metric} in {source} to override)")
 
 
@@ -262,8 +264,10 @@ def summary_table(records: Sequence[Record]) -> tuple[list[str], list[list[str]]
     """Header and rows of the summary table: one row per record, failing first.
 
     The terminal summary and the markdown summary both print this table, so they agree.
-    A speedup column appears when any record carries timing.
+    A speedup column appears when any record carries timing. A shape sweep's points are
+    folded into one row per variant and device (numcheck.report.sweep_rows).
     """
+    records = fold_sweeps(records)
     timed = any(r.timing for r in records)
     header = list(SUMMARY_HEADER)
     if timed:
