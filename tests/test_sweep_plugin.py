@@ -123,3 +123,22 @@ def test_regen_makes_every_point_and_the_sweep_names_its_failing_points(
     # -k selects a point; there the planted variant passes.
     result = pytester.runpytest("--numcheck", "-k", "max_context128")
     result.assert_outcomes(passed=3)
+
+
+def test_a_points_budget_line_names_the_sweeps_table(pytester: pytest.Pytester) -> None:
+    """Every point is held to its sweep case's tables: a miss names that table's line, and
+    the next step calibrates the whole sweep (its points pool into one table)."""
+    make_project(pytester)
+    path = pytester.path / "cases" / "sweeps.toml"
+    path.write_text(SWEEP.replace('["bf16", "tile_count_off_by_one"]', '["bf16"]')
+                    + "\n[tile.budget.bf16.logits]\nrel_fro = 1e-9\n")
+    line = path.read_text().splitlines().index("rel_fro = 1e-9") + 1
+    pytester.runpytest("--numcheck", "--numcheck-regen", "-k", "fp32")
+    result = pytester.runpytest("--numcheck", "-k", "max_context128 and bf16")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "numcheck FAIL indexer::tile@max_context128::bf16[[]cpu[]]",
+        f"  budget:      cases/sweeps.toml:{line} ([[]tile.budget.bf16.logits[]] rel_fro = 1e-09)",
+        ("*calibrate the honest bf16 family*: pytest --numcheck --numcheck-calibrate "
+        "--numcheck-device cpu cases/sweeps.toml::tile --numcheck-calibrate-pool bf16=*"),
+    ])
