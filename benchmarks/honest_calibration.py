@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", type=Path, nargs="+", metavar="JSON",
                     help="measure nothing: print the markdown table of docs/budgets.md")
     args = ap.parse_args(argv)
-    cases = [c for c in load_cases(ROOT / "cases") if not c.perf_only and args.select in c.id]
+    # A sweep's points share one table: pytest --numcheck --numcheck-calibrate pools them.
+    cases = [c for c in load_cases(ROOT / "cases") if not c.perf_only and args.select in c.id
+             and c.sweep is None and c.inputs.file is None]
     if args.ops:
         cases = sorted((c for c in cases if c.op in args.ops), key=lambda c: args.ops.index(c.op))
     if args.table:

@@ -14,6 +14,9 @@ their own ops and variants (docs/extending.md):
 - measure by hand: :func:`compare` -> :class:`ErrorMetrics`, :func:`calc_diff`,
   :func:`select_topk`, :func:`topk_agreement` -> :class:`TopkReport`;
 - seeded, device-independent inputs: :func:`rng`, :func:`normal`, :func:`quantize_e4m3`;
+  a case's input distribution and its draws: :func:`input_distribution`,
+  :func:`activations`, :data:`DISTRIBUTIONS` (``OpSpec(distributions=...)``); an op's
+  inputs recorded from a running model: :func:`record_inputs`, :func:`capture`;
   an honest FP32 reference: :func:`matmul_precision` (``tf32=False``);
 - the ``numcheck_golden`` fixture's type, :class:`GoldenCheck`, and its failures,
   :class:`GoldenCheckFailure` and :class:`GoldenError`;
@@ -59,6 +62,11 @@ _EXPORTS = {
     "rng": "numcheck.inputs",
     "normal": "numcheck.inputs",
     "quantize_e4m3": "numcheck.inputs",
+    "DISTRIBUTIONS": "numcheck.distributions",
+    "activations": "numcheck.distributions",
+    "input_distribution": "numcheck.distributions",
+    "record_inputs": "numcheck.recorded.record",
+    "capture": "numcheck.recorded.record",
     "matmul_precision": "numcheck.precision",
     "unpack_pair": "numcheck.goldens.packing",
     "with_preparation": "numcheck.prepare",
@@ -70,6 +78,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "DISTRIBUTIONS",
     "ErrorMetrics",
     "Gemm",
     "GoldenCheck",
@@ -88,14 +97,18 @@ __all__ = [
     "TopkSpec",
     "Variant",
     "__version__",
+    "activations",
     "add_gemm_members",
     "add_variant",
     "calc_diff",
+    "capture",
     "compare",
     "get_op",
+    "input_distribution",
     "matmul_precision",
     "normal",
     "quantize_e4m3",
+    "record_inputs",
     "register",
     "rng",
     "select_topk",
@@ -105,6 +118,7 @@ __all__ = [
 ]  # the same names as _EXPORTS (a test keeps them in step)
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads lazily
+    from numcheck.distributions import DISTRIBUTIONS, activations, input_distribution
     from numcheck.goldens.files import GoldenError
     from numcheck.goldens.packing import unpack_pair
     from numcheck.honest.gemm_family import add_gemm_members
@@ -130,6 +144,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
     from numcheck.plugin.golden_fixture import GoldenCheck, GoldenCheckFailure
     from numcheck.precision import matmul_precision
     from numcheck.prepare import with_preparation
+    from numcheck.recorded.record import capture, record_inputs
 
 
 __getattr__, __dir__ = _lazy_exports(__name__, globals(), _EXPORTS)

@@ -30,6 +30,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from numcheck.caseparts.inputs import (
+    INPUTS_KEY,
+    InputsError,
+    InputSpec,
+    defaults_left,
+    parse_inputs,
+)
+from numcheck.caseparts.sweep import SWEEP_KEY, SweepError, SweepPoint, expand
+from numcheck.distributions import INPUTS_PARAM
 from numcheck.gates import GATES, KERNELS_GATE, OUTPUT_METRICS, TOPK_METRICS
 from numcheck.honest.gemm_family import missing_envelope, yardstick
 from numcheck.numerics.budget_origin import Given, Inherited, Lent, NotMeasured, Origin
@@ -62,7 +71,7 @@ from numcheck.toml_lines import key_lines
 CASE_KEYS = (
     "op", "description", "preset", "shape", "seeds", "devices", "variants", "budget", "expect",
     "perf", "perf_only",
-    "overhead", PROVENANCE,
+    "overhead", PROVENANCE, SWEEP_KEY, INPUTS_KEY,
 )
 #: A case id becomes a file name and a test id, so it is kept to this alphabet.
 CASE_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -155,6 +164,18 @@ class Case:
     #: (``("overhead", "fp32", "max_cast_bytes_ratio")``; ``()``: the case's own table) ->
     #: 1-based line, read from the file's text when it is loaded (numcheck.toml_lines).
     lines: Mapping[tuple[str, ...], int] = field(default_factory=dict)
+    #: A point of a shape sweep (numcheck.caseparts.sweep): the sweep case it belongs to and
+    #: its values. ``id`` is then the point's (``<sweep case>@<label>``), ``params`` hold
+    #: its values; None for a case that sweeps nothing.
+    sweep: SweepPoint | None = None
+    #: What the inputs are: the op's default draw, another distribution, or a recorded
+    #: file (numcheck.caseparts.inputs).
+    inputs: InputSpec = field(default_factory=InputSpec)
+
+    @property
+    def table(self) -> str:
+        """The case's table in its file: its id, or a sweep point's sweep case."""
+        return self.id if self.sweep is None else self.sweep.case
 
 
 @dataclass(frozen=True)
@@ -257,11 +278,14 @@ class CaseIds:
             )
 
 
-def load_case_file(path: Path, *, lookup: OpLookup = registry.get_op) -> list[Case]:
+def load_case_file(path: Path, *, lookup: OpLookup = registry.get_op,
+                   measuring: bool = False) -> list[Case]:
     """The cases of one TOML file, in file order; any mistake raises :class:`CaseFileError`.
 
     ``lookup`` maps an op name to its spec and raises KeyError for an unknown name; tests pass
-    a fake one so they do not depend on the real ops.
+    a fake one so they do not depend on the real ops. ``measuring``: the case is read to be
+    calibrated, not gated, so a case off the default inputs may still lack the tables it
+    needs (numcheck.caseparts.inputs.defaults_left): calibration is what writes them.
     """
     try:
         with path.open("rb") as handle:
@@ -282,8 +306,16 @@ def load_case_file(path: Path, *, lookup: OpLookup = registry.get_op) -> list[Ca
     # Where each key is set, read once now: messages name a budget's line from the record
     # made here (VariantBudget.origins), never by reading the file again.
     lines = key_lines(text)
-    return [_parse_case(_Where(path, case_id, lines), body, lookup)
-            for case_id, body in data.items()]
+    return [point for case_id, body in data.items()
+            for point in _case_points(_Where(path, case_id, lines), body, lookup, measuring)]
+
+
+def _case_points(where: _Where, body: Any, lookup: OpLookup, measuring: bool) -> list[Case]:
+    """The case of one table; a sweep's points (one case each) for a table with ``sweep``."""
+    case = _parse_case(where, body, lookup, measuring=measuring)
+    if not isinstance(body, dict) or SWEEP_KEY not in body:
+        return [case]
+    return _sweep_points(where, body, lookup(case.op), case.preset, case)
 
 
 @dataclass(frozen=True)
@@ -307,7 +339,8 @@ class _Where:
         return {key[1:]: line for key, line in self.lines.items() if key[0] == self.case}
 
 
-def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
+def _parse_case(where: _Where, body: Any, lookup: OpLookup, *,
+                measuring: bool = False) -> Case:
     case_id = where.case
     if not CASE_ID_PATTERN.fullmatch(case_id):
         raise where.error(
@@ -353,6 +386,11 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
     perf = _parse_perf(where, body, op, variants, runs_on)
     overhead = _parse_overhead(where, body, op, variants, runs_on)
     provenance = _parse_provenance(where, body, op)
+    inputs = _parse_inputs(where, body, op, seeds, params)
+    left = defaults_left(op, inputs, body.get("budget", {}), budget_like, variants, budgets,
+                         case=case_id)
+    if left is not None and not measuring:
+        raise where.error(left.key, left.problem, left.fix)
     return Case(
         id=case_id,
         op=op.name,
@@ -371,7 +409,37 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
         budget_like=budget_like,
         provenance=provenance,
         lines=where.case_lines(),
+        inputs=inputs,
     )
+
+
+def _parse_inputs(where: _Where, body: Mapping[str, Any], op: OpSpec, seeds: tuple[int, ...],
+                  params: dict[str, Any]) -> InputSpec:
+    """The case's ``inputs`` (numcheck.caseparts.inputs); what it names joins the params."""
+    try:
+        spec = parse_inputs(body.get(INPUTS_KEY), op, folder=where.path.parent, seeds=seeds,
+                            params=params)
+    except InputsError as exc:
+        raise where.error(exc.key, exc.problem, exc.fix) from None
+    if spec.param() is not None:
+        params[INPUTS_PARAM] = spec.param()
+    return spec
+
+
+def _sweep_points(where: _Where, body: Mapping[str, Any], op: OpSpec, preset: str | None,
+                  case: Case) -> list[Case]:
+    """One case per point of the case's ``sweep`` (numcheck.caseparts.sweep)."""
+    if case.inputs.file is not None:
+        raise where.error(SWEEP_KEY, "a case on recorded inputs cannot sweep shapes: the "
+                          "recorded tensors are its shape", "remove the sweep, or the file")
+    try:
+        shape = {name: case.params[name] for name in body.get("shape", {})}
+        points = expand(op, case.id, body[SWEEP_KEY], preset=preset, shape=shape)
+    except SweepError as exc:
+        raise where.error(exc.key, exc.problem, exc.fix) from None
+    extra = {} if case.inputs.param() is None else {INPUTS_PARAM: case.inputs.param()}
+    return [replace(case, id=point.id, params={**params, **extra}, sweep=point)
+            for point, params in points]
 
 
 def _parse_provenance(

@@ -126,7 +126,10 @@ def pool(tables: Iterable[WorstTable]) -> WorstTable:
 
 
 def calibration_seeds(case: Case, fresh: int, first_seed: int = FIRST_FRESH_SEED) -> tuple[int, ...]:
-    """The case's own seeds, then ``fresh`` new ones from ``first_seed`` on (no repeats)."""
+    """The case's own seeds, then ``fresh`` new ones from ``first_seed`` on (no repeats).
+    A case on recorded inputs has its file's calls only (its seeds name them)."""
+    if case.inputs.file is not None:
+        return tuple(case.seeds)
     extra = [first_seed + i for i in range(fresh)]
     return tuple(dict.fromkeys([*case.seeds, *extra]))
 
@@ -468,8 +471,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               if exc.path == args.cases else f"python -m numcheck.calibrate: {exc}",
               file=sys.stderr)
         return 2
-    # Perf-only cases (production shapes, no golden) carry no numerics budget.
-    selected = [c for c in cases if args.select in c.id and not c.perf_only]
+    # Perf-only cases (production shapes, no golden) carry no numerics budget. A sweep's
+    # points share one table and recorded inputs have no fresh seeds: both are calibrated
+    # by pytest --numcheck --numcheck-calibrate (docs/cases.md).
+    selected = [c for c in cases if args.select in c.id and not c.perf_only
+                and c.sweep is None and c.inputs.file is None]
     if args.suggest:
         try:
             runs = [json.loads(p.read_text()) for p in args.suggest]

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from numcheck.caseparts.inputs import recorded_call
 from numcheck.cases import Case
 from numcheck.goldens.files import input_fingerprint
 from numcheck.honest.gemm_family import (
@@ -42,7 +43,10 @@ class CaseInputs:
 
     def get(self, seed: int) -> tuple[Inputs, str]:
         if seed not in self._made:
-            inputs = self.op.make_inputs(self.case.params, seed)
+            if self.case.inputs.file is not None:  # recorded inputs: call `seed` of the file
+                inputs = recorded_call(self.case.inputs, seed)
+            else:
+                inputs = self.op.make_inputs(self.case.params, seed)
             self._made[seed] = (inputs, input_fingerprint(inputs))
         return self._made[seed]
 

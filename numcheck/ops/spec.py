@@ -170,6 +170,14 @@ class OpSpec:
     #: envelope (``max_err_ratio``), next to :attr:`rounding_reference` and
     #: :attr:`rounding_alternatives`. None: the op declares no GEMM.
     gemm_site: GemmSite | None = None
+    #: The input distributions ``make_inputs`` draws (numcheck.distributions: it reads the
+    #: case's with ``input_distribution(params)``); a case naming another is refused.
+    distributions: tuple[str, ...] = ("normal",)
+    #: Recorded inputs against the case's parameters: ``check_inputs(inputs, params)``
+    #: returns a :class:`ParamProblem` per parameter the tensors contradict (``tokens`` for
+    #: an x of another length). Without it a recorded file is checked on its inputs'
+    #: names, dtypes and dimensions only (docs/extending.md, "Real inputs").
+    check_inputs: Callable[[Inputs, Params], Any] | None = None
 
     def resolve_params(self, preset: str | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults, then the preset, then explicit values, then :attr:`follows` for the

@@ -108,6 +108,10 @@ class Record:
     #: check did not hold because nothing measured them (kind ``unmeasured``, with why);
     #: empty without a verdict.
     budget_origin: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: For a point of a shape sweep: ``{case, point, values, index, count}`` (the sweep
+    #: case, the point's label and values: numcheck/caseparts/sweep.py); None otherwise.
+    #: The summaries fold a sweep's points into one row (numcheck/report/sweep_rows.py).
+    sweep: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -200,7 +204,14 @@ def record_from_result(
         first_call_s=getattr(result, "first_call_s", None),
         prepared=_section(getattr(result, "prepared", None)),
         budget_origin=_budget_origin(budget, result.ungated),
+        sweep=_sweep_of(case),
     )
+
+
+def _sweep_of(case: Any) -> dict[str, Any] | None:
+    """A sweep point's place (``Case.sweep``) as plain data; None for another case."""
+    point = getattr(case, "sweep", None)
+    return None if point is None else point.as_dict()
 
 
 def record_without_verdict(
@@ -216,6 +227,7 @@ def record_without_verdict(
     error_kind: str | None = None,
     source: str | None = None,
     worker: str | None = None,
+    sweep: dict[str, Any] | None = None,
 ) -> Record:
     """The record of a check that was skipped or could not produce a verdict."""
     if status not in ("skip", "error"):
@@ -224,6 +236,7 @@ def record_without_verdict(
         id=id, nodeid=nodeid, op=op, case=case, variant=variant, device=device,
         status=status, reason=reason, error_kind=error_kind,
         precision=_precision(op, variant) if op else None, source=source, worker=worker,
+        sweep=sweep,
     )
 
 
@@ -231,14 +244,16 @@ def record_from_nodeid(nodeid: str, reason: str, *, worker: str | None = None) -
     """An error record for a check known only by its node id (it crashed, or its worker did).
 
     ``cases/indexer.toml::tiny::bf16[cpu]`` -> case ``tiny``, variant ``bf16``, device ``cpu``;
-    the op is not in a node id, so it is left empty.
+    a sweep's point ``cases/indexer.toml::sweep-l::max_context65::bf16[cpu]`` -> case
+    ``sweep-l@max_context65``. The op is not in a node id, so it is left empty.
     """
     parts = nodeid.split("::")
-    case = parts[1] if len(parts) > 2 else ""
+    case = "@".join(parts[1:-1]) if len(parts) > 2 else ""
     variant, _, device = parts[-1].partition("[") if len(parts) > 2 else ("", "", "")
+    sweep = {"case": parts[1], "point": parts[2]} if len(parts) == 4 else None
     return Record(
         id=nodeid, nodeid=nodeid, op="", case=case, variant=variant, device=device.rstrip("]"),
-        status="error", reason=reason, error_kind="crash", worker=worker,
+        status="error", reason=reason, error_kind="crash", worker=worker, sweep=sweep,
     )
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.report.records import Record
+from numcheck.report.sweep_rows import fold_sweeps
 
 if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports without torch
     from numcheck.check.result import CheckResult, Settled
@@ -95,7 +96,7 @@ def _budget_line(result: CheckResult, top: Violation | None, source: str) -> str
     elif budget is not None and budget.topk is not None:
         limits = budget.topk.limits
     if origin is not None and top.metric in limits:
-        return origin_text(origin, case=case.id, variant=variant, output=top.output,
+        return origin_text(origin, case=case.table, variant=variant, output=top.output,
                            key=top.metric, value=limits[top.metric], source=source,
                            case_line=case.lines.get(()))
     table = {"casts": "overhead", "kernels": "overhead", "perf": "perf"}.get(top.output)
@@ -103,8 +104,8 @@ def _budget_line(result: CheckResult, top: Violation | None, source: str) -> str
         return ""  # a rule, not a budget (a NaN, the -inf mask): nothing to tune
     line = case.lines.get((table, variant, top.metric))
     if line is not None:
-        return f"{source}:{line} ([{case.id}.{table}.{variant}] {top.metric})"
-    return (f"{top.metric}: default of the {table} gate (set [{case.id}.{table}.{variant}] "
+        return f"{source}:{line} ([{case.table}.{table}.{variant}] {top.metric})"
+    return (f"{top.metric}: default of the {table} gate (set [{case.table}.{table}.{variant}] "
             f"{top.metric} in {source} to override)")
 
 
@@ -259,8 +260,10 @@ def summary_table(records: Sequence[Record]) -> tuple[list[str], list[list[str]]
     """Header and rows of the summary table: one row per record, failing first.
 
     The terminal summary and the markdown summary both print this table, so they agree.
-    A speedup column appears when any record carries timing.
+    A speedup column appears when any record carries timing. A shape sweep's points are
+    folded into one row per variant and device (numcheck.report.sweep_rows).
     """
+    records = fold_sweeps(records)
     timed = any(r.timing for r in records)
     header = list(SUMMARY_HEADER)
     if timed:
