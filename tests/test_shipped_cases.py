@@ -100,7 +100,7 @@ def test_perf_cases_set_cast_limits_at_their_own_shapes() -> None:
     prefill bf16 indexer's widened scores) with its reason."""
     from numcheck.overhead.gate import default_overhead
 
-    op_variants = {name: set(get_op(name).variants) for name in ("indexer", "mhc_pre")}
+    op_variants = {name: set(get_op(name).variants) for name in ("indexer", "mhc_pre", "linear")}
     for case in (c for c in ALL_CASES.values() if c.perf_only):
         for variant in set(case.variants) & op_variants[case.op]:
             expected = case.expect.get(variant)

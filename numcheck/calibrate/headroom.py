@@ -37,8 +37,7 @@ DEFAULT_HEADROOM = 2.0
 #: Budgets of a metric measured at 0 on every seed: never demand bit-exactness across
 #: machines. ``max_err_ratio`` 1: a variant as good as the worst honest envelope member passes.
 FLOORS: Mapping[str, float] = {"rel_fro": 1e-7, "calc_diff": 1e-14, "tie_band_rel": 1e-6,
-                               "max_err_ratio": 1.0, "sim_rel_fro": 1e-7,
-                               "sim_calc_diff": 1e-14}
+                               "max_err_ratio": 1.0}
 #: The element ratio: judged against twice the honest worst its default row was set from.
 ELEMENT_KEY = "max_err_ratio"
 #: Keys whose suggested budget past the class's default row marks a bug-sized measurement:

@@ -35,7 +35,7 @@ from numcheck.precision.quant_accumulate import emulated_gemm
 from numcheck.precision.quant_declare import GemmQuant
 from numcheck.precision.quant_record import record_gemm
 from numcheck.precision.quant_scheme import DEEPSEEK_ACT, DEEPSEEK_WEIGHT, PER_ROW, PER_TENSOR
-from numcheck.precision.quantize import Quantized, as_quantized, dequantize
+from numcheck.precision.quantize import Quantized, dequantize
 
 __all__ = ["BACKENDS", "FP8_DTYPES", "TORCHAO_HINT", "fp8_values", "quant_gemm",
            "quant_matmul", "torchao_block", "torchao_missing"]
@@ -207,8 +207,9 @@ def torchao_block(x: torch.Tensor, w: torch.Tensor, *, record: bool = True
     xq, xs = fp8_blockwise_act_quant(x.to(torch.bfloat16).contiguous(), 128)
     wq, ws = fp8_blockwise_weight_quant(w.to(torch.bfloat16).contiguous(), 128)
     y = blockwise_fp8_gemm(xq, xs, wq, ws, 128)
-    qa = as_quantized(xq, xs, DEEPSEEK_ACT)
-    qb = as_quantized(wq, ws, DEEPSEEK_WEIGHT)
+    # Wrapped as they are (no float32 copy): their grids are DeepSeek's scheme's.
+    qa = Quantized(xq, xs, DEEPSEEK_ACT)
+    qb = Quantized(wq, ws, DEEPSEEK_WEIGHT)
     if record:
         record_gemm(qa, qb, y)
     return y, qa, qb
