@@ -62,8 +62,8 @@ PLAN = {
     "bug_shifted_scales": ("tiny-k384", "fp8_block"),
     "bug_ue8m0_round_down": ("tiny-k384", "fp8_block_ue8m0"),
     "bug_no_clamp": ("tiny-k384", "fp8_block"),
-    "bug_no_promotion": ("v3-o-decode-t1", "fp8_row"),
-    "bug_no_promotion_block": ("v3-o-decode-t1", "fp8_block"),
+    "bug_no_promotion": ("v3-o-decode-t8", "fp8_row"),
+    "bug_no_promotion_block": ("v3-o-decode-t8", "fp8_block"),
     "bug_e5m2_for_e4m3": ("tiny-k384", "fp8_block"),
     "bug_stale_scale": ("tiny-k384", "fp8_block"),
 }

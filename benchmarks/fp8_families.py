@@ -17,11 +17,14 @@ checked on every seed against a fresh CPU reference the way the gate checks its 
 the variant it belongs to. The file records, per case and variant, the family's worst of
 every metric against both references (and the member behind it), each member's worst GEMM
 bound ratio (``quant.sim_ratio``, at most 1 for an honest kernel) and every check that
-failed (``failures``: with the shipped budgets, the honest family's false failures).
+failed (``failures``: with the shipped budgets, the honest family's false failures; for a
+known-bad variant, ``expected``, its family fails its budget as it does).
 
 ``--suggest`` prints the budget tables by the headroom rule (numcheck.calibrate.headroom:
 2x the family's worst, 1.25x for ``max_err_ratio``; the top-k floors of
-numcheck.calibrate.suggest_values); ``--table`` prints docs/budgets.md's table. Variants
+numcheck.calibrate.suggest_values); no ``sim_*`` limit for a variant that declares float32
+sums (their distance to the simulated reference is a rare output rounding flip, which the
+GEMM bound judges element by element); ``--table`` prints docs/budgets.md's table. Variants
 that take another's budgets (``budget_like``) are measured, not budgeted.
 """
 
@@ -96,9 +99,11 @@ def measure_case(case: Case, seeds: list[int], device: str) -> dict[str, Any]:
     """Every family of one case over ``seeds`` (module docstring)."""
     op = get_op(case.op)
     fams = families(case, device)
+    # A known-bad head (its case's expect) is measured; its members fail its budget as it does.
     results: dict[str, Any] = {head: {"members": names, "worst": {}, "by_variant": {},
                                       "worst_by": {}, "quant": {}, "failures": [],
-                                      "errors": [], "checks": 0}
+                                      "errors": [], "checks": 0,
+                                      "expected": head in case.expect}
                                for head, names in fams.items()}
     for seed in seeds:
         one = replace(case, seeds=(seed,))
@@ -171,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             key = f"{case.op}::{case.id}"
             out["cases"][key] = measure_case(case, seeds, args.device)
-            fails = sum(len(r["failures"]) for r in out["cases"][key].values())
+            fails = sum(len(r["failures"]) for r in out["cases"][key].values()
+                        if not r["expected"])
             checks = sum(r["checks"] for r in out["cases"][key].values())
             print(f"{key}: {checks} checks, {fails} failed, {time.monotonic() - t0:.0f} s",
                   flush=True)
@@ -190,7 +196,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
             for head, res in heads.items():
                 into = merged["cases"].setdefault(key, {}).setdefault(head, {
                     "members": [], "worst": {}, "by_variant": {}, "worst_by": {}, "quant": {},
-                    "failures": [], "errors": [], "checks": 0})
+                    "failures": [], "errors": [], "checks": 0, "expected": False})
                 into["members"] = list(dict.fromkeys([*into["members"], *res["members"]]))
                 for output, row in res["worst"].items():
                     merge_worst(into["worst"].setdefault(output, {}), row)
@@ -204,6 +210,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
                     mine = into["quant"].setdefault(member, {"sim_ratio": 0.0, "n_findings": 0})
                     mine["sim_ratio"] = max(mine["sim_ratio"], q["sim_ratio"])
                     mine["n_findings"] += q["n_findings"]
+                into["expected"] = res.get("expected", False)
                 into["failures"] += res["failures"]
                 into["errors"] += res["errors"]
                 into["checks"] += res["checks"]
@@ -220,8 +227,16 @@ def suggest(merged: dict[str, Any], cases: list[Case]) -> str:
             if head in case.budget_like:
                 lines.append(f"# {case.id}: {head} takes {case.budget_like[head]}'s budgets")
                 continue
+            quant = get_op(case.op).variants[head].quant
             for output, worst in res["worst"].items():
                 topk = "recall_min" in worst
+                if quant is not None and quant.accumulation.kind == "fp32":
+                    # Float32 sums sit closer to the exact product than the output's own
+                    # rounding: an output differs from its simulated reference only where a
+                    # rare sum rounds across a rounding boundary (none on most seeds, a few
+                    # elements on some). No average of that is a budget; the GEMM bound
+                    # (quant.sim_ratio) judges every element, that rounding included.
+                    worst = {m: v for m, v in worst.items() if m not in SIM_METRICS}
                 cells = suggest_values(worst, topk=topk, k=k, gated=SUGGESTED)
                 lines.append(f"[{case.id}.budget.{head}.{output}]")
                 lines += [f"{m} = {v:.4g}" for m, v in cells.items()]
@@ -249,9 +264,11 @@ def table(merged: dict[str, Any]) -> str:
 
             ratio = max((q["sim_ratio"] for q in res["quant"].values()), default=0.0)
             findings = sum(q["n_findings"] for q in res["quant"].values())
+            failed = (f"{len(res['failures'])} of {res['checks']}" if not res.get("expected")
+                      else f"known-bad ({len(res['failures'])} of {res['checks']} fail, "
+                      "as expected)")
             lines.append(f"| {key} | {head} ({len(res['members'])}) | {cell('rel_fro')} | "
-                         f"{cell('sim_rel_fro')} | {ratio:.3g} | {findings} | "
-                         f"{len(res['failures'])} of {res['checks']} |")
+                         f"{cell('sim_rel_fro')} | {ratio:.3g} | {findings} | {failed} |")
     return "\n".join(lines)
 
 

@@ -39,7 +39,7 @@ CAUGHT_BY = {
     "bug_stale_scale": {"quant.operands"},
 }
 #: The case each bug runs on: a skipped promotion matters over a long K (o_proj's 16384).
-CASE_OF = {"bug_no_promotion": "v3-o-decode-t1"}
+CASE_OF = {"bug_no_promotion": "v3-o-decode-t8"}
 
 
 @pytest.fixture
