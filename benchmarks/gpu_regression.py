@@ -744,6 +744,14 @@ def _judge_fp8_catch(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
 
 
 EXTRAS += (
+    Extra("fp8-real", "the FP8 / FP4 cases on CUDA (cases/linear.toml: DeepSeek V3's real "
+          "projections at decode and prefill token counts, torchao's GEMM where installed; "
+          "cases/fp8.toml) with both references in the report", 150,
+          lambda o, w: _pytest("--numcheck", "--numcheck-device", o.device, "-q", "-rxXs",
+                               "cases/linear.toml", "cases/fp8.toml", "--numcheck-report",
+                               str(w / "fp8-real.json"), "--numcheck-markdown",
+                               str(w / "fp8-real.md")),
+          _judge_report("fp8-real.json")),
     Extra("fp8-families", "the FP8 / FP4 honest families (the shipped low-precision variants "
           "and their schemes' members: emulated, dequantized, and on CUDA _scaled_mm with fast "
           "accumulation on and off, Triton tl.dot on e4m3, the block-scaled Triton kernel, "
@@ -759,14 +767,6 @@ EXTRAS += (
           lambda o, w: _bench("fp8_catch.py", "--device", o.device, *_fp8_seeds(o),
                               "--json", str(w / "fp8-catch.json")),
           _judge_written("fp8-catch.json", _judge_fp8_catch)),
-    Extra("fp8-real", "the FP8 / FP4 cases on CUDA (cases/linear.toml: DeepSeek V3's real "
-          "projections at decode and prefill token counts, torchao's GEMM where installed; "
-          "cases/fp8.toml) with both references in the report", 150,
-          lambda o, w: _pytest("--numcheck", "--numcheck-device", o.device, "-q", "-rxXs",
-                               "cases/linear.toml", "cases/fp8.toml", "--numcheck-report",
-                               str(w / "fp8-real.json"), "--numcheck-markdown",
-                               str(w / "fp8-real.md")),
-          _judge_report("fp8-real.json")),
     Extra("fp8-casts", "cast bytes and input passes of the FP8 / FP4 cases on CUDA "
           "(benchmarks/cast_ratios.py): the limits cases/linear.toml and cases/fp8.toml set "
           "from the CPU's ledger, measured on the GPU's code path", 120,

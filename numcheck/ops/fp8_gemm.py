@@ -34,16 +34,53 @@ from numcheck.precision import matmul_precision
 from numcheck.precision.quant_accumulate import emulated_gemm
 from numcheck.precision.quant_declare import GemmQuant
 from numcheck.precision.quant_record import record_gemm
-from numcheck.precision.quant_scheme import DEEPSEEK_ACT, DEEPSEEK_WEIGHT, PER_ROW, PER_TENSOR
+from numcheck.precision.quant_scheme import (
+    DEEPSEEK_ACT,
+    DEEPSEEK_WEIGHT,
+    PER_ROW,
+    PER_TENSOR,
+    OperandScheme,
+)
 from numcheck.precision.quantize import Quantized, dequantize
 
 __all__ = ["BACKENDS", "FP8_DTYPES", "TORCHAO_HINT", "fp8_values", "quant_gemm",
-           "quant_matmul", "torchao_block", "torchao_missing"]
+           "quant_matmul", "quantize_fp8", "torchao_block", "torchao_missing"]
 
 #: The torch dtype of each FP8 element format.
 FP8_DTYPES = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 #: How to get torchao (the optional extra).
 TORCHAO_HINT = "pip install 'numcheck[fp8]' (torchao >= 0.18)"
+
+
+def quantize_fp8(x: torch.Tensor, scheme: OperandScheme) -> Quantized:
+    """``x`` (2-D ``[rows, K]``) quantized to an FP8 scheme (``fp32`` or ``ue8m0`` scales,
+    any granularity) as a serving kernel does it, in a few torch ops and no host sync, so a
+    variant that quantizes on every call can be captured in a CUDA graph: each block's amax
+    (floored at the scheme's ``amax_floor``), its scale (``amax / fmax``; UE8M0: the smallest
+    power of two above that, from the float's exponent), the elements ``x / scale`` clamped
+    to the format's largest and cast by torch (round to nearest even). The same values as
+    numcheck.precision.quantize.quantize, whose exactness checks sync with the host; the
+    elements come in their float8 dtype."""
+    import torch.nn.functional as F
+
+    fmt = scheme.format
+    if fmt.name not in FP8_DTYPES or scheme.scale not in ("fp32", "ue8m0"):
+        raise ValueError(f"quantize_fp8: FP8 elements with fp32 or ue8m0 scales, not "
+                         f"{scheme.label}")
+    rows, k = x.shape
+    br, bk = scheme.granularity.block_shape((rows, k))
+    gr, gk = scheme.granularity.grid((rows, k))
+    x32 = x.to(torch.float32)
+    padded = F.pad(x32, (0, gk * bk - k, 0, gr * br - rows)) if (gk * bk, gr * br) != (
+        k, rows) else x32
+    amax = padded.abs().view(gr, br, gk, bk).amax(dim=(1, 3)).clamp(min=scheme.amax_floor)
+    scales = amax / fmt.max_value
+    if scheme.scale == "ue8m0":
+        mant, e = torch.frexp(scales)
+        scales = torch.ldexp(torch.ones_like(scales), torch.where(mant == 0.5, e - 1, e))
+    full = scales.repeat_interleave(br, 0)[:rows].repeat_interleave(bk, 1)[:, :k]
+    values = (x32 / full).clamp(-fmt.max_value, fmt.max_value).to(FP8_DTYPES[fmt.name])
+    return Quantized(values, scales, scheme)
 
 
 def fp8_values(q: Quantized) -> torch.Tensor:
@@ -76,9 +113,16 @@ def _scaled_mm(qa: Quantized, qb: Quantized, out: torch.dtype, fast: bool) -> to
         b8 = torch.cat([b8, b8.new_zeros(pad, k)])
         if sb.dim() == 2:
             sb = torch.cat([sb, sb.new_ones(1, pad)], dim=1)
-    y = torch._scaled_mm(fp8_values(qa), b8.t(), scale_a=_scale_of(qa, "a"), scale_b=sb,
-                         out_dtype=out, use_fast_accum=fast)
-    return y[:, :n] if pad else y
+    a8, sa = fp8_values(qa), _scale_of(qa, "a")
+    m = a8.shape[0]
+    pad_m = -m % 16  # and M, as cuBLASLt's FP8 kernels tile it: zero rows, dropped after
+    if pad_m:
+        a8 = torch.cat([a8, a8.new_zeros(pad_m, k)])
+        if sa.dim() == 2:
+            sa = torch.cat([sa, sa.new_ones(pad_m, 1)])
+    y = torch._scaled_mm(a8, b8.t(), scale_a=sa, scale_b=sb, out_dtype=out,
+                         use_fast_accum=fast)
+    return y[:m, :n] if pad or pad_m else y
 
 
 def _triton_block(qa: Quantized, qb: Quantized, out: torch.dtype) -> torch.Tensor:

@@ -35,7 +35,13 @@ import numpy as np
 import torch
 
 from numcheck.inputs import normal, rng
-from numcheck.ops.fp8_gemm import quant_gemm, torchao_block, torchao_missing
+from numcheck.ops.fp8_gemm import (
+    FP8_DTYPES,
+    quant_gemm,
+    quantize_fp8,
+    torchao_block,
+    torchao_missing,
+)
 from numcheck.ops.spec import (
     Gemm,
     Inputs,
@@ -128,13 +134,12 @@ def _weight_scheme(quant: GemmQuant) -> OperandScheme:
     return b
 
 
-def _prepare(quant: GemmQuant, element_dtype: torch.dtype | None, weight: str) -> PrepareFn:
+def _prepare(quant: GemmQuant, weight: str) -> PrepareFn:
     scheme = _weight_scheme(quant)
 
     def prepare(inputs: Inputs, p: Params) -> Inputs:
-        q = quantize(inputs[weight], scheme)
-        values = q.values if element_dtype is None else q.values.to(element_dtype)
-        out = {"w_q": values, "w_s": q.scales}
+        q = _quantize(inputs[weight], scheme)
+        out = {"w_q": q.values, "w_s": q.scales}
         if q.global_scale is not None:
             out["w_g"] = q.global_scale
         return out
@@ -156,16 +161,21 @@ def _cuda_backend(quant: GemmQuant) -> str:
     return "scaled_mm"
 
 
+def _quantize(x: torch.Tensor, scheme: OperandScheme) -> Quantized:
+    """An operand quantized as the variant's kernel takes it: FP8 by the sync-free quantizer
+    (elements in their float8 dtype; a CUDA graph can hold it), FP4 by numcheck's."""
+    if scheme.format.name in FP8_DTYPES:
+        return quantize_fp8(x, scheme)
+    return quantize(x, scheme)
+
+
 def quantized_product(quant: GemmQuant, x: torch.Tensor, inputs: Inputs) -> torch.Tensor:
     """``x @ W^T`` in ``quant.out_dtype``: ``x`` ``[M, K]`` quantized now, the weight as
     prepared at load time (``w_q``, ``w_s``, ``w_g`` in ``inputs``: :func:`prepare_weight`),
     by the device's kernel (numcheck's emulation on a CPU; FP4 dequantized everywhere),
     recorded (numcheck.ops.fp8_gemm.quant_gemm)."""
     assert isinstance(quant.a, OperandScheme)
-    qa = quantize(x, quant.a)
-    dtype = _ELEMENT_DTYPES.get(quant.precision)
-    if dtype is not None:  # the elements as an FP8 kernel takes them, on every device
-        qa = Quantized(qa.values.to(dtype), qa.scales, qa.scheme)
+    qa = _quantize(x, quant.a)
     qb = Quantized(inputs["w_q"], inputs["w_s"], _weight_scheme(quant), inputs.get("w_g"))
     if x.device.type == "cuda":
         backend = _cuda_backend(quant)
@@ -178,10 +188,7 @@ def prepare_weight(quant: GemmQuant, weight: str = "w") -> PrepareFn:
     """A variant's one-time preparation: input ``weight`` quantized by ``quant.b``, its
     elements (in their float8 dtype where torch has one: what a serving engine keeps), scales
     and NVFP4's global scale, as ``w_q``, ``w_s``, ``w_g``."""
-    return _prepare(quant, _ELEMENT_DTYPES.get(quant.precision), weight)
-
-
-_ELEMENT_DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+    return _prepare(quant, weight)
 
 
 def quantized_linear(quant: GemmQuant, doc: str) -> tuple[VariantFn, PrepareFn]:

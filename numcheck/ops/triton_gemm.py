@@ -115,7 +115,7 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
 
 #: The block of K :func:`triton_block_fp8` reads at once: DeepSeek V3's scale group.
 FP8_GROUP = 128
-BLOCK_FP8_M, BLOCK_FP8_N = 32, 64
+BLOCK_FP8_M, BLOCK_FP8_N = 64, 64
 
 
 @triton.jit
