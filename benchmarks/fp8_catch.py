@@ -164,7 +164,8 @@ def table(data: dict[str, Any]) -> str:
     """The catch table (one row per bug, over its seeds) and the honest rows' failures."""
     lines = ["| bug | case (held to) | seeds caught | own error vs the family's worst: golden "
              "(min..max) | simulated (min..max) | GEMM bound ratio (min) | operand findings "
-             "(seeds) | caught by | own error >= 2x, missed |", "|---|---|---|---|---|---|---|---|---|"]
+             "(seeds) | caught by | own error >= 2x, missed |",
+             "|---|---|---|---|---|---|---|---|---|"]
     by_bug: dict[str, list[dict[str, Any]]] = {}
     for r in data["bugs"]:
         by_bug.setdefault(r["bug"], []).append(r)

@@ -116,9 +116,10 @@ def _check_stored(q: Quantized, operand: AsStored, source: torch.Tensor) -> list
         return [f"layout: elements of shape {list(values.shape)} where the op's operand is "
                 f"{list(source.shape)}"]
     s = q.scales.to(torch.float32)
-    if s.numel() != 1 or float(s.reshape(-1)[0]) != 1.0:
+    first = float(s.reshape(-1)[0])
+    if s.numel() != 1 or first != 1.0:
         found.append(f"scale_value: a stored {operand.element} operand is read with one unit "
-                     f"scale, got scales of shape {list(s.shape)} (first {float(s.reshape(-1)[0]):g})")
+                     f"scale, got scales of shape {list(s.shape)} (first {first:g})")
     differ = values != source.to(torch.float32)
     if bool(differ.any()):
         i = tuple(int(v) for v in differ.nonzero()[0])

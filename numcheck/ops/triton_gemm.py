@@ -13,9 +13,11 @@ numcheck.honest.gemm_impls offers it as the ``triton_*`` members of the tf32, bf
 honest families, on CUDA, and the e4m3 one to the FP8 families (numcheck.honest.quant_impls).
 :func:`triton_block_fp8` is DeepSeek V3's block-scaled FP8 GEMM written the same way: per
 128-wide block of K, ``tl.dot`` on e4m3 operands, then the block's activation and weight
-scales applied to its result in the fp32 accumulator (a promotion every 128 of K). Under Triton's interpreter (a CPU) it runs too, for tests of its
-indexing: the interpreter computes ``tl.dot`` in IEEE fp32 whatever the input precision,
-and reads bf16 as raw integers, so there bf16 operands are widened to fp32 first (exact).
+scales applied to its result in the fp32 accumulator (a promotion every 128 of K).
+
+Under Triton's interpreter (a CPU) they run too, for tests of their indexing: the interpreter
+computes ``tl.dot`` in IEEE fp32 whatever the input precision, and reads bf16 as raw
+integers, so there bf16 operands are widened to fp32 first (exact).
 This module and the fused kernels are the only ones that import triton
 (numcheck.ops.triton_support decides where they run).
 """

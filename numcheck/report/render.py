@@ -103,7 +103,8 @@ def reference_lines(quant: Mapping[str, Any], metrics: Mapping[str, Mapping[str,
     ratio = quant.get("sim_ratio")
     if ratio is not None:
         lines.append(f"    GEMM results against their own operands: {ratio:.3g} of the bound an "
-                     f"honest kernel stays within (at most 1; worst at {quant.get('sim_ratio_at')})")
+                     f"honest kernel stays within (at most 1; worst at "
+                     f"{quant.get('sim_ratio_at')})")
     n = int(quant.get("n_findings") or 0)
     if n:
         lines.append(f"    operands against the declared scheme: {n} finding(s)")
