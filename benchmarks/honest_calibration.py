@@ -14,6 +14,9 @@ case's own seeds plus ``--seeds`` fresh ones, each against a fresh CPU reference
 gate measures (numcheck.calibrate.honest). The families hold the members derived from each
 op's GEMM site (numcheck.honest.gemm_family: TF32 rounded or truncated, bf16 out or fp32 out,
 one pass, K-blocks, split-K; with ``--device cuda`` also cuBLAS and a Triton tl.dot kernel).
+The FP8 / FP4 variants (those that declare ``Variant.quant``) have their schemes' families,
+measured the same way by benchmarks/fp8_families.py (docs/fp8.md); this script leaves them
+out and says so.
 ``--suggest`` prints the budget tables (docs/budgets.md has the policy); ``--apply`` writes
 them into cases/*.toml: bf16 and tf32 ``max_err_ratio`` set to 1.25x the worst pooled over
 the op's cases (raised or lowered: it is relative to the rounding envelope, the same on
@@ -130,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
                                        "fresh_seeds": [args.first_seed, args.first_seed
                                                        + args.seeds - 1]},
                               "cases": {}}
+    quant = sorted({f"{c.op}::{v}" for c in cases for v in c.variants
+                    if getattr(get_op(c.op).variants.get(v), "quant", None) is not None})
+    if quant:
+        print(f"honest_calibration: the FP8 / FP4 variants ({', '.join(quant)}) are "
+              "calibrated on their schemes' families: benchmarks/fp8_families.py", file=sys.stderr)
     for case in cases:
         seeds = list(case.seeds) + list(range(args.first_seed, args.first_seed + args.seeds))
         for op_name, precision in honest.FAMILIES:

@@ -39,7 +39,7 @@ from numcheck.caseparts.inputs import (
 )
 from numcheck.caseparts.sweep import SWEEP_KEY, SweepError, SweepPoint, expand
 from numcheck.distributions import INPUTS_PARAM
-from numcheck.gates import GATES, KERNELS_GATE, OUTPUT_METRICS, TOPK_METRICS
+from numcheck.gates import GATES, KERNELS_GATE, OUTPUT_METRICS, QUANT_GATE, TOPK_METRICS
 from numcheck.honest.gemm_family import missing_envelope, yardstick
 from numcheck.numerics.budget_origin import Given, Inherited, Lent, NotMeasured, Origin
 from numcheck.numerics.budget_provenance import PROVENANCE, CalibrationRecord, parse_record
@@ -53,7 +53,7 @@ from numcheck.numerics.budgets import (
     complete_budget,
     describe,
 )
-from numcheck.numerics.metric_names import NONFINITE_METRICS
+from numcheck.numerics.metric_names import NONFINITE_METRICS, SIM_METRICS
 from numcheck.ops import registry
 from numcheck.ops.param_checks import check_params
 from numcheck.ops.registry import OpSpec
@@ -562,6 +562,11 @@ def _check_expect_can_fail(
                 key, f"it expects output '{target}' to fail, but a perf-only case runs no "
                 "numerics", "expect gates of this case (perf, casts), or move the expectation "
                 "to a case with a golden")
+        if target == QUANT_GATE.name and op.variants[variant].quant is None:
+            raise where.error(
+                key, f"it expects the quant gate to fail, which checks a variant's declared "
+                f"quantization, and '{variant}' declares none", "declare the variant's "
+                "quantization (Variant(quant=GemmQuant(...))), or expect another gate")
         if target == KERNELS_GATE.name and "cuda" not in devices:
             raise where.error(
                 key, f"it expects the kernels gate to fail, which audits CUDA kernels only, and "
@@ -578,8 +583,10 @@ def _check_expect_can_fail(
                 continue
             missing = None
             if target != topk_output:
-                cls = yardstick(op, op.variants[variant].precision, target)
-                missing = missing_envelope(op, cls, devices, installed=False)
+                spec = op.variants[variant]
+                cls = yardstick(op, spec.precision, target)
+                missing = missing_envelope(op, cls, devices, installed=False,
+                                           quant=spec.quant if cls == spec.precision else None)
             if missing is not None and metric == "max_err_ratio":
                 raise where.error(
                     key, f"it expects {target}.{metric} to fail, which cannot be measured "
@@ -823,9 +830,14 @@ def _parse_devices(where: _Where, body: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _parse_variants(where: _Where, body: Mapping[str, Any], op: OpSpec) -> tuple[str, ...]:
+    """The variants the case checks: those it lists, or, when it lists none, every variant
+    but the reference and the low-precision ones (those that declare their quantization:
+    their budgets belong to their scheme and are measured for a case, so a case names them;
+    every variant when the op has no other)."""
     checked = [name for name in op.variants if name != op.reference]
     if "variants" not in body:
-        return tuple(checked)
+        plain = [name for name in checked if op.variants[name].quant is None]
+        return tuple(plain or checked)
     known = ", ".join(checked) or "none"
     fix = f'write variants = ["{checked[0] if checked else "..."}"], using names among: {known}'
     names = _string_list(where, "variants", body["variants"], fix)
@@ -861,21 +873,31 @@ def _unmeasured(op: OpSpec, name: str, devices: tuple[str, ...],
                 lender: str | None) -> dict[str, dict[str, Unmeasured]]:
     """Per output, the metrics no check of variant ``name`` can measure on ``devices``:
     ``max_err_ratio`` where the op has no rounding envelope for the output's class (its
-    rounding reference or ``gemm_site`` members; numcheck.honest.gemm_family)."""
-    precision = op.variants[name].precision
+    rounding reference or ``gemm_site`` members; numcheck.honest.gemm_family), and the
+    simulated reference's metrics for a variant that declares no quantization."""
+    variant = op.variants[name]
+    precision = variant.precision
     whose = f"variant '{name}'" + (f" (held to {lender}'s budgets)" if lender else "")
     out: dict[str, dict[str, Unmeasured]] = {}
     for output in op.outputs:
         if op.topk is not None and output == op.topk.indices:
             continue
-        missing = missing_envelope(op, yardstick(op, precision, output), devices,
-                                   installed=False)
-        if missing is None:
-            continue
-        problem = (f"max_err_ratio (the worst element against honest rounding on the same "
-                   f"inputs) cannot be measured for {whose} on output '{output}', so this "
-                   f"limit would gate nothing: {missing.problem}")
-        out[output] = {"max_err_ratio": Unmeasured(problem, missing.fix, missing.nowhere)}
+        cls = yardstick(op, precision, output)
+        missing = missing_envelope(op, cls, devices, installed=False,
+                                   quant=variant.quant if cls == precision else None)
+        if missing is not None:
+            problem = (f"max_err_ratio (the worst element against honest rounding on the "
+                       f"same inputs) cannot be measured for {whose} on output '{output}', "
+                       f"so this limit would gate nothing: {missing.problem}")
+            out[output] = {"max_err_ratio": Unmeasured(problem, missing.fix, missing.nowhere)}
+        if variant.quant is None:
+            for metric in SIM_METRICS:
+                out.setdefault(output, {})[metric] = Unmeasured(
+                    f"{metric} (against the simulated reference: the op recomputed on the "
+                    f"variant's own quantized operands) cannot be measured for {whose}, which "
+                    "declares no quantization, so this limit would gate nothing",
+                    "declare the variant's quantization (Variant(quant=GemmQuant(...)), "
+                    "docs/fp8.md), or remove the key")
     return out
 
 

@@ -91,12 +91,14 @@ def _with_clone_of(fn: Any, name: str) -> Any:
     return variant
 
 
-#: The fixed shipped cases: at a sweep's smallest points another input is the largest (q of
-#: a 1-token context, mHC's hc_fn beside one token's x), so these bugs are about the others.
-FIXED = [c for c in CASES if c.sweep is None]
+#: The fixed shipped cases of the ops with planted copy bugs that run their bf16 variant: at
+#: a sweep's smallest points another input is the largest (q of a 1-token context, mHC's
+#: hc_fn beside one token's x), so these bugs are about the others.
+COPY_CASES = [c for c in CASES
+              if c.sweep is None and c.op in COPY_BUGS and "bf16" in c.variants]
 
 
-@pytest.mark.parametrize("case", FIXED, ids=lambda c: f"{c.op}::{c.id}")
+@pytest.mark.parametrize("case", COPY_CASES, ids=lambda c: f"{c.op}::{c.id}")
 def test_one_extra_full_copy_of_the_largest_input_fails(case: object) -> None:
     planted.register_all()
     op = get_op(case.op)  # type: ignore[attr-defined]

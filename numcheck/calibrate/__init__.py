@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from numcheck.calibrate.headroom import DEFAULT_HEADROOM, FLOORS, budget_value, round_up
 from numcheck.devices import device_name
-from numcheck.numerics.metric_names import ERROR_METRICS, TOPK_LIMITS
+from numcheck.numerics.metric_names import ERROR_METRICS, SIM_METRICS, TOPK_LIMITS
 
 if TYPE_CHECKING:
     from numcheck.cases import Case
@@ -168,7 +168,8 @@ def seed_rows(op: OpSpec, golden: CaseGolden, measured: SeedResult) -> dict[str,
     computed them), and for a top-k output the agreement and the tie band its flips needed."""
     rows: dict[str, Row] = {}
     for output, m in measured.metrics.items():
-        row = {metric: m.value(metric) for metric in ERROR_METRICS if m.measured(metric)}
+        row = {metric: m.value(metric) for metric in (*ERROR_METRICS, *SIM_METRICS)
+               if m.measured(metric)}
         row["nonfinite_mismatch"] = float(m.nonfinite.mask_mismatch + m.nonfinite.nan_mismatch)
         row.update(m.outside_counts())
         rows[output] = row
@@ -287,8 +288,10 @@ def suggest_values(
             cells["tie_recall_mean"] = 1.0
         cells["tie_band_rel"] = budget_value("tie_band_rel", row.get("band_rel_needed", 0.0))
         return cells
-    for metric in dict.fromkeys([*GATED, *gated]):
-        if metric not in ERROR_METRICS:
+    # The simulated reference's metrics, wherever the check measured them (a variant with a
+    # declared quantization): its own budget, calibrated on the scheme's family.
+    for metric in dict.fromkeys([*GATED, *gated, *(m for m in SIM_METRICS if m in row)]):
+        if metric not in ERROR_METRICS and metric not in SIM_METRICS:
             continue
         if metric not in row:
             continue  # not measured for this check (max_err_ratio without an envelope)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from numcheck.ops.structure import Structure
 from numcheck.precision import PRECISIONS  # noqa: F401 - where op authors look for it
+
+if TYPE_CHECKING:
+    from numcheck.precision.quant_declare import GemmQuant
 
 #: Inputs of one case instance, by name, on one device.
 Inputs = dict[str, torch.Tensor]
@@ -53,6 +56,15 @@ class Variant:
     runs it once per (case, seed, device) before anything is timed, checks the outputs of
     ``fn`` on the prepared inputs against the golden, and records its casts and copies
     apart from the per-call ledger (:mod:`numcheck.prepare`, docs/extending.md).
+
+    ``quant``, for a variant whose GEMM computes in FP8 or FP4: how it quantizes each operand
+    and sums the products (:class:`numcheck.precision.quant_declare.GemmQuant`). numcheck
+    then holds it to two references (:mod:`numcheck.check.against_sim`): the FP32 golden with
+    the budgets of its scheme's honest family, and the simulated reference, the op
+    recomputed through its ``gemm_site`` on the operands the variant's own quantizer produced
+    (handed over with ``numcheck.record_gemm``; numcheck's quantization of the op's operands
+    where the variant hands none), with every operand it hands checked against the declared
+    scheme (docs/fp8.md).
     """
 
     name: str
@@ -62,6 +74,7 @@ class Variant:
     doc: str = ""
     unavailable: str = ""
     prepare: PrepareFn | None = None
+    quant: GemmQuant | None = None
 
 
 class VariantError(Exception):

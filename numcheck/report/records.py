@@ -27,6 +27,7 @@ from numcheck.numerics.metric_names import (
     ERROR_METRICS,
     KEY_METRICS,
     MAX_FLIPS,
+    SIM_METRICS,
     TOPK_COUNTS,
     TOPK_LIMITS,
 )
@@ -112,6 +113,12 @@ class Record:
     #: case, the point's label and values: numcheck/caseparts/sweep.py); None otherwise.
     #: The summaries fold a sweep's points into one row (numcheck/report/sweep_rows.py).
     sweep: dict[str, Any] | None = None
+    #: A low-precision variant's second reference (numcheck/check/against_sim.py): its
+    #: declared scheme, where the simulated reference's operands came from, the worst GEMM
+    #: element over its bound (``sim_ratio``, at most 1) and where, the operands' findings;
+    #: None for a variant without a declared quantization. Each output's metrics against
+    #: the simulated reference are in ``metrics`` (``sim_rel_fro``, ``sim_calc_diff``).
+    quant: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -170,7 +177,7 @@ def record_from_result(
         )
     metrics: dict[str, dict[str, float]] = {}
     for name in budget.outputs:
-        worst = {m: result.metric(name, m) for m in ERROR_METRICS}
+        worst = {m: result.metric(name, m) for m in (*ERROR_METRICS, *SIM_METRICS)}
         metrics[name] = {m: v for m, v in worst.items() if v is not None}
     metrics = {k: v for k, v in metrics.items() if v}
     top = result.worst()
@@ -205,6 +212,7 @@ def record_from_result(
         prepared=_section(getattr(result, "prepared", None)),
         budget_origin=_budget_origin(budget, result.ungated),
         sweep=_sweep_of(case),
+        quant=_section(result.quant_summary() if hasattr(result, "quant_summary") else None),
     )
 
 
@@ -442,9 +450,9 @@ def _decode_floats(value: Any) -> Any:
 #: Record fields holding numbers, where "nan"/"inf"/"-inf" stand for floats; inside them,
 #: the keys in _TEXT_KEYS hold text. Top-level fields (ids, names, reason) are never decoded.
 _NUMERIC_FIELDS = ("budget", "metrics", "topk", "per_seed", "violations", "closest", "timing",
-                   "casts", "plots", "prepared")
+                   "casts", "plots", "prepared", "quant")
 _TEXT_KEYS = frozenset({"band_kind", "tie_band_kind", "direction", "output", "metric", "detail",
-                        "text"})
+                        "text", "scheme", "operands", "sim_ratio_at", "findings"})
 
 
 def record_to_dict(record: Record) -> dict[str, Any]:

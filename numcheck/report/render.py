@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from numcheck.numerics.metric_names import MAX_FLIPS
+from numcheck.numerics.metric_names import MAX_FLIPS, SIM_METRICS
 from numcheck.report.records import Record
 from numcheck.report.sweep_rows import fold_sweeps
 
@@ -53,6 +53,15 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
     notes = [f"  {prepared['text']}"] if prepared else []
     # A limit of the budget nothing measured here is no part of the verdict: said so.
     notes += [f"  not measured here: {key} ({why})" for key, why in result.ungated.items()]
+    quant = result.quant_summary()
+    if quant is not None:
+        budget = result.case.budgets.get(result.variant)
+        limits = {} if budget is None else {n: dict(ob.limits)
+                                             for n, ob in budget.outputs.items()}
+        worst = {n: {m: v for m in ("rel_fro", "calc_diff", *SIM_METRICS)
+                     if (v := result.metric(n, m)) is not None}
+                 for n in limits}
+        notes += reference_lines(quant, worst, limits)
     title = f"numcheck FAIL {result.id}"
     settled = result.settled
     if settled is not None and not settled.xfail:  # a known-bad variant, not as expected
@@ -64,6 +73,70 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
         topk=result.worst_topk(), where=("case:", f"{source} [{result.case.id}]"),
         commands=commands, budget=_budget_line(result, top, source), notes=notes,
     )
+
+
+def _against(metrics: Mapping[str, float], limits: Mapping[str, float], name: str,
+             key: str) -> str:
+    value = metrics.get(key)
+    if value is None:
+        return ""
+    limit = limits.get(key)
+    return f"{name}.{key} {value:.3g}" + ("" if limit is None else f" (budget {limit:.3g})")
+
+
+def reference_lines(quant: Mapping[str, Any], metrics: Mapping[str, Mapping[str, float]],
+                    limits: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """The two references of a low-precision check (numcheck/check/against_sim.py), for
+    the failure message: each output's error against the FP32 golden and against the
+    simulated reference (with their limits), the GEMM results' bound and the operands.
+    ``quant`` is a record's ``quant`` section; ``metrics`` and ``limits`` its worst metrics
+    and budget limits per output."""
+    golden, sim = [], []
+    for name, ms in metrics.items():
+        lim = limits.get(name, {})
+        golden += [t for t in (_against(ms, lim, name, "rel_fro"),) if t]
+        sim += [t for t in (_against(ms, lim, name, "sim_rel_fro"),
+                            _against(ms, lim, name, "sim_calc_diff")) if t]
+    lines = [f"  {'references:':<12} the variant declares {quant.get('scheme', '?')}",
+             f"    golden (FP32, what the precision costs): {'; '.join(golden) or '-'}",
+             (f"    simulated (the op on {_operands(quant)}, exact, float64): "
+              f"{'; '.join(sim) or '-'}")]
+    ratio = quant.get("sim_ratio")
+    if ratio is not None:
+        lines.append(f"    GEMM results against their own operands: {ratio:.3g} of the bound an "
+                     f"honest kernel stays within (at most 1; worst at "
+                     f"{quant.get('sim_ratio_at')})")
+    n = int(quant.get("n_findings") or 0)
+    if n:
+        lines.append(f"    operands against the declared scheme: {n} finding(s)")
+        lines += [f"      {f}" for f in list(quant.get("findings") or [])[:3]]
+    elif quant.get("operands") == "recorded":
+        lines.append("    operands against the declared scheme: they follow it")
+    return lines
+
+
+def _operands(quant: Mapping[str, Any]) -> str:
+    if quant.get("operands") == "recorded":
+        return "the operands the variant's own quantizer produced, dequantized"
+    return ("numcheck's quantization of the op's operands (the variant records none: "
+            "numcheck.record_gemm)")
+
+
+def simulated_cell(record: Record) -> str:
+    """``7.8e-04, bound 0.87``: the first output's ``sim_rel_fro`` and the GEMM bound ratio
+    of a low-precision check; ``-`` for any other."""
+    q = record.quant
+    if not q:
+        return "-"
+    first = next(iter(record.metrics.values()), {})
+    parts = []
+    if first.get("sim_rel_fro") is not None:
+        parts.append(f"{first['sim_rel_fro']:.2e}")
+    if q.get("sim_ratio") is not None:
+        parts.append(f"bound {q['sim_ratio']:.2g}")
+    if q.get("n_findings"):
+        parts.append(f"{q['n_findings']} operand finding(s)")
+    return ", ".join(parts) or "-"
 
 
 def expectation_lines(settled: Settled) -> list[str]:
@@ -265,7 +338,10 @@ def summary_table(records: Sequence[Record]) -> tuple[list[str], list[list[str]]
     """
     records = fold_sweeps(records)
     timed = any(r.timing for r in records)
+    simulated = any(r.quant for r in records)
     header = list(SUMMARY_HEADER)
+    if simulated:  # a low-precision check's second reference (numcheck/check/against_sim.py)
+        header.insert(-1, SIMULATED_COLUMN)
     if timed:
         header.insert(-1, "speedup")
     rows = []
@@ -281,12 +357,16 @@ def summary_table(records: Sequence[Record]) -> tuple[list[str], list[list[str]]
             _cell(r.key_metric("tie_recall_min"), ".4f"),
             f"{r.verdict} ({r.note})" if r.note else r.verdict,
         ]
+        if simulated:
+            row.insert(-1, simulated_cell(r))
         if timed:
             row.insert(-1, speedup_cell(r))
         rows.append(row)
     return header, rows
 
 
+#: The summary's column of the simulated reference, shown when a low-precision check ran.
+SIMULATED_COLUMN = "simulated (sim_rel_fro, bound)"
 SUMMARY_HEADER = [
     "case", "variant", "device", "closest to budget (value/budget)",
     "calc_diff", "rel_fro", "recall", "tie recall", "verdict",
