@@ -40,6 +40,9 @@ minutes on one H200):
     --steps env,install,bench,fidelity,fused            the perf cases timed, checked twice
     --steps env,install,speed-evidence,speed-xdist      the speed gate's fresh-run evidence
     --steps env,install,liger-install,liger,liger-times examples/liger_mhc on CUDA
+    --steps env,install,fp8-real,fp8-families,fp8-catch,fp8-casts,fp8-casts-perf
+                                                        FP8 and FP4: the real kernels'
+                                                        verdicts, families, planted bugs
 
 Prints the independent table (and an optional step's short table), then one short table of
 the steps last; exits 1 when any step is off or did not run within ``--budget-s``. DIR gets
@@ -716,6 +719,111 @@ EXTRAS: tuple[Extra, ...] = (
           lambda o, w: _bench("liger_mhc.py", "--device", o.device, "--repeats", "20"),
           _judge_rc),
 )
+
+
+
+#: The case ids of cases/linear.toml and cases/fp8.toml, and the linear op's perf cases.
+FP8_CASES = ("tiny-k384", "v3-q-a-decode-t8", "v3-o-decode-t8", "v3-expert-down-prefill-t64",
+             "v3-q-a-prefill-t512", "v3-o-decode-t16", "fp8-v4flash-b2-l1k", "fp8-v4flash-t32")
+FP8_PERF_CASES = ("perf-linear-v3-q-a-decode-t16", "perf-linear-v3-q-a-prefill-t4096",
+                  "perf-linear-v3-o-decode-t64", "perf-linear-v3-expert-down-prefill-t2048")
+
+
+def _fp8_seeds(opts: argparse.Namespace) -> list[str]:
+    return ["--seeds", str(opts.fp8_seeds), "--first-seed", str(opts.fp8_first_seed)]
+
+
+def _judge_fp8_families(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+                        text: str) -> tuple[bool, str]:
+    """The FP8 / FP4 families held to the shipped budgets on held-out seeds: every member
+    passes (its GEMM results within their bound), or the step is off; the families' table
+    and the budgets they suggest are printed (for cases whose CUDA budgets came from CPU
+    proxies: cases/linear.toml says which)."""
+    path = run.work / "fp8-families.json"
+    data = json.loads(path.read_text())
+    _, table, _ = run.sh("fp8-families-table", _bench("fp8_families.py", "--table", str(path)),
+                         60)
+    _, suggested, _ = run.sh("fp8-families-suggest",
+                             _bench("fp8_families.py", "--suggest", str(path)), 60)
+    print(table.strip())
+    print("suggested budgets (2x the families' worst on this device):")
+    print(suggested.strip())
+    heads = [r for fams in data["cases"].values() for r in fams.values()]
+    checks = sum(r["checks"] for r in heads)
+    # A known-bad variant's family (cases/fp8.toml's FP4 indexers, FP8 mHCs) fails with it.
+    failed = [f"{f['member']} seed {f['seed']}" for r in heads if not r.get("expected")
+              for f in r["failures"]]
+    ratio = max((q["sim_ratio"] for r in heads for q in r["quant"].values()), default=0.0)
+    errors = [e for r in heads for e in r["errors"]]
+    detail = (f"rc {rc}: {len(data['cases'])} cases, {checks} checks, {len(failed)} failed, "
+              f"worst GEMM bound ratio {ratio:.3g}, {len(errors)} errors")
+    if failed:
+        detail += "; failed: " + ", ".join(failed[:4])
+    if errors:
+        detail += "; " + errors[0][:120]
+    return bool(checks) and not failed and not errors and ratio <= 1.0, detail
+
+
+def _judge_fp8_catch(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+                     text: str) -> tuple[bool, str]:
+    """Every FP8 planted bug whose own error is at least 2x its family's worst caught, no
+    honest member or alternative failed; the catch table printed."""
+    data = json.loads((run.work / "fp8-catch.json").read_text())
+    _, table, _ = run.sh("fp8-catch-table", _bench("fp8_catch.py", "--table",
+                                                   str(run.work / "fp8-catch.json")), 60)
+    print(table.strip())
+    bugs, honest = data["bugs"], data["honest"]
+    big = [r for r in bugs if r["own_error"] >= 2]
+    missed = [r for r in big if not r["caught"]]
+    failed = [r for r in honest if r["violations"]]
+    detail = (f"rc {rc}: bugs caught {sum(r['caught'] for r in bugs)}/{len(bugs)}, own error "
+              f">= 2x {len(big) - len(missed)}/{len(big)}; honest failed {len(failed)}/"
+              f"{len(honest)}")
+    return bool(bugs) and not missed and not failed, detail
+
+
+EXTRAS += (
+    Extra("fp8-real", "the FP8 / FP4 cases on CUDA (cases/linear.toml: DeepSeek V3's real "
+          "projections at decode and prefill token counts, torchao's GEMM where installed; "
+          "cases/fp8.toml) with both references in the report", 150,
+          lambda o, w: _pytest("--numcheck", "--numcheck-device", o.device, "-q", "-rxXs",
+                               "cases/linear.toml", "cases/fp8.toml", "--numcheck-report",
+                               str(w / "fp8-real.json"), "--numcheck-markdown",
+                               str(w / "fp8-real.md")),
+          _judge_report("fp8-real.json")),
+    Extra("fp8-families", "the FP8 / FP4 honest families (the shipped low-precision variants "
+          "and their schemes' members: emulated, dequantized, and on CUDA _scaled_mm with fast "
+          "accumulation on and off, Triton tl.dot on e4m3, the block-scaled Triton kernel, "
+          "torchao where installed) on held-out seeds (--fp8-seeds from --fp8-first-seed), "
+          "held to the shipped budgets; prints the budgets this device suggests", 230,
+          lambda o, w: _bench("fp8_families.py", "--device", o.device, *_fp8_seeds(o),
+                              *(["-k", o.select] if o.select else []), "--json",
+                              str(w / "fp8-families.json")),
+          _judge_written("fp8-families.json", _judge_fp8_families)),
+    Extra("fp8-catch", "the FP8 planted bugs (tests/quant_planted.py: issue 35's kinds) on "
+          "--fp8-seeds fresh seeds, each bug's own error against its family's worst, with "
+          "the honest members and alternatives on the same seeds", 150,
+          lambda o, w: _bench("fp8_catch.py", "--device", o.device, *_fp8_seeds(o),
+                              "--json", str(w / "fp8-catch.json")),
+          _judge_written("fp8-catch.json", _judge_fp8_catch)),
+    Extra("fp8-casts", "cast bytes and input passes of the FP8 / FP4 cases on CUDA "
+          "(benchmarks/cast_ratios.py): the limits cases/linear.toml and cases/fp8.toml set "
+          "from the CPU's ledger, measured on the GPU's code path", 120,
+          lambda o, w: _bench("cast_ratios.py", "--device", o.device, "--full-context",
+                              "--only", ",".join(FP8_CASES), "--out", str(w / "fp8-casts")),
+          _judge_written("fp8-casts/cast_ratios-*.json")),
+    Extra("fp8-casts-perf", "the same for the linear op's perf cases at DeepSeek V3's real "
+          "shapes", 120,
+          lambda o, w: _bench("cast_ratios.py", "--device", o.device, "--perf",
+                              "--full-context", "--only", ",".join(FP8_PERF_CASES), "--out",
+                              str(w / "fp8-casts-perf")),
+          _judge_written("fp8-casts-perf/cast_ratios-*.json")),
+    Extra("fp8-accumulation", "cuBLAS's FP8 accumulation (torch._scaled_mm, fast accumulation "
+          "on and off) and Triton's tl.dot on e4m3 against numcheck's model "
+          "(benchmarks/fp8_accumulation.py, one seed)", 150,
+          lambda o, w: _bench("fp8_accumulation.py", "--device", o.device, "--seeds", "1"),
+          _judge_written("fp8_accumulation.json"), out_env=True),
+)
 EXTRA_NAMES = tuple(e.name for e in EXTRAS)
 
 
@@ -806,6 +914,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the slowed variant's threshold (bf16 passes it, slowed fails)")
     extra.add_argument("--liger", default="liger-kernel==0.8.5",
                        help="liger-install's requirement or wheel")
+    extra.add_argument("--fp8-seeds", type=int, default=10,
+                       help="held-out seeds of the fp8-families and fp8-catch steps")
+    extra.add_argument("--fp8-first-seed", type=int, default=5000)
     return ap
 
 

@@ -14,6 +14,9 @@ case's own seeds plus ``--seeds`` fresh ones, each against a fresh CPU reference
 gate measures (numcheck.calibrate.honest). The families hold the members derived from each
 op's GEMM site (numcheck.honest.gemm_family: TF32 rounded or truncated, bf16 out or fp32 out,
 one pass, K-blocks, split-K; with ``--device cuda`` also cuBLAS and a Triton tl.dot kernel).
+The FP8 / FP4 variants (those that declare ``Variant.quant``) have their schemes' families,
+measured the same way by benchmarks/fp8_families.py (docs/fp8.md); this script leaves them
+out and says so.
 ``--suggest`` prints the budget tables (docs/budgets.md has the policy); ``--apply`` writes
 them into cases/*.toml: bf16 and tf32 ``max_err_ratio`` set to 1.25x the worst pooled over
 the op's cases (raised or lowered: it is relative to the rounding envelope, the same on
@@ -89,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", type=Path, nargs="+", metavar="JSON",
                     help="measure nothing: print the markdown table of docs/budgets.md")
     args = ap.parse_args(argv)
-    cases = [c for c in load_cases(ROOT / "cases") if not c.perf_only and args.select in c.id]
+    # A sweep's points share one table: pytest --numcheck --numcheck-calibrate pools them.
+    cases = [c for c in load_cases(ROOT / "cases") if not c.perf_only and args.select in c.id
+             and c.sweep is None and c.inputs.file is None]
     if args.ops:
         cases = sorted((c for c in cases if c.op in args.ops), key=lambda c: args.ops.index(c.op))
     if args.table:
@@ -128,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
                                        "fresh_seeds": [args.first_seed, args.first_seed
                                                        + args.seeds - 1]},
                               "cases": {}}
+    quant = sorted({f"{c.op}::{v}" for c in cases for v in c.variants
+                    if getattr(get_op(c.op).variants.get(v), "quant", None) is not None})
+    if quant:
+        print(f"honest_calibration: the FP8 / FP4 variants ({', '.join(quant)}) are "
+              "calibrated on their schemes' families: benchmarks/fp8_families.py", file=sys.stderr)
     for case in cases:
         seeds = list(case.seeds) + list(range(args.first_seed, args.first_seed + args.seeds))
         for op_name, precision in honest.FAMILIES:

@@ -30,12 +30,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from numcheck.caseparts.inputs import (
+    INPUTS_KEY,
+    InputsError,
+    InputSpec,
+    defaults_left,
+    parse_inputs,
+)
+from numcheck.caseparts.sweep import SWEEP_KEY, SweepError, SweepPoint, expand
+from numcheck.distributions import INPUTS_PARAM
 from numcheck.gates import (
     BATCH_INVARIANCE_GATE,
     DETERMINISM_GATE,
     GATES,
     KERNELS_GATE,
     OUTPUT_METRICS,
+    QUANT_GATE,
     TOPK_METRICS,
 )
 from numcheck.honest.gemm_family import missing_envelope, yardstick
@@ -59,7 +69,7 @@ from numcheck.numerics.budgets import (
     complete_budget,
     describe,
 )
-from numcheck.numerics.metric_names import NONFINITE_METRICS
+from numcheck.numerics.metric_names import NONFINITE_METRICS, SIM_METRICS
 from numcheck.ops import registry
 from numcheck.ops.param_checks import check_params
 from numcheck.ops.registry import OpSpec
@@ -77,7 +87,7 @@ from numcheck.toml_lines import key_lines
 CASE_KEYS = (
     "op", "description", "preset", "shape", "seeds", "devices", "variants", "budget", "expect",
     "perf", "perf_only",
-    "overhead", PROVENANCE, DETERMINISTIC_KEY, BATCH_INVARIANT_KEY,
+    "overhead", PROVENANCE, SWEEP_KEY, INPUTS_KEY, DETERMINISTIC_KEY, BATCH_INVARIANT_KEY,
 )
 #: A case id becomes a file name and a test id, so it is kept to this alphabet.
 CASE_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -176,6 +186,18 @@ class Case:
     #: ``batch_invariant``: the variants (and devices) whose requests computed alone must be
     #: bitwise their rows of the batch's outputs; None: off.
     batch_invariant: InvarianceSpec | None = None
+    #: A point of a shape sweep (numcheck.caseparts.sweep): the sweep case it belongs to and
+    #: its values. ``id`` is then the point's (``<sweep case>@<label>``), ``params`` hold
+    #: its values; None for a case that sweeps nothing.
+    sweep: SweepPoint | None = None
+    #: What the inputs are: the op's default draw, another distribution, or a recorded
+    #: file (numcheck.caseparts.inputs).
+    inputs: InputSpec = field(default_factory=InputSpec)
+
+    @property
+    def table(self) -> str:
+        """The case's table in its file: its id, or a sweep point's sweep case."""
+        return self.id if self.sweep is None else self.sweep.case
 
 
 @dataclass(frozen=True)
@@ -278,11 +300,14 @@ class CaseIds:
             )
 
 
-def load_case_file(path: Path, *, lookup: OpLookup = registry.get_op) -> list[Case]:
+def load_case_file(path: Path, *, lookup: OpLookup = registry.get_op,
+                   measuring: bool = False) -> list[Case]:
     """The cases of one TOML file, in file order; any mistake raises :class:`CaseFileError`.
 
     ``lookup`` maps an op name to its spec and raises KeyError for an unknown name; tests pass
-    a fake one so they do not depend on the real ops.
+    a fake one so they do not depend on the real ops. ``measuring``: the case is read to be
+    calibrated, not gated, so a case off the default inputs may still lack the tables it
+    needs (numcheck.caseparts.inputs.defaults_left): calibration is what writes them.
     """
     try:
         with path.open("rb") as handle:
@@ -303,8 +328,16 @@ def load_case_file(path: Path, *, lookup: OpLookup = registry.get_op) -> list[Ca
     # Where each key is set, read once now: messages name a budget's line from the record
     # made here (VariantBudget.origins), never by reading the file again.
     lines = key_lines(text)
-    return [_parse_case(_Where(path, case_id, lines), body, lookup)
-            for case_id, body in data.items()]
+    return [point for case_id, body in data.items()
+            for point in _case_points(_Where(path, case_id, lines), body, lookup, measuring)]
+
+
+def _case_points(where: _Where, body: Any, lookup: OpLookup, measuring: bool) -> list[Case]:
+    """The case of one table; a sweep's points (one case each) for a table with ``sweep``."""
+    case = _parse_case(where, body, lookup, measuring=measuring)
+    if not isinstance(body, dict) or SWEEP_KEY not in body:
+        return [case]
+    return _sweep_points(where, body, lookup(case.op), case.preset, case)
 
 
 @dataclass(frozen=True)
@@ -328,7 +361,8 @@ class _Where:
         return {key[1:]: line for key, line in self.lines.items() if key[0] == self.case}
 
 
-def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
+def _parse_case(where: _Where, body: Any, lookup: OpLookup, *,
+                measuring: bool = False) -> Case:
     case_id = where.case
     if not CASE_ID_PATTERN.fullmatch(case_id):
         raise where.error(
@@ -379,6 +413,11 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
     perf = _parse_perf(where, body, op, variants, runs_on)
     overhead = _parse_overhead(where, body, op, variants, runs_on)
     provenance = _parse_provenance(where, body, op)
+    inputs = _parse_inputs(where, body, op, seeds, params)
+    left = defaults_left(op, inputs, body.get("budget", {}), budget_like, variants, budgets,
+                         case=case_id)
+    if left is not None and not measuring:
+        raise where.error(left.key, left.problem, left.fix)
     return Case(
         id=case_id,
         op=op.name,
@@ -397,6 +436,7 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup) -> Case:
         budget_like=budget_like,
         provenance=provenance,
         lines=where.case_lines(),
+        inputs=inputs,
         deterministic=deterministic,
         batch_invariant=batch_invariant,
     )
@@ -427,14 +467,54 @@ def _parse_invariance(
                 key, f"op '{op.name}' does not say what a request of its batch is, so a "
                 "request cannot be computed alone", "declare OpSpec(batch=numcheck.Batch(...)) "
                 "on the op (docs/extending.md, \"What a request is\"), or remove the key")
-        size = op.batch.size_param
-        if spec.requests is not None and size is not None:
-            past = [r for r in spec.requests if r >= int(params[size])]
-            if past:
-                raise where.error(f"{key}.requests", f"request {past[0]} is not in the case's "
-                                  f"batch of {params[size]} ({size})",
-                                  f"name requests from 0 to {int(params[size]) - 1}")
+        _check_requests(where, op, spec, params)
     return spec
+
+
+def _check_requests(where: _Where, op: OpSpec, spec: InvarianceSpec | None,
+                    params: Mapping[str, Any], point: str = "") -> None:
+    """Every request ``batch_invariant.requests`` names is in the batch (where the op names
+    the parameter holding its size; elsewhere the check says so when it runs)."""
+    size = op.batch.size_param if op.batch is not None else None
+    if spec is None or spec.requests is None or size is None:
+        return
+    past = [r for r in spec.requests if r >= int(params[size])]
+    if past:
+        at = f" at sweep point {point}" if point else ""
+        raise where.error(f"{BATCH_INVARIANT_KEY}.requests", f"request {past[0]} is not in the "
+                          f"case's batch of {params[size]} ({size}){at}",
+                          f"name requests from 0 to {int(params[size]) - 1}")
+
+
+def _parse_inputs(where: _Where, body: Mapping[str, Any], op: OpSpec, seeds: tuple[int, ...],
+                  params: dict[str, Any]) -> InputSpec:
+    """The case's ``inputs`` (numcheck.caseparts.inputs); what it names joins the params."""
+    try:
+        spec = parse_inputs(body.get(INPUTS_KEY), op, folder=where.path.parent, seeds=seeds,
+                            params=params)
+    except InputsError as exc:
+        raise where.error(exc.key, exc.problem, exc.fix) from None
+    if spec.param() is not None:
+        params[INPUTS_PARAM] = spec.param()
+    return spec
+
+
+def _sweep_points(where: _Where, body: Mapping[str, Any], op: OpSpec, preset: str | None,
+                  case: Case) -> list[Case]:
+    """One case per point of the case's ``sweep`` (numcheck.caseparts.sweep)."""
+    if case.inputs.file is not None:
+        raise where.error(SWEEP_KEY, "a case on recorded inputs cannot sweep shapes: the "
+                          "recorded tensors are its shape", "remove the sweep, or the file")
+    try:
+        shape = {name: case.params[name] for name in body.get("shape", {})}
+        points = expand(op, case.id, body[SWEEP_KEY], preset=preset, shape=shape)
+    except SweepError as exc:
+        raise where.error(exc.key, exc.problem, exc.fix) from None
+    extra = {} if case.inputs.param() is None else {INPUTS_PARAM: case.inputs.param()}
+    for point, params in points:
+        _check_requests(where, op, case.batch_invariant, params, point.id)
+    return [replace(case, id=point.id, params={**params, **extra}, sweep=point)
+            for point, params in points]
 
 
 def _parse_provenance(
@@ -588,6 +668,11 @@ def _check_expect_can_fail(
                 key, f"it expects output '{target}' to fail, but a perf-only case runs no "
                 "numerics", "expect gates of this case (perf, casts), or move the expectation "
                 "to a case with a golden")
+        if target == QUANT_GATE.name and op.variants[variant].quant is None:
+            raise where.error(
+                key, f"it expects the quant gate to fail, which checks a variant's declared "
+                f"quantization, and '{variant}' declares none", "declare the variant's "
+                "quantization (Variant(quant=GemmQuant(...))), or expect another gate")
         if target == KERNELS_GATE.name and "cuda" not in devices:
             raise where.error(
                 key, f"it expects the kernels gate to fail, which audits CUDA kernels only, and "
@@ -604,8 +689,10 @@ def _check_expect_can_fail(
                 continue
             missing = None
             if target != topk_output:
-                cls = yardstick(op, op.variants[variant].precision, target)
-                missing = missing_envelope(op, cls, devices, installed=False)
+                spec = op.variants[variant]
+                cls = yardstick(op, spec.precision, target)
+                missing = missing_envelope(op, cls, devices, installed=False,
+                                           quant=spec.quant if cls == spec.precision else None)
             if missing is not None and metric == "max_err_ratio":
                 raise where.error(
                     key, f"it expects {target}.{metric} to fail, which cannot be measured "
@@ -858,9 +945,14 @@ def _parse_devices(where: _Where, body: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _parse_variants(where: _Where, body: Mapping[str, Any], op: OpSpec) -> tuple[str, ...]:
+    """The variants the case checks: those it lists, or, when it lists none, every variant
+    but the reference and the low-precision ones (those that declare their quantization:
+    their budgets belong to their scheme and are measured for a case, so a case names them;
+    every variant when the op has no other)."""
     checked = [name for name in op.variants if name != op.reference]
     if "variants" not in body:
-        return tuple(checked)
+        plain = [name for name in checked if op.variants[name].quant is None]
+        return tuple(plain or checked)
     known = ", ".join(checked) or "none"
     fix = f'write variants = ["{checked[0] if checked else "..."}"], using names among: {known}'
     names = _string_list(where, "variants", body["variants"], fix)
@@ -896,21 +988,31 @@ def _unmeasured(op: OpSpec, name: str, devices: tuple[str, ...],
                 lender: str | None) -> dict[str, dict[str, Unmeasured]]:
     """Per output, the metrics no check of variant ``name`` can measure on ``devices``:
     ``max_err_ratio`` where the op has no rounding envelope for the output's class (its
-    rounding reference or ``gemm_site`` members; numcheck.honest.gemm_family)."""
-    precision = op.variants[name].precision
+    rounding reference or ``gemm_site`` members; numcheck.honest.gemm_family), and the
+    simulated reference's metrics for a variant that declares no quantization."""
+    variant = op.variants[name]
+    precision = variant.precision
     whose = f"variant '{name}'" + (f" (held to {lender}'s budgets)" if lender else "")
     out: dict[str, dict[str, Unmeasured]] = {}
     for output in op.outputs:
         if op.topk is not None and output == op.topk.indices:
             continue
-        missing = missing_envelope(op, yardstick(op, precision, output), devices,
-                                   installed=False)
-        if missing is None:
-            continue
-        problem = (f"max_err_ratio (the worst element against honest rounding on the same "
-                   f"inputs) cannot be measured for {whose} on output '{output}', so this "
-                   f"limit would gate nothing: {missing.problem}")
-        out[output] = {"max_err_ratio": Unmeasured(problem, missing.fix, missing.nowhere)}
+        cls = yardstick(op, precision, output)
+        missing = missing_envelope(op, cls, devices, installed=False,
+                                   quant=variant.quant if cls == precision else None)
+        if missing is not None:
+            problem = (f"max_err_ratio (the worst element against honest rounding on the "
+                       f"same inputs) cannot be measured for {whose} on output '{output}', "
+                       f"so this limit would gate nothing: {missing.problem}")
+            out[output] = {"max_err_ratio": Unmeasured(problem, missing.fix, missing.nowhere)}
+        if variant.quant is None:
+            for metric in SIM_METRICS:
+                out.setdefault(output, {})[metric] = Unmeasured(
+                    f"{metric} (against the simulated reference: the op recomputed on the "
+                    f"variant's own quantized operands) cannot be measured for {whose}, which "
+                    "declares no quantization, so this limit would gate nothing",
+                    "declare the variant's quantization (Variant(quant=GemmQuant(...)), "
+                    "docs/fp8.md), or remove the key")
     return out
 
 

@@ -13,9 +13,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from numcheck.numerics.metric_names import ERROR_METRICS, NONFINITE_METRICS, TOPK_LIMITS
+from numcheck.numerics.metric_names import (
+    ERROR_METRICS,
+    NONFINITE_METRICS,
+    SIM_METRICS,
+    TOPK_LIMITS,
+)
 
-OUTPUT_METRICS = (*ERROR_METRICS, *NONFINITE_METRICS)
+OUTPUT_METRICS = (*ERROR_METRICS, *SIM_METRICS, *NONFINITE_METRICS)
 TOPK_METRICS = TOPK_LIMITS
 
 
@@ -49,6 +54,15 @@ KERNELS_GATE = Gate(
     "kernels", ("cuda_core_gemm", "copy_share"),
     doc="GPU kernels of the variant by class (torch.profiler), CUDA only",
 )
+#: A low-precision variant's GEMMs against the scheme it declares (numcheck.check.against_sim):
+#: ``sim_ratio``, the worst element of a recorded GEMM result past the bound an honest kernel
+#: of the declared accumulation stays within against its simulated reference (a rule: at
+#: most 1, numcheck.precision.quant_bound); ``operands``, findings of its recorded operands
+#: against the declared scheme (numcheck.precision.quant_validate); ``recorded``, GEMMs
+#: recorded that the op's gemm_site does not make, or the other way round.
+QUANT_GATE = Gate("quant", ("sim_ratio", "operands", "recorded"),
+                  doc="a low-precision variant's GEMMs against its declared scheme: the "
+                  "simulated reference's bound, and its quantized operands")
 #: ``deterministic = true`` in a case: the variant run several times on the same inputs
 #: gives bitwise-equal outputs (``runs_differing``: runs unlike the first).
 DETERMINISM_GATE = Gate(
@@ -61,7 +75,8 @@ BATCH_INVARIANCE_GATE = Gate(
     "batch_invariance", ("requests_differing",),
     doc="a request computed alone: bitwise its rows of the whole batch's outputs",
 )
-BUILTIN_GATES = (PERF_GATE, CASTS_GATE, KERNELS_GATE, DETERMINISM_GATE, BATCH_INVARIANCE_GATE)
+BUILTIN_GATES = (PERF_GATE, CASTS_GATE, KERNELS_GATE, QUANT_GATE, DETERMINISM_GATE,
+                 BATCH_INVARIANCE_GATE)
 
 #: Every known gate by name: the built-in ones, then any registered.
 GATES: dict[str, Gate] = {gate.name: gate for gate in BUILTIN_GATES}

@@ -1,6 +1,6 @@
 """What the gate checks for every shipped case, as plain data: the snapshot of loaded budgets.
 
-Every (case, variant, output) budget after loading (defaults filled in, coarse outputs
+Every (case, variant, output) budget after loading (a sweep's once: its points share them) (defaults filled in, coarse outputs
 completed, borrowed budgets resolved), every overhead limit, perf option and expectation,
 flattened to ``{"<op>::<case> <variant> <output>": {key: value}}``. tests/test_budget_snapshot.py
 compares the shipped case files with tests/data/shipped-budgets.json, so that a change to a
@@ -40,7 +40,12 @@ def snapshot(cases_dir: Path = ROOT / "cases") -> dict[str, dict[str, Any]]:
 
     out: dict[str, dict[str, Any]] = {}
     for case in load_cases(cases_dir):
-        name = f"{case.op}::{case.id}"
+        name = f"{case.op}::{case.table}"
+        if case.sweep is not None and case.sweep.index > 0:
+            # A sweep's points share its budgets and limits: its first point stands for
+            # them, and every point's swept values are listed with the case.
+            out[f"{name} - case"]["points"][case.sweep.label] = _plain(dict(case.sweep.values))
+            continue
         for variant, budget in case.budgets.items():
             for output, ob in budget.outputs.items():
                 out[f"{name} {variant} {output}"] = _plain(ob)
@@ -55,6 +60,9 @@ def snapshot(cases_dir: Path = ROOT / "cases") -> dict[str, dict[str, Any]]:
         out[f"{name} - case"] = {"seeds": list(case.seeds), "devices": list(case.devices),
                                  "variants": list(case.variants), "perf_only": case.perf_only,
                                  "params": _plain(dict(case.params))}
+        if case.sweep is not None:
+            out[f"{name} - case"]["points"] = {
+                case.sweep.label: _plain(dict(case.sweep.values))}
     return out
 
 

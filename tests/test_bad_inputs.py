@@ -95,7 +95,7 @@ def test_unknown_op(pytester: pytest.Pytester) -> None:
     path.write_text(path.read_text().replace('op = "indexer"', 'op = "indexr"'))
     _collection_stops(pytester).stdout.fnmatch_lines(
         [("*indexer.toml: case 'tiny': key 'op': unknown op 'indexr' (known ops: indexer, "
-         "mhc_pre*). Fix: use the name of a registered op")]
+         "linear, mhc_pre*). Fix: use the name of a registered op")]
     )
 
 
@@ -103,7 +103,8 @@ def test_unknown_variant(pytester: pytest.Pytester) -> None:
     make_project(pytester, variants='"bf17"')
     _collection_stops(pytester).stdout.fnmatch_lines(
         [("*indexer.toml: case 'tiny': key 'variants': unknown variant 'bf17' for op 'indexer'."
-         " Fix: use one of: bf16, bf16_fp32out, tf32, bf16_folded, fused")]
+         " Fix: use one of: bf16, bf16_fp32out, tf32, bf16_folded, fused, fp8, nvfp4_emu, "
+         "mxfp4_emu")]
     )
 
 

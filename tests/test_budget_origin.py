@@ -190,8 +190,9 @@ def test_every_recorded_origin_of_the_shipped_cases_holds_the_value_the_gate_use
             value = _value(budget, output, key) if not isinstance(origin, NotMeasured) else None
             at = root(origin)
             if isinstance(at, Given):
-                owner, out = at.table.removeprefix(f"{case.id}.budget.").split(".")
-                assert data[case.id]["budget"][owner][out][key] == value, (output, key)
+                # a sweep's points are held to the sweep case's tables (Case.table)
+                owner, out = at.table.removeprefix(f"{case.table}.budget.").split(".")
+                assert data[case.table]["budget"][owner][out][key] == value, (output, key)
                 assert at.line is not None and key in rows[at.line - 1], (output, key)
             elif isinstance(at, Default):
                 assert DEFAULT_BUDGETS[at.precision][key] == value, (output, key)

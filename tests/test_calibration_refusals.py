@@ -155,7 +155,7 @@ def test_the_shipped_evidence_refuses_nothing() -> None:
     honest is refused. A member doctored to a bug's size is, by name."""
     hc = _honest_calibration()
     cases = [c for c in load_cases(ROOT / "cases") if not c.perf_only]
-    assert len(FAMILY_FILES) == 10 and len(RUN_FILES) == 4
+    assert len(FAMILY_FILES) == 11 and len(RUN_FILES) == 4
     for path in FAMILY_FILES:
         assert family_findings(hc.merge([path]), cases) == [], path.name
     runs = [json.loads(p.read_text()) for p in RUN_FILES]

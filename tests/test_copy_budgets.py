@@ -31,16 +31,19 @@ COPY_BUGS = {
 }
 
 
-def _raw_overhead(case_op: str, case_id: str) -> dict[str, dict[str, float]]:
-    name = {"indexer": "indexer.toml", "mhc_pre": "mhc.toml"}[case_op]
-    with (ROOT / "cases" / name).open("rb") as handle:
-        return tomllib.load(handle)[case_id].get("overhead", {})
+def _raw_overhead(source: Path, table: str) -> dict[str, dict[str, float]]:
+    with source.open("rb") as handle:
+        return tomllib.load(handle)[table].get("overhead", {})
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.op}::{c.id}")
+#: One case per case table: a sweep's points share theirs.
+TABLES = list({(c.source, c.table): c for c in CASES}.values())
+
+
+@pytest.mark.parametrize("case", TABLES, ids=lambda c: f"{c.op}::{c.table}")
 def test_every_shipped_variant_has_a_measured_cast_limit(case: object) -> None:
     op = get_op(case.op)  # type: ignore[attr-defined]
-    raw = _raw_overhead(case.op, case.id)  # type: ignore[attr-defined]
+    raw = _raw_overhead(case.source, case.table)  # type: ignore[attr-defined]
     for variant in (op.reference, *case.variants):  # type: ignore[attr-defined]
         assert "max_cast_bytes_ratio" in raw.get(variant, {}), (case.id, variant)  # type: ignore[attr-defined]
 
@@ -88,7 +91,14 @@ def _with_clone_of(fn: Any, name: str) -> Any:
     return variant
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.op}::{c.id}")
+#: The fixed shipped cases of the ops with planted copy bugs that run their bf16 variant: at
+#: a sweep's smallest points another input is the largest (q of a 1-token context, mHC's
+#: hc_fn beside one token's x), so these bugs are about the others.
+COPY_CASES = [c for c in CASES
+              if c.sweep is None and c.op in COPY_BUGS and "bf16" in c.variants]
+
+
+@pytest.mark.parametrize("case", COPY_CASES, ids=lambda c: f"{c.op}::{c.id}")
 def test_one_extra_full_copy_of_the_largest_input_fails(case: object) -> None:
     planted.register_all()
     op = get_op(case.op)  # type: ignore[attr-defined]

@@ -14,13 +14,29 @@ from pathlib import Path
 import pytest
 import torch
 
-from numcheck.cases import load_cases
+from numcheck.cases import Case, load_cases
 from numcheck.numerics.metrics import compare
 from numcheck.ops.registry import get_op
 
 ROOT = Path(__file__).resolve().parent.parent
 # Perf-only cases run at production shape on CUDA only: far too large for a CPU unit test.
 CASES = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases") if not c.perf_only}
+
+
+#: Cases whose inputs alone are hundreds of MB (linear's CUDA case at o_proj's real weight,
+#: 7168 x 16384): generating them costs seconds on a CPU, so their parameters of the per-case
+#: tests below run in the slow tier.
+LARGE_BYTES = 100e6
+
+
+def _keys(cases: dict[str, Case]) -> list[object]:
+    """Case keys as test parameters, the large ones in the slow tier."""
+    def large(c: Case) -> bool:
+        min_bytes = get_op(c.op).min_bytes
+        return min_bytes is not None and min_bytes(c.params) > LARGE_BYTES
+
+    return [pytest.param(k, marks=pytest.mark.slow) if large(c) else k
+            for k, c in sorted(cases.items())]
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -35,7 +51,7 @@ def threads() -> Iterator[None]:
     torch.set_num_threads(saved)
 
 
-@pytest.mark.parametrize("key", sorted(CASES))
+@pytest.mark.parametrize("key", _keys(CASES))
 def test_reference_is_bit_identical_run_to_run(key: str) -> None:
     case = CASES[key]
     op = get_op(case.op)

@@ -298,3 +298,78 @@ def test_an_optional_step_runs_for_real_on_the_cpu(tmp_path: Path) -> None:
     assert reg.main(["--out", str(tmp_path), "--steps", "casts", "--device", "cpu"]) == 0
     assert "casts  ok" in (tmp_path / "summary.txt").read_text()
     assert (tmp_path / "regression" / "casts" / "cast_ratios-cpu.json").exists()
+
+
+def _quiet_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judges' table and suggestion sub-commands answered without running them."""
+    real = reg.Run.sh
+
+    def sh(self: reg.Run, name: str, cmd: list[str], limit: float,
+           **kw: object) -> tuple[int, str, float]:
+        if name.startswith(("fp8-families-", "fp8-catch-")):
+            return 0, f"{name} printed\n", 0.0
+        return real(self, name, cmd, limit, **kw)
+
+    monkeypatch.setattr(reg.Run, "sh", sh)
+
+
+def _family(failures: list[dict[str, object]], *, expected: bool = False,
+            ratio: float = 0.9) -> dict[str, object]:
+    return {"members": ["fp8_block", "gemm_e4m3_block_fp32_bf16out"], "worst": {},
+            "by_variant": {}, "worst_by": {}, "checks": 20, "errors": [],
+            "quant": {"fp8_block": {"sim_ratio": ratio, "n_findings": 0}},
+            "failures": failures, "expected": expected}
+
+
+def test_the_fp8_families_step_is_off_on_a_false_failure_or_a_bound_passed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every honest member of a shipped scheme passes its variant's budget and stays within
+    its GEMM bound; a known-bad variant's family fails with it and counts for nothing."""
+    _quiet_tables(monkeypatch)
+
+    def run(heads: dict[str, object]) -> str:
+        data = {"cases": {"linear::tiny-k384": heads}}
+        _fake("fp8-families", f"import json, pathlib; pathlib.Path(W, 'fp8-families.json')"
+              f".write_text(json.dumps({data!r}))", monkeypatch)
+        reg.main(["--out", str(tmp_path), "--steps", "fp8-families", "--device", "cpu"])
+        return " ".join((tmp_path / "summary.txt").read_text().splitlines()[1].split())
+
+    fail = {"member": "gemm_e4m3_block_fp32_fp32out", "seed": 5003, "violations": ["y"]}
+    known_bad = _family([fail], expected=True)
+    assert run({"fp8_block": _family([]), "nvfp4_emu": known_bad}).startswith(
+        "fp8-families ok 0s rc 0: 1 cases, 40 checks, 0 failed, worst GEMM bound ratio 0.9")
+    assert run({"fp8_block": _family([fail])}).endswith(
+        "1 failed, worst GEMM bound ratio 0.9, 0 errors; failed: "
+        "gemm_e4m3_block_fp32_fp32out seed 5003")
+    assert run({"fp8_block": _family([], ratio=1.3)}).startswith("fp8-families OFF")
+
+
+def test_the_fp8_catch_step_wants_every_big_bug_and_no_honest_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _quiet_tables(monkeypatch)
+
+    def run(bugs: list[dict[str, object]], honest: list[dict[str, object]]) -> str:
+        data = {"bugs": bugs, "honest": honest}
+        _fake("fp8-catch", f"import json, pathlib; pathlib.Path(W, 'fp8-catch.json')"
+              f".write_text(json.dumps({data!r}))", monkeypatch)
+        reg.main(["--out", str(tmp_path), "--steps", "fp8-catch", "--device", "cpu"])
+        return " ".join((tmp_path / "summary.txt").read_text().splitlines()[1].split())
+
+    small = {"bug": "bug_per_tensor_quantizer", "own_error": 1.1, "caught": False}
+    big = {"bug": "bug_shifted_scales", "own_error": 90.0, "caught": True}
+    honest = {"member": "fp8_block", "violations": []}
+    assert run([small, big], [honest]) == ("fp8-catch ok 0s rc 0: bugs caught 1/2, own error "
+                                           ">= 2x 1/1; honest failed 0/1")
+    assert run([{**big, "caught": False}], [honest]).startswith("fp8-catch OFF")
+    assert run([big], [{**honest, "violations": ["y.rel_fro"]}]).startswith("fp8-catch OFF")
+
+
+@pytest.mark.slow
+def test_the_fp8_steps_run_for_real_on_the_cpu(tmp_path: Path) -> None:
+    """fp8-families (one case, one seed) and fp8-catch (one seed) end to end, --device cpu."""
+    assert reg.main(["--out", str(tmp_path), "--steps", "fp8-families,fp8-catch", "--device",
+                     "cpu", "--fp8-seeds", "1", "--select", "tiny-k384"]) == 0
+    work = tmp_path / "regression"
+    assert (work / "fp8-families.json").exists() and (work / "fp8-catch.json").exists()
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "fp8-families  ok" in summary and "fp8-catch     ok" in summary

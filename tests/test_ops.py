@@ -13,6 +13,7 @@ from numcheck.inputs import AMAX_FLOOR, E4M3_MAX, quantize_e4m3
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import get_op
 from numcheck.precision import matmul_precision
+from numcheck.prepare import with_preparation
 
 SMALL = {"batch": 3, "next_n": 1, "heads": 4, "head_dim": 16, "block_size": 64,
          "max_context": 200, "min_context": 0, "index_topk": 32, "shuffle_pages": True,
@@ -177,7 +178,7 @@ def test_every_variant_returns_the_op_outputs() -> None:
         for variant in op.variants.values():
             if "cpu" not in variant.devices:
                 continue
-            out = variant.fn(inputs, p)
+            out = with_preparation(variant)(inputs, p)
             assert set(out) == set(op.outputs), (name, variant.name)
 
 

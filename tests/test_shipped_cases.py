@@ -22,6 +22,22 @@ ALL_CASES = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases")}
 CASES = {k: c for k, c in ALL_CASES.items() if not c.perf_only}
 
 
+#: Cases whose inputs alone are hundreds of MB (linear's CUDA case at o_proj's real weight,
+#: 7168 x 16384): generating them costs seconds on a CPU, so their parameters of the per-case
+#: tests below run in the slow tier.
+LARGE_BYTES = 100e6
+
+
+def _keys(cases: dict[str, Case]) -> list[object]:
+    """Case keys as test parameters, the large ones in the slow tier."""
+    def large(c: Case) -> bool:
+        min_bytes = get_op(c.op).min_bytes
+        return min_bytes is not None and min_bytes(c.params) > LARGE_BYTES
+
+    return [pytest.param(k, marks=pytest.mark.slow) if large(c) else k
+            for k, c in sorted(cases.items())]
+
+
 def _golden(case: Case) -> tuple[CaseGolden, CaseInputs]:
     """The shipped golden, validated for ``case`` (fresh, every output as recorded)."""
     return shipped_golden(case, ROOT / "goldens")
@@ -32,7 +48,7 @@ def test_goldens_folder_stays_under_20_mb() -> None:
     assert total < 20 * 2**20
 
 
-@pytest.mark.parametrize("key", sorted(CASES))
+@pytest.mark.parametrize("key", _keys(CASES))
 def test_every_case_has_a_fresh_golden(key: str) -> None:
     case = CASES[key]
     golden, _ = _golden(case)  # validated: fresh for the case, every output as recorded
@@ -100,7 +116,7 @@ def test_perf_cases_set_cast_limits_at_their_own_shapes() -> None:
     prefill bf16 indexer's widened scores) with its reason."""
     from numcheck.overhead.gate import default_overhead
 
-    op_variants = {name: set(get_op(name).variants) for name in ("indexer", "mhc_pre")}
+    op_variants = {name: set(get_op(name).variants) for name in ("indexer", "mhc_pre", "linear")}
     for case in (c for c in ALL_CASES.values() if c.perf_only):
         for variant in set(case.variants) & op_variants[case.op]:
             expected = case.expect.get(variant)

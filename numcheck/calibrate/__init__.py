@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from numcheck.calibrate.headroom import DEFAULT_HEADROOM, FLOORS, budget_value, round_up
 from numcheck.devices import device_name
-from numcheck.numerics.metric_names import ERROR_METRICS, TOPK_LIMITS
+from numcheck.numerics.metric_names import ERROR_METRICS, SIM_METRICS, TOPK_LIMITS
 
 if TYPE_CHECKING:
     from numcheck.cases import Case
@@ -126,7 +126,10 @@ def pool(tables: Iterable[WorstTable]) -> WorstTable:
 
 
 def calibration_seeds(case: Case, fresh: int, first_seed: int = FIRST_FRESH_SEED) -> tuple[int, ...]:
-    """The case's own seeds, then ``fresh`` new ones from ``first_seed`` on (no repeats)."""
+    """The case's own seeds, then ``fresh`` new ones from ``first_seed`` on (no repeats).
+    A case on recorded inputs has its file's calls only (its seeds name them)."""
+    if case.inputs.file is not None:
+        return tuple(case.seeds)
     extra = [first_seed + i for i in range(fresh)]
     return tuple(dict.fromkeys([*case.seeds, *extra]))
 
@@ -165,7 +168,8 @@ def seed_rows(op: OpSpec, golden: CaseGolden, measured: SeedResult) -> dict[str,
     computed them), and for a top-k output the agreement and the tie band its flips needed."""
     rows: dict[str, Row] = {}
     for output, m in measured.metrics.items():
-        row = {metric: m.value(metric) for metric in ERROR_METRICS if m.measured(metric)}
+        row = {metric: m.value(metric) for metric in (*ERROR_METRICS, *SIM_METRICS)
+               if m.measured(metric)}
         row["nonfinite_mismatch"] = float(m.nonfinite.mask_mismatch + m.nonfinite.nan_mismatch)
         row.update(m.outside_counts())
         rows[output] = row
@@ -284,8 +288,10 @@ def suggest_values(
             cells["tie_recall_mean"] = 1.0
         cells["tie_band_rel"] = budget_value("tie_band_rel", row.get("band_rel_needed", 0.0))
         return cells
-    for metric in dict.fromkeys([*GATED, *gated]):
-        if metric not in ERROR_METRICS:
+    # The simulated reference's metrics, wherever the check measured them (a variant with a
+    # declared quantization): its own budget, calibrated on the scheme's family.
+    for metric in dict.fromkeys([*GATED, *gated, *(m for m in SIM_METRICS if m in row)]):
+        if metric not in ERROR_METRICS and metric not in SIM_METRICS:
             continue
         if metric not in row:
             continue  # not measured for this check (max_err_ratio without an envelope)
@@ -468,8 +474,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               if exc.path == args.cases else f"python -m numcheck.calibrate: {exc}",
               file=sys.stderr)
         return 2
-    # Perf-only cases (production shapes, no golden) carry no numerics budget.
-    selected = [c for c in cases if args.select in c.id and not c.perf_only]
+    # Perf-only cases (production shapes, no golden) carry no numerics budget. A sweep's
+    # points share one table and recorded inputs have no fresh seeds: both are calibrated
+    # by pytest --numcheck --numcheck-calibrate (docs/cases.md).
+    selected = [c for c in cases if args.select in c.id and not c.perf_only
+                and c.sweep is None and c.inputs.file is None]
     if args.suggest:
         try:
             runs = [json.loads(p.read_text()) for p in args.suggest]

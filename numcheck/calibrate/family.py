@@ -57,7 +57,9 @@ def honest_family(op: OpSpec, case: Case, variant: str, device: str) -> Family:
     budget = case.budgets.get(variant)
     lender = lender_of(budget.origins) if budget is not None else None  # as loaded
     reference = op.rounding_reference.get(precision)
-    gemms = tuple(member_name(g) for g in members(op, precision)
+    # A low-precision variant's family is its declared scheme's (its budget is the scheme's).
+    quant = op.variants[lender or variant].quant
+    gemms = tuple(member_name(g) for g in members(op, precision, quant)
                   if device in g.devices and not g.unavailable)
     if lender is not None:
         return Family(precision, lender, gemms, (lender, variant))

@@ -14,7 +14,14 @@ Every calibrator reads its numbers here (``pytest --numcheck --numcheck-calibrat
   at 2x, a bug at exactly 2x the family would pass every calibration seed;
 - **the averages and fractions** (``rel_fro``, ``calc_diff``, ``frac_outside``, the tie band,
   the hard band) keep 2x: they gate errors spread over many elements, absorb seeds, GPUs and
-  BLAS builds nobody measured, and a 2x error moves ``calc_diff`` by 4x (it is quadratic).
+  BLAS builds nobody measured, and a 2x error moves ``calc_diff`` by 4x (it is quadratic);
+- **against the simulated reference** (``sim_rel_fro`` 4x, ``sim_calc_diff`` 16x, its
+  square): an honest low-precision output differs from it by its accumulation and by rare
+  output rounding steps whose size follows the element's magnitude, a heavy tail: on 60 CPU
+  seeds of an FP8 linear the worst of 20 seeds was passed 1.7x (``sim_rel_fro``) and 3x
+  (``sim_calc_diff``) by one held-out seed. The kernel bugs this reference is for land 40x
+  and more past it, and the element-level check there is the GEMM bound
+  (numcheck.check.against_sim), not an average.
 
 It also says when a measurement cannot be an honest member's: past the class's default row
 (:data:`numcheck.numerics.budgets.DEFAULT_BUDGETS`, the class's honest limits) on a
@@ -32,7 +39,8 @@ from collections.abc import Mapping
 BUG_FACTOR = 2.0
 #: Budget = headroom x the honest family's worst, per metric; every metric not named here
 #: takes :data:`DEFAULT_HEADROOM` (error widths, fractions, bands; the miss of a recall floor).
-HEADROOM: Mapping[str, float] = {"max_err_ratio": 1.25}
+HEADROOM: Mapping[str, float] = {"max_err_ratio": 1.25, "sim_rel_fro": 4.0,
+                                  "sim_calc_diff": 16.0}
 DEFAULT_HEADROOM = 2.0
 #: Budgets of a metric measured at 0 on every seed: never demand bit-exactness across
 #: machines. ``max_err_ratio`` 1: a variant as good as the worst honest envelope member passes.

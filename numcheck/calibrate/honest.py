@@ -28,12 +28,14 @@ from numcheck.cases import Case
 from numcheck.check.against_golden import check
 from numcheck.check.result import CheckResult
 from numcheck.numerics.budgets import ERROR_METRICS
+from numcheck.numerics.metric_names import SIM_METRICS
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError
 from numcheck.selftest import fresh_golden, held_to
 
-#: Metrics :func:`suggest` writes into case files.
-GATED = ("rel_fro", "calc_diff", "frac_outside", "max_err_ratio", "max_band_ratio")
+#: Metrics :func:`suggest` writes into case files (the simulated reference's where measured).
+GATED = ("rel_fro", "calc_diff", "frac_outside", "max_err_ratio", "max_band_ratio",
+         *SIM_METRICS)
 
 
 def measure_family(
@@ -74,7 +76,7 @@ def _rows(result: CheckResult) -> dict[str, dict[str, float]]:
     rows: dict[str, dict[str, float]] = {}
     (sr,) = result.seeds
     for output, m in sr.metrics.items():
-        rows[output] = {k: m.value(k) for k in ERROR_METRICS if m.measured(k)}
+        rows[output] = {k: m.value(k) for k in (*ERROR_METRICS, *SIM_METRICS) if m.measured(k)}
         rows[output]["max_abs_honest"] = m.honest_max_abs if m.measured("max_err_ratio") else 0.0
         rows[output].update(m.outside_counts())
     if sr.topk is not None:

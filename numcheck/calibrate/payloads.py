@@ -30,7 +30,9 @@ RUN_FORMAT = 1
 @dataclass(frozen=True)
 class CheckRef:
     """The check that measured a payload: its op and case, its case file (as shown, and its
-    absolute path, which edits are written to), its device and its pytest node id."""
+    absolute path, which edits are written to), its device and its pytest node id; for a
+    point of a shape sweep, ``case`` is the sweep's (its budget tables are one) and ``point``
+    the point's label."""
 
     op: str
     case: str
@@ -38,6 +40,7 @@ class CheckRef:
     path: str
     device: str
     nodeid: str
+    point: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +130,8 @@ def payload_to_data(payload: Payload) -> dict[str, Any]:
     out: dict[str, Any] = {"op": ref.op, "case": ref.case, "source": ref.source,
                            "path": ref.path, "device": ref.device, "nodeid": ref.nodeid,
                            "kind": payload.kind}
+    if ref.point is not None:
+        out["point"] = ref.point
     if isinstance(payload, SpeedPayload):
         return {**out, "variant": payload.variant, "runs": [list(r) for r in payload.runs],
                 "expected_fail": payload.expected_fail, "current": payload.current}
@@ -154,8 +159,10 @@ def payload_from_data(data: Mapping[str, Any]) -> Payload:
     Keys that older files may lack are optional, with the values that mean "not said".
     """
     try:
+        point = data.get("point")
         ref = CheckRef(*(str(data[k]) for k in ("op", "case", "source", "path", "device",
-                                                 "nodeid")))
+                                                 "nodeid")),
+                       point=None if point is None else str(point))
         kind = data["kind"]
         if kind == "speed":
             current = data.get("current")

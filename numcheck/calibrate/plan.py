@@ -167,10 +167,12 @@ def _plan_group(plan: NumericsPlan, group: Group[NumericsPayload],
     for p in group.payloads:
         if p.own_check and p.budget_like and not known_bad(p):
             borrowers.setdefault(p.budget_like, []).append(p.variant)
+    planned: set[str] = set()
     for p in group.payloads:
-        if not p.own_check:
-            continue
+        if not p.own_check or p.variant in planned:
+            continue  # a sweep's other points: pooled into its first point's plan
         variant = p.variant
+        planned.add(variant)
         bad = known_bad(p)
         if bad:
             lines.append(f"# {group.case}: {variant} is known-bad (expect: "
@@ -203,7 +205,9 @@ def _plan_variant(plan: NumericsPlan, group: Group[NumericsPayload], p: Numerics
     coarse = p.output_precision
     everything = own + lent
     devices = {q.check.device for q in everything}
-    labels = [label(q, devices) for q in everything]
+    # A sweep's points pool as one case: each point's measurements keep its label.
+    labels = [label(q, devices) + (f" @{q.check.point}" if q.check.point else "")
+              for q in everything]
     tables = [relabel(q.table, lab) for q, lab in zip(everything, labels, strict=True)]
     own_tables = tables[:len(own)]
     if precision:
@@ -225,8 +229,10 @@ def _plan_variant(plan: NumericsPlan, group: Group[NumericsPayload], p: Numerics
             for i in range(len(everything))]
     table = pool(t for t, k in zip(tables, keep, strict=True) if k)
     cells = _cells(p, table)
-    kept_labels = [lab for lab, k in zip(labels, keep, strict=True) if k]
+    kept = [q for q, k in zip(everything, keep, strict=True) if k]
+    kept_labels = list(dict.fromkeys(label(q, devices) for q in kept))
     shown = kept_labels if len(kept_labels) > 1 else []
+    points = list(dict.fromkeys(q.check.point for q in kept if q.check.point))
     exact = _exact(table)
     if exact:
         lines.append(f"# {case}: {variant} equals the reference bit for bit on "
@@ -243,14 +249,15 @@ def _plan_variant(plan: NumericsPlan, group: Group[NumericsPayload], p: Numerics
         lines.append(f"# {case}: {variant}'s pool from its calibration record: "
                      f"{', '.join(p.pool)}")
     found = origins(p)
+    over = f" over {len(points)} sweep points" if points else ""
     for output, row in table.items():
         header = f"[{case}.budget.{variant}.{output}]"
         if cells[output]:
-            lines.append(header if not shown else
-                         f"{header}  # pooled: worst of {', '.join(shown)}")
+            lines.append(header if not (shown or over) else
+                         f"{header}  # pooled: worst of {', '.join(shown or kept_labels)}{over}")
         for key, value in cells[output].items():
             worst = row.get(MEASURED_BY.get(key, key))
-            lines.append(cell(key, value, worst_text(key, worst, bool(shown))))
+            lines.append(cell(key, value, worst_text(key, worst, bool(shown or over))))
             plan.edits.setdefault(group.path, []).append(
                 Edit((case, "budget", variant, output), key, value,
                      origin=found.get(output, {}).get(key)))

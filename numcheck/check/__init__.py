@@ -55,7 +55,7 @@ from numcheck.check.overhead import check_overhead
 from numcheck.check.perf import measure_perf
 from numcheck.check.result import CheckResult, Settled, display_id
 from numcheck.check.run import CaseInputs, run_variant
-from numcheck.gates import BATCH_INVARIANCE_GATE, DETERMINISM_GATE
+from numcheck.gates import BATCH_INVARIANCE_GATE, DETERMINISM_GATE, QUANT_GATE
 from numcheck.goldens.case_golden import CaseGolden
 from numcheck.inputs import to_device
 from numcheck.invariance.gate import INVARIANCE_GATES
@@ -257,8 +257,11 @@ def run_check(
     if expected is not None:
         # The outputs are checked when the numerics ran (a perf-only case has none).
         numerics = golden is not None
+        # The quant gate runs with the numerics of a variant that declares its quantization.
+        quant = numerics and op.variants[variant].quant is not None
         result.settled = settle_expected(
             expected, result.violations,
-            lambda gate: (gate in op.outputs and numerics) or gate in gates,
+            lambda gate: (gate in op.outputs and numerics) or gate in gates
+            or (gate == QUANT_GATE.name and quant),
         )
     return result

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from numcheck.cases import Case
+from numcheck.check.against_sim import simulate
 from numcheck.check.result import CheckResult, SeedResult
 from numcheck.check.run import (
     CaseInputs,
@@ -35,12 +36,13 @@ from numcheck.honest.gemm_family import missing_envelope
 from numcheck.inputs import to_device
 from numcheck.localize import failure as localize
 from numcheck.numerics.metric_names import MAX_FLIPS
-from numcheck.numerics.metrics import ErrorMetrics, compare
+from numcheck.numerics.metrics import ErrorMetrics, compare, with_sim
 from numcheck.numerics.nonfinite import explain as explain_nonfinite
 from numcheck.numerics.topk import select_topk, topk_agreement
 from numcheck.numerics.verdict import Violation, check_output, check_topk
 from numcheck.ops.spec import OpSpec, Outputs, VariantError
 from numcheck.precision import rounding_unit, ulp_dtype
+from numcheck.precision.quant_record import recording
 from numcheck.prepare import Preparations, Preparer, prepare
 
 if TYPE_CHECKING:
@@ -121,14 +123,21 @@ def _check_seed(
     cpu_inputs, _ = inputs.get(seed)
     dev_inputs = to_device(cpu_inputs, device)
     prepared = preparer(variant, dev_inputs, case.params, device)
-    with first_call if first_call is not None else contextlib.nullcontext():
+    # A low-precision variant hands over the operands it multiplied (numcheck.record_gemm).
+    records = recording() if variant.quant is not None else contextlib.nullcontext()
+    with first_call if first_call is not None else contextlib.nullcontext(), records as rec:
         out = run_variant(variant, op, dev_inputs, case, device, prepared=prepared)
+    sim = None
+    if variant.quant is not None:
+        sim = simulate(op, variant.quant, dev_inputs, case.params, rec.calls, seed=seed)
 
     def envelope(precision: str) -> list[Outputs]:
+        # The envelope of a declared FP8 / FP4 scheme is its own members' (not the class's).
+        quant = variant.quant if precision == variant.precision else None
         return inputs.envelope(
-            envelope_key(op, precision, seed, device),
+            envelope_key(op, precision, seed, device, quant),
             partial(rounding_envelope_outputs, op, precision, dev_inputs, case, device,
-                    (variant_name, out)),
+                    (variant_name, out), quant),
         )
 
     result = SeedResult(seed)
@@ -150,15 +159,19 @@ def _check_seed(
         honest = [h[name] for h in envelope(cls)]
         m, found = judge_output(
             name, out[name], stored[name], variant.precision, budget.outputs[name], seed=seed,
-            honest=honest)
+            honest=honest, simulated=None if sim is None else sim.outputs[name])
         result.metrics[name] = m
         result.violations += found
         if not honest and "max_err_ratio" in budget.outputs[name].limits:
             # A limit the case holds (a default, measured on another device or install)
             # that nothing measured here: said, never passed as if it had been.
-            missing = missing_envelope(op, cls, [device])
+            missing = missing_envelope(
+                op, cls, [device], quant=variant.quant if cls == variant.precision else None)
             result.ungated[f"{name}.max_err_ratio"] = (
                 missing.problem if missing is not None else f"no {cls} rounding envelope")
+    if sim is not None:
+        result.quant = sim.as_dict()
+        result.violations += sim.violations
     if op.topk is not None and budget.topk is not None and op.topk.indices in checked:
         spec, tb = op.topk, budget.topk
         report = topk_agreement(
@@ -198,13 +211,16 @@ def judge_output(
     *,
     seed: int | None = None,
     honest: Sequence[torch.Tensor] = (),
+    simulated: torch.Tensor | None = None,
 ) -> tuple[ErrorMetrics, list[Violation]]:
     """One output against its stored reference: its metrics, and its violations of ``ob``
     (an ``inf_mask`` one pointed at its first position, a NaN or Inf one explained, and, where
     the golden holds a sample, the whole output's non-finite counts against the stored ones).
     ``honest`` holds this output from each member of the op's rounding envelope at this
     precision on the same inputs (the yardstick of ``max_err_ratio``); empty when the op
-    names none. The numerics of a check and the ``numcheck_golden`` fixture
+    names none. ``simulated``: the output of the op recomputed on the variant's own
+    quantized operands (numcheck.check.against_sim), against which the ``sim_*`` metrics
+    are measured. The numerics of a check and the ``numcheck_golden`` fixture
     (:mod:`numcheck.plugin.golden_fixture`) both judge an output here."""
     pair = stored.pair(actual)
     honest_actual = [stored.pair(h).actual for h in honest]
@@ -215,6 +231,8 @@ def judge_output(
         unit_roundoff=rounding_unit(precision, actual.dtype),
         rounding_ref=honest_actual or None,
     )
+    if simulated is not None:
+        m = with_sim(m, actual, simulated)
     found = check_output(name, m, ob, seed=seed)
     if m.nonfinite.mask_mismatch:
         found = [_locate_mask(v, pair.actual, pair.expected) for v in found]

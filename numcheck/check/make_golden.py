@@ -20,7 +20,14 @@ from numcheck.check.run import CaseInputs, run_variant
 from numcheck.devices import device_label
 from numcheck.goldens.case_golden import CaseGolden, validate_for_case
 from numcheck.goldens.files import Golden, dtype_name
-from numcheck.goldens.packing import pack_output, seed_key
+from numcheck.goldens.packing import (
+    FULL_LIMIT,
+    SAMPLE_SIZE,
+    SWEEP_FULL_LIMIT,
+    SWEEP_SAMPLE_SIZE,
+    pack_output,
+    seed_key,
+)
 from numcheck.goldens.regen import RegenOutcome, store
 from numcheck.inputs import to_device
 from numcheck.ops.spec import OpSpec
@@ -33,6 +40,9 @@ def make_golden(
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Run the reference for every seed: the tensors and metadata of the case's golden."""
     reference = op.variants[op.reference]
+    # A sweep's points: many goldens of one case, each kept small (goldens/packing.py).
+    limit, sample = ((FULL_LIMIT, SAMPLE_SIZE) if case.sweep is None
+                     else (SWEEP_FULL_LIMIT, SWEEP_SAMPLE_SIZE))
     tensors: dict[str, torch.Tensor] = {}
     outputs_meta: dict[str, Any] = {}
     for seed in case.seeds:
@@ -42,7 +52,7 @@ def make_golden(
             key = seed_key(seed, name)
             # Top-k checks need the golden score of any token a variant may pick.
             full = True if op.topk is not None and name == op.topk.scores else None
-            tensors.update(pack_output(key, t, full=full))
+            tensors.update(pack_output(key, t, full=full, full_limit=limit, sample=sample))
             outputs_meta[key] = {"shape": list(t.shape), "dtype": dtype_name(t.dtype)}
     meta: dict[str, Any] = {
         "op": op.name,

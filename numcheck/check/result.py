@@ -89,6 +89,10 @@ class SeedResult:
     #: ``max_err_ratio`` where the op's rounding envelope cannot run on this device or
     #: install. Not gated, and the record says so rather than listing them as limits.
     ungated: dict[str, str] = field(default_factory=dict)
+    #: A low-precision variant's second reference on this seed
+    #: (:meth:`numcheck.check.against_sim.SimCheck.as_dict`); None without a declared
+    #: quantization.
+    quant: dict[str, Any] | None = None
 
 
 @dataclass
@@ -155,6 +159,28 @@ class CheckResult:
         for s in self.seeds:
             found.update(s.ungated)
         return found
+
+    def quant_summary(self) -> dict[str, Any] | None:
+        """The second reference over seeds (None for a variant without a declared
+        quantization): the worst ``sim_ratio`` and where, the operands' findings, where the
+        operands came from."""
+        per_seed = [(s.seed, s.quant) for s in self.seeds if s.quant is not None]
+        if not per_seed:
+            return None
+        ratios = [(q["sim_ratio"], seed, q["sim_ratio_at"]) for seed, q in per_seed
+                  if q["sim_ratio"] is not None]
+        worst = max(ratios, key=lambda r: r[0], default=None)
+        findings = [f"seed {seed}: {f}" for seed, q in per_seed for f in q["findings"]]
+        return {
+            "scheme": per_seed[0][1]["scheme"],
+            "operands": per_seed[0][1]["operands"],
+            "calls": per_seed[0][1]["calls"],
+            "recorded": per_seed[0][1]["recorded"],
+            "sim_ratio": None if worst is None else worst[0],
+            "sim_ratio_at": "" if worst is None else f"seed {worst[1]}, {worst[2]}",
+            "n_findings": sum(q["n_findings"] for _, q in per_seed),
+            "findings": findings[:6],
+        }
 
     def topk_value(self, name: str) -> float | None:
         """Worst (lowest) value of a top-k statistic over seeds."""

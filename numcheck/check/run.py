@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from numcheck.caseparts.inputs import recorded_call
 from numcheck.cases import Case
 from numcheck.goldens.files import input_fingerprint
 from numcheck.honest.gemm_family import (
@@ -26,6 +27,7 @@ from numcheck.honest.gemm_family import (
     yardstick,
 )
 from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, Variant, VariantError, VariantFn
+from numcheck.precision.quant_declare import GemmQuant
 from numcheck.prepare import Prepared, prepare
 
 __all__ = ["CaseInputs", "envelope_key", "rounding_envelope_outputs", "run_variant", "yardstick"]
@@ -42,7 +44,10 @@ class CaseInputs:
 
     def get(self, seed: int) -> tuple[Inputs, str]:
         if seed not in self._made:
-            inputs = self.op.make_inputs(self.case.params, seed)
+            if self.case.inputs.file is not None:  # recorded inputs: call `seed` of the file
+                inputs = recorded_call(self.case.inputs, seed)
+            else:
+                inputs = self.op.make_inputs(self.case.params, seed)
             self._made[seed] = (inputs, input_fingerprint(inputs))
         return self._made[seed]
 
@@ -123,7 +128,7 @@ def _check_names(variant: Variant, op: OpSpec, out: Mapping[str, object]) -> Non
 
 def rounding_envelope_outputs(
     op: OpSpec, precision: str, inputs: Inputs, case: Case, device: str,
-    own: tuple[str, Outputs],
+    own: tuple[str, Outputs], quant: GemmQuant | None = None,
 ) -> list[Outputs]:
     """The op's honest implementations at ``precision``, on the same inputs: its rounding
     reference and rounding alternatives (when it names a reference that can run on
@@ -132,7 +137,8 @@ def rounding_envelope_outputs(
     :class:`~numcheck.honest.gemm_family.MemberRuns`). ``own`` is the checked variant's
     name and outputs, used as they are when that variant is the reference. Empty when the op
     has neither for ``precision``. :meth:`CaseInputs.envelope` keeps the result for every
-    other variant of the class on these inputs."""
+    other variant of the class on these inputs. ``quant``: the checked variant's declared
+    FP8 or FP4 scheme, whose members make the envelope (not the class's)."""
     envelope: list[Outputs] = []
     reference = envelope_reference(op, precision, device)
     if reference is not None:
@@ -142,7 +148,7 @@ def rounding_envelope_outputs(
         for label, fn in op.rounding_alternatives.get(precision, {}).items():
             alternative = Variant(f"{label} (rounding alternative of {name!r})", fn, precision)
             envelope.append(run_variant(alternative, op, inputs, case, device))
-    derived = envelope_members(op, precision, device)
+    derived = envelope_members(op, precision, device, quant)
     if derived:
         # A member of one class never computes what a member of another does (each writes
         # its result or its partials in its own class's format): the runs serve this call
@@ -161,10 +167,12 @@ def _run_member(label: str, precision: str, op: OpSpec, inputs: Inputs, case: Ca
     return run_variant(Variant(label, fn, precision), op, inputs, case, device)
 
 
-def envelope_key(op: OpSpec, precision: str, seed: int, device: str) -> tuple[Any, ...]:
-    """What makes a rounding envelope the same one: the seed, device and class, and every
-    member it is made of (:meth:`CaseInputs.envelope` keeps one per key)."""
+def envelope_key(op: OpSpec, precision: str, seed: int, device: str,
+                 quant: GemmQuant | None = None) -> tuple[Any, ...]:
+    """What makes a rounding envelope the same one: the seed, device and class (or scheme),
+    and every member it is made of (:meth:`CaseInputs.envelope` keeps one per key)."""
     alternatives = op.rounding_alternatives.get(precision, {})
-    derived = tuple(g.label for g in envelope_members(op, precision, device))
+    derived = tuple(g.label for g in envelope_members(op, precision, device, quant))
     return (seed, device, precision, op.rounding_reference.get(precision),
-            tuple(alternatives.items()), op.gemm_site, derived)
+            tuple(alternatives.items()), op.gemm_site, derived,
+            None if quant is None else quant.schemes)

@@ -28,6 +28,8 @@ __all__ = [
     "SHAPE_SUFFIX",
     "STATS_FIELDS",
     "STATS_SUFFIX",
+    "SWEEP_FULL_LIMIT",
+    "SWEEP_SAMPLE_SIZE",
     "VAL_SUFFIX",
     "StoredOutput",
     "StoredPair",
@@ -44,6 +46,11 @@ __all__ = [
 FULL_LIMIT = 262_144
 #: Larger outputs: this many sampled flat positions, plus summary statistics.
 SAMPLE_SIZE = 65_536
+#: A shape sweep's points (numcheck/caseparts/sweep.py) are many goldens of one case: each
+#: stores whole only up to this many elements, and samples this many positions beyond, so
+#: that a sweep adds kilobytes per point to the repository, not megabytes.
+SWEEP_FULL_LIMIT = 16_384
+SWEEP_SAMPLE_SIZE = 2_048
 
 #: Suffixes of the tensors that stand for one sampled output ``key``.
 IDX_SUFFIX = ".idx"
@@ -113,21 +120,23 @@ def _sample_indices(key: str, numel: int, k: int) -> torch.Tensor:
     return bounds[:-1] + torch.from_numpy(offsets.astype(np.int64))
 
 
-def pack_output(key: str, t: torch.Tensor, *, full: bool | None = None) -> dict[str, torch.Tensor]:
+def pack_output(key: str, t: torch.Tensor, *, full: bool | None = None,
+                full_limit: int = FULL_LIMIT, sample: int = SAMPLE_SIZE,
+                ) -> dict[str, torch.Tensor]:
     """Return the tensors that store output ``key`` in a golden.
 
-    Whole (``numel <= FULL_LIMIT``, or ``full=True``): ``{key: t}`` on CPU, contiguous.
+    Whole (``numel <= full_limit``, or ``full=True``): ``{key: t}`` on CPU, contiguous.
     Sampled (otherwise): ``key.idx`` (int64 sorted flat positions, a function of ``key`` and
     ``numel`` only), ``key.val`` (the values there, original dtype), ``key.stats``
     (:func:`summary_stats` of the whole output) and ``key.shape`` (int64 logical shape).
     """
     t = t.detach()
     if full is None:
-        full = t.numel() <= FULL_LIMIT
+        full = t.numel() <= full_limit
     if full:
         return {key: t.to("cpu").contiguous()}
     numel = t.numel()
-    idx = _sample_indices(key, numel, min(SAMPLE_SIZE, numel))
+    idx = _sample_indices(key, numel, min(sample, numel))
     val = t.reshape(-1)[idx.to(t.device)].to("cpu").contiguous()
     return {
         key + IDX_SUFFIX: idx,

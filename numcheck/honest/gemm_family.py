@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -44,6 +44,9 @@ from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, Variant, VariantF
 from numcheck.precision import coarser
 from numcheck.precision.operand_rounding import holds_exactly, to_format
 
+if TYPE_CHECKING:
+    from numcheck.precision.quant_declare import GemmQuant
+
 __all__ = ["MEMBER_PREFIX", "MemberRuns", "NoEnvelope", "add_gemm_members",
            "envelope_members", "envelope_reference", "member_fn", "member_name",
            "member_variants", "members", "missing_envelope", "yardstick"]
@@ -57,15 +60,24 @@ def member_name(impl: GemmImpl) -> str:
     return MEMBER_PREFIX + impl.label
 
 
-def members(op: OpSpec, precision: str) -> list[GemmImpl]:
+def members(op: OpSpec, precision: str, quant: GemmQuant | None = None) -> list[GemmImpl]:
     """The GEMM implementations that make the op's members of ``precision`` (none when the
-    op declares no ``gemm_site``)."""
-    return gemms_for(precision) if op.gemm_site is not None else []
+    op declares no ``gemm_site``); with ``quant`` (a variant's declared FP8 or FP4 scheme),
+    the members of that scheme (numcheck.honest.quant_impls): a budget belongs to a scheme."""
+    if op.gemm_site is None:
+        return []
+    if quant is not None:
+        from numcheck.honest.quant_impls import scheme_gemms
+
+        return scheme_gemms(quant)
+    return gemms_for(precision)
 
 
-def envelope_members(op: OpSpec, precision: str, device: str) -> list[GemmImpl]:
-    """The members of the class's rounding envelope that can run on ``device``."""
-    return _envelope_members(op, precision, device, installed=True)
+def envelope_members(op: OpSpec, precision: str, device: str,
+                     quant: GemmQuant | None = None) -> list[GemmImpl]:
+    """The members of the class's (or, with ``quant``, the scheme's) rounding envelope that
+    can run on ``device``."""
+    return _envelope_members(op, precision, device, installed=True, quant=quant)
 
 
 def envelope_reference(op: OpSpec, precision: str, device: str, *,
@@ -117,7 +129,8 @@ GEMM_SITE_DOC = 'docs/extending.md, "Where the GEMM sits"'
 
 
 def missing_envelope(op: OpSpec, precision: str, devices: Sequence[str], *,
-                     installed: bool = True) -> NoEnvelope | None:
+                     installed: bool = True,
+                     quant: GemmQuant | None = None) -> NoEnvelope | None:
     """None when the op has a rounding envelope of ``precision`` (its rounding reference, or
     ``gemm_site`` members) on every one of ``devices``; else what is missing and the fix.
 
@@ -126,7 +139,8 @@ def missing_envelope(op: OpSpec, precision: str, devices: Sequence[str], *,
     ``installed=True``: a rounding reference whose library is missing measures nothing here.
     """
     has = {d: envelope_reference(op, precision, d, installed=installed) is not None
-           or bool(_envelope_members(op, precision, d, installed=installed)) for d in devices}
+           or bool(_envelope_members(op, precision, d, installed=installed, quant=quant))
+           for d in devices}
     lacking = tuple(d for d in devices if not has[d])
     if not lacking:
         return None
@@ -158,6 +172,9 @@ def missing_envelope(op: OpSpec, precision: str, devices: Sequence[str], *,
     elif reference is None:
         fixes.append(f"name an honest {precision} variant as the rounding_reference of op "
                      f"'{op.name}' ({GEMM_SITE_DOC})")
+        if precision in ("e4m3", "e5m2", "e2m1") and op.gemm_site is not None:
+            fixes.append("declare the variant's quantization (Variant(quant=GemmQuant(...)): "
+                         "its scheme's members make the envelope; docs/fp8.md)")
     if keep:
         listed = ", ".join(f'"{d}"' for d in keep)
         fixes.append(f"run the case on {', '.join(keep)} only (devices = [{listed}])")
@@ -167,8 +184,8 @@ def missing_envelope(op: OpSpec, precision: str, devices: Sequence[str], *,
 
 
 def _envelope_members(op: OpSpec, precision: str, device: str, *,
-                      installed: bool) -> list[GemmImpl]:
-    return [g for g in members(op, precision) if g.envelope
+                      installed: bool, quant: GemmQuant | None = None) -> list[GemmImpl]:
+    return [g for g in members(op, precision, quant) if g.envelope
             and _may_run(g.devices, g.unavailable, device, installed=installed)]
 
 
@@ -189,13 +206,17 @@ def member_fn(op: OpSpec, impl: GemmImpl) -> VariantFn:
 
 def member_variants(op: OpSpec, precisions: Sequence[str] | None = None) -> list[Variant]:
     """The op's members as variants (``gemm_<label>``, the class of their GEMM), for
-    ``precisions`` (default: every class with honest GEMMs); none without a ``gemm_site``."""
+    ``precisions`` (default: every class with honest GEMMs); none without a ``gemm_site``.
+    The FP8 and FP4 classes' members are those of every scheme numcheck ships
+    (numcheck.honest.quant_impls.quant_gemms), each declaring its quantization."""
     if op.gemm_site is None:
         return []
+    from numcheck.honest.quant_impls import quant_gemms
+
     return [Variant(member_name(impl), member_fn(op, impl), impl.precision,
                     devices=impl.devices, doc=f"honest {impl.precision} member: {impl.doc}",
-                    unavailable=impl.unavailable)
-            for impl in honest_gemms()
+                    unavailable=impl.unavailable, quant=impl.quant)
+            for impl in (*honest_gemms(), *quant_gemms())
             if precisions is None or impl.precision in precisions]
 
 

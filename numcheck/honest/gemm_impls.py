@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -35,6 +36,9 @@ from numcheck.ops.spec import Gemm
 from numcheck.ops.splitk import split_k_matmul
 from numcheck.precision import PRECISIONS, matmul_precision
 from numcheck.precision.operand_rounding import FORMATS, holds_exactly, to_format
+
+if TYPE_CHECKING:
+    from numcheck.precision.quant_declare import GemmQuant
 
 __all__ = ["ACCUMULATIONS", "EmulatedGemm", "GemmImpl", "Recipe", "canonical_operand",
            "gemms_for", "honest_gemms"]
@@ -124,7 +128,9 @@ class GemmImpl:
     ``fn(a, b)`` returns float32; ``recipe`` is set for emulated GEMMs (None for a library or
     kernel whose rounding numcheck does not model: never run once for two members).
     ``devices`` says where it can run, ``unavailable`` why not where it cannot (triton
-    missing...). ``envelope``: a member of the class's rounding envelope.
+    missing...). ``envelope``: a member of the class's rounding envelope. ``quant``: for a
+    member of an FP8 or FP4 scheme (numcheck.honest.quant_impls), how it quantizes and sums:
+    its family and envelope are its scheme's, not its class's.
     """
 
     label: str
@@ -135,6 +141,7 @@ class GemmImpl:
     devices: tuple[str, ...] = ("cpu", "cuda")
     envelope: bool = False
     unavailable: str = ""
+    quant: GemmQuant | None = None
 
 
 def _emulated(label: str, precision: str, recipe: Recipe, doc: str, *,
@@ -278,5 +285,6 @@ def honest_gemms() -> tuple[GemmImpl, ...]:
 
 def gemms_for(precision: str) -> list[GemmImpl]:
     """The honest GEMM implementations of one precision class (empty for a class without
-    any: the scaled fp8 classes, whose GEMMs need scales this table cannot know)."""
+    any: the scaled FP8 and FP4 classes, whose GEMMs need a declared scheme: their members
+    are a scheme's, numcheck.honest.quant_impls)."""
     return [g for g in honest_gemms() if g.precision == precision]

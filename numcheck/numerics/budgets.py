@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from numcheck.numerics.budget_origin import Default, Given, NotMeasured, Origin
-from numcheck.numerics.metric_names import ERROR_METRICS, TOPK_LIMITS
+from numcheck.numerics.metric_names import ERROR_METRICS, SIM_METRICS, TOPK_LIMITS
 from numcheck.precision import UNIT_ROUNDOFF, coarser
 
 #: The band ``|x - y| <= atol + rtol * |y|``; ``frac_outside`` counts elements outside it.
@@ -32,7 +32,14 @@ OUTSIDE_ROWS_KEY = "max_outside_rows"
 #: The most rows ``max_outside_rows`` may set aside (the metrics keep that many row counts).
 MAX_OUTSIDE_ROWS = 8
 #: Keys an ordinary (non-top-k) output budget accepts.
-OUTPUT_KEYS = (*ERROR_METRICS, *BAND_KEYS, OUTSIDE_KEY, OUTSIDE_ROWS_KEY, "allow_nan")
+OUTPUT_KEYS = (*ERROR_METRICS, *SIM_METRICS, *BAND_KEYS, OUTSIDE_KEY, OUTSIDE_ROWS_KEY,
+               "allow_nan")
+#: Every limit an ordinary output's budget may hold: against the golden, and (a variant
+#: with a declared quantization) against its simulated reference. The defaults rows hold
+#: no simulated-reference limit: what an honest kernel may differ from it depends on the
+#: declared accumulation and output, so its budget is calibrated on the scheme's honest
+#: family (docs/budgets.md, "FP8 and FP4").
+LIMIT_METRICS = (*ERROR_METRICS, *SIM_METRICS)
 #: How close to the k-th score a flip counts as a near-tie: relative to it, or in score units.
 TIE_BAND_KEYS = ("tie_band_rel", "tie_band_abs")
 #: Keys the top-k output budget accepts.
@@ -328,6 +335,7 @@ def _origins(name: str, budget: OutputBudget | TopkBudget, given: Mapping[str, A
 #: class's is.
 INHERITED_KEYS = ("rel_fro", "calc_diff", "frac_outside", "max_band_ratio", "max_err_ratio",
                   OUTSIDE_KEY, OUTSIDE_ROWS_KEY, *BAND_KEYS)
+# (Never the simulated reference's keys: they belong to a variant's own declared scheme.)
 
 
 def coarse_output_tables(
@@ -426,10 +434,10 @@ def _output_budget(
             )
     # A default the checks cannot measure anywhere is no limit: left out, so the budget (and
     # the report built from it) never claims it.
-    limits = {key: value for key, value in defaults.items() if key in ERROR_METRICS
+    limits = {key: value for key, value in defaults.items() if key in LIMIT_METRICS
               and not (key in unmeasured and unmeasured[key].nowhere)}
     limits.update(
-        {key: _number(f"{name}.{key}", given[key]) for key in ERROR_METRICS if key in given}
+        {key: _number(f"{name}.{key}", given[key]) for key in LIMIT_METRICS if key in given}
     )
     atol, rtol = (
         _number(f"{name}.{key}", given[key]) if key in given else defaults[key] for key in BAND_KEYS
@@ -541,7 +549,7 @@ def _number(key: str, value: Any) -> float:
 def _check_defaults(table: Mapping[str, Mapping[str, float]]) -> None:
     # Checked at import so an edit to the table fails loudly, not at the first case.
     for precision, row in table.items():
-        allowed = (*ERROR_METRICS, *BAND_KEYS, OUTSIDE_KEY, OUTSIDE_ROWS_KEY, *TOPK_KEYS)
+        allowed = (*LIMIT_METRICS, *BAND_KEYS, OUTSIDE_KEY, OUTSIDE_ROWS_KEY, *TOPK_KEYS)
         for key, value in row.items():
             if key not in allowed:
                 raise ValueError(f"numcheck: DEFAULT_BUDGETS[{precision!r}]: unknown key {key!r}")

@@ -26,6 +26,13 @@ ERROR_METRICS = (
 #: calc_diff average them away.
 #: ``max_band_ratio``: the worst element's error in units of the band, ``max |a - e| /
 #: (atol + rtol |e|)``: the second, wider band of a frac_outside budget, nothing outside it.
+#: Error metrics of an output against its **simulated reference** (a low-precision variant's
+#: op recomputed on the exact operands its own quantizer produced, dequantized:
+#: numcheck.check.against_sim), each an upper bound: ``sim_rel_fro`` (||a - s|| / ||s||) and
+#: ``sim_calc_diff`` (DeepGEMM's metric against its simulated reference). Measured only for a
+#: variant that declares its quantization (``Variant.quant``); a key for another is a
+#: case-file error (numcheck.cases).
+SIM_METRICS = ("sim_rel_fro", "sim_calc_diff")
 #: Violations the numerics check may raise on an ordinary output besides the budgeted error
 #: metrics: the non-finite accounting and the sampled-output counts.
 NONFINITE_METRICS = ("inf_mask", "nan", "nan_mask", "posinf_count", "neginf_count")

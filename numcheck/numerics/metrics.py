@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from numcheck.numerics.budgets import ERROR_METRICS, MAX_OUTSIDE_ROWS
+from numcheck.numerics.metric_names import SIM_METRICS
 
 #: Rows whose counts outside the band the metrics keep (the most a budget may set aside).
 ROWS_KEPT = MAX_OUTSIDE_ROWS
@@ -26,6 +27,9 @@ ROWS_KEPT = MAX_OUTSIDE_ROWS
 #: Budget names of the metrics :meth:`ErrorMetrics.value` understands, in report order
 #: (one list, kept with the budget model that gates them).
 METRIC_NAMES: tuple[str, ...] = ERROR_METRICS
+#: Every name :meth:`ErrorMetrics.value` answers: the metrics against the golden, and those
+#: against the simulated reference (NaN, not measured, unless a check filled them in).
+BUDGET_METRICS: tuple[str, ...] = (*ERROR_METRICS, *SIM_METRICS)
 
 #: dtype in which ULPs can be counted -> signed integer type of the same width.
 _ULP_INT: dict[torch.dtype, tuple[torch.dtype, int]] = {
@@ -108,6 +112,12 @@ class ErrorMetrics:
     #: Elements outside the band in each row (the first axis) that has any, largest first,
     #: the first :data:`ROWS_KEPT` of them: how clustered the count is.
     row_outside: tuple[int, ...] = ()
+    #: Against the simulated reference (numcheck.check.against_sim, :func:`with_sim`):
+    #: ``rel_fro`` and ``calc_diff`` of the output against the op recomputed on the
+    #: variant's own quantized operands. NaN (not measured) for a variant without a declared
+    #: quantization.
+    sim_rel_fro: float = math.nan
+    sim_calc_diff: float = math.nan
 
     def n_outside_beyond(self, rows: int) -> int:
         """Elements outside the band once the ``rows`` worst rows are set aside."""
@@ -128,12 +138,16 @@ class ErrorMetrics:
         Raises:
             KeyError: ``name`` is not a metric name.
         """
-        if name not in METRIC_NAMES:
-            raise KeyError(f"unknown metric {name!r}; expected one of {', '.join(METRIC_NAMES)}")
+        if name not in BUDGET_METRICS:
+            raise KeyError(f"unknown metric {name!r}; expected one of "
+                           f"{', '.join(BUDGET_METRICS)}")
         return float(getattr(self, name))
 
     def measured(self, name: str) -> bool:
-        """False for ``max_err_ratio`` when no rounding reference was given: not gated."""
+        """False for ``max_err_ratio`` when no rounding reference was given, and for the
+        simulated reference's metrics when none was made: not gated."""
+        if name in SIM_METRICS:
+            return not math.isnan(getattr(self, name))
         return not (name == "max_err_ratio" and math.isnan(self.max_err_ratio))
 
     def index_of(self, name: str) -> tuple[int, ...] | None:
@@ -142,8 +156,9 @@ class ErrorMetrics:
         Raises:
             KeyError: ``name`` is not a metric name.
         """
-        if name not in METRIC_NAMES:
-            raise KeyError(f"unknown metric {name!r}; expected one of {', '.join(METRIC_NAMES)}")
+        if name not in BUDGET_METRICS:
+            raise KeyError(f"unknown metric {name!r}; expected one of "
+                           f"{', '.join(BUDGET_METRICS)}")
         if name == "max_abs":
             return self.max_abs_index
         if name == "max_rel":
@@ -153,6 +168,21 @@ class ErrorMetrics:
         if name == "max_band_ratio":
             return self.max_band_ratio_index
         return None
+
+
+def with_sim(m: ErrorMetrics, actual: torch.Tensor, simulated: torch.Tensor) -> ErrorMetrics:
+    """``m`` with the metrics of ``actual`` against its simulated reference filled in
+    (numcheck.check.against_sim): ``sim_rel_fro`` and ``sim_calc_diff`` over the positions
+    finite in both (the non-finite patterns are the golden check's to judge); NaN where one
+    side has a NaN the other has not."""
+    _check_shapes(actual, simulated)
+    a, s = _to_f64(actual).reshape(-1), _to_f64(simulated).reshape(-1)
+    if bool((torch.isnan(a) != torch.isnan(s)).any()):
+        return replace(m, sim_rel_fro=math.nan, sim_calc_diff=math.nan)
+    both = torch.isfinite(a) & torch.isfinite(s)
+    if not bool(both.all()):
+        a, s = a[both], s[both]
+    return replace(m, sim_rel_fro=_rel_fro(a, s), sim_calc_diff=_calc_diff_f64(a, s))
 
 
 def _to_f64(t: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,8 @@ import math
 import numpy as np
 import torch
 
-from numcheck.inputs import SCALE_FORMATS, normal, quantize_e4m3, rng
+from numcheck.distributions import DISTRIBUTIONS, activations, input_distribution
+from numcheck.inputs import E4M3_MAX, SCALE_FORMATS, normal, quantize_e4m3, rng
 from numcheck.numerics.topk import select_topk
 from numcheck.ops.batch import Batch, BatchAxis
 from numcheck.ops.spec import (
@@ -113,12 +114,16 @@ def make_inputs(p: Params, seed: int) -> Inputs:
 
     k_rng = rng(seed, "keys")
     tie_rng = rng(seed, "near_ties")
+    distribution = input_distribution(p)
     next_page = 0
     for i in range(b):
         length = int(context_lens[i])
-        keys = normal(k_rng, (length, d))
-        # Token magnitudes vary like real keys, so per-token scales matter.
-        keys *= torch.from_numpy(np.exp(0.5 * k_rng.standard_normal((length, 1)))).float()
+        if distribution == "normal":
+            keys = normal(k_rng, (length, d))
+            # Token magnitudes vary like real keys, so per-token scales matter.
+            keys *= torch.from_numpy(np.exp(0.5 * k_rng.standard_normal((length, 1)))).float()
+        else:
+            keys = _drawn(k_rng, (length, d), distribution)
         ties = _plan_near_ties(length, p["near_ties"], tie_rng)
         if scale_fmt == "amax448":
             _scale_copies(keys, ties)
@@ -138,7 +143,9 @@ def make_inputs(p: Params, seed: int) -> Inputs:
         scale_bytes[pages] = s_pad.view(torch.uint8).view(blocks[i], bs, 4)
 
     q_rng = rng(seed, "q")
-    q8, q_scale = quantize_e4m3(normal(q_rng, (b, n, h, d)))
+    q_raw = (normal(q_rng, (b, n, h, d)) if distribution == "normal"
+             else _drawn(q_rng, (b, n, h, d), distribution))
+    q8, q_scale = quantize_e4m3(q_raw)
     w_raw = normal(rng(seed, "weights"), (b * n, h))
     # Folded like the model: weights_proj(x) * H^-0.5 * q_scale * D^-0.5.
     weights = w_raw * (h**-0.5) * (d**-0.5) * q_scale.view(b * n, h)
@@ -149,6 +156,18 @@ def make_inputs(p: Params, seed: int) -> Inputs:
         "context_lens": torch.from_numpy(context_lens.astype(np.int32)),
         "block_table": block_table,
     }
+
+
+def _drawn(gen: np.random.Generator, shape: tuple[int, ...], distribution: str) -> torch.Tensor:
+    """Keys or queries (last axis: head_dim) of a distribution other than the default, in
+    e4m3 units: each row is quantized with its own scale (amax / 448), so a row keeps one
+    element at full scale (448) where the distribution's values alone would all scale up:
+    ``subnormal`` rows then hold e4m3 subnormals beside it, ``near_max`` rows values near
+    448."""
+    x = activations(gen, shape, distribution, dtype=torch.float8_e4m3fn, largest=E4M3_MAX)
+    if distribution == "subnormal":
+        x[..., 0] = torch.where(x[..., 0] < 0, -E4M3_MAX, E4M3_MAX)
+    return x
 
 
 #: Near-ties planted in one request: (source tokens, target tokens, relative offsets).
@@ -208,6 +227,37 @@ def _nudge_copies(q8: torch.Tensor, scale: torch.Tensor, ties: TiePlan) -> None:
         # 0x7E is e4m3fn's largest finite magnitude (448); 0x7F is NaN.
         step = 1 if (d > 0 and m < 0x7E) or m == 1 else -1
         codes[row, col] = (int(codes[row, col]) & 0x80) | (m + step)
+
+
+def check_inputs(inputs: Inputs, p: Params) -> list[ParamProblem]:
+    """Recorded inputs against the case's shape: q is [batch, next_n, heads, head_dim], the
+    cache's pages hold block_size tokens of head_dim + 4 bytes, context lengths fit
+    max_context, the block table covers them."""
+    q, cache, lens = inputs["q"], inputs["kv_cache"], inputs["context_lens"]
+    if q.dim() != 4 or cache.dim() != 4:
+        return [ParamProblem("batch", f"q {list(q.shape)} and kv_cache {list(cache.shape)} are "
+                             "not [batch, next_n, heads, head_dim] and [pages, block_size, 1, "
+                             "head_dim + 4]", "record them in the public layout")]
+    names = ("batch", "next_n", "heads", "head_dim")
+    problems = [ParamProblem(name, f"q is {list(q.shape)}: {got} for {name}, the case says "
+                             f"{p[name]}", f"set shape.{name} = {got}")
+                for name, got in zip(names, q.shape, strict=True) if p[name] != got]
+    if cache.shape[1] != p["block_size"]:
+        problems.append(ParamProblem("block_size", f"kv_cache pages hold {cache.shape[1]} "
+                                     f"tokens, the case says {p['block_size']}",
+                                     f"set shape.block_size = {cache.shape[1]}"))
+    longest = int(lens.max()) if lens.numel() else 0
+    if longest > p["max_context"] or int(lens.min()) < p["next_n"]:
+        problems.append(ParamProblem("max_context", f"context lengths {lens.tolist()} do not "
+                                     f"fit next_n {p['next_n']}..max_context {p['max_context']}",
+                                     f"set shape.max_context = {longest}"))
+    blocks = math.ceil(p["max_context"] / cache.shape[1])
+    table = inputs["block_table"]
+    if table.dim() != 2 or table.shape[1] < blocks:
+        problems.append(ParamProblem("max_context", f"block_table {list(table.shape)} covers "
+                                     f"fewer than the {blocks} pages of max_context "
+                                     f"{p['max_context']}", "record the whole block table"))
+    return problems
 
 
 def paged_keys(inputs: Inputs, max_context: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -463,4 +513,6 @@ OP = OpSpec(
     nonfinite={"logits": ("-inf",)},
     structure={"logits": LOGITS_STRUCTURE},
     batch=BATCH,
+    distributions=DISTRIBUTIONS,
+    check_inputs=check_inputs,
 )

@@ -18,9 +18,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from numcheck.distributions import DISTRIBUTIONS, activations, input_distribution
 from numcheck.inputs import normal, rng
 from numcheck.ops.batch import Batch
-from numcheck.ops.spec import Gemm, Inputs, OpSpec, Outputs, Params, ParamSpec, Variant
+from numcheck.ops.spec import (
+    Gemm,
+    Inputs,
+    OpSpec,
+    Outputs,
+    ParamProblem,
+    Params,
+    ParamSpec,
+    Variant,
+)
 from numcheck.ops.structure import Grouping, Structure
 from numcheck.precision import matmul_precision
 
@@ -56,16 +66,30 @@ PRESETS = {
 }
 
 
+def largest_x(p: Params) -> float:
+    """The largest |x| whose fp32 sum of squares over one token (n*C values) stays finite,
+    with a factor 2 to spare: ``near_max`` inputs sit just below it (beyond it the FP32
+    reference's RMS statistics overflow, so no implementation is honest)."""
+    k = p["hc_mult"] * p["hidden"]
+    return float(np.sqrt(np.finfo(np.float32).max / k)) / 2
+
+
 def make_inputs(p: Params, seed: int) -> Inputs:
-    """Inputs for one case and seed, on the CPU."""
+    """Inputs for one case and seed, on the CPU. The case's input distribution
+    (numcheck.distributions) shapes x, the activations; the weights stay normal."""
     t, n, c = p["tokens"], p["hc_mult"], p["hidden"]
     mixes = (2 + n) * n
     x_rng = rng(seed, "x")
-    x = normal(x_rng, (t, n, c))
-    # Hidden states: per-token magnitudes vary and a few channels carry outliers.
-    x *= torch.from_numpy(np.exp(0.5 * x_rng.standard_normal((t, 1, 1)))).float()
-    outliers = torch.from_numpy(x_rng.choice(c, size=max(c // 512, 1), replace=False))
-    x[:, :, outliers] *= 20.0
+    distribution = input_distribution(p)
+    if distribution == "normal":
+        x = normal(x_rng, (t, n, c))
+        # Hidden states: per-token magnitudes vary and a few channels carry outliers.
+        x *= torch.from_numpy(np.exp(0.5 * x_rng.standard_normal((t, 1, 1)))).float()
+        outliers = torch.from_numpy(x_rng.choice(c, size=max(c // 512, 1), replace=False))
+        x[:, :, outliers] *= 20.0
+    else:
+        x = activations(x_rng, (t, n, c), distribution, dtype=torch.bfloat16,
+                        largest=largest_x(p))
     hc_rng = rng(seed, "hc")
     return {
         "x": x.to(torch.bfloat16),
@@ -73,6 +97,27 @@ def make_inputs(p: Params, seed: int) -> Inputs:
         "hc_scale": torch.from_numpy(hc_rng.uniform(0.5, 2.0, size=3)).float(),
         "hc_base": normal(hc_rng, (mixes,), std=0.5),
     }
+
+
+def check_inputs(inputs: Inputs, p: Params) -> list[ParamProblem]:
+    """Recorded inputs against the case's shape: x is [tokens, hc_mult, hidden], the weights
+    fit it."""
+    x = inputs["x"]
+    if x.dim() != 3:
+        return [ParamProblem("tokens", f"x has shape {list(x.shape)}, not [tokens, hc_mult, "
+                             "hidden]", "record x as [tokens, hc_mult, hidden]")]
+    problems = [ParamProblem(name, f"x is {list(x.shape)}: {got} for {name}, the case says "
+                             f"{p[name]}", f"set shape.{name} = {got}")
+                for name, got in zip(("tokens", "hc_mult", "hidden"), x.shape, strict=True)
+                if p[name] != got]
+    _, n, c = x.shape
+    mixes = (2 + n) * n
+    want = {"hc_fn": [mixes, n * c], "hc_scale": [3], "hc_base": [mixes]}
+    problems += [ParamProblem("hc_mult", f"{name} has shape {list(inputs[name].shape)}; "
+                              f"with x {list(x.shape)} it must be {shape}",
+                              f"record {name} as {shape}")
+                 for name, shape in want.items() if list(inputs[name].shape) != shape]
+    return problems
 
 
 def _epilogue(m: torch.Tensor, xf: torch.Tensor, inputs: Inputs, p: Params) -> Outputs:
@@ -216,4 +261,6 @@ OP = OpSpec(
     gemm_site=gemm_site,
     structure=STRUCTURE,
     batch=BATCH,
+    distributions=DISTRIBUTIONS,
+    check_inputs=check_inputs,
 )

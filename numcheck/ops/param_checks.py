@@ -15,6 +15,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from numcheck.distributions import DISTRIBUTIONS, INPUTS_PARAM
 from numcheck.ops.spec import OpSpec, ParamProblem, ParamSpec
 
 __all__ = ["NONFINITE_KINDS", "PARAM_TYPES", "ParamProblem", "check_declaration",
@@ -97,6 +98,14 @@ def check_declaration(op: OpSpec) -> str:
     """What is wrong with an op's parameter declarations ('' when nothing): types, ranges,
     defaults and presets inside their ranges, the cross check accepting the defaults,
     allowed non-finite values naming outputs. Used by the registry on every registration."""
+    if INPUTS_PARAM in op.params:
+        return (f"parameter {INPUTS_PARAM!r}: the name holds a case's inputs (their "
+                "distribution, or a recorded file). Fix: name the parameter otherwise")
+    drawn = op.distributions
+    if (not isinstance(drawn, tuple) or "normal" not in drawn
+            or any(d not in DISTRIBUTIONS for d in drawn)):
+        return (f"distributions={drawn!r}. Fix: a tuple of names among "
+                f"{', '.join(DISTRIBUTIONS)}, with 'normal' (the default draw)")
     for name, spec in op.params.items():
         where = f"parameter {name!r}"
         if spec.type not in PARAM_TYPES:

@@ -126,6 +126,7 @@ def register(op: OpSpec, *, origin: str | None = None) -> OpSpec:
                 f"named {variant.name!r}. Fix: key each variant by its own name"
             )
         _check_variant(op.name, variant, origin, op.outputs)
+        _check_quant(op, variant, origin)
     if op.variants[op.reference].produces is not None and set(
             op.variants[op.reference].produces) != set(op.outputs):
         raise RegistrationError(
@@ -157,10 +158,40 @@ def add_variant(op_name: str, variant: Variant, *, origin: str | None = None) ->
             f"this one comes from {origin}. Fix: give your variant another name"
         )
     _check_variant(op_name, variant, origin, op.outputs)
+    _check_quant(op, variant, origin)
     updated = replace(op, variants={**op.variants, variant.name: variant})
     _ops()[op_name] = updated
     _ORIGINS[f"{op_name}::{variant.name}"] = origin
     return updated
+
+
+def _check_quant(op: OpSpec, variant: Variant, origin: str) -> None:
+    """A declared quantization (``Variant.quant``) is a GemmQuant of the variant's precision
+    class, on an op that says where its GEMM sits: the simulated reference runs through
+    ``gemm_site`` (numcheck.check.against_sim)."""
+    if variant.quant is None:
+        return
+    from numcheck.precision.quant_declare import GemmQuant
+
+    where = f"numcheck: variant {variant.name!r} of op {op.name!r} (from {origin})"
+    if not isinstance(variant.quant, GemmQuant):
+        raise RegistrationError(
+            f"{where}: quant is {type(variant.quant).__name__}, not a GemmQuant. Fix: declare "
+            "quant=numcheck.GemmQuant(a=<OperandScheme>, b=<OperandScheme>, accumulation=..., "
+            "out_dtype=...)")
+    if variant.quant.precision != variant.precision:
+        raise RegistrationError(
+            f"{where}: precision {variant.precision!r}, but its declared quantization "
+            f"({variant.quant.label}) computes in the {variant.quant.precision!r} class. Fix: "
+            f"declare precision={variant.quant.precision!r} (the coarser of the operands' "
+            "element formats)")
+    if op.gemm_site is None:
+        raise RegistrationError(
+            f"{where}: it declares its quantization, but op {op.name!r} declares no gemm_site, "
+            "through which numcheck recomputes the op on the variant's own quantized operands "
+            "(the simulated reference). Fix: give OpSpec(gemm_site=...) a function "
+            "site(inputs, params, gemm) that runs the op with gemm for its matrix product "
+            "(docs/extending.md, \"Where the GEMM sits\")")
 
 
 def _check_name(what: str, name: str, origin: str) -> None:
@@ -404,6 +435,7 @@ def set_variant(op_name: str, variant: Variant, *, origin: str | None = None) ->
     origin = origin or _origin_of(variant.fn)
     op = get_op(op_name)
     _check_variant(op_name, variant, origin, op.outputs)
+    _check_quant(op, variant, origin)
     updated = replace(op, variants={**op.variants, variant.name: variant})
     _ops()[op_name] = updated
     _ORIGINS[f"{op_name}::{variant.name}"] = origin

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from numcheck.ops.batch import Batch
 from numcheck.ops.structure import Structure
 from numcheck.precision import PRECISIONS  # noqa: F401 - where op authors look for it
+
+if TYPE_CHECKING:
+    from numcheck.precision.quant_declare import GemmQuant
 
 #: Inputs of one case instance, by name, on one device.
 Inputs = dict[str, torch.Tensor]
@@ -60,6 +63,15 @@ class Variant:
     exactly those. numcheck checks them, shows the others as not produced, and never times
     the variant against the whole reference (docs/extending.md, "A kernel that computes part
     of the op"). None: every output of the op.
+
+    ``quant``, for a variant whose GEMM computes in FP8 or FP4: how it quantizes each operand
+    and sums the products (:class:`numcheck.precision.quant_declare.GemmQuant`). numcheck
+    then holds it to two references (:mod:`numcheck.check.against_sim`): the FP32 golden with
+    the budgets of its scheme's honest family, and the simulated reference, the op
+    recomputed through its ``gemm_site`` on the operands the variant's own quantizer produced
+    (handed over with ``numcheck.record_gemm``; numcheck's quantization of the op's operands
+    where the variant hands none), with every operand it hands checked against the declared
+    scheme (docs/fp8.md).
     """
 
     name: str
@@ -70,6 +82,7 @@ class Variant:
     unavailable: str = ""
     prepare: PrepareFn | None = None
     produces: tuple[str, ...] | None = None
+    quant: GemmQuant | None = None
 
 
 class VariantError(Exception):
@@ -209,6 +222,14 @@ class OpSpec:
         """The op's outputs variant ``variant`` does not compute (empty for a whole variant)."""
         produced = self.produced(variant)
         return tuple(o for o in self.outputs if o not in produced)
+    #: The input distributions ``make_inputs`` draws (numcheck.distributions: it reads the
+    #: case's with ``input_distribution(params)``); a case naming another is refused.
+    distributions: tuple[str, ...] = ("normal",)
+    #: Recorded inputs against the case's parameters: ``check_inputs(inputs, params)``
+    #: returns a :class:`ParamProblem` per parameter the tensors contradict (``tokens`` for
+    #: an x of another length). Without it a recorded file is checked on its inputs'
+    #: names, dtypes and dimensions only (docs/extending.md, "Real inputs").
+    check_inputs: Callable[[Inputs, Params], Any] | None = None
 
     def resolve_params(self, preset: str | None, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Defaults, then the preset, then explicit values, then :attr:`follows` for the

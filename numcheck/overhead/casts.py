@@ -105,8 +105,14 @@ SHORT_DTYPES = {
 # them is the line that asked for the conversion.
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _THIS_FILE = __file__
-#: Files whose conversions emulate a device and are not recorded (see the module docstring).
-EMULATION_FILES = (os.path.join("triton", "runtime", "interpreter.py"),)
+#: Files whose conversions emulate a device and are not recorded (see the module docstring):
+#: Triton's interpreter, and numcheck's bit-exact models of FP8 / FP4 hardware: a tensor
+#: core's accumulation, and a float conversion to a narrow element format (exact float32
+#: arithmetic standing for one conversion instruction). Their casts stand for hardware, as
+#: the interpreter's do; a variant's own conversions around them are recorded.
+EMULATION_FILES = (os.path.join("triton", "runtime", "interpreter.py"),
+                   os.path.join("numcheck", "precision", "quant_accumulate.py"),
+                   os.path.join("numcheck", "precision", "quant_formats.py"))
 
 #: Smallest cast result (bytes) compared by value: a round trip of less moves nothing
 #: worth a message, and tiny tensors (scalars, [3] scales) are equal by coincidence.

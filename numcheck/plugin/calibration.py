@@ -127,6 +127,8 @@ class CalibrationMode:
             fresh = reused.fresh_seeds
         if reused is not None and not settings.first_seed_given:
             first = reused.first_fresh_seed
+        if case.inputs.file is not None:
+            fresh = 0  # recorded inputs: the file's calls are all there is
         pool, pool_from = self._pool(variant, reused)
         seeds = calibration_seeds(case, fresh, first)
         refs = self._references(op, case, device)

@@ -12,6 +12,8 @@ no verdict (a golden refused, a variant that raised, a timer that cannot time).
 
 from __future__ import annotations
 
+import itertools
+
 import shlex
 from collections.abc import Iterator
 from dataclasses import replace
@@ -56,18 +58,39 @@ def session_of(config: pytest.Config) -> NumcheckSession:
 
 
 class CaseFile(pytest.File):
-    """A ``cases/*.toml`` file: one collector per case in it."""
+    """A ``cases/*.toml`` file: one collector per case in it (a sweep's: one per point)."""
 
-    def collect(self) -> Iterator[CaseNode]:
+    def collect(self) -> Iterator[CaseNode | SweepNode]:
         state = session_of(self.config)
-        for case in load_case_file(self.path):
+        # Calibration may read a case whose inputs still lack their own tables: it sets them.
+        cases = load_case_file(self.path, measuring=CalibrationMode.KEY in self.config.stash)
+        for case in cases:
             state.case_ids.claim(case)
-            yield CaseNode.from_parent(self, name=case.id, case=case)
+        for name, group in itertools.groupby(cases, key=lambda c: c.table):
+            points = list(group)
+            if points[0].sweep is None:
+                yield CaseNode.from_parent(self, name=name, case=points[0])
+            else:
+                yield SweepNode.from_parent(self, name=name, points=points)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, CaseFileError):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
+
+
+class SweepNode(pytest.Collector):
+    """A shape sweep: one case node per point, named by the point's label (``-k`` selects
+    it; the sweep's node id selects every point)."""
+
+    def __init__(self, *, points: list[Case], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.points = points
+
+    def collect(self) -> Iterator[CaseNode]:
+        for case in self.points:
+            assert case.sweep is not None
+            yield CaseNode.from_parent(self, name=case.sweep.label, case=case)
 
 
 class CaseNode(pytest.Collector):
@@ -120,14 +143,17 @@ class CheckItem(pytest.Item):
         # A budget too tight is calibrated on the class's honest family, never on the
         # failing variant alone (which would budget a bug in).
         family = honest_family(get_op(self.case.op), self.case, self.variant, self.device)
+        # A sweep's budgets are its case's, set over every point: calibrate the whole sweep.
+        sweep = self.parent.parent if self.case.sweep is not None else None  # type: ignore[union-attr]
         return Commands(
             reproduce=f"pytest {options.OPTION}{dev} {shlex.quote(self.nodeid)}",
             regenerate=f"pytest {options.OPTION} {options.REGEN_OPTION} "
             f"{shlex.quote(self.case_nodeid)}",
             calibrate=calibrate_command(
-                self.case_nodeid, self.device,
+                self.case_nodeid if sweep is None else sweep.nodeid, self.device,
                 pool=family.pool_option(),
-                checks=[f"{self.case_nodeid}::{v}[{self.device}]" for v in family.select]),
+                checks=[] if sweep is not None else
+                [f"{self.case_nodeid}::{v}[{self.device}]" for v in family.select]),
             family=family.precision,
         )
 
@@ -185,9 +211,11 @@ class CheckItem(pytest.Item):
 
     def check_ref(self) -> CheckRef:
         """The check as a calibration payload names it."""
-        return CheckRef(op=self.case.op, case=self.case.id, source=self._source(),
+        # A sweep's points are budgeted as one case: its table (Case.table), every point.
+        sweep = self.case.sweep
+        return CheckRef(op=self.case.op, case=self.case.table, source=self._source(),
                         path=str(Path(self.path).resolve()), device=self.device,
-                        nodeid=self.nodeid)
+                        nodeid=self.nodeid, point=None if sweep is None else sweep.label)
 
     def _xpass_message(self, settled: Settled, commands: Commands) -> str:
         """A known-bad variant that an active gate expected to catch, and did not."""
@@ -215,7 +243,8 @@ class CheckItem(pytest.Item):
             self.record = record_without_verdict(
                 id=self.display_id, nodeid=self.nodeid, op=self.case.op, case=self.case.id,
                 variant=self.variant, device=self.device, source=self._source(),
-                worker=state.worker, **without_verdict,
+                worker=state.worker, sweep=None if self.case.sweep is None
+                else self.case.sweep.as_dict(), **without_verdict,
             )
         self.user_properties.extend(junit_properties(self.record))
 

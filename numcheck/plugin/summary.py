@@ -33,6 +33,7 @@ from numcheck.report.drift_result import Drift
 from numcheck.report.records import Record
 from numcheck.report.render import summary_table, table
 from numcheck.report.skips import collapse as collapse_skips
+from numcheck.report.sweep_rows import fold_overhead_rows
 
 
 class Progress:
@@ -65,6 +66,8 @@ class OverheadTable:
     def __init__(self, *, explain: bool) -> None:
         self.explain = explain
         self.rows: list[list[str]] = []
+        #: Per row: the sweep case and point of its check (folded in the summary).
+        self.points: list[tuple[str, str] | None] = []
         self.explained: list[tuple[str, OverheadReport]] = []
 
     def add(self, result: CheckResult) -> None:
@@ -78,15 +81,18 @@ class OverheadTable:
             *overhead_row(f"{case.op}::{case.id}", result.variant, result.device, overhead),
             "-" if prepared is None else prepared.cell(),
         ])
+        sweep = case.sweep
+        self.points.append(None if sweep is None else (sweep.case, sweep.label))
         if self.explain:
             self.explained.append((result.id, overhead))
 
     def lines(self) -> list[str]:
         """The table; its last column, a variant's one-time preparation, only when a
-        checked variant has one."""
-        header, rows = OVERHEAD_HEADER, [r[:-1] for r in self.rows]
-        if any(r[-1] != "-" for r in self.rows):
-            header, rows = [*OVERHEAD_HEADER, PREPARED_COLUMN], self.rows
+        checked variant has one. A sweep's points: its worst point's row."""
+        folded = fold_overhead_rows(self.rows, self.points)
+        header, rows = OVERHEAD_HEADER, [r[:-1] for r in folded]
+        if any(r[-1] != "-" for r in folded):
+            header, rows = [*OVERHEAD_HEADER, PREPARED_COLUMN], folded
         return table(header, rows)
 
 

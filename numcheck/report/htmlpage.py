@@ -29,11 +29,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from numcheck.report.localize_html import localization_html
-from numcheck.report.markdown import headline
 from numcheck.invariance.table import invariance_rows
 from numcheck.report.invariance_html import invariance_html, invariance_summary_html
+from numcheck.report.localize_html import localization_html
+from numcheck.report.markdown import headline
 from numcheck.report.prepared_html import prepared_html
+from numcheck.report.quant_html import quant_html
 from numcheck.report.records import Record, Report
 from numcheck.report.render import failing_first
 
@@ -321,6 +322,7 @@ def _check_section(i: int, record: Record, plots: bool, drift_row: Mapping[str, 
                      f"op's minimum bytes, round trips {len(c.get('round_trips') or [])}</p>")
     parts.append(prepared_html(record.prepared))
     parts.append(invariance_html(record.invariance))
+    parts.append(quant_html(record.quant, record.metrics, record.budget))
     if drift_row is not None:
         parts.append("<h4>drift vs baseline</h4>" + _table(
             ["status", *DRIFT_COLUMNS, "why"],

@@ -27,6 +27,7 @@ from numcheck.numerics.metric_names import (
     ERROR_METRICS,
     KEY_METRICS,
     MAX_FLIPS,
+    SIM_METRICS,
     TOPK_COUNTS,
     TOPK_LIMITS,
 )
@@ -115,6 +116,16 @@ class Record:
     #: The op's outputs the variant does not compute (``Variant.produces``): not checked,
     #: shown as not produced; empty for a variant that computes them all.
     not_produced: list[str] = field(default_factory=list)
+    #: For a point of a shape sweep: ``{case, point, values, index, count}`` (the sweep
+    #: case, the point's label and values: numcheck/caseparts/sweep.py); None otherwise.
+    #: The summaries fold a sweep's points into one row (numcheck/report/sweep_rows.py).
+    sweep: dict[str, Any] | None = None
+    #: A low-precision variant's second reference (numcheck/check/against_sim.py): its
+    #: declared scheme, where the simulated reference's operands came from, the worst GEMM
+    #: element over its bound (``sim_ratio``, at most 1) and where, the operands' findings;
+    #: None for a variant without a declared quantization. Each output's metrics against
+    #: the simulated reference are in ``metrics`` (``sim_rel_fro``, ``sim_calc_diff``).
+    quant: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -173,7 +184,7 @@ def record_from_result(
         )
     metrics: dict[str, dict[str, float]] = {}
     for name in budget.outputs:
-        worst = {m: result.metric(name, m) for m in ERROR_METRICS}
+        worst = {m: result.metric(name, m) for m in (*ERROR_METRICS, *SIM_METRICS)}
         metrics[name] = {m: v for m, v in worst.items() if v is not None}
     metrics = {k: v for k, v in metrics.items() if v}
     top = result.worst()
@@ -209,7 +220,15 @@ def record_from_result(
         budget_origin=_budget_origin(budget, result.ungated),
         invariance=_section(getattr(result, "invariance", None)),
         not_produced=list(getattr(result, "not_produced", ())),
+        sweep=_sweep_of(case),
+        quant=_section(result.quant_summary() if hasattr(result, "quant_summary") else None),
     )
+
+
+def _sweep_of(case: Any) -> dict[str, Any] | None:
+    """A sweep point's place (``Case.sweep``) as plain data; None for another case."""
+    point = getattr(case, "sweep", None)
+    return None if point is None else point.as_dict()
 
 
 def record_without_verdict(
@@ -225,6 +244,7 @@ def record_without_verdict(
     error_kind: str | None = None,
     source: str | None = None,
     worker: str | None = None,
+    sweep: dict[str, Any] | None = None,
 ) -> Record:
     """The record of a check that was skipped or could not produce a verdict."""
     if status not in ("skip", "error"):
@@ -233,6 +253,7 @@ def record_without_verdict(
         id=id, nodeid=nodeid, op=op, case=case, variant=variant, device=device,
         status=status, reason=reason, error_kind=error_kind,
         precision=_precision(op, variant) if op else None, source=source, worker=worker,
+        sweep=sweep,
     )
 
 
@@ -240,14 +261,16 @@ def record_from_nodeid(nodeid: str, reason: str, *, worker: str | None = None) -
     """An error record for a check known only by its node id (it crashed, or its worker did).
 
     ``cases/indexer.toml::tiny::bf16[cpu]`` -> case ``tiny``, variant ``bf16``, device ``cpu``;
-    the op is not in a node id, so it is left empty.
+    a sweep's point ``cases/indexer.toml::sweep-l::max_context65::bf16[cpu]`` -> case
+    ``sweep-l@max_context65``. The op is not in a node id, so it is left empty.
     """
     parts = nodeid.split("::")
-    case = parts[1] if len(parts) > 2 else ""
+    case = "@".join(parts[1:-1]) if len(parts) > 2 else ""
     variant, _, device = parts[-1].partition("[") if len(parts) > 2 else ("", "", "")
+    sweep = {"case": parts[1], "point": parts[2]} if len(parts) == 4 else None
     return Record(
         id=nodeid, nodeid=nodeid, op="", case=case, variant=variant, device=device.rstrip("]"),
-        status="error", reason=reason, error_kind="crash", worker=worker,
+        status="error", reason=reason, error_kind="crash", worker=worker, sweep=sweep,
     )
 
 
@@ -436,9 +459,9 @@ def _decode_floats(value: Any) -> Any:
 #: Record fields holding numbers, where "nan"/"inf"/"-inf" stand for floats; inside them,
 #: the keys in _TEXT_KEYS hold text. Top-level fields (ids, names, reason) are never decoded.
 _NUMERIC_FIELDS = ("budget", "metrics", "topk", "per_seed", "violations", "closest", "timing",
-                   "casts", "plots", "prepared")
+                   "casts", "plots", "prepared", "quant")
 _TEXT_KEYS = frozenset({"band_kind", "tie_band_kind", "direction", "output", "metric", "detail",
-                        "text"})
+                        "text", "scheme", "operands", "sim_ratio_at", "findings"})
 
 
 def record_to_dict(record: Record) -> dict[str, Any]:

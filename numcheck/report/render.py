@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from numcheck.numerics.metric_names import MAX_FLIPS
+from numcheck.numerics.metric_names import MAX_FLIPS, SIM_METRICS
 from numcheck.report.records import Record
+from numcheck.report.sweep_rows import fold_sweeps
 
 if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports without torch
     from numcheck.check.result import CheckResult, Settled
@@ -52,6 +53,15 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
     notes = [f"  {prepared['text']}"] if prepared else []
     # A limit of the budget nothing measured here is no part of the verdict: said so.
     notes += [f"  not measured here: {key} ({why})" for key, why in result.ungated.items()]
+    quant = result.quant_summary()
+    if quant is not None:
+        budget = result.case.budgets.get(result.variant)
+        limits = {} if budget is None else {n: dict(ob.limits)
+                                             for n, ob in budget.outputs.items()}
+        worst = {n: {m: v for m in ("rel_fro", "calc_diff", *SIM_METRICS)
+                     if (v := result.metric(n, m)) is not None}
+                 for n in limits}
+        notes += reference_lines(quant, worst, limits)
     title = f"numcheck FAIL {result.id}"
     settled = result.settled
     if settled is not None and not settled.xfail:  # a known-bad variant, not as expected
@@ -68,7 +78,7 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
     if invariance:
         assert top is not None
         message += "\n" + "\n".join(invariance_steps(top.output, result.variant, source,
-                                                      result.case.id))
+                                                      result.case.table))
     return message
 
 
@@ -89,6 +99,70 @@ def invariance_steps(gate: str, variant: str, source: str, case: str) -> list[st
         f"               it is not meant to be -> drop '{variant}' from {key} in {source} "
         f"[{case}] (docs/cases.md, \"Determinism and batch invariance\")",
     ]
+
+
+def _against(metrics: Mapping[str, float], limits: Mapping[str, float], name: str,
+             key: str) -> str:
+    value = metrics.get(key)
+    if value is None:
+        return ""
+    limit = limits.get(key)
+    return f"{name}.{key} {value:.3g}" + ("" if limit is None else f" (budget {limit:.3g})")
+
+
+def reference_lines(quant: Mapping[str, Any], metrics: Mapping[str, Mapping[str, float]],
+                    limits: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """The two references of a low-precision check (numcheck/check/against_sim.py), for
+    the failure message: each output's error against the FP32 golden and against the
+    simulated reference (with their limits), the GEMM results' bound and the operands.
+    ``quant`` is a record's ``quant`` section; ``metrics`` and ``limits`` its worst metrics
+    and budget limits per output."""
+    golden, sim = [], []
+    for name, ms in metrics.items():
+        lim = limits.get(name, {})
+        golden += [t for t in (_against(ms, lim, name, "rel_fro"),) if t]
+        sim += [t for t in (_against(ms, lim, name, "sim_rel_fro"),
+                            _against(ms, lim, name, "sim_calc_diff")) if t]
+    lines = [f"  {'references:':<12} the variant declares {quant.get('scheme', '?')}",
+             f"    golden (FP32, what the precision costs): {'; '.join(golden) or '-'}",
+             (f"    simulated (the op on {_operands(quant)}, exact, float64): "
+              f"{'; '.join(sim) or '-'}")]
+    ratio = quant.get("sim_ratio")
+    if ratio is not None:
+        lines.append(f"    GEMM results against their own operands: {ratio:.3g} of the bound an "
+                     f"honest kernel stays within (at most 1; worst at "
+                     f"{quant.get('sim_ratio_at')})")
+    n = int(quant.get("n_findings") or 0)
+    if n:
+        lines.append(f"    operands against the declared scheme: {n} finding(s)")
+        lines += [f"      {f}" for f in list(quant.get("findings") or [])[:3]]
+    elif quant.get("operands") == "recorded":
+        lines.append("    operands against the declared scheme: they follow it")
+    return lines
+
+
+def _operands(quant: Mapping[str, Any]) -> str:
+    if quant.get("operands") == "recorded":
+        return "the operands the variant's own quantizer produced, dequantized"
+    return ("numcheck's quantization of the op's operands (the variant records none: "
+            "numcheck.record_gemm)")
+
+
+def simulated_cell(record: Record) -> str:
+    """``7.8e-04, bound 0.87``: the first output's ``sim_rel_fro`` and the GEMM bound ratio
+    of a low-precision check; ``-`` for any other."""
+    q = record.quant
+    if not q:
+        return "-"
+    first = next(iter(record.metrics.values()), {})
+    parts = []
+    if first.get("sim_rel_fro") is not None:
+        parts.append(f"{first['sim_rel_fro']:.2e}")
+    if q.get("sim_ratio") is not None:
+        parts.append(f"bound {q['sim_ratio']:.2g}")
+    if q.get("n_findings"):
+        parts.append(f"{q['n_findings']} operand finding(s)")
+    return ", ".join(parts) or "-"
 
 
 def expectation_lines(settled: Settled) -> list[str]:
@@ -121,22 +195,22 @@ def _budget_line(result: CheckResult, top: Violation | None, source: str) -> str
     elif budget is not None and budget.topk is not None:
         limits = budget.topk.limits
     if origin is not None and top.metric in limits:
-        return origin_text(origin, case=case.id, variant=variant, output=top.output,
+        return origin_text(origin, case=case.table, variant=variant, output=top.output,
                            key=top.metric, value=limits[top.metric], source=source,
                            case_line=case.lines.get(()))
     if top.output in _INVARIANCE_KEYS:
         key = _INVARIANCE_KEYS[top.output]
         at = case.lines.get((key,))
         where = f"{source}:{at}" if at is not None else source
-        return (f"{where} ([{case.id}] {key} holds '{variant}' on {result.device}: "
+        return (f"{where} ([{case.table}] {key} holds '{variant}' on {result.device}: "
                 "bitwise equal, no tolerance)")
     table = {"casts": "overhead", "kernels": "overhead", "perf": "perf"}.get(top.output)
     if table is None:
         return ""  # a rule, not a budget (a NaN, the -inf mask): nothing to tune
     line = case.lines.get((table, variant, top.metric))
     if line is not None:
-        return f"{source}:{line} ([{case.id}.{table}.{variant}] {top.metric})"
-    return (f"{top.metric}: default of the {table} gate (set [{case.id}.{table}.{variant}] "
+        return f"{source}:{line} ([{case.table}.{table}.{variant}] {top.metric})"
+    return (f"{top.metric}: default of the {table} gate (set [{case.table}.{table}.{variant}] "
             f"{top.metric} in {source} to override)")
 
 
@@ -291,10 +365,15 @@ def summary_table(records: Sequence[Record]) -> tuple[list[str], list[list[str]]
     """Header and rows of the summary table: one row per record, failing first.
 
     The terminal summary and the markdown summary both print this table, so they agree.
-    A speedup column appears when any record carries timing.
+    A speedup column appears when any record carries timing. A shape sweep's points are
+    folded into one row per variant and device (numcheck.report.sweep_rows).
     """
+    records = fold_sweeps(records)
     timed = any(r.timing for r in records)
+    simulated = any(r.quant for r in records)
     header = list(SUMMARY_HEADER)
+    if simulated:  # a low-precision check's second reference (numcheck/check/against_sim.py)
+        header.insert(-1, SIMULATED_COLUMN)
     if timed:
         header.insert(-1, "speedup")
     rows = []
@@ -310,6 +389,8 @@ def summary_table(records: Sequence[Record]) -> tuple[list[str], list[list[str]]
             _cell(r.key_metric("tie_recall_min"), ".4f"),
             verdict_cell(r),
         ]
+        if simulated:
+            row.insert(-1, simulated_cell(r))
         if timed:
             row.insert(-1, speedup_cell(r))
         rows.append(row)
@@ -324,6 +405,8 @@ def verdict_cell(record: Record) -> str:
     return f"{record.verdict} ({'; '.join(notes)})" if notes else record.verdict
 
 
+#: The summary's column of the simulated reference, shown when a low-precision check ran.
+SIMULATED_COLUMN = "simulated (sim_rel_fro, bound)"
 SUMMARY_HEADER = [
     "case", "variant", "device", "closest to budget (value/budget)",
     "calc_diff", "rel_fro", "recall", "tie recall", "verdict",

@@ -84,7 +84,9 @@ def fresh_golden(op: OpSpec, case: Case, device: str = "cpu") -> tuple[CaseGolde
     """The case's golden made now, in memory, on ``device``; with the inputs it came from.
 
     The last few are kept: the self-test holds many variants to the same seed's golden."""
-    key = (op.name, op.version, case.id, tuple(sorted(case.params.items())), case.seeds, device)
+    # repr: a parameter may be a table (a case's inputs: numcheck/distributions).
+    params = tuple(sorted((k, repr(v)) for k, v in case.params.items()))
+    key = (op.name, op.version, case.id, params, case.seeds, device)
     if key not in _FRESH:
         while len(_FRESH) >= _FRESH_KEPT:
             _FRESH.pop(next(iter(_FRESH)))
