@@ -214,7 +214,7 @@ def _pin_torchao_configs() -> None:
     """Keep torchao's GEMM to one of its own autotuning configs (:data:`TORCHAO_CONFIG`).
 
     torchao 0.18 autotunes ``blockwise_fp8_gemm`` over 48 configs with N and K compile-time
-    constants: every new shape compiles all 48 (about a minute on an H200), in every run. A
+    constants: every new shape compiles all 48 (docs/fp8.md), in every run. A
     tile's shape changes no sum (each 128-wide block of K is one ``tl.dot`` whatever the
     tile), so one config computes what any computes. Reached through the closure of torchao's
     op; where torchao is laid out otherwise, it autotunes as shipped."""
