@@ -214,7 +214,7 @@ def _pin_torchao_configs() -> None:
     """Keep torchao's GEMM to one of its own autotuning configs (:data:`TORCHAO_CONFIG`).
 
     torchao 0.18 autotunes ``blockwise_fp8_gemm`` over 48 configs with N and K compile-time
-    constants: every new shape compiles all 48 (about a minute on an H200), in every run. A
+    constants: every new shape compiles all 48 (docs/fp8.md), in every run. A
     tile's shape changes no sum (each 128-wide block of K is one ``tl.dot`` whatever the
     tile), so one config computes what any computes. Reached through the closure of torchao's
     op; where torchao is laid out otherwise, it autotunes as shipped."""
@@ -238,19 +238,30 @@ def torchao_block(x: torch.Tensor, w: torch.Tensor, *, record: bool = True
                   ) -> tuple[torch.Tensor, Quantized, Quantized]:
     """``x @ w^T`` by torchao's block-scaled FP8 GEMM with torchao's own quantizers: ``x``
     ``[M, K]`` in 1x128 groups, ``w`` ``[N, K]`` in 128x128 blocks, float32 scales ``amax /
-    448``, bf16 result (CUDA; K and N multiples of 128). Returns the result and the
-    operands as torchao quantized them, which are recorded: numcheck checks them against
-    DeepSeek's scheme like any variant's."""
+    448``, bf16 result (CUDA; K and N padded with zeros to multiples of 128). Returns the
+    result and the operands as torchao quantized them, which are recorded: numcheck checks
+    them against DeepSeek's scheme like any variant's."""
     from torchao.kernel.blockwise_quantization import (
         blockwise_fp8_gemm,
         fp8_blockwise_act_quant,
         fp8_blockwise_weight_quant,
     )
 
+    import torch.nn.functional as F
+
     _pin_torchao_configs()
-    xq, xs = fp8_blockwise_act_quant(x.to(torch.bfloat16).contiguous(), 128)
-    wq, ws = fp8_blockwise_weight_quant(w.to(torch.bfloat16).contiguous(), 128)
+    (m, k), n = x.shape, w.shape[0]
+    # torchao's quantizers take K and N in whole blocks of 128 (an assertion otherwise, as
+    # for mHC's 24-row projection): zeros fill the last blocks, which changes no block's
+    # largest magnitude, so no scale, and adds nothing to any product; sliced off after.
+    pk, pn = -k % 128, -n % 128
+    xb = F.pad(x.to(torch.bfloat16), (0, pk)).contiguous()
+    wb = F.pad(w.to(torch.bfloat16), (0, pk, 0, pn)).contiguous()
+    xq, xs = fp8_blockwise_act_quant(xb, 128)
+    wq, ws = fp8_blockwise_weight_quant(wb, 128)
     y = blockwise_fp8_gemm(xq, xs, wq, ws, 128)
+    if pk or pn:
+        y, xq, wq = y[:, :n], xq[:, :k], wq[:n, :k]
     # Wrapped as they are (no float32 copy): their grids are DeepSeek's scheme's.
     qa = Quantized(xq, xs, DEEPSEEK_ACT)
     qb = Quantized(wq, ws, DEEPSEEK_WEIGHT)

@@ -417,8 +417,8 @@ class CastLedger:
             self._record_move(cls, func, args, kwargs, out)
         elif cls.kind == movement.CREATE:
             # Reads no element (empty, arange, zeros_like...), so it copies no input,
-            # whatever its result holds: on an H200 the caching allocator handed
-            # torch.empty_like(x) the block a freed x * 1 had held, x's bits exactly.
+            # whatever its result holds: the caching allocator can hand it a freed copy's
+            # block, bits and all (docs/overhead.md, "creation").
             return
         elif self.by_value and self._copy_values:
             # Only a result of an input's dtype and size can be a copy of it: one dict

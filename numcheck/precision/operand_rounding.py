@@ -4,8 +4,8 @@ A GEMM of a low precision class first turns each fp32 operand into its input for
 does so is part of the class as users run it. TF32 is read two ways on NVIDIA GPUs: cuBLAS
 (``allow_tf32``) rounds each operand to nearest, ties to even, at 10 mantissa bits, while
 Triton's ``tl.dot`` on fp32 inputs (its default ``input_precision``) keeps the top 10
-mantissa bits and drops the rest: truncation toward zero. On an H200 one element
-``1 + 0.75 * 2^-10`` times 1.0 gives ``1 + 2^-10`` through cuBLAS and ``1.0`` through Triton.
+mantissa bits and drops the rest: truncation toward zero (docs/budgets.md gives the one
+element that tells them apart on a GPU).
 
 These functions do the same on any device by bit manipulation of the fp32 pattern (sign,
 8 exponent bits, 23 mantissa bits): ``bits`` mantissa bits are kept and the others rounded
