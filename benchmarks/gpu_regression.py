@@ -35,6 +35,7 @@ minutes on one H200):
     --steps env,install,honest,honest-heldout,catch     the honest families and held-out
                                                         seeds on CUDA, the planted bugs
     --steps env,install,calibrate,calibrate-heldout,false-fail,determinism
+    --steps env,install,invariance                      determinism and batch invariance
     --steps env,install,gate,xdist,explain,audit,casts,casts-perf,html,example
     --steps env,install,bench,fidelity,fused            the perf cases timed, checked twice
     --steps env,install,speed-evidence,speed-xdist      the speed gate's fresh-run evidence
@@ -424,6 +425,37 @@ def _judge_honest(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
     return True, f"rc {rc}: honest-calibration.json ({_tail(text, 1)})"
 
 
+def _judge_invariance(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+                      text: str) -> tuple[bool, str]:
+    """The measured table printed (it is in the step's log too); ok when no key the case
+    files turn on fails here (the script exits 1 then)."""
+    data = json.loads((run.work / "invariance.json").read_text())
+    print(invariance_table(data))
+    rows = data.get("rows", [])
+    det = sum(1 for r in rows if "error" not in r and not r["runs_differing"])
+    bat = sum(1 for r in rows if "error" not in r and r.get("requests_differing") == 0)
+    broken = [f"{r['case']}::{r['variant']}" for r in rows if r.get("broken")]
+    return rc == 0, (f"rc {rc}: {len(rows)} checks, {det} deterministic, {bat} batch-invariant "
+                     f"({data.get('env', {}).get('seconds')} s); keys on that fail here: "
+                     f"{', '.join(broken) or 'none'}")
+
+
+def invariance_table(data: dict[str, Any]) -> str:
+    """One line per (case, variant): runs and requests that differed, the case keys."""
+    lines = [f"{'case':44} {'variant':15} {'runs differing':>14} {'requests differing':>18}  "
+             "keys (det, batch)"]
+    for r in data.get("rows", []):
+        if "error" in r:
+            lines.append(f"{r['case']:44} {r['variant']:15} ERROR {r['error'][:80]}")
+            continue
+        runs = f"{r['runs_differing']}/{(r['runs'] or 1) - 1}"
+        reqs = ("-" if r.get("requests") is None
+                else f"{r['requests_differing']}/{len(r['requests'])}")
+        lines.append(f"{r['case']:44} {r['variant']:15} {runs:>14} {reqs:>18}  "
+                     f"{r['deterministic_key']}, {r['batch_invariant_key']}")
+    return "\n".join(lines)
+
+
 def honest_table(data: dict[str, Any]) -> str:
     """Per op, class and output: the family's worst max_err_ratio and calc_diff over the
     cases and seeds of a calibration file, and the member behind each."""
@@ -584,6 +616,13 @@ EXTRAS: tuple[Extra, ...] = (
           60, lambda o, w: _bench("determinism.py", "--device", o.device, "--runs", "10",
                                   "--json", str(w / "determinism.json")),
           _judge_written("determinism.json")),
+    Extra("invariance", "determinism (10 runs) and batch invariance (every request alone, up "
+          "to 64 a case) of the reference and every variant of every shipped case: the table, "
+          "the keys it supports; off when a key the case files turn on fails "
+          "(benchmarks/invariance.py)", 180,
+          lambda o, w: _bench("invariance.py", "--device", o.device, "--runs", "10",
+                              "--requests", "all", "--json", str(w / "invariance.json")),
+          _judge_written("invariance.json", _judge_invariance)),
     Extra("xdist", "the gate with one pytest-xdist worker per GPU (at least 2), against the "
           "serial gate step's records and with python -m numcheck compare", 150,
           lambda o, w: _pytest("--numcheck", "--numcheck-device", o.device, "-q", "-n",

@@ -6,7 +6,9 @@ their own ops and variants (docs/extending.md):
 - describe an op: :class:`OpSpec`, :class:`Variant`, :class:`ParamSpec`, :class:`TopkSpec`,
   and the type aliases :data:`Inputs`, :data:`Outputs`, :data:`Params`;
 - say how its outputs are organised, so a failure names the request, page or token where the
-  error sits: :class:`Structure`, :class:`Grouping` (``OpSpec(structure=...)``);
+  error sits: :class:`Structure`, :class:`Grouping` (``OpSpec(structure=...)``); and what a
+  request of its batch is, for batch invariance: :class:`Batch`, :class:`BatchAxis`
+  (``OpSpec(batch=...)``);
 - register it: :func:`register`, :func:`add_variant`, :func:`get_op` (or, from a conftest.py,
   the ``pytest_numcheck_register(registry)`` hook with its :class:`Registrar`; from an
   installed package, a ``numcheck.ops`` entry point); mistakes raise
@@ -55,6 +57,8 @@ _EXPORTS = {
     "Registrar": "numcheck.ops.registry",
     "Structure": "numcheck.ops.structure",
     "Grouping": "numcheck.ops.structure",
+    "Batch": "numcheck.ops.batch",
+    "BatchAxis": "numcheck.ops.batch",
     "RegistrationError": "numcheck.ops.registry",
     "register": "numcheck.ops.registry",
     "add_variant": "numcheck.ops.registry",
@@ -114,6 +118,8 @@ __all__ = [
     "DISTRIBUTIONS",
     "Accumulation",
     "AsStored",
+    "Batch",
+    "BatchAxis",
     "DEEPSEEK_ACT",
     "DEEPSEEK_WEIGHT",
     "ErrorMetrics",
@@ -184,6 +190,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
     from numcheck.inputs import normal, quantize_e4m3, rng
     from numcheck.numerics.metrics import ErrorMetrics, calc_diff, compare
     from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement
+    from numcheck.ops.batch import Batch, BatchAxis
     from numcheck.ops.registry import (
         Inputs,
         OpSpec,

@@ -39,8 +39,24 @@ from numcheck.caseparts.inputs import (
 )
 from numcheck.caseparts.sweep import SWEEP_KEY, SweepError, SweepPoint, expand
 from numcheck.distributions import INPUTS_PARAM
-from numcheck.gates import GATES, KERNELS_GATE, OUTPUT_METRICS, QUANT_GATE, TOPK_METRICS
+from numcheck.gates import (
+    BATCH_INVARIANCE_GATE,
+    DETERMINISM_GATE,
+    GATES,
+    KERNELS_GATE,
+    OUTPUT_METRICS,
+    QUANT_GATE,
+    TOPK_METRICS,
+)
 from numcheck.honest.gemm_family import missing_envelope, yardstick
+from numcheck.invariance.gate import (
+    BATCH_INVARIANT_KEY,
+    DETERMINISTIC_KEY,
+    GATE_OF_KEY,
+    InvarianceError,
+    InvarianceSpec,
+    parse_spec,
+)
 from numcheck.numerics.budget_origin import Given, Inherited, Lent, NotMeasured, Origin
 from numcheck.numerics.budget_provenance import PROVENANCE, CalibrationRecord, parse_record
 from numcheck.numerics.budgets import (
@@ -71,7 +87,7 @@ from numcheck.toml_lines import key_lines
 CASE_KEYS = (
     "op", "description", "preset", "shape", "seeds", "devices", "variants", "budget", "expect",
     "perf", "perf_only",
-    "overhead", PROVENANCE, SWEEP_KEY, INPUTS_KEY,
+    "overhead", PROVENANCE, SWEEP_KEY, INPUTS_KEY, DETERMINISTIC_KEY, BATCH_INVARIANT_KEY,
 )
 #: A case id becomes a file name and a test id, so it is kept to this alphabet.
 CASE_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -164,6 +180,12 @@ class Case:
     #: (``("overhead", "fp32", "max_cast_bytes_ratio")``; ``()``: the case's own table) ->
     #: 1-based line, read from the file's text when it is loaded (numcheck.toml_lines).
     lines: Mapping[tuple[str, ...], int] = field(default_factory=dict)
+    #: ``deterministic``: the variants (and devices) whose runs on one seed's inputs must be
+    #: bitwise equal; None: off (numcheck.invariance).
+    deterministic: InvarianceSpec | None = None
+    #: ``batch_invariant``: the variants (and devices) whose requests computed alone must be
+    #: bitwise their rows of the batch's outputs; None: off.
+    batch_invariant: InvarianceSpec | None = None
     #: A point of a shape sweep (numcheck.caseparts.sweep): the sweep case it belongs to and
     #: its values. ``id`` is then the point's (``<sweep case>@<label>``), ``params`` hold
     #: its values; None for a case that sweeps nothing.
@@ -382,7 +404,12 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup, *,
             "perf_only = true and make the case's golden")
     runs_on = _runs_on(op, variants, devices)
     budgets, budget_like = _parse_budgets(where, body, op, variants, runs_on)
-    expect = _parse_expect(where, body, op, variants, budgets, runs_on, perf_only)
+    deterministic, batch_invariant = (
+        _parse_invariance(where, body, op, key, variants, devices, params, perf_only)
+        for key in (DETERMINISTIC_KEY, BATCH_INVARIANT_KEY))
+    expect = _parse_expect(where, body, op, variants, budgets, runs_on, perf_only,
+                           {DETERMINISM_GATE.name: deterministic,
+                            BATCH_INVARIANCE_GATE.name: batch_invariant})
     perf = _parse_perf(where, body, op, variants, runs_on)
     overhead = _parse_overhead(where, body, op, variants, runs_on)
     provenance = _parse_provenance(where, body, op)
@@ -410,7 +437,53 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup, *,
         provenance=provenance,
         lines=where.case_lines(),
         inputs=inputs,
+        deterministic=deterministic,
+        batch_invariant=batch_invariant,
     )
+
+
+def _parse_invariance(
+    where: _Where, body: Mapping[str, Any], op: OpSpec, key: str, variants: tuple[str, ...],
+    devices: tuple[str, ...], params: Mapping[str, Any], perf_only: bool,
+) -> InvarianceSpec | None:
+    """``deterministic`` or ``batch_invariant`` (numcheck.invariance.gate): off by default.
+
+    Asking it of a perf-only case (no numerics run there), or batch invariance of an op that
+    does not say what a request is, or of a request past the case's batch, is an error."""
+    if key not in body:
+        return None
+    try:
+        spec = parse_spec(key, body[key], running=(op.reference, *variants), devices=devices)
+    except InvarianceError as exc:
+        raise where.error(exc.key, exc.problem, exc.fix) from None
+    if spec is None:
+        return None
+    if perf_only:
+        raise where.error(key, "a perf-only case runs no numerics, and the gate runs with them",
+                          "set it in a CPU-sized case of the op, or remove the key")
+    if key == BATCH_INVARIANT_KEY:
+        if op.batch is None:
+            raise where.error(
+                key, f"op '{op.name}' does not say what a request of its batch is, so a "
+                "request cannot be computed alone", "declare OpSpec(batch=numcheck.Batch(...)) "
+                "on the op (docs/extending.md, \"What a request is\"), or remove the key")
+        _check_requests(where, op, spec, params)
+    return spec
+
+
+def _check_requests(where: _Where, op: OpSpec, spec: InvarianceSpec | None,
+                    params: Mapping[str, Any], point: str = "") -> None:
+    """Every request ``batch_invariant.requests`` names is in the batch (where the op names
+    the parameter holding its size; elsewhere the check says so when it runs)."""
+    size = op.batch.size_param if op.batch is not None else None
+    if spec is None or spec.requests is None or size is None:
+        return
+    past = [r for r in spec.requests if r >= int(params[size])]
+    if past:
+        at = f" at sweep point {point}" if point else ""
+        raise where.error(f"{BATCH_INVARIANT_KEY}.requests", f"request {past[0]} is not in the "
+                          f"case's batch of {params[size]} ({size}){at}",
+                          f"name requests from 0 to {int(params[size]) - 1}")
 
 
 def _parse_inputs(where: _Where, body: Mapping[str, Any], op: OpSpec, seeds: tuple[int, ...],
@@ -438,6 +511,8 @@ def _sweep_points(where: _Where, body: Mapping[str, Any], op: OpSpec, preset: st
     except SweepError as exc:
         raise where.error(exc.key, exc.problem, exc.fix) from None
     extra = {} if case.inputs.param() is None else {INPUTS_PARAM: case.inputs.param()}
+    for point, params in points:
+        _check_requests(where, op, case.batch_invariant, params, point.id)
     return [replace(case, id=point.id, params={**params, **extra}, sweep=point)
             for point, params in points]
 
@@ -467,7 +542,7 @@ EXPECT_KEYS = ("outputs", "gates", "metrics", "fails", "reason")
 def _parse_expect(
     where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...],
     budgets: Mapping[str, VariantBudget], runs_on: Mapping[str, tuple[str, ...]],
-    perf_only: bool,
+    perf_only: bool, invariance: Mapping[str, InvarianceSpec | None],
 ) -> dict[str, Expectation]:
     """``expect.<variant>`` tables. Whatever an expectation names must be able to fail the
     variant in this case (checked on a device that runs it, a limit of its budget or a rule,
@@ -514,6 +589,7 @@ def _parse_expect(
                 fix = (f"'{name}' is a gate: write gates = [\"{name}\"]" if name in GATES
                        else f"use outputs of op '{op.name}': {', '.join(op.outputs)}")
                 raise where.error(f"{key}.outputs", f"unknown output '{name}'", fix)
+            _require_checked(where, f"{key}.outputs", op, variant, name)
         for name in gates:
             if name not in GATES:
                 fix = (f"'{name}' is an output: write outputs = [\"{name}\"]"
@@ -535,8 +611,11 @@ def _parse_expect(
         fails = tuple(dict.fromkeys([*covered, *metrics]))
         expectation = Expectation(fails, reason, tuple(dict.fromkeys(outputs)),
                                   tuple(dict.fromkeys(gates)))
+        for item in metrics:
+            if item.partition(".")[0] in op.outputs:
+                _require_checked(where, f"{key}.{listed}", op, variant, item.partition(".")[0])
         _check_expect_can_fail(where, key, op, variant, expectation, budgets[variant],
-                               runs_on[variant], perf_only)
+                               runs_on[variant], perf_only, invariance)
         out[variant] = expectation
     return out
 
@@ -550,12 +629,39 @@ def _expect_list(where: _Where, key: str, value: Any, example: str) -> list[str]
     return value
 
 
+def _require_checked(where: _Where, key: str, op: OpSpec, variant: str, output: str) -> None:
+    """``output`` is one the checks of ``variant`` hold to the golden: a budget or an
+    expectation of an output it does not produce would gate nothing."""
+    if output in op.checked(variant):
+        return
+    produced = ", ".join(op.produced(variant))
+    raise where.error(
+        key, f"variant '{variant}' does not produce output '{output}' (it computes part of "
+        f"op '{op.name}': produces {produced}), so this would gate nothing",
+        f"remove it, or name outputs it produces: {produced}")
+
+
 def _check_expect_can_fail(
     where: _Where, key: str, op: OpSpec, variant: str, expected: Expectation,
     budget: VariantBudget, devices: tuple[str, ...], perf_only: bool,
+    invariance: Mapping[str, InvarianceSpec | None],
 ) -> None:
     """Every output, gate and metric an expectation names can fail the variant here."""
     topk_output = op.topk.indices if op.topk is not None else None
+    for gate, spec in invariance.items():
+        if gate not in expected.targets():
+            continue
+        case_key = next(k for k, g in GATE_OF_KEY.items() if g == gate)
+        if spec is None or not any(spec.holds(variant, d) for d in devices):
+            raise where.error(
+                key, f"it expects the {gate} gate to fail, which holds '{variant}' only where "
+                f"the case's {case_key} key names it, and it does not here", f"add '{variant}' "
+                f"to {case_key} (on a device it runs on), or expect another gate")
+    if op.variants[variant].produces is not None and "perf" in expected.targets():
+        raise where.error(
+            key, f"it expects the perf gate to fail, which never times '{variant}': it computes "
+            "part of the op, and a speedup against the whole reference is not like for like",
+            "expect another gate")
     for target, metrics in expected.targets().items():
         if target in op.outputs and perf_only:
             raise where.error(
@@ -634,8 +740,17 @@ def _parse_perf(
     out: dict[str, PerfSpec] = {}
     for variant in running:
         options = dict(shared)
-        if variant == op.reference:
-            options.pop("speedup_min", None)  # the shared threshold gates the variants only
+        if variant == op.reference or op.variants[variant].produces is not None:
+            # The shared threshold gates the variants the perf gate times: never the
+            # reference, nor a variant that computes part of the op (not timed).
+            options.pop("speedup_min", None)
+        if op.variants[variant].produces is not None and "speedup_min" in given.get(variant, {}):
+            raise where.error(
+                f"perf.{variant}.speedup_min", f"'{variant}' computes part of the op "
+                f"({', '.join(op.produced(variant))}), and the perf gate never times it "
+                "against the whole reference (not like for like), so this would gate nothing",
+                "remove the key (its outputs are still checked), or time the part against "
+                "a reference of that part: an op of its own (docs/extending.md)")
         options.update(given.get(variant, {}))
         out[variant] = _perf_spec(where, variant, options, op.reference)
     for variant, spec in out.items():
@@ -940,22 +1055,30 @@ def _parse_budgets(
                 f"{', '.join(op.outputs)}",
             )
     lenders = _budget_lenders(where, given, op, running)
+    for name, outputs in given.items():
+        for output in outputs:
+            if output != BUDGET_LIKE and output in op.outputs:
+                _require_checked(where, f"budget.{name}.{output}", op, name, output)
     # A borrower reads its lender's tables as its own: the same as copies kept in step, so
-    # the missing keys still come from the borrower's own precision row.
+    # the missing keys still come from the borrower's own precision row (a variant that
+    # computes part of the op reads those of the outputs it produces).
     tables = {name: given.get(lenders.get(name, name), {}) for name in running}
     topk_output = op.topk.indices if op.topk is not None else None
     budgets: dict[str, VariantBudget] = {}
     for name in op.variants:
         if name not in running:
             continue
+        checked = op.checked(name)
         try:
             precision = op.variants[name].precision
+            own = coarse_output_tables(precision, tables[name], tables,
+                                       op.output_precision, op.rounding_reference)
             budget = complete_budget(
                 precision,
-                coarse_output_tables(precision, tables[name], tables,
-                                     op.output_precision, op.rounding_reference),
-                outputs=op.outputs,
-                topk_output=topk_output,
+                {output: t for output, t in own.items()
+                 if output in checked or output not in op.outputs},
+                outputs=checked,
+                topk_output=topk_output if topk_output in checked else None,
                 output_precision=op.output_precision,
                 unmeasured=_unmeasured(op, name, runs_on[name], lenders.get(name)),
                 given_origins=_given_origins(where, op, name, precision, tables, lenders),

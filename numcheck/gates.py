@@ -1,7 +1,7 @@
 """Gates beyond the numerics: names a case file may cite in ``expect.<variant>``.
 
 The numerics gates are the op's own outputs (``logits.rel_fro``, ``topk.tie_recall_min``).
-The other gates (speedup, cast overhead) are listed here with the metrics they can fail on,
+The other gates (speedup, cast overhead, determinism, batch invariance) are listed here with the metrics they can fail on,
 so case files are validated against them and the run knows whether each is active. The
 built-in ones are plain constants (importing a gate's module registers nothing); more can
 be added with :func:`register_gate`, or for one block with :func:`gate_registered`.
@@ -63,7 +63,20 @@ KERNELS_GATE = Gate(
 QUANT_GATE = Gate("quant", ("sim_ratio", "operands", "recorded"),
                   doc="a low-precision variant's GEMMs against its declared scheme: the "
                   "simulated reference's bound, and its quantized operands")
-BUILTIN_GATES = (PERF_GATE, CASTS_GATE, KERNELS_GATE, QUANT_GATE)
+#: ``deterministic = true`` in a case: the variant run several times on the same inputs
+#: gives bitwise-equal outputs (``runs_differing``: runs unlike the first).
+DETERMINISM_GATE = Gate(
+    "determinism", ("runs_differing",),
+    doc="the variant run several times on one seed's inputs: bitwise-equal outputs",
+)
+#: ``batch_invariant = true`` in a case: a request's outputs computed alone are bitwise its
+#: rows of the whole batch's (``requests_differing``: requests whose rows differ).
+BATCH_INVARIANCE_GATE = Gate(
+    "batch_invariance", ("requests_differing",),
+    doc="a request computed alone: bitwise its rows of the whole batch's outputs",
+)
+BUILTIN_GATES = (PERF_GATE, CASTS_GATE, KERNELS_GATE, QUANT_GATE, DETERMINISM_GATE,
+                 BATCH_INVARIANCE_GATE)
 
 #: Every known gate by name: the built-in ones, then any registered.
 GATES: dict[str, Gate] = {gate.name: gate for gate in BUILTIN_GATES}

@@ -184,7 +184,9 @@ def test_perf_flag_needs_numcheck(pytester: pytest.Pytester) -> None:
 def test_gates_a_run_measures(device: str, perf: bool, explain: bool, gates: set[str]) -> None:
     from numcheck.plugin.runconfig import run_gates
 
-    assert run_gates(device, perf=perf, explain=explain) == gates
+    # Determinism and batch invariance always: a case's keys decide what they hold.
+    invariance = {"determinism", "batch_invariance"}
+    assert run_gates(device, perf=perf, explain=explain) == gates | invariance
 
 
 def test_timed_checks_carry_their_speedup_into_the_report(pytester: pytest.Pytester) -> None:

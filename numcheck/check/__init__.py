@@ -50,13 +50,15 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from numcheck.cases import Case, Expectation
 from numcheck.check.against_golden import check
 from numcheck.check.firstcall import DEFAULT_NOTE_S, FirstCallWatch, Progress, device_sync
+from numcheck.check.invariance import check_invariance
 from numcheck.check.overhead import check_overhead
 from numcheck.check.perf import measure_perf
 from numcheck.check.result import CheckResult, Settled, display_id
 from numcheck.check.run import CaseInputs, run_variant
-from numcheck.gates import QUANT_GATE
+from numcheck.gates import BATCH_INVARIANCE_GATE, DETERMINISM_GATE, QUANT_GATE
 from numcheck.goldens.case_golden import CaseGolden
 from numcheck.inputs import to_device
+from numcheck.invariance.gate import INVARIANCE_GATES
 from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import OpSpec
@@ -119,7 +121,28 @@ def cannot_run(
         return f"variant {variant!r} runs on {', '.join(spec.devices)} only"
     if case.perf_only and "perf" not in gates:
         return f"perf-only case {case.id!r} (no golden): runs with {perf_switch}"
+    if case.perf_only and spec.produces is not None:
+        return (f"variant {variant!r} computes part of the op ({', '.join(op.produced(variant))}"
+                f"): a perf-only case times it against the whole reference, which is not "
+                "like for like, so it is not timed")
     return None
+
+
+def held_gates(case: Case, variant: str, device: str, gates: Collection[str]) -> set[str]:
+    """The gates of ``gates`` that hold this check: the run's, less the determinism and
+    batch-invariance gates where the case does not turn them on for the variant on the
+    device."""
+    held = set(gates)
+    for gate, spec in ((DETERMINISM_GATE.name, case.deterministic),
+                       (BATCH_INVARIANCE_GATE.name, case.batch_invariant)):
+        if spec is None or not spec.holds(variant, device):
+            held.discard(gate)
+    return held
+
+
+#: Why a variant that computes part of the op is not timed by the perf gate (its row's
+#: note): a speedup against the whole reference would flatter it.
+PARTIAL_NOT_TIMED = "not timed: computes part of the op"
 
 
 @contextlib.contextmanager
@@ -149,7 +172,10 @@ def run_check(
         golden: the case's golden, validated for it; None only for a perf-only case (no
             numerics).
         gates: the gates beyond the numerics to run: ``perf`` (time against the reference),
-            ``casts`` (cast ledger), ``kernels`` (kernel audit, CUDA only).
+            ``casts`` (cast ledger), ``kernels`` (kernel audit, CUDA only), ``determinism``
+            and ``batch_invariance`` (where the case turns them on for the variant and the
+            device: :func:`held_gates`). A variant that computes part of the op
+            (``Variant.produces``) is never timed: the note says so.
         explain: audit casts (and kernels on CUDA) without gating on them.
         max_flips: unexplained top-k flips kept per seed.
         keep_outputs: keep each seed's variant outputs (on the CPU) in the result.
@@ -159,7 +185,11 @@ def run_check(
         progress: where a first call of more than ``first_call_note_s`` seconds is
             announced (numcheck.check.firstcall); None: nowhere. The figure is kept either way.
     """
-    gates = set(gates)
+    gates = held_gates(case, variant, device, gates)
+    partial = op.variants[variant].produces is not None
+    not_timed = partial and "perf" in gates
+    if not_timed:
+        gates.discard("perf")  # not like for like: see PARTIAL_NOT_TIMED
     hold = sections.hold if sections is not None else _unlocked
     numerics_wait = 0.0
     first_seed, _ = inputs.get(case.seeds[0])
@@ -187,6 +217,15 @@ def run_check(
             result = check(op, case, variant, device, golden, inputs,
                            max_flips=max_flips, keep_outputs=keep_outputs,
                            preparations=preparations, first_call=watch)
+    if golden is not None and gates & set(INVARIANCE_GATES):
+        # Shared like the numerics: calls of the variant, nothing timed.
+        with hold(exclusive=False):
+            report = check_invariance(
+                op, case, variant, device, first_seed, preparer=preparer,
+                determinism=DETERMINISM_GATE.name in gates,
+                batch=BATCH_INVARIANCE_GATE.name in gates)
+        result.invariance = report.as_dict()
+        result.violations += report.violations()
     if "perf" in gates:
         with hold(exclusive=True) as waited:  # timing holds the device alone
             perf = measure_perf(op, case, variant, device, first_seed, preparer=preparer)
@@ -210,6 +249,10 @@ def run_check(
         result.violations += found
     first = preparations.first(variant)
     result.prepared = None if first is None else first.as_dict()
+    if partial:
+        result.not_produced = op.not_produced(variant)
+    if not_timed:
+        result.note = PARTIAL_NOT_TIMED
     expected = case.expect.get(variant)
     if expected is not None:
         # The outputs are checked when the numerics ran (a perf-only case has none).

@@ -38,7 +38,7 @@ from numcheck.localize import failure as localize
 from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.numerics.metrics import ErrorMetrics, compare, with_sim
 from numcheck.numerics.nonfinite import explain as explain_nonfinite
-from numcheck.numerics.topk import topk_agreement
+from numcheck.numerics.topk import select_topk, topk_agreement
 from numcheck.numerics.verdict import Violation, check_output, check_topk
 from numcheck.ops.spec import OpSpec, Outputs, VariantError
 from numcheck.precision import rounding_unit, ulp_dtype
@@ -141,10 +141,16 @@ def _check_seed(
         )
 
     result = SeedResult(seed)
+    checked = op.checked(variant_name)
+    stored = {name: golden.output(seed, name) for name in op.outputs}
+    if op.topk is not None and op.topk.indices in checked and op.topk.indices not in out:
+        # The variant produces the scores but not the selection: numcheck selects from
+        # them as the op does, so the top-k is checked wherever the scores are produced.
+        out = {**out, op.topk.indices: derived_selection(op, out[op.topk.scores],
+                                                         stored[op.topk.indices])}
     if keep_outputs:
         result.outputs = {name: t.detach().cpu() for name, t in out.items()}
-    stored = {name: golden.output(seed, name) for name in op.outputs}
-    for name in op.outputs:
+    for name in checked:
         _fits_reference(golden, stored[name], name, out[name], variant_name,
                         reference=variant_name == op.reference)
         if op.topk is not None and name == op.topk.indices:
@@ -166,7 +172,7 @@ def _check_seed(
     if sim is not None:
         result.quant = sim.as_dict()
         result.violations += sim.violations
-    if op.topk is not None and budget.topk is not None:
+    if op.topk is not None and budget.topk is not None and op.topk.indices in checked:
         spec, tb = op.topk, budget.topk
         report = topk_agreement(
             stored[spec.indices].values,
@@ -184,6 +190,16 @@ def _check_seed(
         except Exception as exc:  # noqa: BLE001 - a diagnostic never replaces the verdict
             result.localization = [localize.failed(result.violations[0].output, seed, exc)]
     return result
+
+
+def derived_selection(op: OpSpec, scores: torch.Tensor, stored: StoredOutput) -> torch.Tensor:
+    """The top-k selection of a variant that produces the scores but not the selection, made
+    the way the op selects (``TopkSpec.select``, default :func:`select_topk`), with as many
+    tokens per row as the golden's selection holds."""
+    assert op.topk is not None
+    shape = stored.recorded_shape or stored.stored_shape or tuple(stored.values.shape)
+    select = op.topk.select or select_topk
+    return select(scores, int(shape[-1]))
 
 
 def judge_output(

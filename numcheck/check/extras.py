@@ -23,11 +23,12 @@ if TYPE_CHECKING:
 
 
 def annotate(result: CheckResult, op: OpSpec, golden: CaseGolden, inputs: CaseInputs) -> None:
-    """Fill ``result.plots`` (the record's histogram data) and ``result.note``."""
+    """Fill ``result.plots`` (the record's histogram data) and add to ``result.note``."""
     case, variant = result.case, result.variant
     precision = op.variants[variant].precision
     result.plots = check_plots(op, precision, result.seeds, golden)
-    result.note = tf32_cpu_note(op, case, variant, result.device, inputs, result.seeds)
+    note = tf32_cpu_note(op, case, variant, result.device, inputs, result.seeds)
+    result.note = "; ".join(n for n in (result.note, note) if n) or None
 
 
 def keep_failed(folder: Path, result: CheckResult, inputs: CaseInputs, *,

@@ -124,6 +124,13 @@ class CheckResult:
     #: Where a failed check's outputs were written for diffing against the golden (its
     #: obtained file, numcheck.goldens.obtained); None when none was kept.
     obtained: Path | None = None
+    #: What the determinism and batch-invariance gates measured, as the record's
+    #: ``invariance`` section (numcheck.invariance.gate.InvarianceReport.as_dict); None
+    #: when neither ran.
+    invariance: dict[str, Any] | None = None
+    #: The op's outputs the variant does not compute (``Variant.produces``); empty for a
+    #: variant that computes them all.
+    not_produced: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:

@@ -26,7 +26,7 @@ from numcheck.honest.gemm_family import (
     member_name,
     yardstick,
 )
-from numcheck.ops.spec import Inputs, OpSpec, Outputs, Variant, VariantError, VariantFn
+from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, Variant, VariantError, VariantFn
 from numcheck.precision.quant_declare import GemmQuant
 from numcheck.prepare import Prepared, prepare
 
@@ -66,21 +66,24 @@ class CaseInputs:
 
 def run_variant(
     variant: Variant, op: OpSpec, inputs: Inputs, case: Case, device: str,
-    *, prepared: Prepared | None = None,
+    *, prepared: Prepared | None = None, params: Params | None = None,
 ) -> Outputs:
-    """Call a variant and check what it returned has the op's output names on ``device``.
+    """Call a variant and check what it returned has the output names it produces (every
+    output of the op, unless it declares ``produces``) on ``device``.
 
-    ``inputs`` are the op's inputs on ``device``. A variant with a one-time preparation is
-    called on them with ``prepared``'s tensors on top; without ``prepared`` its preparation
-    is made here first (:func:`numcheck.prepare.prepare`).
+    ``inputs`` are the op's inputs on ``device``; ``params`` the parameters of the call
+    (default: the case's). A variant with a one-time preparation is called on them with
+    ``prepared``'s tensors on top; without ``prepared`` its preparation is made here first
+    (:func:`numcheck.prepare.prepare`).
     """
+    params = case.params if params is None else params
     if variant.prepare is not None:
         if prepared is None:
-            prepared = prepare(variant, inputs, case.params, device)
+            prepared = prepare(variant, inputs, params, device)
         assert prepared is not None
         inputs = prepared.call_inputs(inputs)
     try:
-        out = variant.fn(inputs, case.params)
+        out = variant.fn(inputs, params)
     except Exception as exc:  # the variant's own failure is a verdict, not a crash
         raise VariantError(f"variant {variant.name!r} raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(out, Mapping):
@@ -88,11 +91,7 @@ def run_variant(
             f"variant {variant.name!r} returned {type(out).__name__}; "
             f"expected a dict of outputs {list(op.outputs)}"
         )
-    if set(out) != set(op.outputs):
-        raise VariantError(
-            f"variant {variant.name!r} returned outputs {sorted(out)}; "
-            f"op {op.name!r} names {list(op.outputs)}"
-        )
+    _check_names(variant, op, out)
     for name, t in out.items():
         if not isinstance(t, torch.Tensor):
             raise VariantError(f"variant {variant.name!r}: output {name!r} is not a tensor")
@@ -102,6 +101,29 @@ def run_variant(
                 f"expected {device}"
             )
     return dict(out)
+
+
+def _check_names(variant: Variant, op: OpSpec, out: Mapping[str, object]) -> None:
+    """The outputs returned are exactly those the variant produces: every output of the op,
+    or those its ``produces`` declares (a kernel that computes part of the op)."""
+    if variant.produces is None:
+        if set(out) != set(op.outputs):
+            missing = [o for o in op.outputs if o not in out]
+            hint = (f". Fix: return every output the op names, or, for a kernel that computes "
+                    f"part of the op, declare what it returns: Variant(..., produces="
+                    f"{tuple(o for o in op.outputs if o in out)!r}) (docs/extending.md)"
+                    if missing and set(out) <= set(op.outputs) and out else "")
+            raise VariantError(
+                f"variant {variant.name!r} returned outputs {sorted(out)}; "
+                f"op {op.name!r} names {list(op.outputs)}{hint}"
+            )
+        return
+    if set(out) != set(variant.produces):
+        raise VariantError(
+            f"variant {variant.name!r} returned outputs {sorted(out)}; it declares "
+            f"produces={tuple(variant.produces)!r} (of op {op.name!r}'s {list(op.outputs)}). "
+            "Fix: return exactly the outputs it declares, or correct produces"
+        )
 
 
 def rounding_envelope_outputs(

@@ -21,6 +21,7 @@ import torch
 from numcheck.distributions import DISTRIBUTIONS, activations, input_distribution
 from numcheck.inputs import E4M3_MAX, SCALE_FORMATS, normal, quantize_e4m3, rng
 from numcheck.numerics.topk import select_topk
+from numcheck.ops.batch import Batch, BatchAxis
 from numcheck.ops.spec import (
     Gemm,
     Inputs,
@@ -469,6 +470,18 @@ LOGITS_STRUCTURE = Structure(
 )
 
 
+#: A request is a batch index b: its q, weights rows (next_n), context length and block
+#: table row, against the shared paged cache (the same pages, read through its own row of
+#: the table); its logits and top-k are its next_n rows. Alone, the logits keep their
+#: max_context columns, so the rows compare one to one.
+BATCH = Batch(
+    inputs={"q": 0, "weights": BatchAxis(0, per_request="next_n"), "context_lens": 0,
+            "block_table": 0},
+    outputs={"logits": BatchAxis(0, per_request="next_n"),
+             "topk": BatchAxis(0, per_request="next_n")},
+    size_param="batch",
+)
+
 OP = OpSpec(
     name="indexer",
     version=1,
@@ -499,6 +512,7 @@ OP = OpSpec(
     # Positions past a row's valid length are -inf by definition (the mask).
     nonfinite={"logits": ("-inf",)},
     structure={"logits": LOGITS_STRUCTURE},
+    batch=BATCH,
     distributions=DISTRIBUTIONS,
     check_inputs=check_inputs,
 )

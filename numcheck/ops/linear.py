@@ -42,6 +42,7 @@ from numcheck.ops.fp8_gemm import (
     torchao_block,
     torchao_missing,
 )
+from numcheck.ops.batch import Batch
 from numcheck.ops.spec import (
     Gemm,
     Inputs,
@@ -293,4 +294,6 @@ OP = OpSpec(
     rounding_reference={"bf16": "bf16"},
     gemm_site=gemm_site,
     structure=STRUCTURE,
+    # A request is a token row: its x row against the shared weight, its row of y.
+    batch=Batch(inputs={"x": 0}, outputs={"y": 0}, size_param="tokens"),
 )

@@ -20,6 +20,7 @@ import torch
 
 from numcheck.distributions import DISTRIBUTIONS, activations, input_distribution
 from numcheck.inputs import normal, rng
+from numcheck.ops.batch import Batch
 from numcheck.ops.spec import (
     Gemm,
     Inputs,
@@ -227,6 +228,11 @@ STRUCTURE = {
 }
 
 
+#: A request is a token row (decode: one token per request): its x row against the shared
+#: hc_fn, scale and base; every output's row of that token.
+BATCH = Batch(inputs={"x": 0}, outputs={name: 0 for name in ("mixes", "pre", "post", "comb", "y")},
+              size_param="tokens")
+
 OP = OpSpec(
     name="mhc_pre",
     version=1,
@@ -254,6 +260,7 @@ OP = OpSpec(
     # envelope of max_err_ratio from it (docs/budgets.md).
     gemm_site=gemm_site,
     structure=STRUCTURE,
+    batch=BATCH,
     distributions=DISTRIBUTIONS,
     check_inputs=check_inputs,
 )

@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from numcheck.ops.batch import Batch, declaration_problems
 from numcheck.ops.param_checks import check_declaration
 from numcheck.ops.spec import (
     DEVICES,
@@ -124,8 +125,15 @@ def register(op: OpSpec, *, origin: str | None = None) -> OpSpec:
                 f"numcheck: op {op.name!r} (from {origin}): variants[{key!r}] is a variant "
                 f"named {variant.name!r}. Fix: key each variant by its own name"
             )
-        _check_variant(op.name, variant, origin)
+        _check_variant(op.name, variant, origin, op.outputs)
         _check_quant(op, variant, origin)
+    if op.variants[op.reference].produces is not None and set(
+            op.variants[op.reference].produces) != set(op.outputs):
+        raise RegistrationError(
+            f"numcheck: op {op.name!r} (from {origin}): its reference {op.reference!r} "
+            f"produces only {list(op.variants[op.reference].produces or ())}, but the "
+            f"reference makes the golden of every output {list(op.outputs)}. Fix: make the "
+            "reference compute every output (drop produces), or name another reference")
     registry[op.name] = op
     _ORIGINS[op.name] = origin
     for name in op.variants:
@@ -149,7 +157,7 @@ def add_variant(op_name: str, variant: Variant, *, origin: str | None = None) ->
             f"numcheck: op {op_name!r} already has a variant {variant.name!r} (from {first}); "
             f"this one comes from {origin}. Fix: give your variant another name"
         )
-    _check_variant(op_name, variant, origin)
+    _check_variant(op_name, variant, origin, op.outputs)
     _check_quant(op, variant, origin)
     updated = replace(op, variants={**op.variants, variant.name: variant})
     _ops()[op_name] = updated
@@ -216,6 +224,12 @@ def _check_outputs(op: OpSpec, origin: str) -> None:
                 f"class ({', '.join(PRECISIONS)}) and one of its variants "
                 f"{sorted(op.variants)}. Fix: correct the entry or drop it"
             )
+        if op.variants[name].produces is not None:
+            raise RegistrationError(
+                f"{where}: rounding_reference {{{precision!r}: {name!r}}} names a variant that "
+                "computes part of the op (produces), but every variant of the class is held "
+                "to its error on every output. Fix: name a variant that computes every output"
+            )
     for precision, alternatives in op.rounding_alternatives.items():
         if precision not in op.rounding_reference or not all(
             isinstance(label, str) and callable(fn) for label, fn in dict(alternatives).items()
@@ -233,6 +247,15 @@ def _check_outputs(op: OpSpec, origin: str) -> None:
                 f"numcheck.Structure, got {type(declared).__name__}. Fix: key each Structure "
                 f"by one of {list(op.outputs)}"
             )
+    if op.batch is not None:
+        problems = (declaration_problems(op.batch, op.outputs, op.params)
+                    if isinstance(op.batch, Batch) else
+                    [f"batch is {type(op.batch).__name__}, not a numcheck.Batch"])
+        if problems:
+            raise RegistrationError(
+                f"{where}: {'; '.join(problems)}. Fix: correct OpSpec(batch=numcheck.Batch("
+                "inputs=..., outputs=..., size_param=...)) (docs/extending.md, \"What a "
+                "request is\"), or drop it")
     for name, precision in op.output_precision.items():
         if name not in op.outputs or precision not in PRECISIONS:
             raise RegistrationError(
@@ -241,9 +264,24 @@ def _check_outputs(op: OpSpec, origin: str) -> None:
             )
 
 
-def _check_variant(op_name: str, variant: Variant, origin: str) -> None:
+def _check_variant(op_name: str, variant: Variant, origin: str,
+                   outputs: tuple[str, ...]) -> None:
     where = f"numcheck: variant {variant.name!r} of op {op_name!r} (from {origin})"
     _check_name("variant", variant.name, origin)
+    if variant.produces is not None:
+        declared = variant.produces
+        if (isinstance(declared, str) or not isinstance(declared, tuple | list)
+                or not declared or len(set(declared)) != len(declared)
+                or not all(isinstance(o, str) for o in declared)):
+            raise RegistrationError(
+                f"{where}: produces={declared!r} must be a non-empty tuple of distinct output "
+                f"names. Fix: name the outputs it computes, e.g. produces={tuple(outputs[:2])!r}, "
+                "or leave produces out for a variant that computes every output")
+        unknown = [o for o in declared if o not in outputs]
+        if unknown:
+            raise RegistrationError(
+                f"{where}: produces names {unknown}, not outputs of the op {list(outputs)}. "
+                "Fix: name outputs of the op")
     unknown = set(variant.devices) - set(DEVICES)
     if unknown:
         raise RegistrationError(
@@ -396,7 +434,7 @@ def set_variant(op_name: str, variant: Variant, *, origin: str | None = None) ->
     """
     origin = origin or _origin_of(variant.fn)
     op = get_op(op_name)
-    _check_variant(op_name, variant, origin)
+    _check_variant(op_name, variant, origin, op.outputs)
     _check_quant(op, variant, origin)
     updated = replace(op, variants={**op.variants, variant.name: variant})
     _ops()[op_name] = updated

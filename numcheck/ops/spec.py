@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from numcheck.ops.batch import Batch
 from numcheck.ops.structure import Structure
 from numcheck.precision import PRECISIONS  # noqa: F401 - where op authors look for it
 
@@ -57,6 +58,12 @@ class Variant:
     ``fn`` on the prepared inputs against the golden, and records its casts and copies
     apart from the per-call ledger (:mod:`numcheck.prepare`, docs/extending.md).
 
+    ``produces``, when given, names the outputs of the op the variant computes (a kernel
+    that computes part of the op: ``produces=("post", "comb", "y")``); ``fn`` then returns
+    exactly those. numcheck checks them, shows the others as not produced, and never times
+    the variant against the whole reference (docs/extending.md, "A kernel that computes part
+    of the op"). None: every output of the op.
+
     ``quant``, for a variant whose GEMM computes in FP8 or FP4: how it quantizes each operand
     and sums the products (:class:`numcheck.precision.quant_declare.GemmQuant`). numcheck
     then holds it to two references (:mod:`numcheck.check.against_sim`): the FP32 golden with
@@ -74,6 +81,7 @@ class Variant:
     doc: str = ""
     unavailable: str = ""
     prepare: PrepareFn | None = None
+    produces: tuple[str, ...] | None = None
     quant: GemmQuant | None = None
 
 
@@ -117,10 +125,17 @@ class ParamProblem:
 
 @dataclass(frozen=True)
 class TopkSpec:
-    """Which outputs carry a top-k selection: indices (-1 padded) and the scores they rank."""
+    """Which outputs carry a top-k selection: indices (-1 padded) and the scores they rank.
+
+    ``select(scores, k)``: how the op selects from its scores, used for a variant that
+    produces the scores but not the selection (numcheck selects it, to check it); None:
+    :func:`numcheck.numerics.topk.select_topk` (the ``k`` largest, ``-1`` for ``-inf``).
+    """
 
     indices: str
     scores: str
+    select: Callable[[torch.Tensor, int], torch.Tensor] | None = field(default=None,
+                                                                        compare=False)
 
 
 @dataclass(frozen=True)
@@ -183,6 +198,30 @@ class OpSpec:
     #: envelope (``max_err_ratio``), next to :attr:`rounding_reference` and
     #: :attr:`rounding_alternatives`. None: the op declares no GEMM.
     gemm_site: GemmSite | None = None
+    #: What a request is in the op's batch (numcheck.ops.batch): the batch axis of each
+    #: input and output, for a case's ``batch_invariant`` key. None: the op declares none,
+    #: and its cases cannot ask for batch invariance.
+    batch: Batch | None = None
+
+    def produced(self, variant: str) -> tuple[str, ...]:
+        """The outputs variant ``variant`` computes, in the op's order."""
+        declared = self.variants[variant].produces
+        return self.outputs if declared is None else tuple(
+            o for o in self.outputs if o in declared)
+
+    def checked(self, variant: str) -> tuple[str, ...]:
+        """The outputs a check of ``variant`` holds to the golden, in the op's order: those
+        it produces, and the top-k selection wherever it produces the scores the selection
+        ranks (numcheck selects from them when the variant does not)."""
+        produced = set(self.produced(variant))
+        if self.topk is not None and self.topk.scores in produced:
+            produced.add(self.topk.indices)
+        return tuple(o for o in self.outputs if o in produced)
+
+    def not_produced(self, variant: str) -> tuple[str, ...]:
+        """The op's outputs variant ``variant`` does not compute (empty for a whole variant)."""
+        produced = self.produced(variant)
+        return tuple(o for o in self.outputs if o not in produced)
     #: The input distributions ``make_inputs`` draws (numcheck.distributions: it reads the
     #: case's with ``input_distribution(params)``); a case naming another is refused.
     distributions: tuple[str, ...] = ("normal",)

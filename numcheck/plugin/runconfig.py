@@ -16,6 +16,7 @@ import pytest
 
 from numcheck.goldens.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
 from numcheck.history.store import save_folder
+from numcheck.invariance.gate import INVARIANCE_GATES
 from numcheck.overhead.gate import default_gates
 from numcheck.plugin import options
 from numcheck.plugin.selection import collect_cases_folder, narrowing
@@ -29,9 +30,11 @@ def run_gates(device: str, *, perf: bool, explain: bool) -> set[str]:
     The cast ledger always (and the kernel audit on CUDA) unless explain mode prints them
     instead; the speedup gate with --numcheck-perf. A timing run leaves the kernel audit
     off: it attaches CUPTI through torch.profiler, and launches stay slower after it
-    (docs/overhead.md, "On a GPU", has the measurement).
+    (docs/overhead.md, "On a GPU", has the measurement). Determinism and batch invariance
+    always: they hold only the variants a case's keys name (numcheck.check.held_gates).
     """
     gates = set() if explain else default_gates(device)
+    gates.update(INVARIANCE_GATES)
     if perf:
         gates.add("perf")
         gates.discard("kernels")

@@ -22,6 +22,7 @@ from numcheck.cases import CaseFileError
 from numcheck.check.firstcall import first_call_lines
 from numcheck.check.result import CheckResult
 from numcheck.goldens.stale import find_stale, prune
+from numcheck.invariance.table import INVARIANCE_HEADER, invariance_rows
 from numcheck.overhead.gate import OVERHEAD_HEADER, OverheadReport, overhead_row
 from numcheck.perf.sections import lock_wait_lines
 from numcheck.perf.table import PERF_HEADER, noise_lines, perf_rows
@@ -130,6 +131,12 @@ def write_summary(
             tr.write_line(line)
     for line in lock_wait_lines(records, workers):
         tr.write_line(line)
+    rows = invariance_rows(records)
+    if rows:
+        tr.write_sep("-", "numcheck determinism and batch invariance (bitwise; the case's "
+                     "deterministic and batch_invariant keys)")
+        for line in table(INVARIANCE_HEADER, rows):
+            tr.write_line(line)
     if overhead.rows:
         tr.write_sep("-", "numcheck casts and copies (cast ledger per check; "
                      "docs/usage.md explains the columns)")

@@ -29,6 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from numcheck.invariance.table import invariance_rows
+from numcheck.report.invariance_html import invariance_html, invariance_summary_html
 from numcheck.report.localize_html import localization_html
 from numcheck.report.markdown import headline
 from numcheck.report.prepared_html import prepared_html
@@ -128,7 +130,9 @@ def bar(ratio: float) -> str:
 
 def _verdict(record: Record) -> str:
     v = record.verdict
-    note = f' <span class="note">({_e(record.note)})</span>' if record.note else ""
+    notes = [f"not produced: {', '.join(record.not_produced)}"] if record.not_produced else []
+    notes += [record.note] if record.note else []
+    note = f' <span class="note">({_e("; ".join(notes))})</span>' if notes else ""
     return f'<span class="v-{_e(v)}">{_e(v)}</span>{note}'
 
 
@@ -317,6 +321,7 @@ def _check_section(i: int, record: Record, plots: bool, drift_row: Mapping[str, 
                      f"{_e(c.get('copies', '-'))} copies, {_num(c.get('cast_bytes_ratio'))}x the "
                      f"op's minimum bytes, round trips {len(c.get('round_trips') or [])}</p>")
     parts.append(prepared_html(record.prepared))
+    parts.append(invariance_html(record.invariance))
     parts.append(quant_html(record.quant, record.metrics, record.budget))
     if drift_row is not None:
         parts.append("<h4>drift vs baseline</h4>" + _table(
@@ -369,6 +374,7 @@ def render_html(report: Report, *, plots: bool | None = None) -> str:
             [f"<code>{_e(r.id)}</code>", f'<span class="reason">{_e(r.reason)}</span>']
             for r in skipped)))
         out.append("</details>")
+    out.append(invariance_summary_html(invariance_rows(ran)))
     if report.drift is not None:
         out.append(_drift_section(drift))
     if ran:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from numcheck.invariance.table import INVARIANCE_HEADER, invariance_rows
 from numcheck.report.drift import DRIFT_HEADER, drift_rows
 from numcheck.report.drift_result import Drift
 from numcheck.report.records import Record, Report
@@ -78,6 +79,10 @@ def to_markdown(report: Report) -> str:
         header, rows = summary_table(records)
         lines += [f"### {op or 'unknown op'}", "", *md_table(header, rows), ""]
     lines += [*(f"- {line}" for line in collapsed), ""] if collapsed else []
+    invariance = invariance_rows(report.records)
+    if invariance:
+        lines += ["### Determinism and batch invariance", "",
+                  *md_table(INVARIANCE_HEADER, invariance), ""]
     if report.drift is not None:
         lines += drift_markdown(report.drift)
     return "\n".join(lines).rstrip() + "\n"

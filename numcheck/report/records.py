@@ -109,6 +109,13 @@ class Record:
     #: check did not hold because nothing measured them (kind ``unmeasured``, with why);
     #: empty without a verdict.
     budget_origin: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: What the determinism and batch-invariance gates measured (numcheck/invariance/gate.py:
+    #: the outputs compared, the runs and the requests alone, and their differences); None
+    #: when neither ran.
+    invariance: dict[str, Any] | None = None
+    #: The op's outputs the variant does not compute (``Variant.produces``): not checked,
+    #: shown as not produced; empty for a variant that computes them all.
+    not_produced: list[str] = field(default_factory=list)
     #: For a point of a shape sweep: ``{case, point, values, index, count}`` (the sweep
     #: case, the point's label and values: numcheck/caseparts/sweep.py); None otherwise.
     #: The summaries fold a sweep's points into one row (numcheck/report/sweep_rows.py).
@@ -211,6 +218,8 @@ def record_from_result(
         first_call_s=getattr(result, "first_call_s", None),
         prepared=_section(getattr(result, "prepared", None)),
         budget_origin=_budget_origin(budget, result.ungated),
+        invariance=_section(getattr(result, "invariance", None)),
+        not_produced=list(getattr(result, "not_produced", ())),
         sweep=_sweep_of(case),
         quant=_section(result.quant_summary() if hasattr(result, "quant_summary") else None),
     )

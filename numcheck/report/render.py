@@ -8,7 +8,7 @@ capped table; the case; the commands to reproduce and to regenerate.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from numcheck.numerics.metric_names import MAX_FLIPS, SIM_METRICS
@@ -68,11 +68,37 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
         title += (": known-bad, and it fails outside its expectation" if settled.outside
                   else ": known-bad, and its expectation is not met")
         notes += expectation_lines(settled)
-    return verdict_message(
+    invariance = top is not None and top.output in _INVARIANCE_KEYS
+    message = verdict_message(
         title, result.violations, worst_detail=detail,
         topk=result.worst_topk(), where=("case:", f"{source} [{result.case.id}]"),
-        commands=commands, budget=_budget_line(result, top, source), notes=notes,
+        commands=replace(commands, calibrate="") if invariance else commands,
+        budget=_budget_line(result, top, source), notes=notes,
     )
+    if invariance:
+        assert top is not None
+        message += "\n" + "\n".join(invariance_steps(top.output, result.variant, source,
+                                                      result.case.table))
+    return message
+
+
+#: The determinism and batch-invariance gates, and the case key that turns each on.
+_INVARIANCE_KEYS = {"determinism": "deterministic", "batch_invariance": "batch_invariant"}
+
+
+def invariance_steps(gate: str, variant: str, source: str, case: str) -> list[str]:
+    """The next steps of a determinism or batch-invariance failure: no budget to tune, the
+    kernel is wrong or the case asks too much of it."""
+    key = _INVARIANCE_KEYS[gate]
+    fix = ("a reduction order fixed for every call: no float atomics, no split chosen by "
+           "occupancy" if gate == "determinism" else
+           "a split, tile and kernel that depend on the shape of a request, not on the batch")
+    return [
+        f"  next step:   the kernel is meant to be {key.replace('_', '-')} -> fix it ({fix}), "
+        "then run 'reproduce'",
+        f"               it is not meant to be -> drop '{variant}' from {key} in {source} "
+        f"[{case}] (docs/cases.md, \"Determinism and batch invariance\")",
+    ]
 
 
 def _against(metrics: Mapping[str, float], limits: Mapping[str, float], name: str,
@@ -172,6 +198,12 @@ def _budget_line(result: CheckResult, top: Violation | None, source: str) -> str
         return origin_text(origin, case=case.table, variant=variant, output=top.output,
                            key=top.metric, value=limits[top.metric], source=source,
                            case_line=case.lines.get(()))
+    if top.output in _INVARIANCE_KEYS:
+        key = _INVARIANCE_KEYS[top.output]
+        at = case.lines.get((key,))
+        where = f"{source}:{at}" if at is not None else source
+        return (f"{where} ([{case.table}] {key} holds '{variant}' on {result.device}: "
+                "bitwise equal, no tolerance)")
     table = {"casts": "overhead", "kernels": "overhead", "perf": "perf"}.get(top.output)
     if table is None:
         return ""  # a rule, not a budget (a NaN, the -inf mask): nothing to tune
@@ -355,7 +387,7 @@ def summary_table(records: Sequence[Record]) -> tuple[list[str], list[list[str]]
             _cell(r.key_metric("rel_fro")),
             _cell(r.key_metric("recall_min"), ".4f"),
             _cell(r.key_metric("tie_recall_min"), ".4f"),
-            f"{r.verdict} ({r.note})" if r.note else r.verdict,
+            verdict_cell(r),
         ]
         if simulated:
             row.insert(-1, simulated_cell(r))
@@ -363,6 +395,14 @@ def summary_table(records: Sequence[Record]) -> tuple[list[str], list[list[str]]
             row.insert(-1, speedup_cell(r))
         rows.append(row)
     return header, rows
+
+
+def verdict_cell(record: Record) -> str:
+    """``PASS``, with what a reader of the row must know in brackets: the outputs a variant
+    that computes part of the op does not produce, and the row's note."""
+    notes = [f"not produced: {', '.join(record.not_produced)}"] if record.not_produced else []
+    notes += [record.note] if record.note else []
+    return f"{record.verdict} ({'; '.join(notes)})" if notes else record.verdict
 
 
 #: The summary's column of the simulated reference, shown when a low-precision check ran.

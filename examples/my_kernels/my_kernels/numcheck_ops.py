@@ -1,4 +1,4 @@
-"""How my_kernels plugs into numcheck: one variant for the shipped indexer, one new op.
+"""How my_kernels plugs into numcheck: variants of the shipped ops, and ops of its own.
 
 ``register(registry)`` is called by the ``pytest_numcheck_register`` hook in conftest.py.
 Shipped as an installed package, the same function would be a ``numcheck.ops`` entry point:
@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 import numcheck
+from my_kernels.mhc_post_comb_y import mhc_post_comb_y
 from my_kernels.paged_indexer import paged_mqa_logits
 from my_kernels.rms_norm import rms_norm
 
@@ -136,11 +137,24 @@ RMS_LINEAR = numcheck.OpSpec(
 )
 
 
+def post_comb_y(inputs: numcheck.Inputs, params: numcheck.Params) -> numcheck.Outputs:
+    """Our mHC-pre kernel: it returns post, comb and y, and nothing else."""
+    post, comb, y = mhc_post_comb_y(
+        inputs["x"], inputs["hc_fn"], inputs["hc_scale"], inputs["hc_base"],
+        iters=params["sinkhorn_iters"], norm_eps=params["norm_eps"], hc_eps=params["hc_eps"],
+    )
+    return {"post": post, "comb": comb, "y": y}
+
+
 def register(registry: numcheck.Registrar) -> None:
-    """Add our indexer as a variant of numcheck's ``indexer`` op and register our ops."""
+    """Add our indexer and our mHC-pre kernel as variants of numcheck's ops; register ours."""
     registry.add_variant(
         "indexer", numcheck.Variant("paged_bf16", paged_bf16, "bf16", doc=paged_bf16.__doc__ or "")
     )
+    registry.add_variant("mhc_pre", numcheck.Variant(
+        "post_comb_y", post_comb_y, "bf16", produces=("post", "comb", "y"),
+        doc=post_comb_y.__doc__ or "",
+    ))
     registry.register(RMS_NORM)
     registry.register(RMS_LINEAR)
     # The op's honest bf16 family as variants gemm_<label>, for calibration to pool.

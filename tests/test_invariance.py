@@ -1,0 +1,304 @@
+"""Determinism and batch invariance (numcheck.invariance, numcheck.check.invariance): bits
+compared, a request's inputs alone, the case-file keys, and the planted counter-examples
+each gate must catch while a correct variant passes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import planted_invariance
+import pytest
+import torch
+
+from numcheck.cases import Case, CaseFileError, load_case_file
+from numcheck.check import held_gates, run_check
+from numcheck.check.make_golden import fresh_golden
+from numcheck.invariance.bitwise import difference, differences
+from numcheck.invariance.gate import DEFAULT_RUNS, InvarianceSpec, default_requests
+from numcheck.ops import registry
+from numcheck.ops.batch import (
+    Batch,
+    BatchAxis,
+    batch_size,
+    declaration_problems,
+    request_inputs,
+    request_outputs,
+)
+from numcheck.ops.registry import Variant
+
+GATES = {"determinism", "batch_invariance"}
+
+MHC = """
+[tiny-mhc]
+op = "mhc_pre"
+shape = {{ tokens = 8, hidden = 64 }}
+variants = [{variants}]
+{keys}
+"""
+INDEXER = """
+[tiny-idx]
+op = "indexer"
+shape = {{ batch = 4, max_context = 256, heads = 8, head_dim = 32, index_topk = 16, next_n = 2 }}
+variants = [{variants}]
+{keys}
+"""
+
+
+@pytest.fixture
+def planted() -> Iterator[None]:
+    """The planted counter-examples registered through the registry's public calls."""
+    with registry.isolated():
+        for op, variants in planted_invariance.PLANTED.items():
+            for name, (fn, precision, _) in variants.items():
+                registry.add_variant(op, Variant(name, fn, precision))
+        yield
+
+
+def load(tmp_path: Path, template: str, variants: str, keys: str) -> Case:
+    path = tmp_path / "case.toml"
+    path.write_text(template.format(variants=variants, keys=keys))
+    (case,) = load_case_file(path)
+    return case
+
+
+# --- bits ------------------------------------------------------------------------------
+
+
+def test_equal_bits_are_no_difference_and_zero_signs_or_nan_payloads_are() -> None:
+    a = torch.tensor([1.0, 0.0, float("nan"), float("-inf")])
+    assert difference("y", a, a.clone()) is None
+    signed = difference("y", a, torch.tensor([1.0, -0.0, float("nan"), float("-inf")]))
+    assert signed is not None and signed.differing == 1 and signed.first == (1,)
+    assert signed.max_abs == 0.0  # equal values, other bits
+    other_nan = a.clone().view(torch.int32)
+    other_nan[2] += 1  # another NaN payload
+    payload = difference("y", a, other_nan.view(torch.float32))
+    assert payload is not None and payload.differing == 1 and payload.max_abs is None
+
+
+def test_a_value_difference_says_how_many_where_and_how_far() -> None:
+    a = torch.zeros(2, 3)
+    b = a.clone()
+    b[1, 2] = 2.0**-20
+    d = difference("logits", a, b)
+    assert d is not None and (d.kind, d.differing, d.total, d.first) == ("values", 1, 6, (1, 2))
+    assert d.describe() == "logits: 1 of 6 elements differ (max |diff| 9.54e-07, first at (1, 2))"
+    shape = difference("logits", a, torch.zeros(2, 4))
+    assert shape is not None and shape.kind == "shape" and "[2, 3] against" in shape.describe()
+
+
+def test_a_selection_is_told_apart_by_order_and_by_tokens() -> None:
+    a = torch.tensor([[1, 2, 3], [4, 5, 6]], dtype=torch.int32)
+    order = difference("topk", a, torch.tensor([[1, 3, 2], [4, 5, 6]], dtype=torch.int32),
+                       selection=True)
+    assert order is not None and (order.kind, order.rows) == ("order", 1)
+    assert order.describe() == "topk: the same tokens in another order in 1 of 2 rows"
+    tokens = difference("topk", a, torch.tensor([[1, 2, 7], [4, 5, 6]], dtype=torch.int32),
+                        selection=True)
+    assert tokens is not None and (tokens.kind, tokens.rows) == ("tokens", 1)
+    assert differences({"topk": a}, {}, selection="topk")[0].kind == "shape"
+
+
+# --- what a request is -----------------------------------------------------------------
+
+
+def test_a_request_alone_is_its_entries_along_each_batched_axis() -> None:
+    layout = Batch(inputs={"q": 0, "w": BatchAxis(0, per_request="n")},
+                   outputs={"y": BatchAxis(1, per_request=2)}, size_param="batch")
+    params = {"n": 3, "batch": 4}
+    inputs = {"q": torch.arange(4).view(4, 1), "w": torch.arange(12), "shared": torch.ones(5)}
+    assert batch_size(layout, inputs, params) == 4
+    alone, sub = request_inputs(layout, inputs, params, [2])
+    assert alone["q"].tolist() == [[2]] and alone["w"].tolist() == [6, 7, 8]
+    assert alone["shared"] is inputs["shared"] and sub == {"n": 3, "batch": 1}
+    rows = request_outputs(layout, {"y": torch.arange(16).view(2, 8)}, params, [1])
+    assert rows["y"].tolist() == [[2, 3], [10, 11]]
+
+
+def test_a_batch_whose_inputs_disagree_is_an_error() -> None:
+    layout = Batch(inputs={"a": 0, "b": 0}, outputs={"y": 0})
+    with pytest.raises(ValueError, match="disagree on the number of requests"):
+        batch_size(layout, {"a": torch.ones(3), "b": torch.ones(4)}, {})
+    with pytest.raises(ValueError, match="names input 'c'"):
+        batch_size(Batch(inputs={"c": 0}, outputs={"y": 0}), {"a": torch.ones(3)}, {})
+
+
+def test_a_bad_batch_declaration_is_refused_at_registration() -> None:
+    problems = declaration_problems(
+        Batch(inputs={"x": BatchAxis(0, per_request="rows")}, outputs={"z": 0},
+              size_param="count"), ("y",), {"tokens": 1})
+    text = " ".join(problems)
+    assert "misses ['y']" in text and "names ['z']" in text
+    assert "per_request 'rows'" in text and "size_param 'count'" in text
+    op = registry.get_op("mhc_pre")
+    from dataclasses import replace
+
+    with registry.isolated(), pytest.raises(registry.RegistrationError, match="every output"):
+        registry.register(replace(op, name="mhc_bad_batch",
+                                  batch=Batch(inputs={"x": 0}, outputs={"y": 0})))
+
+
+def test_the_shipped_ops_say_what_a_request_is() -> None:
+    idx = registry.get_op("indexer")
+    assert idx.batch is not None and idx.batch.size_param == "batch"
+    assert registry.get_op("mhc_pre").batch is not None
+    assert default_requests(1) == (0,) and default_requests(4) == (0, 2, 3)
+
+
+# --- the case-file keys ----------------------------------------------------------------
+
+
+def test_the_keys_are_off_by_default_and_take_each_form(tmp_path: Path) -> None:
+    off = load(tmp_path, MHC, '"bf16"', "")
+    assert off.deterministic is None and off.batch_invariant is None
+    assert held_gates(off, "bf16", "cpu", GATES) == set()
+    on = load(tmp_path, MHC, '"bf16", "tf32"',
+              'deterministic = true\nbatch_invariant = ["tf32"]')
+    assert on.deterministic == InvarianceSpec(("fp32", "bf16", "tf32"), ("cpu", "cuda"))
+    assert on.deterministic.runs == DEFAULT_RUNS
+    assert on.batch_invariant is not None and on.batch_invariant.variants == ("tf32",)
+    assert held_gates(on, "bf16", "cpu", GATES | {"casts"}) == {"casts", "determinism"}
+    table = load(tmp_path, INDEXER, '"bf16"', 'deterministic = { runs = 5, devices = ["cuda"] }\n'
+                 'batch_invariant = { variants = ["bf16"], requests = [1, 3] }')
+    assert table.deterministic is not None and table.deterministic.runs == 5
+    assert not table.deterministic.holds("bf16", "cpu") and table.deterministic.holds("bf16", "cuda")
+    assert table.batch_invariant is not None and table.batch_invariant.requests == (1, 3)
+
+
+@pytest.mark.parametrize(("keys", "key", "fragment", "fix"), [
+    ('deterministic = ["bf16_roundtrip"]', "deterministic.variants",
+     "'bf16_roundtrip' is not one of the variants this case runs", 'variants = ["bf16"]'),
+    ('deterministic = { runs = 1 }', "deterministic.runs", "from 2 to 100", "runs = 3"),
+    ('deterministic = { requests = [0] }', "deterministic.requests", "unknown key 'requests'",
+     "variants, devices, runs"),
+    ('batch_invariant = { devices = ["tpu"] }', "batch_invariant.devices",
+     "'tpu' is not one of the case's devices", "devices = "),
+    ('batch_invariant = { requests = [0, 8] }', "batch_invariant.requests",
+     "request 8 is not in the case's batch of 8 (tokens)", "from 0 to 7"),
+    ('deterministic = "yes"', "deterministic", "expected true, false, a list of variants",
+     "deterministic = true"),
+    ('perf_only = true\ndevices = ["cuda"]\ndeterministic = true', "deterministic",
+     "a perf-only case runs no numerics", "remove the key"),
+    ('expect.bf16 = { gates = ["determinism"], reason = "x" }', "expect.bf16",
+     "holds 'bf16' only where the case's deterministic key names it", "add 'bf16' to"),
+])
+def test_a_bad_key_names_the_file_the_case_the_key_and_the_fix(
+        tmp_path: Path, keys: str, key: str, fragment: str, fix: str) -> None:
+    with pytest.raises(CaseFileError) as err:
+        load(tmp_path, MHC, '"bf16"', keys)
+    assert (err.value.case, err.value.key) == ("tiny-mhc", key)
+    assert fragment in err.value.problem, err.value.problem
+    assert fix in err.value.fix, err.value.fix
+
+
+def test_batch_invariance_of_an_op_that_names_no_request_is_an_error(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    op = replace(registry.get_op("mhc_pre"), name="mhc_unbatched", batch=None)
+    with registry.isolated():
+        registry.register(op)
+        with pytest.raises(CaseFileError, match=r"does not say what a request of its batch is.*"
+                           r"Fix: declare OpSpec\(batch=numcheck.Batch"):
+            load(tmp_path, MHC.replace('"mhc_pre"', '"mhc_unbatched"'), '"bf16"',
+                 "batch_invariant = true")
+
+
+# --- the gates on a check: the planted counter-examples fail, correct variants pass -----
+
+
+def test_an_atomic_style_reduction_fails_determinism_alone(tmp_path: Path, planted: None) -> None:
+    for template, op_name, variant in ((MHC, "mhc_pre", "atomic_splitk"),
+                                      (INDEXER, "indexer", "atomic_heads")):
+        case = load(tmp_path, template, f'"{variant}"', "deterministic = true")
+        op = registry.get_op(op_name)
+        golden, inputs = fresh_golden(op, case)
+        result = run_check(op, case, variant, "cpu", inputs, golden, gates=GATES)
+        # The numerics pass (fp32 sums in another order); the gate alone catches it.
+        assert [v.key for v in result.violations] == ["determinism.runs_differing"], variant
+        top = result.violations[0]
+        assert top.value == DEFAULT_RUNS - 1 and top.limit == 0 and top.seed == 0
+        assert "differs from run 1:" in top.detail and "not deterministic" in top.detail
+        assert result.invariance is not None
+        assert result.invariance["determinism"]["runs_differing"] == DEFAULT_RUNS - 1
+        # Off (the default), the same variant passes: nothing else sees it.
+        off = load(tmp_path, template, f'"{variant}"', "")
+        assert run_check(op, off, variant, "cpu", inputs, golden, gates=GATES).passed
+
+
+def test_split_k_chosen_by_batch_size_fails_batch_invariance(tmp_path: Path, planted: None) -> None:
+    for template, op_name in ((MHC, "mhc_pre"), (INDEXER, "indexer")):
+        case = load(tmp_path, template, '"splitk_by_batch"',
+                    "deterministic = true\nbatch_invariant = true")
+        op = registry.get_op(op_name)
+        golden, inputs = fresh_golden(op, case)
+        result = run_check(op, case, "splitk_by_batch", "cpu", inputs, golden, gates=GATES)
+        # Deterministic, within the numerics budget, and batch-variant: that gate alone.
+        assert [v.key for v in result.violations] == ["batch_invariance.requests_differing"]
+        v = result.violations[0]
+        assert v.value >= 1 and "alone differs from its rows in the batch of" in v.detail
+        section = result.invariance
+        assert section is not None and section["determinism"]["runs_differing"] == 0
+        assert section["batch_invariance"]["requests"] == list(
+            default_requests(section["batch_invariance"]["batch"]))
+
+
+def test_correct_variants_pass_both_gates_on_the_cpu(tmp_path: Path) -> None:
+    # The shipped indexer variants that run here hold both (measured: docs/reliability.md);
+    # a request's rows are next_n = 2 rows of logits and of top-k.
+    case = load(tmp_path, INDEXER, '"bf16", "tf32", "bf16_folded"',
+                "deterministic = true\nbatch_invariant = true")
+    op = registry.get_op("indexer")
+    golden, inputs = fresh_golden(op, case)
+    for variant in ("fp32", "bf16", "tf32", "bf16_folded"):
+        result = run_check(op, case, variant, "cpu", inputs, golden, gates=GATES)
+        assert result.passed, (variant, [v.describe() for v in result.violations])
+        assert result.invariance is not None
+        assert result.invariance["compared"] == ["logits", "topk"]
+        assert result.invariance["batch_invariance"]["requests"] == [0, 2, 3]
+
+
+def test_a_gate_the_case_turns_on_for_another_device_does_not_run(tmp_path: Path,
+                                                                  planted: None) -> None:
+    case = load(tmp_path, MHC, '"atomic_splitk"', 'deterministic = { devices = ["cuda"] }')
+    op = registry.get_op("mhc_pre")
+    golden, inputs = fresh_golden(op, case)
+    result = run_check(op, case, "atomic_splitk", "cpu", inputs, golden, gates=GATES)
+    assert result.passed and result.invariance is None
+
+
+def test_the_shipped_cases_turn_the_keys_on_where_they_were_measured_to_hold() -> None:
+    # cases/*.toml: measured with benchmarks/invariance.py into
+    # docs/evidence/2026-12-04-cpu-invariance. Every CPU numerics case deterministic for
+    # every variant; batch_invariant only for variants measured invariant there (never mHC:
+    # torch's CPU GEMM blocks rows by the token count).
+    import json
+
+    from numcheck.cases import load_cases
+
+    root = Path(__file__).resolve().parent.parent
+    evidence = root / "docs" / "evidence" / "2026-12-04-cpu-invariance"
+    held: set[tuple[str, str]] = set()
+    measured: set[tuple[str, str]] = set()
+    for path in evidence.glob("*.json"):
+        for row in json.loads(path.read_text())["rows"]:
+            key = (row["case"].split("@")[0], row["variant"])
+            measured.add(key)
+            if row["requests_differing"] == 0 and row["batch"] > 1:
+                held.add(key)
+    cases = [c for c in load_cases(root / "cases") if not c.perf_only and "cpu" in c.devices]
+    assert cases
+    for case in cases:
+        op = registry.get_op(case.op)
+        name = f"{case.op}::{case.id.split('@')[0]}"
+        assert case.deterministic is not None, case.id
+        assert set(case.deterministic.variants) == {op.reference, *case.variants}, case.id
+        assert "cpu" in case.deterministic.devices, case.id
+        if case.op == "mhc_pre":
+            assert case.batch_invariant is None, case.id
+        elif case.batch_invariant is not None:
+            assert case.batch_invariant.devices == ("cpu",), case.id
+            for variant in case.batch_invariant.variants:
+                assert (name, variant) in held, (case.id, variant, "not measured to hold")
+    # The measurement covers every CPU case and variant the keys speak of.
+    assert {(f"{c.op}::{c.id.split('@')[0]}", c.variants[0]) for c in cases} <= measured

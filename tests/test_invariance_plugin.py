@@ -1,0 +1,122 @@
+"""The determinism and batch-invariance gates under ``pytest --numcheck`` (pytester): a
+project that registers the planted counter-examples through the public API, its failures'
+messages, the summary table, the JSON report, the markdown and HTML, and expectations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+
+#: The project's conftest: numcheck's hook, numcheck's public API, the planted variants.
+CONFTEST = f"""
+import sys
+sys.path.insert(0, {str(TESTS)!r})
+
+import numcheck
+
+
+def pytest_numcheck_register(registry: numcheck.Registrar) -> None:
+    import planted_invariance
+
+    for op, variants in planted_invariance.PLANTED.items():
+        for name, (fn, precision, _) in variants.items():
+            registry.add_variant(op, numcheck.Variant(name, fn, precision))
+"""
+
+CASE = """
+[tiny-idx]
+op = "indexer"
+shape = {{ batch = 4, max_context = 256, heads = 8, head_dim = 32, index_topk = 16, next_n = 2 }}
+variants = ["bf16", "atomic_heads", "splitk_by_batch"]
+{keys}
+"""
+
+
+def project(pytester: pytest.Pytester, keys: str) -> None:
+    import planted_invariance
+
+    from numcheck.cases import load_cases
+    from numcheck.check.make_golden import write_golden
+    from numcheck.check.run import CaseInputs
+    from numcheck.goldens.files import golden_path
+    from numcheck.ops import registry
+
+    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
+    (pytester.path / "cases").mkdir()
+    (pytester.path / "cases" / "indexer.toml").write_text(CASE.format(keys=keys))
+    pytester.makeconftest(CONFTEST)
+    with registry.isolated():  # the case names planted variants: load it with them
+        for op, variants in planted_invariance.PLANTED.items():
+            for name, (fn, precision, _) in variants.items():
+                registry.add_variant(op, registry.Variant(name, fn, precision))
+        (case,) = load_cases(pytester.path / "cases")
+        op = registry.get_op(case.op)
+        path = golden_path(pytester.path / "goldens", op.name, case.id)
+        assert write_golden(path, op, case, "cpu", CaseInputs(op, case))
+
+
+def test_each_gate_fails_its_planted_variant_and_passes_the_others(
+        pytester: pytest.Pytester) -> None:
+    project(pytester, "deterministic = true\nbatch_invariant = true")
+    report, markdown, html = (pytester.path / n for n in ("r.json", "s.md", "r.html"))
+    result = pytester.runpytest("--numcheck", "--numcheck-report", str(report),
+                                "--numcheck-markdown", str(markdown), "--numcheck-html", str(html))
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines([
+        "numcheck FAIL indexer::tiny-idx::atomic_heads[[]cpu[]]",
+        "  worst: determinism.runs_differing = 2 > budget 0 (seed 0): run 2 of 3 differs from "
+        "run 1: logits: * of 2048 elements differ (max |diff| *, first at *)*The variant is not "
+        "deterministic*",
+    ])
+    result.stdout.fnmatch_lines([
+        "numcheck FAIL indexer::tiny-idx::splitk_by_batch[[]cpu[]]",
+        "  worst: batch_invariance.requests_differing = * > budget 0 (seed 0): request * alone "
+        "differs from its rows in the batch of 4: logits: *The variant is not batch-invariant*",
+        "  case:        cases/indexer.toml [[]tiny-idx[]]",
+        "  budget:      cases/indexer.toml:7 ([[]tiny-idx[]] batch_invariant holds "
+        "'splitk_by_batch' on cpu: bitwise equal, no tolerance)",
+        "  reproduce:   pytest --numcheck --numcheck-device cpu "
+        "'cases/indexer.toml::tiny-idx::splitk_by_batch[[]cpu[]]'",
+        "  regenerate:  *",
+        "  next step:   the kernel is meant to be batch-invariant -> fix it (a split, tile and "
+        "kernel that depend on the shape of a request, not on the batch), then run 'reproduce'",
+        "               it is not meant to be -> drop 'splitk_by_batch' from batch_invariant in "
+        "cases/indexer.toml [[]tiny-idx[]] (docs/cases.md, \"Determinism and batch "
+        "invariance\")",
+        "  obtained:    *",
+    ])
+    result.stdout.fnmatch_lines([
+        "*numcheck determinism and batch invariance*",
+        "case*variant*device*outputs compared*runs*deterministic*requests alone (batch)*"
+        "batch-invariant",
+        "*",
+        "indexer::tiny-idx*bf16 *cpu*logits, topk*3*yes*0, 2, 3 (4)*yes",
+    ])
+    result.stdout.fnmatch_lines(["indexer::tiny-idx*atomic_heads*cpu*logits, topk*3*NO: 2 of 2 "
+                                 "later runs differ; logits: *"])
+    records = {r["variant"]: r for r in json.loads(report.read_text())["records"]}
+    det = records["atomic_heads"]["invariance"]["determinism"]
+    assert det["runs"] == 3 and det["runs_differing"] == 2
+    assert det["differences"][0]["outputs"][0]["output"] == "logits"
+    bat = records["splitk_by_batch"]["invariance"]["batch_invariance"]
+    assert bat["batch"] == 4 and bat["requests"] == [0, 2, 3] and bat["requests_differing"] >= 1
+    assert records["bf16"]["invariance"]["batch_invariance"]["requests_differing"] == 0
+    assert records["bf16"]["not_produced"] == []
+    assert "### Determinism and batch invariance" in markdown.read_text()
+    page = html.read_text()
+    assert "<h2>Determinism and batch invariance</h2>" in page
+    assert "determinism and batch invariance (seed 0" in page
+
+
+def test_off_by_default_and_an_expectation_names_the_gate(pytester: pytest.Pytester) -> None:
+    project(pytester, 'deterministic = ["atomic_heads"]\n'
+            'expect.atomic_heads = { gates = ["determinism"], reason = "planted atomics" }')
+    result = pytester.runpytest("--numcheck", "-rx")
+    # splitk_by_batch passes: batch invariance is off for it (off by default).
+    result.assert_outcomes(passed=3, xfailed=1)
+    result.stdout.fnmatch_lines(["*expected failure (determinism.runs_differing): planted "
+                                 "atomics*"])
