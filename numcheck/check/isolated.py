@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -83,26 +84,49 @@ class CheckJob:
 
 
 class _Process:
-    """One worker process: its pipes and its log."""
+    """One worker process: its connection (a Unix socket, which a wrapper such as
+    compute-sanitizer passes through whatever it does with file descriptors) and its log."""
 
     def __init__(self, setup: WorkerSetup, prefix: Sequence[str], log_dir: Path,
                  env: dict[str, str]) -> None:
-        parent_read, child_write = os.pipe()
-        child_read, parent_write = os.pipe()
+        self.setup = setup
         self.log = Path(tempfile.mkstemp(prefix="worker-", suffix=".log", dir=log_dir)[1])
+        self.address = str(self.log.with_suffix(".sock"))
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.address)
+        self.listener.listen(1)
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [*prefix, sys.executable, "-m", "numcheck.check.worker",
-                 str(child_read), str(child_write)],
-                pass_fds=(child_read, child_write), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, env={**os.environ, **env}, start_new_session=True,
-                cwd=os.getcwd())
-        os.close(child_read)
-        os.close(child_write)
-        self.read = Connection(parent_read, writable=False)
-        self.write = Connection(parent_write, readable=False)
-        send(self.write, setup)
+                [*prefix, sys.executable, "-m", "numcheck.check.worker", self.address],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, **env}, start_new_session=True, cwd=os.getcwd())
+        self.conn: Connection | None = None
         self.ready = False
+
+    def connect(self, limit_s: float) -> bool:
+        """Wait for the worker to connect, then send it its setup; False when it died or
+        did not connect within ``limit_s``."""
+        deadline = time.monotonic() + limit_s
+        self.listener.settimeout(1.0)
+        while self.conn is None:
+            try:
+                sock, _ = self.listener.accept()
+            except TimeoutError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    return False
+                continue
+            sock.settimeout(None)
+            self.conn = Connection(sock.detach())
+        self.listener.close()
+        send(self.conn, self.setup)
+        return True
+
+    @property
+    def read(self) -> Connection:
+        assert self.conn is not None
+        return self.conn
+
+    write = read
 
     def kill(self) -> None:
         try:
@@ -116,7 +140,8 @@ class _Process:
         """Ask the worker to end (its sanitizer then writes its summary); kill it if it
         does not within ``wait_s``."""
         try:
-            send(self.write, ("stop",))
+            if self.conn is not None:
+                send(self.conn, ("stop",))
         except OSError:
             pass
         try:
@@ -127,11 +152,13 @@ class _Process:
         self.close()
 
     def close(self) -> None:
-        for conn in (self.read, self.write):
+        for closable in (self.conn, self.listener):
             try:
-                conn.close()
+                if closable is not None:
+                    closable.close()
             except OSError:
                 pass
+        Path(self.address).unlink(missing_ok=True)
 
     def tail(self, n: int = LOG_TAIL) -> list[str]:
         try:
@@ -182,13 +209,17 @@ class Isolated:
     def _ready(self, proc: _Process) -> None:
         if proc.ready:
             return
-        if not proc.read.poll(BOOT_LIMIT_S):
+        if not proc.connect(BOOT_LIMIT_S) or not proc.read.poll(BOOT_LIMIT_S):
+            alive = proc.proc.poll() is None
             proc.kill()
-            raise IsolationError(f"numcheck: the check worker did not start within "
-                                 f"{BOOT_LIMIT_S:g} s; its log: {proc.log}")
+            said = "\n".join(proc.tail(40)) or exit_error(proc.proc.returncode)
+            raise IsolationError(
+                f"numcheck: the check worker process "
+                f"{f'did not start within {BOOT_LIMIT_S:g} s' if alive else 'died starting'}"
+                f"; its log ({proc.log}):\n{said}")
         try:
             message = receive(proc.read)
-        except EOFError:
+        except (EOFError, OSError):
             message = ("failed", "\n".join(proc.tail(40)) or exit_error(proc.proc.poll()))
         if message[0] != "ready":
             proc.kill()

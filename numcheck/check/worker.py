@@ -1,8 +1,8 @@
 """The worker process of an isolated run: it runs checks one at a time for the pytest
 process that started it (:mod:`numcheck.check.isolated`) and answers with their results.
 
-Started as ``python -m numcheck.check.worker READ_FD WRITE_FD`` (under compute-sanitizer
-when the run asks for it), it reads a :class:`WorkerSetup` first: the parent's import path,
+Started as ``python -m numcheck.check.worker SOCKET`` (under compute-sanitizer when the
+run asks for it), it connects to the pytest process's Unix socket and reads a :class:`WorkerSetup` first: the parent's import path,
 the modules whose ``pytest_numcheck_register`` hook (or import) registered variants, and
 what the run's executor needs. It registers the same ops and variants as the parent, builds
 an :class:`~numcheck.check.executor.InProcess` executor of its own, says it is ready, and
@@ -21,6 +21,7 @@ import importlib
 import importlib.util
 import os
 import pickle
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -249,10 +250,11 @@ def serve(read: Connection, write: Connection) -> int:
 
 def main(argv: list[str]) -> int:
     faulthandler.enable()  # a segfault prints the Python stack into the worker's log
-    # Whatever the checks print goes to the log (stdout and stderr), never to the pipes.
-    read = Connection(int(argv[0]), writable=False)
-    write = Connection(int(argv[1]), readable=False)
-    return serve(read, write)
+    # Whatever the checks print goes to the log (stdout and stderr), never to the socket.
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(argv[0])
+    conn = Connection(sock.detach())
+    return serve(conn, conn)
 
 
 if __name__ == "__main__":

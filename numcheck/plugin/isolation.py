@@ -12,16 +12,13 @@ from __future__ import annotations
 import sys
 import types
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from numcheck.check.isolated import Isolated, Limits
 from numcheck.check.sanitizer import Sanitizer, find_executable
 from numcheck.check.worker import WorkerSetup
-
-if TYPE_CHECKING:
-    from numcheck.plugin.session import NumcheckSession
 
 
 def hook_modules(config: pytest.Config) -> list[tuple[str, str | None]]:
@@ -41,7 +38,7 @@ def hook_modules(config: pytest.Config) -> list[tuple[str, str | None]]:
     return found
 
 
-def isolated_executor(config: pytest.Config, session: NumcheckSession) -> Isolated:
+def isolated_executor(config: pytest.Config, session: Any) -> Isolated:
     """The run's :class:`Isolated` executor (its worker starts at the first check, or
     earlier with :meth:`Isolated.start`)."""
     run = session.run
@@ -65,7 +62,7 @@ def isolated_executor(config: pytest.Config, session: NumcheckSession) -> Isolat
                     progress=session.progress, sanitizer=sanitizer)
 
 
-def sanitize_skip_reason(session: NumcheckSession) -> str | None:
+def sanitize_skip_reason(session: Any) -> str | None:
     """Why a check of a ``--numcheck-sanitize`` run cannot run under the sanitizer (the
     item skips with it), or None when it can (or the run did not ask)."""
     if session.run.sanitize is None:
