@@ -17,6 +17,7 @@ own, under compute-sanitizer (:mod:`numcheck.check.sanitizer`), once per tool.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -194,6 +195,8 @@ class Isolated:
         self._proc: _Process | None = None
         #: Workers started (the first, and one after each check that ended its worker).
         self.started = 0
+        #: Checks that ended without a verdict of their numbers (their logs are kept).
+        self.aborted = 0
 
     # -- the worker's life ----------------------------------------------------------------
 
@@ -209,6 +212,10 @@ class Isolated:
     def _ready(self, proc: _Process) -> None:
         if proc.ready:
             return
+        if proc is self._proc and proc.conn is None and proc.setup != self.setup():
+            # Registered since it started (a conftest.py of a sub-folder): start it again.
+            proc.kill()
+            proc = self._proc = self._spawn(())
         if not proc.connect(BOOT_LIMIT_S) or not proc.read.poll(BOOT_LIMIT_S):
             alive = proc.proc.poll() is None
             proc.kill()
@@ -232,10 +239,12 @@ class Isolated:
         proc.ready = True
 
     def close(self) -> None:
-        """End the worker (the run's end)."""
+        """End the worker (the run's end); its logs go unless a failure names one."""
         if self._proc is not None:
             self._proc.stop(wait_s=10.0)
             self._proc = None
+        if not self.aborted:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     # -- one check ------------------------------------------------------------------------
 
@@ -252,8 +261,8 @@ class Isolated:
         that leaves no verdict), or :class:`CheckAborted`."""
         if self._proc is None:
             self._proc = self._spawn(())
+        self._ready(self._proc)
         proc = self._proc
-        self._ready(proc)
         answer = self._answer(proc, job, check)
         if answer[0] == "done":
             self._merge_regen(answer[2])
@@ -262,6 +271,7 @@ class Isolated:
             raise answer[1]
         # The worker is gone or told to go: a new one boots now, for the next check.
         self._proc = None
+        self.aborted += 1
         aborted = answer[1]
         aborted.check = check
         self.start()
@@ -345,6 +355,8 @@ class Isolated:
                     proc.stop(wait_s=120.0)
             errors = self.sanitizer.errors(tool, log)
             found += errors
+            if errors or answer[0] == "aborted":
+                self.aborted += 1
             if answer[0] == "aborted":
                 aborted = answer[1]
                 aborted.details += errors

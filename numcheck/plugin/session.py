@@ -77,6 +77,11 @@ class NumcheckSession:
 
             self.executor = self.isolated = isolated_executor(config, self)
             config.add_cleanup(self.isolated.close)
+            # The worker imports torch and registers the variants while pytest collects;
+            # not in an xdist controller (its workers run the checks) nor for --collect-only.
+            if not (worker_count(config) and not self.is_worker) \
+                    and not config.option.collectonly:
+                self.isolated.start()
         else:
             self.executor = InProcess(
                 self.cases, gates=self.run.active_gates, explain=self.run.explain,
