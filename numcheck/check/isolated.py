@@ -140,9 +140,11 @@ class _Process:
     def stop(self, wait_s: float = 60.0) -> None:
         """Ask the worker to end (its sanitizer then writes its summary); kill it if it
         does not within ``wait_s``."""
+        if self.conn is None:  # still booting, or never connected: nothing to finish
+            self.kill()
+            return
         try:
-            if self.conn is not None:
-                send(self.conn, ("stop",))
+            send(self.conn, ("stop",))
         except OSError:
             pass
         try:
