@@ -319,8 +319,12 @@ class Isolated:
                 if self.progress is not None:
                     self.progress(message[1])
             else:
-                if kind == "aborted":
-                    proc.stop(wait_s=30.0)
+                if kind == "aborted":  # the worker exits by itself
+                    try:
+                        proc.proc.wait(timeout=10.0)
+                    except subprocess.TimeoutExpired:
+                        pass
+                    proc.kill()
                     message[1].details += _log_lines(proc)
                 return message
 

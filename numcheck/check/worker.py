@@ -245,7 +245,10 @@ def serve(read: Connection, write: Connection) -> int:
         answer, end = run_job(worker, message[1])
         send(write, answer)
         if end:
-            return 3
+            # At once: a process whose CUDA context is lost can hang in its own teardown.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(3)
 
 
 def main(argv: list[str]) -> int:
