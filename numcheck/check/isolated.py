@@ -209,6 +209,7 @@ class Isolated:
 
     def _spawn(self, prefix: Sequence[str], env: dict[str, str] | None = None) -> _Process:
         self.started += 1
+        self.log_dir.mkdir(parents=True, exist_ok=True)  # (a temp cleaner may have taken it)
         return _Process(self.setup(), prefix, self.log_dir, env or {})
 
     def _ready(self, proc: _Process) -> None:
