@@ -16,6 +16,7 @@ import torch
 
 import numcheck
 
+ANY = ("cpu", "cuda")
 CUDA = ("cuda",)
 
 
@@ -122,17 +123,22 @@ def oob_masked_read(inputs: numcheck.Inputs, params: numcheck.Params) -> numchec
     return {"y": _launch_row_scale(inputs, extra=1)}
 
 
+#: The variants in the order their checks run (registration order): the honest ones after
+#: faulty ones, so that each must get a healthy worker (on CUDA a fresh context, since a
+#: device-side assert or an illegal address leaves the old one unusable).
+ORDER = (exits, segfault, hangs, oom, honest, device_assert, illegal_address, honest_triton,
+         oob_masked_read)
+CUDA_ONLY = (honest_triton, device_assert, illegal_address, oob_masked_read)
+
 ROW_SCALE = numcheck.OpSpec(
     name="row_scale",
     version=1,
     reference="fp32",
     variants={
         "fp32": numcheck.Variant("fp32", fp32, "fp32", doc=fp32.__doc__ or ""),
-        **{fn.__name__: numcheck.Variant(fn.__name__, fn, "fp32", doc=fn.__doc__ or "")
-           for fn in (honest, exits, segfault, hangs, oom)},
-        **{fn.__name__: numcheck.Variant(fn.__name__, fn, "fp32", devices=CUDA,
-                                         doc=fn.__doc__ or "")
-           for fn in (honest_triton, device_assert, illegal_address, oob_masked_read)},
+        **{fn.__name__: numcheck.Variant(fn.__name__, fn, "fp32", doc=fn.__doc__ or "",
+                                         devices=CUDA if fn in CUDA_ONLY else ANY)
+           for fn in ORDER},
     },
     make_inputs=row_scale_inputs,
     outputs=("y",),
