@@ -274,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.pop("NUMCHECK_ISOLATE", None)  # the default, process isolation, is what is measured
+    for key in [k for k in env if k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))]:
+        del env[key]  # started from a test under xdist: the runs are not its workers
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     if sanitizer is not None:  # numcheck finds it on PATH
         env["PATH"] = os.pathsep.join((str(Path(sanitizer).parent), env.get("PATH", "")))
