@@ -81,3 +81,42 @@ def test_the_crashing_examples_get_their_verdicts_on_the_cpu(tmp_path: Path) -> 
         assert (tmp_path / f"{run['mode']}.json").is_file(), run["mode"]
         log = (tmp_path / f"{run['mode']}.log").read_text()
         assert "numcheck TIMEOUT row_scale::r8-c64::hangs[cpu]" in log
+
+
+def test_the_cuda_variants_kernels_build_for_a_gpu() -> None:
+    """The crashing example's Triton kernels compile for sm_90 here, without a GPU (its
+    CUDA-only variants never run on the CPU): the spin loop keeps its volatile load, and the
+    wild load adds 4 TiB to its pointer."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.runtime.jit import JITFunction
+
+    sys.path.insert(0, str(iso.EXAMPLE))
+    try:
+        from crashing_kernels import triton_kernels as k
+    finally:
+        sys.path.remove(str(iso.EXAMPLE))
+    kernels = {
+        "row_scale_kernel": ({"x_ptr": "*fp32", "s_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32",
+                              "cols": "i32", "EXTRA": "constexpr", "BLOCK": "constexpr"},
+                             {"EXTRA": 1, "BLOCK": k.BLOCK}),
+        "wild_load_kernel": ({"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32",
+                              "WILD": "constexpr", "BLOCK": "constexpr"},
+                             {"WILD": k.WILD, "BLOCK": k.BLOCK}),
+        "spin_kernel": ({"flag_ptr": "*i32"}, {}),
+    }
+    ptx = {}
+    for name, (signature, constants) in kernels.items():
+        fn = getattr(k, name)
+        if not isinstance(fn, JITFunction):  # under TRITON_INTERPRET=1: compile its source
+            fn = JITFunction(fn.fn)
+        src = ASTSource(fn=fn, signature=signature, constexprs={
+            (fn.arg_names.index(c),): v for c, v in constants.items()})
+        try:
+            ptx[name] = triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+        except RuntimeError as exc:  # no ptxas in this triton install
+            pytest.skip(f"triton cannot compile for sm_90 here: {exc}")
+    assert "ld.volatile.global" in ptx["spin_kernel"]
+    assert str(k.WILD * 4) in ptx["wild_load_kernel"]  # the byte offset, 4 TiB
+    assert "ld.global" in ptx["row_scale_kernel"]
