@@ -30,6 +30,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # measured at 30x the CPU time of one thread on the same op (torch.isfinite on 229k
     # doubles: 32 ms vs 1 ms). Set here, before xdist starts its workers and before this
     # process imports torch; tests of thread counts set their own (test_determinism.py).
+    # The plugin's own tests run their pytest runs' checks in the test process, where their
+    # variants were registered (some by objects a worker process cannot import):
+    # tests/test_isolation.py turns the worker process on where it is what they test.
+    os.environ.setdefault("NUMCHECK_ISOLATE", "off")
     if "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = "1"
         _ONE_THREAD = True

@@ -48,6 +48,7 @@ import contextlib
 from collections.abc import Callable, Collection, Iterator, Sequence
 
 from numcheck.cases import Case, Expectation
+from numcheck.check import phase
 from numcheck.check.against_golden import check
 from numcheck.check.firstcall import DEFAULT_NOTE_S, FirstCallWatch, Progress, device_sync
 from numcheck.check.invariance import check_invariance
@@ -207,7 +208,8 @@ def run_check(
             spec = op.variants[variant]
             dev_inputs = to_device(first_seed, device)
             with hold(exclusive=False):
-                prepared = preparer(spec, dev_inputs, case.params, device)
+                with phase.span("prepare"):
+                    prepared = preparer(spec, dev_inputs, case.params, device)
                 with watch:
                     run_variant(spec, op, dev_inputs, case, device, prepared=prepared)
             result.first_call_s = watch.seconds
@@ -219,7 +221,7 @@ def run_check(
                            preparations=preparations, first_call=watch)
     if golden is not None and gates & set(INVARIANCE_GATES):
         # Shared like the numerics: calls of the variant, nothing timed.
-        with hold(exclusive=False):
+        with hold(exclusive=False), phase.span("invariance"):
             report = check_invariance(
                 op, case, variant, device, first_seed, preparer=preparer,
                 determinism=DETERMINISM_GATE.name in gates,
@@ -227,7 +229,7 @@ def run_check(
         result.invariance = report.as_dict()
         result.violations += report.violations()
     if "perf" in gates:
-        with hold(exclusive=True) as waited:  # timing holds the device alone
+        with hold(exclusive=True) as waited, phase.span("timing"):  # the device alone
             perf = measure_perf(op, case, variant, device, first_seed, preparer=preparer)
         perf.lock_wait_s = waited
         result.perf = perf
@@ -238,7 +240,7 @@ def run_check(
     if audited or explain:
         profile = device == "cuda" and (explain or "kernels" in audited)
         # A kernel audit times kernels (torch.profiler): it holds the device alone too.
-        with hold(exclusive=profile) as waited:
+        with hold(exclusive=profile) as waited, phase.span("ledger"):
             overhead, found = check_overhead(op, case, variant, device, first_seed,
                                              gates=set() if explain else audited,
                                              kernels=profile, preparer=preparer)

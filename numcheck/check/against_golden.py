@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from numcheck.cases import Case
+from numcheck.check import phase
 from numcheck.check.against_sim import simulate
 from numcheck.check.result import CheckResult, SeedResult
 from numcheck.check.run import (
@@ -84,13 +85,14 @@ def check(
     results: list[SeedResult] = []
     for seed in case.seeds:
         # Localize the first failing seed only: one place per check is what a reader needs.
-        results.append(_check_seed(
-            op, case, variant_name, device, golden, inputs, seed,
-            max_flips=max_flips, keep_outputs=keep_outputs,
-            localize_failure=not any(r.localization for r in results),
-            preparer=preparations.at(seed),
-            first_call=None if results else first_call,
-        ))
+        with phase.span(f"numerics seed {seed}"):
+            results.append(_check_seed(
+                op, case, variant_name, device, golden, inputs, seed,
+                max_flips=max_flips, keep_outputs=keep_outputs,
+                localize_failure=not any(r.localization for r in results),
+                preparer=preparations.at(seed),
+                first_call=None if results else first_call,
+            ))
     result = CheckResult(
         case, variant_name, device, results, [v for r in results for v in r.violations],
         first_call_s=None if first_call is None else first_call.seconds,
@@ -122,7 +124,8 @@ def _check_seed(
     budget = case.budgets[variant_name]
     cpu_inputs, _ = inputs.get(seed)
     dev_inputs = to_device(cpu_inputs, device)
-    prepared = preparer(variant, dev_inputs, case.params, device)
+    with phase.span("prepare"):
+        prepared = preparer(variant, dev_inputs, case.params, device)
     # A low-precision variant hands over the operands it multiplied (numcheck.record_gemm).
     records = recording() if variant.quant is not None else contextlib.nullcontext()
     with first_call if first_call is not None else contextlib.nullcontext(), records as rec:

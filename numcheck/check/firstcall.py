@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Self
 
+from numcheck.check import phase
+
 #: Where progress lines go (the plugin's terminal writer); None: nowhere.
 Progress = Callable[[str], None]
 
@@ -50,8 +52,11 @@ class FirstCallWatch:
         self.announced = threading.Event()
         self._start = 0.0
         self._timer: threading.Timer | None = None
+        self._phase: Any = None
 
     def __enter__(self) -> Self:
+        self._phase = phase.span("first call")
+        self._phase.__enter__()
         self._start = self.clock()
         if self.progress is not None:
             self._timer = threading.Timer(self.note_after_s, self._still_running)
@@ -74,6 +79,7 @@ class FirstCallWatch:
                 self._timer.cancel()
                 self._timer.join()  # its line, if it is printing one, comes before ours
             self.seconds = self.clock() - self._start
+            self._phase.__exit__(*exc)
         if self.progress is not None and (self.seconds >= self.note_after_s
                                           or self.announced.is_set()):
             self.progress(f"numcheck: {self.check_id}: first call took {self.seconds:.1f} s "

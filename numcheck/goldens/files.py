@@ -79,6 +79,15 @@ class GoldenError(Exception):
         self.path = path
         self.case = case
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only fields: pickled whole (an isolated run's worker sends it back).
+        return (_rebuild_golden_error, (type(self), str(self), self.path, self.case))
+
+
+def _rebuild_golden_error(cls: type[GoldenError], message: str, path: Path | None,
+                          case: str) -> GoldenError:
+    return cls(message, path=path, case=case)
+
 
 class GoldenMissing(GoldenError):
     """No golden file exists for the case."""

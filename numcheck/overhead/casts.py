@@ -341,6 +341,16 @@ class CastLedger:
         self._input_copies.clear()
         self._copy_values.clear()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What the ledger says, without the tensors and storages it watched: a closed
+        ledger travels from a worker process to the run (numcheck.check.isolated)."""
+        state = dict(self.__dict__)
+        state["inputs"] = {}
+        for name in ("_input_storages", "_input_copies", "_copy_values", "_origins", "_seen"):
+            state[name] = {}
+        state["_mode"] = None
+        return state
+
     # -- what the ledger says -----------------------------------------------------------
 
     @property

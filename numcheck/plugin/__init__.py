@@ -166,6 +166,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     from numcheck.plugin.calibration_options import add_options
 
     add_options(group)
+    add_isolation_options(group, parser)
     parser.addini(FIRST_CALL_INI, "seconds after which a check's first call of its variant "
                   "(kernel compiles, warm-up) prints a progress line, and is listed in the "
                   "summary (default 5)", default="5")
@@ -173,6 +174,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   default="cases")
     parser.addini(GOLDENS_INI, "folder of numcheck goldens, relative to the rootdir",
                   default="goldens")
+
+
+def add_isolation_options(group: Any, parser: pytest.Parser) -> None:
+    """Where checks run, their time limits, and the memory checker (docs/reliability.md)."""
+    from numcheck.plugin import options as o
+
+    group.addoption(
+        o.ISOLATE_OPTION, choices=o.ISOLATE_MODES, default=None,
+        help="where checks run: 'process' (default) runs them in a worker process, so that "
+        "one that crashes, hangs or runs out of memory fails alone and the run goes on; "
+        "'off' runs them in the pytest process. Default: ini numcheck_isolate, else "
+        f"${o.ISOLATE_ENV}, else process.")
+    parser.addini(o.ISOLATE_INI, "where checks run: process (default) or off", default="")
+    group.addoption(
+        o.TIMEOUT_OPTION, type=float, default=None, metavar="SECONDS",
+        help="a check's time limit outside its first call (0: none; default: ini "
+        f"numcheck_timeout, else {o.DEFAULT_TIMEOUT_S:g}). Needs process isolation.")
+    parser.addini(o.TIMEOUT_INI, "a check's time limit in seconds outside its first call "
+                  f"(0: none; default {o.DEFAULT_TIMEOUT_S:g})", default="")
+    group.addoption(
+        o.TIMEOUT_FIRST_CALL_OPTION, type=float, default=None, metavar="SECONDS",
+        help="the time limit of a check's first call of its variant, which compiles "
+        f"(0: none; default: ini numcheck_timeout_first_call, else "
+        f"{o.DEFAULT_TIMEOUT_FIRST_CALL_S:g}).")
+    parser.addini(o.TIMEOUT_FIRST_CALL_INI, "the time limit in seconds of a check's first "
+                  f"call (0: none; default {o.DEFAULT_TIMEOUT_FIRST_CALL_S:g})", default="")
+    group.addoption(
+        o.SANITIZE_OPTION, nargs="?", const="memcheck", default=None,
+        metavar="TOOLS",
+        help="run each selected check under compute-sanitizer (CUDA; comma-separated tools "
+        "of memcheck, racecheck, initcheck, synccheck; default memcheck), in a worker of its "
+        "own with the caching allocator off; a check with sanitizer errors fails.")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -195,7 +228,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
         needs_numcheck = (PERF_OPTION, EXPLAIN_OPTION, REPORT_OPTION, MARKDOWN_OPTION,
                           BASELINE_OPTION, PRUNE_OPTION, HTML_OPTION, OBTAINED_OPTION,
-                          SAVE_OPTION, SAVE_DIR_OPTION, *CALIBRATION_FLAGS)
+                          SAVE_OPTION, SAVE_DIR_OPTION, "--numcheck-isolate",
+                          "--numcheck-timeout", "--numcheck-timeout-first-call",
+                          "--numcheck-sanitize", *CALIBRATION_FLAGS)
         for needs in needs_numcheck:
             if config.getoption(needs) not in (None, False, []):
                 raise pytest.UsageError(f"{needs} only works together with {OPTION}")

@@ -84,6 +84,15 @@ class CalibrationMode:
         #: its own is measured there, any other here.
         self.selected: set[tuple[Path, str, str]] = set()
 
+    def portable(self) -> CalibrationMode:
+        """A copy that measures as this one does, without the run's state (its config,
+        what was measured so far): what a worker process is sent."""
+        copy = object.__new__(CalibrationMode)
+        copy.__dict__.update(self.__dict__)
+        copy.config = None  # type: ignore[assignment]
+        copy.payloads, copy.summary, copy._refs = [], [], None
+        return copy
+
     # -- one check ----------------------------------------------------------------------
 
     def measure(self, case: Case, variant: str, check: CheckRef, *,

@@ -25,6 +25,7 @@ import pytest
 from numcheck.calibrate.payloads import CheckRef, Payload
 from numcheck.cases import Case, CaseFileError, load_case_file
 from numcheck.check import cannot_run
+from numcheck.check.aborted import CheckAborted
 from numcheck.check.executor import CheckRequest
 from numcheck.check.result import CheckResult, Settled, display_id
 from numcheck.goldens.files import GoldenError
@@ -166,6 +167,10 @@ class CheckItem(pytest.Item):
         else:
             reason = cannot_run(get_op(self.case.op), self.case, self.variant, self.device,
                                 gates=gates, perf_switch=options.PERF_OPTION)
+        if reason is None:
+            from numcheck.plugin.isolation import sanitize_skip_reason
+
+            reason = sanitize_skip_reason(session_of(self.config))
         if reason is not None:
             self._set_record(status="skip", reason=reason)
             pytest.skip(reason)
@@ -173,9 +178,16 @@ class CheckItem(pytest.Item):
     def runtest(self) -> None:
         state = session_of(self.config)
         if CalibrationMode.KEY in self.config.stash:  # measure and suggest, never gate
-            self.numcheck_calibration = self.config.stash[CalibrationMode.KEY].measure(
-                self.case, self.variant, self.check_ref(), inputs=state.cases.inputs,
-                sections=state.sections)
+            mode = self.config.stash[CalibrationMode.KEY]
+            if state.isolated is None:
+                self.numcheck_calibration = mode.measure(
+                    self.case, self.variant, self.check_ref(), inputs=state.cases.inputs,
+                    sections=state.sections)
+            else:
+                from numcheck.plugin.isolation import CalibrationJob
+
+                job = CalibrationJob(mode, self.case, self.variant, self.check_ref())
+                self.numcheck_calibration = state.isolated.run(job, check=self.display_id)
             return
         commands = self.commands()
         try:
@@ -183,6 +195,11 @@ class CheckItem(pytest.Item):
                                                 regen_hint=commands.regenerate))
         except NO_VERDICT as exc:
             self._set_record(status="error", reason=str(exc), error_kind=type(exc).__name__)
+            raise
+        except CheckAborted as exc:
+            aborted = exc.aborted
+            self._set_record(status="error", reason=f"{aborted.kind}: {aborted.error}",
+                             error_kind=aborted.kind)
             raise
         state.keep(self.name, self.nodeid, result)
         self._set_record(result=result)
@@ -258,6 +275,9 @@ class CheckItem(pytest.Item):
         exc = excinfo.value
         if isinstance(exc, NumcheckFailure):
             return str(exc)
+        if isinstance(exc, CheckAborted):
+            where = ("case:", f"{self._source()} [{self.case.id}]")
+            return "\n".join([str(exc), "", *footer(where, self.commands())[:2]])
         if isinstance(exc, NO_VERDICT):
             where = ("case:", f"{self._source()} [{self.case.id}]")
             return "\n".join([f"numcheck {type(exc).__name__} {self.display_id}", f"  {exc}", "",

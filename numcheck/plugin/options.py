@@ -22,6 +22,21 @@ CASES_INI = "numcheck_cases"
 GOLDENS_INI = "numcheck_goldens"
 DRIFT_INI = "numcheck_drift_rules"
 FIRST_CALL_INI = "numcheck_first_call_note_s"
+#: Where checks run (numcheck/check/isolated.py): a worker process (``process``), or the
+#: pytest process (``off``); the ini key, then the environment variable, set the default.
+ISOLATE_OPTION = "--numcheck-isolate"
+ISOLATE_INI = "numcheck_isolate"
+ISOLATE_ENV = "NUMCHECK_ISOLATE"
+ISOLATE_MODES = ("process", "off")
+#: A check's time limit in seconds, and its first call's (compile, warm-up); 0: none.
+TIMEOUT_OPTION = "--numcheck-timeout"
+TIMEOUT_INI = "numcheck_timeout"
+TIMEOUT_FIRST_CALL_OPTION = "--numcheck-timeout-first-call"
+TIMEOUT_FIRST_CALL_INI = "numcheck_timeout_first_call"
+DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_TIMEOUT_FIRST_CALL_S = 900.0
+#: Run the checks under compute-sanitizer (numcheck/check/sanitizer.py).
+SANITIZE_OPTION = "--numcheck-sanitize"
 DEVICES = ("auto", "cpu", "cuda")
 #: The calibration mode (plugin/calibration.py): measure and suggest instead of gating.
 CALIBRATE_OPTION = "--numcheck-calibrate"

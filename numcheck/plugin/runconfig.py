@@ -72,6 +72,13 @@ class RunConfig:
     prune: bool
     #: What keeps the run from covering the whole cases folder ('' when nothing does).
     narrowed_by: str
+    #: Where checks run: "process" (a worker process) or "off" (this process).
+    isolate: str = "off"
+    #: A check's time limit outside its first call, and its first call's (None: none).
+    timeout_s: float | None = None
+    timeout_first_call_s: float | None = None
+    #: --numcheck-sanitize: the compute-sanitizer tools (None: not asked).
+    sanitize: tuple[str, ...] | None = None
 
     @property
     def writes_files(self) -> bool:
@@ -124,7 +131,12 @@ def read_run_config(config: pytest.Config, device: str, *, is_worker: bool) -> R
             f"cases folder, but the run is narrowed by {narrowed_by}. Fix: run "
             f"pytest {options.OPTION} {options.PRUNE_OPTION} without it"
         )
+    isolate, timeout_s, timeout_first_call_s, sanitize = read_isolation(config)
     return RunConfig(
+        isolate=isolate,
+        timeout_s=timeout_s,
+        timeout_first_call_s=timeout_first_call_s,
+        sanitize=sanitize,
         regen=bool(config.getoption(options.REGEN_OPTION)),
         cases_dir=cases_dir,
         goldens_dir=goldens_dir,
@@ -143,3 +155,65 @@ def read_run_config(config: pytest.Config, device: str, *, is_worker: bool) -> R
         prune=prune,
         narrowed_by=narrowed_by,
     )
+
+
+def read_isolation(
+    config: pytest.Config,
+) -> tuple[str, float | None, float | None, tuple[str, ...] | None]:
+    """Where checks run, their time limits and the sanitizer's tools, from the options,
+    the ini keys and ``$NUMCHECK_ISOLATE``; a bad value is a :class:`pytest.UsageError`."""
+    import os
+
+    from numcheck.check.sanitizer import parse_tools
+
+    where = "--numcheck-isolate"
+    isolate = config.getoption(options.ISOLATE_OPTION)
+    if isolate is None:
+        isolate = str(config.getini(options.ISOLATE_INI)).strip()
+        where = f"ini key {options.ISOLATE_INI} in {config.inipath or 'the ini file'}"
+        if not isolate:
+            isolate = os.environ.get(options.ISOLATE_ENV, "").strip() or "process"
+            where = f"${options.ISOLATE_ENV}"
+    if isolate not in options.ISOLATE_MODES:
+        raise pytest.UsageError(
+            f"{where} = {isolate!r}: not a place to run checks. Fix: set it to one of "
+            f"{', '.join(options.ISOLATE_MODES)}")
+
+    def seconds(option: str, ini: str, default: float) -> float | None:
+        value = config.getoption(option)
+        source = option
+        if value is None:
+            raw = str(config.getini(ini)).strip()
+            source = f"ini key {ini}"
+            try:
+                value = float(raw) if raw else default
+            except ValueError:
+                value = -1.0
+        if not value >= 0:
+            raise pytest.UsageError(f"{source}: expected seconds >= 0 (0: no limit). Fix: "
+                                    f"e.g. {option}=300")
+        return float(value) or None
+
+    timeout_s = seconds(options.TIMEOUT_OPTION, options.TIMEOUT_INI, options.DEFAULT_TIMEOUT_S)
+    first_s = seconds(options.TIMEOUT_FIRST_CALL_OPTION, options.TIMEOUT_FIRST_CALL_INI,
+                      options.DEFAULT_TIMEOUT_FIRST_CALL_S)
+    raw_tools = config.getoption(options.SANITIZE_OPTION)
+    sanitize = None
+    if raw_tools is not None:
+        try:
+            sanitize = parse_tools(raw_tools)
+        except ValueError as exc:
+            raise pytest.UsageError(f"{exc}. Fix: e.g. {options.SANITIZE_OPTION}=memcheck "
+                                    f"(with '=' before any test path)") from None
+        if isolate == "off":
+            raise pytest.UsageError(
+                f"{options.SANITIZE_OPTION} runs each check in a worker process under "
+                f"compute-sanitizer, but {where} = off. Fix: drop one of the two")
+    if isolate == "off":
+        for option in (options.TIMEOUT_OPTION, options.TIMEOUT_FIRST_CALL_OPTION):
+            if config.getoption(option) is not None:
+                raise pytest.UsageError(
+                    f"{option} ends a check that runs too long by ending its worker "
+                    f"process, but {where} = off. Fix: drop {option}, or run with "
+                    f"{options.ISOLATE_OPTION}=process")
+    return isolate, timeout_s, first_s, sanitize

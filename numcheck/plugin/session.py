@@ -26,6 +26,7 @@ import pytest
 from numcheck.cases import CaseIds
 from numcheck.check.case_cache import CaseCache
 from numcheck.check.executor import CheckRequest, Executor, InProcess, relative
+from numcheck.check.isolated import Isolated
 from numcheck.check.perf import PerfResult
 from numcheck.check.result import CheckResult
 from numcheck.perf.noise import reset_machine_noise
@@ -67,12 +68,21 @@ class NumcheckSession:
             enabled=self.device.kind == "cuda" or "perf" in self.run.active_gates)
         self.cases = CaseCache(self.run.goldens_dir, self.device.kind, regen=self.run.regen)
         self.progress = Progress(config, is_worker=self.is_worker)
-        #: Where the items run their checks: in this process (the seam, docs/architecture.md).
-        self.executor: Executor = InProcess(
-            self.cases, gates=self.run.active_gates, explain=self.run.explain,
-            sections=self.sections, progress=self.progress,
-            first_call_note_s=self.run.first_call_note_s,
-            obtained_dir=self.run.obtained_dir, root=config.rootpath)
+        #: Where the items run their checks: a worker process (numcheck.check.isolated),
+        #: or this process (the seam, docs/architecture.md).
+        self.executor: Executor
+        self.isolated: Isolated | None = None
+        if self.run.isolate == "process":
+            from numcheck.plugin.isolation import isolated_executor
+
+            self.executor = self.isolated = isolated_executor(config, self)
+            config.add_cleanup(self.isolated.close)
+        else:
+            self.executor = InProcess(
+                self.cases, gates=self.run.active_gates, explain=self.run.explain,
+                sections=self.sections, progress=self.progress,
+                first_call_note_s=self.run.first_call_note_s,
+                obtained_dir=self.run.obtained_dir, root=config.rootpath)
         self.case_ids = CaseIds()
         self.book = RecordBook()
         self.overhead = OverheadTable(explain=self.run.explain)

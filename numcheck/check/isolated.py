@@ -1,0 +1,390 @@
+"""Checks run in a worker process, so that a check that crashes, hangs or runs out of
+memory fails alone (docs/architecture.md, "Where a check is executed").
+
+:class:`Isolated` is an :class:`~numcheck.check.executor.Executor`: the run's items call it
+as they call :class:`~numcheck.check.executor.InProcess`. It keeps one worker process
+(:mod:`numcheck.check.worker`), started as soon as the run knows its checks and booting
+while pytest collects, and sends it one check at a time. A worker whose process dies, whose
+CUDA context is lost, that runs out of memory or passes the check's time limit is ended
+and replaced; the check it ran fails as :class:`~numcheck.check.aborted.CheckAborted`, with
+the phase it was in, and every later check runs in the new worker.
+
+The time limit counts the check's time outside its first call; the first call (compile and
+warm-up) has an allowance of its own. Under ``sanitize`` each check runs in a worker of its
+own, under compute-sanitizer (:mod:`numcheck.check.sanitizer`), once per tool.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from numcheck.check.aborted import CRASH, SANITIZER, TIMEOUT, Aborted, CheckAborted, exit_error
+from numcheck.check.case_cache import CaseCache
+from numcheck.check.executor import CheckRequest
+from numcheck.check.firstcall import Progress
+from numcheck.check.result import CheckResult
+from numcheck.check.sanitizer import Sanitizer
+from numcheck.check.worker import Worker, WorkerSetup, receive, send
+
+#: Seconds a new worker may take to import torch and register the variants.
+BOOT_LIMIT_S = 600.0
+#: The phase of the variant's first call (its own time allowance).
+FIRST_CALL = "first call"
+#: Lines of a dead worker's log the failure shows.
+LOG_TAIL = 12
+
+
+class IsolationError(RuntimeError):
+    """A worker that cannot start (its setup failed): nothing in the run can be checked."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A check's time limits in seconds (None: none)."""
+
+    check_s: float | None = None
+    first_call_s: float | None = None
+
+    def describe(self) -> str:
+        def s(v: float | None) -> str:
+            return "none" if v is None else f"{v:g} s"
+
+        return f"{s(self.check_s)} (first call: {s(self.first_call_s)})"
+
+
+@dataclass(frozen=True)
+class CheckJob:
+    """Run one check in the worker with its executor."""
+
+    request: CheckRequest
+
+    @property
+    def check(self) -> str:
+        return self.request.case.id + "::" + self.request.variant + f"[{self.request.device}]"
+
+    def __call__(self, worker: Worker) -> CheckResult:
+        from dataclasses import replace
+
+        request = replace(self.request, case=worker.same_case(self.request.case))
+        result = worker.executor(request)
+        for seed in result.seeds:  # written to the obtained file already; not shipped
+            seed.outputs = None
+        return result
+
+
+class _Process:
+    """One worker process: its connection (a Unix socket, which a wrapper such as
+    compute-sanitizer passes through whatever it does with file descriptors) and its log."""
+
+    def __init__(self, setup: WorkerSetup, prefix: Sequence[str], log_dir: Path,
+                 env: dict[str, str]) -> None:
+        self.setup = setup
+        self.log = Path(tempfile.mkstemp(prefix="worker-", suffix=".log", dir=log_dir)[1])
+        self.address = str(self.log.with_suffix(".sock"))
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.address)
+        self.listener.listen(1)
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [*prefix, sys.executable, "-m", "numcheck.check.worker", self.address],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, **env}, start_new_session=True, cwd=os.getcwd())
+        self.conn: Connection | None = None
+        self.ready = False
+
+    def connect(self, limit_s: float) -> bool:
+        """Wait for the worker to connect, then send it its setup; False when it died or
+        did not connect within ``limit_s``."""
+        deadline = time.monotonic() + limit_s
+        self.listener.settimeout(1.0)
+        while self.conn is None:
+            try:
+                sock, _ = self.listener.accept()
+            except TimeoutError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    return False
+                continue
+            sock.settimeout(None)
+            self.conn = Connection(sock.detach())
+        self.listener.close()
+        send(self.conn, self.setup)
+        return True
+
+    @property
+    def read(self) -> Connection:
+        assert self.conn is not None
+        return self.conn
+
+    write = read
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        self.close()
+
+    def stop(self, wait_s: float = 60.0) -> None:
+        """Ask the worker to end (its sanitizer then writes its summary); kill it if it
+        does not within ``wait_s``."""
+        try:
+            if self.conn is not None:
+                send(self.conn, ("stop",))
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return
+        self.close()
+
+    def close(self) -> None:
+        for closable in (self.conn, self.listener):
+            try:
+                if closable is not None:
+                    closable.close()
+            except OSError:
+                pass
+        Path(self.address).unlink(missing_ok=True)
+
+    def tail(self, n: int = LOG_TAIL) -> list[str]:
+        try:
+            lines = self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+        return [line for line in lines if line.strip()][-n:]
+
+
+class Isolated:
+    """Executes each check in a worker process; see the module's docstring."""
+
+    def __init__(
+        self,
+        setup: Callable[[], WorkerSetup],
+        *,
+        cases: CaseCache,
+        limits: Limits = Limits(),
+        progress: Progress | None = None,
+        sanitizer: Sanitizer | None = None,
+        log_dir: Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        #: Made at each worker's start: a conftest.py loaded since registers in the next.
+        self.setup = setup
+        #: The parent's cache: what the workers regenerated is reported from it.
+        self.cases = cases
+        self.limits = limits
+        self.progress = progress
+        self.sanitizer = sanitizer
+        self.clock = clock
+        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="numcheck-workers-"))
+        self._proc: _Process | None = None
+        #: Workers started (the first, and one after each check that ended its worker).
+        self.started = 0
+
+    # -- the worker's life ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start a worker now if none runs (it boots while the caller goes on)."""
+        if self._proc is None and self.sanitizer is None:
+            self._proc = self._spawn(())
+
+    def _spawn(self, prefix: Sequence[str], env: dict[str, str] | None = None) -> _Process:
+        self.started += 1
+        return _Process(self.setup(), prefix, self.log_dir, env or {})
+
+    def _ready(self, proc: _Process) -> None:
+        if proc.ready:
+            return
+        if not proc.connect(BOOT_LIMIT_S) or not proc.read.poll(BOOT_LIMIT_S):
+            alive = proc.proc.poll() is None
+            proc.kill()
+            said = "\n".join(proc.tail(40)) or exit_error(proc.proc.returncode)
+            raise IsolationError(
+                f"numcheck: the check worker process "
+                f"{f'did not start within {BOOT_LIMIT_S:g} s' if alive else 'died starting'}"
+                f"; its log ({proc.log}):\n{said}")
+        try:
+            message = receive(proc.read)
+        except (EOFError, OSError):
+            message = ("failed", "\n".join(proc.tail(40)) or exit_error(proc.proc.poll()))
+        if message[0] != "ready":
+            proc.kill()
+            raise IsolationError(
+                "numcheck: the check worker process could not start; it said:\n"
+                f"{message[1]}\n"
+                "Fix: register your ops from a conftest.py hook or an entry point (the "
+                "worker imports those again), or run the checks in the pytest process "
+                "with --numcheck-isolate=off")
+        proc.ready = True
+
+    def close(self) -> None:
+        """End the worker (the run's end)."""
+        if self._proc is not None:
+            self._proc.stop(wait_s=10.0)
+            self._proc = None
+
+    # -- one check ------------------------------------------------------------------------
+
+    def __call__(self, request: CheckRequest) -> CheckResult:
+        job = CheckJob(request)
+        if self.sanitizer is not None:
+            return self._sanitized(job, request)
+        value = self.run(job, check=display(request))
+        assert isinstance(value, CheckResult)
+        return value
+
+    def run(self, job: Any, *, check: str) -> Any:
+        """Run ``job`` in the worker; its value, or the exception it raised (an exception
+        that leaves no verdict), or :class:`CheckAborted`."""
+        if self._proc is None:
+            self._proc = self._spawn(())
+        proc = self._proc
+        self._ready(proc)
+        answer = self._answer(proc, job, check)
+        if answer[0] == "done":
+            self._merge_regen(answer[2])
+            return answer[1]
+        if answer[0] == "raised":
+            raise answer[1]
+        # The worker is gone or told to go: a new one boots now, for the next check.
+        self._proc = None
+        aborted = answer[1]
+        aborted.check = check
+        self.start()
+        raise CheckAborted(aborted)
+
+    def _answer(self, proc: _Process, job: Any, check: str,
+                limits: Limits | None = None) -> tuple[Any, ...]:
+        """Send ``job`` and wait for its answer within the time limits; a dead or stuck
+        worker becomes an ``("aborted", Aborted)`` answer."""
+        limits = self.limits if limits is None else limits
+        send(proc.write, ("run", job))
+        phase, phase_start = "", self.clock()
+        spent = 0.0  # seconds of the check outside its first call, before the current phase
+        while True:
+            now = self.clock()
+            in_first = phase == FIRST_CALL
+            limit = limits.first_call_s if in_first else limits.check_s
+            remaining = None if limit is None else (
+                limit - (now - phase_start) - (0.0 if in_first else spent))
+            if remaining is not None and remaining <= 0:
+                proc.kill()
+                used = now - phase_start + (0.0 if in_first else spent)
+                what = "its first call" if in_first else "the check"
+                return ("aborted", Aborted(
+                    TIMEOUT, check, phase,
+                    f"{what} ran past its time limit: {used:.1f} s of {limit:g} s "
+                    f"(limits: {limits.describe()})",
+                    [f"limits:      --numcheck-timeout and --numcheck-timeout-first-call "
+                     f"(ini numcheck_timeout, numcheck_timeout_first_call)"]))
+            if not proc.read.poll(remaining):
+                continue
+            try:
+                message = receive(proc.read)
+            except (EOFError, OSError):
+                return ("aborted", self._died(proc, check, phase))
+            kind = message[0]
+            if kind == "phase":
+                now = self.clock()
+                if phase != FIRST_CALL:
+                    spent += now - phase_start
+                phase, phase_start = message[1], now
+            elif kind == "progress":
+                if self.progress is not None:
+                    self.progress(message[1])
+            else:
+                if kind == "aborted":
+                    proc.stop(wait_s=30.0)
+                    message[1].details += _log_lines(proc)
+                return message
+
+    def _died(self, proc: _Process, check: str, phase: str) -> Aborted:
+        try:
+            code = proc.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.proc.returncode
+        proc.close()
+        return Aborted(CRASH, check, phase, exit_error(code), _log_lines(proc))
+
+    def _merge_regen(self, shipment: dict[str, dict[Any, Any]]) -> None:
+        self.cases.regenerated.update(shipment["regenerated"])
+        self.cases.regen_notes.update(shipment["regen_notes"])
+
+    # -- under compute-sanitizer ------------------------------------------------------------
+
+    def _sanitized(self, job: CheckJob, request: CheckRequest) -> CheckResult:
+        """The check once per tool, each in a new worker under compute-sanitizer; the first
+        run's result is the verdict of the numbers, every tool's errors are gathered."""
+        assert self.sanitizer is not None
+        check = display(request)
+        result: CheckResult | None = None
+        found: list[str] = []
+        for tool in self.sanitizer.tools:
+            log = Path(tempfile.mkstemp(prefix=f"{tool}-", suffix=".log", dir=self.log_dir)[1])
+            proc = self._spawn(self.sanitizer.command(tool, log), self.sanitizer.env)
+            try:
+                self._ready(proc)
+                answer = self._answer(proc, job, check)
+            finally:
+                if proc.proc.poll() is None:
+                    proc.stop(wait_s=120.0)
+            errors = self.sanitizer.errors(tool, log)
+            found += errors
+            if answer[0] == "aborted":
+                aborted = answer[1]
+                aborted.details += errors
+                raise CheckAborted(aborted)
+            if answer[0] == "raised":
+                raise answer[1]
+            if result is None:
+                self._merge_regen(answer[2])
+                result = answer[1]
+        assert result is not None
+        if found:
+            raise CheckAborted(Aborted(
+                SANITIZER, check, "the whole check",
+                f"{len(found)} error(s) from compute-sanitizer "
+                f"({', '.join(self.sanitizer.tools)}); the first:", found[: self.sanitizer.shown]))
+        return result
+
+
+def display(request: CheckRequest) -> str:
+    """A request's check as the run shows it (``op::case::variant[device]``)."""
+    from numcheck.check.result import display_id
+
+    return display_id(request.case, request.variant, request.device)
+
+
+def _log_lines(proc: _Process) -> list[str]:
+    """The worker log's lines a failure shows: a fatal error's Python stack (innermost
+    frames first, where the variant is), else the log's last lines."""
+    try:
+        lines = [line for line in proc.log.read_text(errors="replace").splitlines()
+                 if line.strip()]
+    except OSError:
+        return []
+    fatal = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error")),
+                 None)
+    if fatal is not None:
+        shown = [line for line in lines[fatal:] if not line.startswith("Extension modules")]
+        shown = shown[:LOG_TAIL]
+    else:
+        shown = lines[-LOG_TAIL:]
+    if not shown:
+        return []
+    return [f"worker log:  {proc.log}", *(f"  | {line}" for line in shown)]

@@ -1,0 +1,261 @@
+"""The worker process of an isolated run: it runs checks one at a time for the pytest
+process that started it (:mod:`numcheck.check.isolated`) and answers with their results.
+
+Started as ``python -m numcheck.check.worker SOCKET`` (under compute-sanitizer when the
+run asks for it), it connects to the pytest process's Unix socket and reads a :class:`WorkerSetup` first: the parent's import path,
+the modules whose ``pytest_numcheck_register`` hook (or import) registered variants, and
+what the run's executor needs. It registers the same ops and variants as the parent, builds
+an :class:`~numcheck.check.executor.InProcess` executor of its own, says it is ready, and
+then runs the jobs it is sent. While a job runs it tells the parent each phase
+(:mod:`numcheck.check.phase`) and each progress line (a first call that runs long); a job
+ends with its value, the exception that left no verdict, or an :class:`Aborted` (the CUDA
+context lost, out of memory), after which this process exits: a new one runs the next
+check. A crash or a hang needs no cooperation from here: the parent sees the pipe close or
+the time limit pass.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import importlib.util
+import os
+import pickle
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+#: A job: called with the worker, returns what the parent receives.
+Job = Callable[["Worker"], Any]
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What the worker needs to run the parent's checks (plain, picklable data)."""
+
+    sys_path: list[str]
+    #: (module name, file) of each module whose hook registered ops or variants, in order.
+    plugins: list[tuple[str, str | None]]
+    device: str
+    #: The GPU this worker uses (the parent's, under pytest-xdist); None: the default.
+    device_index: int | None
+    goldens_dir: Path
+    regen: bool
+    gates: frozenset[str]
+    explain: bool
+    sections_enabled: bool
+    first_call_note_s: float
+    obtained_dir: Path
+    root: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class Worker:
+    """This process's executor, caches and connection to the parent."""
+
+    def __init__(self, setup: WorkerSetup, send: Callable[[tuple[Any, ...]], None]) -> None:
+        from numcheck.check.case_cache import CaseCache
+        from numcheck.check.executor import InProcess
+        from numcheck.perf.sections import DeviceSections
+
+        self.setup = setup
+        self.send = send
+        self.cases = CaseCache(setup.goldens_dir, setup.device, regen=setup.regen)
+        self.sections = DeviceSections(setup.device, enabled=setup.sections_enabled)
+        self.executor = InProcess(
+            self.cases, gates=setup.gates, explain=setup.explain, sections=self.sections,
+            progress=lambda line: send(("progress", line)),
+            first_call_note_s=setup.first_call_note_s, obtained_dir=setup.obtained_dir,
+            root=setup.root)
+        #: What jobs keep between calls (a calibration's references, say), by their key.
+        self.memo: dict[str, Any] = {}
+        #: One Case object per case: the caches key on the object, and each request
+        #: arrives as a new copy.
+        self._cases: dict[tuple[str, str], Any] = {}
+
+    def same_case(self, case: Any) -> Any:
+        """The first copy received of ``case`` (so its inputs and envelopes are made once)."""
+        key = (str(case.source), case.id)
+        return self._cases.setdefault(key, case)
+
+    def regen_shipment(self) -> dict[str, dict[str, Any]]:
+        """The goldens this worker regenerated, for the parent's summary."""
+        return {"regenerated": dict(self.cases.regenerated),
+                "regen_notes": dict(self.cases.regen_notes)}
+
+
+def register(setup: WorkerSetup) -> None:
+    """Register what the parent registered: installed packages' entry points, then each
+    plugin module's ``pytest_numcheck_register`` hook (importing the module registers what
+    it registers at import)."""
+    from numcheck.ops import registry
+
+    registry.load_entry_points()
+    for name, file in setup.plugins:
+        module = _import(name, file)
+        hook = getattr(module, "pytest_numcheck_register", None)
+        if hook is not None:
+            hook(registry=registry.Registrar("a pytest_numcheck_register hook"))
+
+
+def _import(name: str, file: str | None) -> Any:
+    if name in sys.modules:
+        return sys.modules[name]
+    if file is not None:
+        spec = importlib.util.spec_from_file_location(name, file)
+        if spec is not None and spec.loader is not None:
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+            return module
+    return importlib.import_module(name)
+
+
+def cuda_context_lost(device: str) -> bool:
+    """Whether this process's CUDA context is lost (a synchronize and an allocation fail)."""
+    if device != "cuda":
+        return False
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        torch.zeros(1, device="cuda").add_(1).item()
+    except Exception:
+        return True
+    return False
+
+
+def free_bytes(device: str) -> int | None:
+    """Bytes free on the device now: the GPU's (when its context still works), else the
+    machine's available memory."""
+    if device == "cuda":
+        import torch
+
+        try:
+            return int(torch.cuda.mem_get_info()[0])
+        except Exception:
+            return None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def run_job(worker: Worker, job: Job) -> tuple[tuple[Any, ...], bool]:
+    """Run one job; the answer to send, and whether this process must end after it."""
+    from numcheck.check import phase
+    from numcheck.check.aborted import CRASH, OOM, Aborted, bytes_asked, kind_of, root_error
+
+    try:
+        with phase.listening(lambda name: worker.send(("phase", name))):
+            value = job(worker)
+    except Exception as exc:  # every exception leaves this check; which ones end the worker
+        device = worker.setup.device
+        lost = cuda_context_lost(device)
+        kind = CRASH if lost else kind_of(exc)
+        if kind == CRASH and device == "cuda" and not lost:
+            kind = None  # a CUDA error that left the context working: an ordinary error
+        if kind is None:
+            return ("raised", _portable(exc)), False
+        details = []
+        if kind == OOM:
+            text = " ".join(f"{type(e).__name__}: {e}" for e in _chain(exc))
+            details = [f"asked:       {_bytes(bytes_asked(text))}",
+                       f"free:        {_bytes(free_bytes(device))} on {device}"]
+        return ("aborted", Aborted(kind, getattr(job, "check", "?"), phase.raised_in(exc),
+                                   root_error(exc), details)), True
+    return ("done", value, worker.regen_shipment()), False
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    from numcheck.check.aborted import chain
+
+    return chain(exc)
+
+
+def _bytes(n: int | None) -> str:
+    from numcheck.check.aborted import megabytes_text
+
+    return megabytes_text(n)
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling, else a RuntimeError with its text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+def send(conn: Connection, message: Any) -> None:
+    """Send ``message`` (tensors included) as torch.save's bytes: multiprocessing's own
+    pickler would share tensors' memory through a server that only processes of one
+    multiprocessing family can reach, and the plain pickle cannot rebuild every storage."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(message, buffer)
+    conn.send_bytes(buffer.getvalue())
+
+
+def receive(conn: Connection) -> Any:
+    """What :func:`send` sent (EOFError when the other side is gone)."""
+    import io
+
+    import torch
+
+    return torch.load(io.BytesIO(conn.recv_bytes()), weights_only=False)
+
+
+def serve(read: Connection, write: Connection) -> int:
+    """Read the setup, then jobs until told to stop or a job ends this process."""
+    setup: WorkerSetup = receive(read)
+    sys.path[:] = setup.sys_path
+    os.environ.update(setup.env)
+    try:
+        if setup.device == "cuda" and setup.device_index is not None:
+            import torch
+
+            torch.cuda.set_device(setup.device_index)
+        register(setup)
+        worker = Worker(setup, lambda message: send(write, message))
+    except BaseException as exc:
+        import traceback
+
+        send(write, ("failed", "".join(traceback.format_exception(exc)).strip()))
+        return 2
+    send(write, ("ready", os.getpid()))
+    while True:
+        try:
+            message = receive(read)
+        except EOFError:  # the parent is gone
+            return 0
+        if message[0] == "stop":
+            return 0
+        answer, end = run_job(worker, message[1])
+        send(write, answer)
+        if end:
+            return 3
+
+
+def main(argv: list[str]) -> int:
+    faulthandler.enable()  # a segfault prints the Python stack into the worker's log
+    # Whatever the checks print goes to the log (stdout and stderr), never to the socket.
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(argv[0])
+    conn = Connection(sock.detach())
+    return serve(conn, conn)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,277 @@
+"""Process isolation (numcheck/check/isolated.py): a check that crashes, hangs or runs out
+of memory fails alone, naming its phase; every other check gets the verdict it gets in a
+run without it. The crashers are tests/isolation_variants.py, run on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from numcheck.check import phase
+from numcheck.check.aborted import (
+    CRASH,
+    OOM,
+    Aborted,
+    bytes_asked,
+    exit_error,
+    kind_of,
+    root_error,
+)
+from numcheck.check.sanitizer import Sanitizer, parse_errors, parse_tools
+
+TESTS = Path(__file__).parent
+DATA = TESTS / "data"
+
+CASE = """
+[tiny-mhc]
+op = "mhc_pre"
+shape = {{ tokens = 8, hidden = 64 }}
+variants = [{variants}]
+
+[tiny-mhc-after]
+op = "mhc_pre"
+shape = {{ tokens = 4, hidden = 64 }}
+variants = ["honest"]
+"""
+
+CONFTEST = f"""
+import sys
+sys.path.insert(0, {str(TESTS)!r})
+import numcheck
+import isolation_variants as v
+
+def pytest_numcheck_register(registry):
+    for name in v.NAMES:
+        registry.add_variant("mhc_pre", numcheck.Variant(name, getattr(v, name), "bf16"))
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    monkeypatch.setenv("NUMCHECK_ISOLATE", "process")
+    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
+    pytester.makeconftest(CONFTEST)
+    (pytester.path / "cases").mkdir()
+    return pytester
+
+
+def write_case(project: pytest.Pytester, *variants: str) -> None:
+    listed = ", ".join(f'"{v}"' for v in variants)
+    (project.path / "cases" / "mhc.toml").write_text(CASE.format(variants=listed))
+    # The goldens, made by the reference's checks alone (the variants would fail).
+    assert project.runpytest("--numcheck", "--numcheck-regen", "-k", "fp32").ret == 0
+
+
+def records(path: Path) -> dict[str, dict[str, object]]:
+    return {f"{r['case']}::{r['variant']}": r for r in json.loads(path.read_text())["records"]}
+
+
+def test_checks_that_crash_or_run_out_of_memory_fail_alone(project: pytest.Pytester) -> None:
+    write_case(project, "exits", "segfault", "oom", "context_lost", "raises", "honest")
+    report = project.path / "r.json"
+    result = project.runpytest("--numcheck", "--numcheck-report", str(report))
+    result.assert_outcomes(passed=4, failed=5)
+    got = records(report)
+    kinds = {k: r["error_kind"] for k, r in got.items() if r["status"] == "error"}
+    assert kinds == {"tiny-mhc::exits": CRASH, "tiny-mhc::segfault": CRASH,
+                     "tiny-mhc::oom": OOM, "tiny-mhc::context_lost": CRASH,
+                     "tiny-mhc::raises": "VariantError"}
+    # Every check after a crash ran in a healthy worker and passed, as in a run without it.
+    assert got["tiny-mhc::honest"]["status"] == "pass"
+    assert got["tiny-mhc-after::honest"]["status"] == "pass"
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "numcheck CRASH mhc_pre::tiny-mhc::exits[[]cpu[]]",
+        "  phase:       first call",
+        "  error:       the worker process exited with status 3",
+        "  means:       the check's process died*",
+        "numcheck CRASH mhc_pre::tiny-mhc::segfault[[]cpu[]]",
+        "  error:       the worker process was killed by SIGSEGV",
+        "numcheck OOM mhc_pre::tiny-mhc::oom[[]cpu[]]",
+        "  phase:       first call",
+        "  asked:       4611686018.43 GB (4611686018427387904 bytes)",
+        "  free:        * on cpu",
+        "numcheck CRASH mhc_pre::tiny-mhc::context_lost[[]cpu[]]",
+        "  error:       RuntimeError: CUDA error: an illegal memory access was encountered*",
+    ])
+    # The segfault's Python stack, from the worker's log, points at the variant.
+    assert "isolation_variants.py" in out and "in segfault" in out
+    assert "reproduce:   pytest --numcheck --numcheck-device cpu" in out
+
+
+def test_a_check_that_never_returns_times_out_and_the_run_goes_on(
+        project: pytest.Pytester) -> None:
+    write_case(project, "hangs", "honest")
+    report = project.path / "r.json"
+    result = project.runpytest("--numcheck", "--numcheck-timeout=3",
+                               "--numcheck-timeout-first-call=3", "--numcheck-report",
+                               str(report))
+    result.assert_outcomes(passed=4, failed=1)
+    result.stdout.fnmatch_lines([
+        "numcheck TIMEOUT mhc_pre::tiny-mhc::hangs[[]cpu[]]",
+        "  phase:       first call",
+        "  error:       its first call ran past its time limit: * s of 3 s *",
+    ])
+    got = records(report)
+    assert got["tiny-mhc::hangs"]["error_kind"] == "TIMEOUT"
+    assert got["tiny-mhc-after::honest"]["status"] == "pass"
+    # The summary and the report were written: the run reached its end.
+    result.stdout.fnmatch_lines(["*numcheck summary*"])
+
+
+@pytest.mark.slow
+def test_a_first_call_has_its_own_time_allowance(project: pytest.Pytester,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLOW_FIRST_CALL_S", "6")
+    write_case(project, "slow_first_call")
+    # 6 s of compile against a check limit of 4 s: within the first call's 60 s.
+    ok = project.runpytest("--numcheck", "--numcheck-timeout=4",
+                           "--numcheck-timeout-first-call=60")
+    ok.assert_outcomes(passed=4)
+    # The same first call against an allowance of 2 s.
+    late = project.runpytest("--numcheck", "--numcheck-timeout=60",
+                             "--numcheck-timeout-first-call=2")
+    late.assert_outcomes(passed=3, failed=1)
+    late.stdout.fnmatch_lines(["numcheck TIMEOUT mhc_pre::tiny-mhc::slow_first_call[[]cpu[]]",
+                               "  phase:       first call"])
+
+
+def test_checks_run_in_a_worker_process_unless_isolation_is_off(
+        project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    where = project.path / "pid"
+    monkeypatch.setenv("WHERE_FILE", str(where))
+    write_case(project, "where")
+    project.runpytest("--numcheck").assert_outcomes(passed=4)
+    assert int(where.read_text()) != os.getpid()
+    project.runpytest("--numcheck", "--numcheck-isolate=off").assert_outcomes(passed=4)
+    assert int(where.read_text()) == os.getpid()
+    # The ini key, then the environment, set the default.
+    project.makeini("[pytest]\naddopts = --numcheck-device cpu\nnumcheck_isolate = off\n")
+    project.runpytest("--numcheck").assert_outcomes(passed=4)
+    assert int(where.read_text()) == os.getpid()
+
+
+@pytest.mark.slow
+def test_under_xdist_each_bad_check_fails_alone(project: pytest.Pytester) -> None:
+    write_case(project, "exits", "oom", "context_lost", "honest")
+    report = project.path / "r.json"
+    result = project.runpytest_subprocess("--numcheck", "-n", "2", "-p", "xdist",
+                                          "--numcheck-report", str(report))
+    result.assert_outcomes(passed=4, failed=3)
+    kinds = {k: r.get("error_kind") for k, r in records(report).items()}
+    assert kinds["tiny-mhc::exits"] == CRASH and kinds["tiny-mhc::oom"] == OOM
+    assert records(report)["tiny-mhc-after::honest"]["status"] == "pass"
+
+
+def test_calibration_runs_in_the_worker_and_a_crash_fails_alone(
+        project: pytest.Pytester) -> None:
+    write_case(project, "honest", "exits")
+    result = project.runpytest("--numcheck", "--numcheck-calibrate=2", "-k", "tiny-mhc and not after")
+    result.stdout.fnmatch_lines(["numcheck CRASH mhc_pre::tiny-mhc::exits[[]cpu[]]"])
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed") == 1 and outcomes.get("passed", 0) >= 2
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--numcheck-timeout=-1"], "--numcheck-timeout: expected seconds >= 0"),
+    (["--numcheck-isolate=off", "--numcheck-timeout=5"],
+     "--numcheck-timeout ends a check that runs too long by ending its worker process"),
+    (["--numcheck-sanitize=bogus"], "unknown tool(s) ['bogus']"),
+    (["--numcheck-isolate=off", "--numcheck-sanitize"], "--numcheck-sanitize runs each check"),
+])
+def test_bad_isolation_options_are_usage_errors(project: pytest.Pytester, args: list[str],
+                                                message: str) -> None:
+    write_case(project, "honest")
+    result = project.runpytest("--numcheck", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+
+
+def test_a_bad_isolate_value_in_the_environment_names_it(project: pytest.Pytester,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    write_case(project, "honest")
+    monkeypatch.setenv("NUMCHECK_ISOLATE", "threads")
+    result = project.runpytest("--numcheck")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "$NUMCHECK_ISOLATE = 'threads': not a place to run checks" in result.stderr.str()
+
+
+def test_sanitize_on_the_cpu_skips_with_its_reason(project: pytest.Pytester) -> None:
+    write_case(project, "honest")
+    result = project.runpytest("--numcheck", "--numcheck-sanitize=memcheck", "-rs")
+    result.assert_outcomes(skipped=4)
+    result.stdout.fnmatch_lines(["*compute-sanitizer checks CUDA kernels*on the CPU*"])
+
+
+# -- the pure parts ------------------------------------------------------------------------
+
+
+def test_the_kind_of_an_exception_reads_its_whole_chain() -> None:
+    try:
+        try:
+            raise RuntimeError("CUDA error: device-side assert triggered")
+        except RuntimeError as inner:
+            raise ValueError("variant 'x' raised") from inner
+    except ValueError as exc:
+        assert kind_of(exc) == CRASH
+        assert root_error(exc) == "RuntimeError: CUDA error: device-side assert triggered"
+    assert kind_of(MemoryError("DefaultCPUAllocator: can't allocate memory")) == OOM
+    assert kind_of(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")) == OOM
+    assert kind_of(ValueError("shape mismatch")) is None
+
+
+def test_bytes_asked_and_exit_statuses_read_as_the_failure_shows_them() -> None:
+    assert bytes_asked("Tried to allocate 2.00 GiB. GPU 0 has a total capacity") == 2 * 2**30
+    assert bytes_asked("you tried to allocate 4611686018427387904 bytes") == 2**62
+    assert bytes_asked("no figure here") is None
+    assert exit_error(-11) == "the worker process was killed by SIGSEGV"
+    assert exit_error(3) == "the worker process exited with status 3"
+
+
+def test_phases_nest_and_a_listener_hears_each() -> None:
+    heard: list[str] = []
+    with phase.listening(heard.append):
+        with phase.span("numerics seed 0"):
+            with phase.span("first call"):
+                assert phase.current() == "first call"
+            assert phase.current() == "numerics seed 0"
+    assert heard == ["numerics seed 0", "first call", "numerics seed 0"]
+    assert phase.current() == ""
+
+
+def test_aborted_lines_name_kind_check_phase_error_and_meaning() -> None:
+    lines = Aborted(CRASH, "op::case::v[cuda]", "timing", "boom", ["x: y"]).lines()
+    assert lines[0] == "numcheck CRASH op::case::v[cuda]"
+    assert lines[1:3] == ["  phase:       timing", "  error:       boom"]
+    assert lines[3].startswith("  means:       the check's process died or its CUDA context")
+    assert lines[4] == "  x: y"
+
+
+def test_a_memcheck_report_gives_each_error_with_its_kernel_and_access() -> None:
+    errors = parse_errors((DATA / "memcheck_oob_read.log").read_text())
+    assert errors == [
+        "Invalid __global__ read of size 4 bytes at oob_read_kernel+0x1b0 by thread "
+        "(127,0,0) in block (7,0,0): Address 0x7f6510c00400 is out of bounds",
+        'Program hit cudaErrorLaunchFailure (error 719) due to "unspecified launch failure" '
+        "on CUDA API call to cudaDeviceSynchronize",
+    ]
+    assert parse_errors("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n") == []
+    # A summary that counts errors this parser has no record of never reads as clean.
+    assert parse_errors("========= ERROR SUMMARY: 3 errors\n") == [
+        "3 error(s) in the report (see the log)"]
+
+
+def test_sanitizer_tools_and_command() -> None:
+    assert parse_tools(None) == ("memcheck",)
+    assert parse_tools("memcheck,racecheck") == ("memcheck", "racecheck")
+    with pytest.raises(ValueError, match="known: memcheck, racecheck, initcheck, synccheck"):
+        parse_tools("memchek")
+    s = Sanitizer("/usr/local/cuda/bin/compute-sanitizer", ("memcheck",))
+    cmd = s.command("memcheck", Path("/tmp/l.log"))
+    assert cmd[:3] == ["/usr/local/cuda/bin/compute-sanitizer", "--tool", "memcheck"]
+    assert "--log-file" in cmd and s.env == {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+    assert s.errors("memcheck", Path("/nonexistent/x.log")) == [
+        "memcheck: no report was written (/nonexistent/x.log)"]
