@@ -141,8 +141,10 @@ def verdict(record: dict[str, Any]) -> str:
     """A report record's verdict, as the table shows it."""
     status = str(record.get("status", "")).lower()
     if status == "error":
+        # Exactly the isolated run's kinds: "crash" (lower case) is pytest-xdist's record of a
+        # worker that died with its checks, which isolation exists to prevent.
         kind = str(record.get("error_kind") or "")
-        return kind.upper() if kind.upper() in ERROR_KINDS else f"ERROR:{kind or '?'}"
+        return kind if kind in ERROR_KINDS else f"ERROR:{kind or '?'}"
     return status.upper() or "?"
 
 

@@ -24,7 +24,9 @@ def test_a_record_reads_as_its_verdict() -> None:
     assert iso.verdict({"status": "pass"}) == "PASS"
     assert iso.verdict({"status": "skip", "reason": "variant 'x' runs on cuda only"}) == "SKIP"
     assert iso.verdict({"status": "error", "error_kind": "TIMEOUT"}) == "TIMEOUT"
-    assert iso.verdict({"status": "error", "error_kind": "crash"}) == "CRASH"
+    assert iso.verdict({"status": "error", "error_kind": "CRASH"}) == "CRASH"
+    # pytest-xdist's record of a worker that died: no isolated run's verdict
+    assert iso.verdict({"status": "error", "error_kind": "crash"}) == "ERROR:crash"
     assert iso.verdict({"status": "error", "error_kind": "GoldenMissing"}) == "ERROR:GoldenMissing"
 
 
