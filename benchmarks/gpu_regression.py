@@ -40,6 +40,8 @@ minutes on one H200):
     --steps env,install,bench,fidelity,fused            the perf cases timed, checked twice
     --steps env,install,speed-evidence,speed-xdist      the speed gate's fresh-run evidence
     --steps env,install,liger-install,liger,liger-times examples/liger_mhc on CUDA
+    --steps env,install,isolation                      crash isolation: examples/crashing_kernels
+                                                        serially, with -n 2 and under memcheck
     --steps env,install,fp8-real,fp8-families,fp8-catch,fp8-casts,fp8-casts-perf
                                                         FP8 and FP4: the real kernels'
                                                         verdicts, families, planted bugs
@@ -516,6 +518,27 @@ def _judge_html(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
                                                           if missing else ""))
 
 
+def _judge_isolation(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+                     text: str) -> tuple[bool, str]:
+    """benchmarks/isolation_runs.py: ok when it exits 0 (every check's verdict in every mode
+    the expected one); its table printed, the verdicts that are off named."""
+    path = run.work / "isolation" / "isolation_runs.json"
+    if not path.is_file():
+        return False, f"rc {rc}, isolation/isolation_runs.json not written: {_tail(text)}"
+    data = json.loads(path.read_text())
+    print((run.work / "isolation" / "isolation_runs.txt").read_text().strip())
+    rows = [row for r in data["runs"] for row in r["rows"]]
+    off = [f"{row['mode']} {row['check']}: {row['verdict']} (want {row['expected']})"
+           for row in rows if not row["ok"]]
+    modes = ", ".join(f"{r['mode']} {r['wall_s']:.0f}s" for r in data["runs"])
+    detail = f"rc {rc}: {len(rows)} verdicts ({modes}), {len(off)} off"
+    if off:
+        detail += "; " + "; ".join(off[:3])
+    if data.get("notes"):
+        detail += "; " + "; ".join(data["notes"])
+    return rc == 0 and not off, detail
+
+
 def _judge_bench(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
                  text: str) -> tuple[bool, str]:
     ok, detail = _judge_report("bench-report.json")(run, extra, opts, rc, text)
@@ -658,6 +681,13 @@ EXTRAS: tuple[Extra, ...] = (
     Extra("example", "examples/my_kernels' gate on CUDA (docs/extending.md's end state)", 60,
           lambda o, w: _pytest("--numcheck", "--numcheck-device", o.device, "-q"),
           _judge_rc, cwd="examples/my_kernels"),
+    Extra("isolation", "crash isolation: examples/crashing_kernels' crashing, hanging, OOM and "
+          "out-of-bounds variants serially, with -n 2 and (CUDA, compute-sanitizer found) "
+          "under --numcheck-sanitize=memcheck, each check's verdict against the expected one "
+          "(benchmarks/isolation_runs.py)", 150,
+          lambda o, w: _bench("isolation_runs.py", "--device", o.device, "--out",
+                              str(w / "isolation"), "--run-timeout-s", "120"),
+          _judge_isolation),
     Extra("bench", "the perf cases with pytest-benchmark's JSON and its table "
           "(benchmarks/perf_table.py)", 250,
           lambda o, w: _pytest("--numcheck", "--numcheck-perf", "--numcheck-device", o.device,

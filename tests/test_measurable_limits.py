@@ -208,7 +208,8 @@ def test_other_limits_that_would_gate_nothing(tmp_path: Path, body: str, key: st
 def test_the_shipped_cases_and_the_examples_load() -> None:
     assert load_cases(ROOT / "cases")
     for example, module in (("my_kernels", "my_kernels.numcheck_ops"),
-                            ("liger_mhc", "liger_mhc.numcheck_ops")):
+                            ("liger_mhc", "liger_mhc.numcheck_ops"),
+                            ("crashing_kernels", "crashing_kernels.numcheck_ops")):
         folder = ROOT / "examples" / example
         sys.path.insert(0, str(folder))
         try:
