@@ -684,9 +684,11 @@ EXTRAS: tuple[Extra, ...] = (
     Extra("isolation", "crash isolation: examples/crashing_kernels' crashing, hanging, OOM and "
           "out-of-bounds variants serially, with -n 2 and (CUDA, compute-sanitizer found) "
           "under --numcheck-sanitize=memcheck, each check's verdict against the expected one "
-          "(benchmarks/isolation_runs.py)", 150,
+          "(benchmarks/isolation_runs.py; on CUDA also the shipped fused mHC kernel under "
+          "memcheck)", 300,
           lambda o, w: _bench("isolation_runs.py", "--device", o.device, "--out",
-                              str(w / "isolation"), "--run-timeout-s", "120"),
+                              str(w / "isolation"), "--run-timeout-s", "150",
+                              *(["--shipped"] if o.device == "cuda" else [])),
           _judge_isolation),
     Extra("bench", "the perf cases with pytest-benchmark's JSON and its table "
           "(benchmarks/perf_table.py)", 250,
