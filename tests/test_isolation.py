@@ -269,9 +269,39 @@ def test_sanitizer_tools_and_command() -> None:
     assert parse_tools("memcheck,racecheck") == ("memcheck", "racecheck")
     with pytest.raises(ValueError, match="known: memcheck, racecheck, initcheck, synccheck"):
         parse_tools("memchek")
-    s = Sanitizer("/usr/local/cuda/bin/compute-sanitizer", ("memcheck",))
+    s = Sanitizer("/nonexistent/compute-sanitizer", ("memcheck",))
     cmd = s.command("memcheck", Path("/tmp/l.log"))
-    assert cmd[:3] == ["/usr/local/cuda/bin/compute-sanitizer", "--tool", "memcheck"]
+    assert cmd[:3] == ["/nonexistent/compute-sanitizer", "--tool", "memcheck"]
+    assert "--padding" not in cmd  # only where the tool's --help lists it
     assert "--log-file" in cmd and s.env == {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
     assert s.errors("memcheck", Path("/nonexistent/x.log")) == [
         "memcheck: no report was written (/nonexistent/x.log)"]
+
+
+def test_a_closed_cast_ledger_travels_without_its_tensors_and_still_reads() -> None:
+    import torch
+
+    from numcheck.check.worker import receive, send
+    from numcheck.overhead.casts import CastLedger
+
+    x = torch.randn(64, 32)
+    with CastLedger(inputs={"x": x}) as ledger:
+        x.to(torch.bfloat16)
+    assert ledger.entries
+    r, w = __import__("multiprocessing").Pipe(duplex=False)
+    send(w, ledger)
+    back = receive(r)
+    assert back.input_passes() == ledger.input_passes() and back.input_passes()["x"] > 0
+    assert back.input_bytes("x") == 64 * 32 * 4
+    assert back.inputs["x"].device.type == "meta"  # no data travelled
+
+
+def test_memcheck_pads_allocations_where_the_tool_can(tmp_path: Path) -> None:
+    """A read one element past a tensor's end lands in the next allocation unless each has
+    padding after it: where compute-sanitizer lists --padding, memcheck runs with it."""
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text("#!/bin/sh\necho '  --padding arg   Size of the padding buffer'\n")
+    fake.chmod(0o755)
+    cmd = Sanitizer(str(fake), ("memcheck",)).command("memcheck", tmp_path / "l.log")
+    assert cmd[cmd.index("--padding") + 1] == "512"
+    assert "--padding" not in Sanitizer(str(fake)).command("racecheck", tmp_path / "l.log")

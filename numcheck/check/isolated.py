@@ -144,7 +144,7 @@ class _Process:
             self.kill()
             return
         try:
-            send(self.conn, ("stop",))
+            send(self.conn, ("stop",), plain=True)
         except OSError:
             pass
         try:

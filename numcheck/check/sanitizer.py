@@ -15,9 +15,11 @@ Pure apart from finding the executable: the log's parser is tested on recorded l
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +69,8 @@ class Sanitizer:
     executable: str
     tools: tuple[str, ...] = DEFAULT_TOOLS
     shown: int = SHOWN
+    #: Bytes of padding after each allocation under memcheck (where the tool has the option).
+    padding: int = 512
     env: dict[str, str] = field(default_factory=lambda: {
         "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
 
@@ -76,6 +80,10 @@ class Sanitizer:
                "--print-limit", "100", "--target-processes", "all"]
         if tool == "memcheck":
             cmd += ["--leak-check", "no"]
+            if self.padding and supports(self.executable, "--padding"):
+                # A buffer after every allocation: a read just past a tensor's end lands in
+                # it (reported) instead of in the next allocation (not an error).
+                cmd += ["--padding", str(self.padding)]
         return cmd
 
     def errors(self, tool: str, log: Path) -> list[str]:
@@ -85,6 +93,17 @@ class Sanitizer:
         except OSError:
             return [f"{tool}: no report was written ({log})"]
         return [f"{tool}: {e}" for e in parse_errors(text)]
+
+
+@functools.cache
+def supports(executable: str, option: str) -> bool:
+    """Whether ``executable --help`` lists ``option`` (asked once per run)."""
+    try:
+        out = subprocess.run([executable, "--help"], capture_output=True, text=True,
+                             timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return option in out.stdout + out.stderr
 
 
 def parse_errors(text: str) -> list[str]:

@@ -57,7 +57,7 @@ class WorkerSetup:
 class Worker:
     """This process's executor, caches and connection to the parent."""
 
-    def __init__(self, setup: WorkerSetup, send: Callable[[tuple[Any, ...]], None]) -> None:
+    def __init__(self, setup: WorkerSetup, send: Callable[..., None]) -> None:
         from numcheck.check.case_cache import CaseCache
         from numcheck.check.executor import InProcess
         from numcheck.perf.sections import DeviceSections
@@ -68,7 +68,7 @@ class Worker:
         self.sections = DeviceSections(setup.device, enabled=setup.sections_enabled)
         self.executor = InProcess(
             self.cases, gates=setup.gates, explain=setup.explain, sections=self.sections,
-            progress=lambda line: send(("progress", line)),
+            progress=lambda line: send(("progress", line), True),
             first_call_note_s=setup.first_call_note_s, obtained_dir=setup.obtained_dir,
             root=setup.root)
         #: What jobs keep between calls (a calibration's references, say), by their key.
@@ -154,7 +154,7 @@ def run_job(worker: Worker, job: Job) -> tuple[tuple[Any, ...], bool]:
     from numcheck.check.aborted import CRASH, OOM, Aborted, bytes_asked, kind_of, root_error
 
     try:
-        with phase.listening(lambda name: worker.send(("phase", name))):
+        with phase.listening(lambda name: worker.send(("phase", name), True)):
             value = job(worker)
     except Exception as exc:  # every exception leaves this check; which ones end the worker
         device = worker.setup.device
@@ -195,26 +195,35 @@ def _portable(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
-def send(conn: Connection, message: Any) -> None:
-    """Send ``message`` (tensors included) as torch.save's bytes: multiprocessing's own
-    pickler would share tensors' memory through a server that only processes of one
-    multiprocessing family can reach, and the plain pickle cannot rebuild every storage."""
+def send(conn: Connection, message: Any, *, plain: bool = False) -> None:
+    """Send ``message``: a ``plain`` one (strings and numbers: a phase, a progress line) by
+    pickle, anything else (results: tensors, a cast ledger) as torch.save's bytes, because
+    multiprocessing's own pickler would share tensors' memory through a server that only
+    processes of one multiprocessing family can reach, and the plain pickle cannot rebuild
+    every storage. The first byte says which."""
+    if plain:
+        conn.send_bytes(b"P" + pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+        return
     import io
 
     import torch
 
-    buffer = io.BytesIO()
+    buffer = io.BytesIO(b"T")
+    buffer.seek(1)
     torch.save(message, buffer)
     conn.send_bytes(buffer.getvalue())
 
 
 def receive(conn: Connection) -> Any:
     """What :func:`send` sent (EOFError when the other side is gone)."""
+    data = conn.recv_bytes()
+    if data[:1] == b"P":
+        return pickle.loads(data[1:])
     import io
 
     import torch
 
-    return torch.load(io.BytesIO(conn.recv_bytes()), weights_only=False)
+    return torch.load(io.BytesIO(data[1:]), weights_only=False)
 
 
 def serve(read: Connection, write: Connection) -> int:
@@ -228,13 +237,13 @@ def serve(read: Connection, write: Connection) -> int:
 
             torch.cuda.set_device(setup.device_index)
         register(setup)
-        worker = Worker(setup, lambda message: send(write, message))
+        worker = Worker(setup, lambda message, plain=False: send(write, message, plain=plain))
     except BaseException as exc:
         import traceback
 
         send(write, ("failed", "".join(traceback.format_exception(exc)).strip()))
         return 2
-    send(write, ("ready", os.getpid()))
+    send(write, ("ready", os.getpid()), plain=True)
     while True:
         try:
             message = receive(read)

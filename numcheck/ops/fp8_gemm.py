@@ -255,8 +255,10 @@ def torchao_block(x: torch.Tensor, w: torch.Tensor, *, record: bool = True
     # for mHC's 24-row projection): zeros fill the last blocks, which changes no block's
     # largest magnitude, so no scale, and adds nothing to any product; sliced off after.
     pk, pn = -k % 128, -n % 128
-    xb = F.pad(x.to(torch.bfloat16), (0, pk)).contiguous()
-    wb = F.pad(w.to(torch.bfloat16), (0, pk, 0, pn)).contiguous()
+    # Padded only where a dimension needs it: a pad of nothing is still a copy of W.
+    xb = (F.pad(x.to(torch.bfloat16), (0, pk)) if pk else x.to(torch.bfloat16)).contiguous()
+    wb = w.to(torch.bfloat16)
+    wb = (F.pad(wb, (0, pk, 0, pn)) if pk or pn else wb).contiguous()
     xq, xs = fp8_blockwise_act_quant(xb, 128)
     wq, ws = fp8_blockwise_weight_quant(wb, 128)
     y = blockwise_fp8_gemm(xq, xs, wq, ws, 128)

@@ -345,7 +345,9 @@ class CastLedger:
         """What the ledger says, without the tensors and storages it watched: a closed
         ledger travels from a worker process to the run (numcheck.check.isolated)."""
         state = dict(self.__dict__)
-        state["inputs"] = {}
+        # Shapes and dtypes kept (input_bytes reads them), data dropped.
+        state["inputs"] = {name: t.detach().to("meta") if isinstance(t, torch.Tensor) else t
+                           for name, t in self.inputs.items()}
         for name in ("_input_storages", "_input_copies", "_copy_values", "_origins", "_seen"):
             state[name] = {}
         state["_mode"] = None
