@@ -305,3 +305,73 @@ def test_memcheck_pads_allocations_where_the_tool_can(tmp_path: Path) -> None:
     cmd = Sanitizer(str(fake), ("memcheck",)).command("memcheck", tmp_path / "l.log")
     assert cmd[cmd.index("--padding") + 1] == "512"
     assert "--padding" not in Sanitizer(str(fake)).command("racecheck", tmp_path / "l.log")
+
+
+FAKE_SANITIZER = """#!/bin/sh
+# A stand-in for compute-sanitizer: writes REPORT to --log-file, then runs the command.
+log=""
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --log-file) log="$2"; shift 2 ;;
+    --*) shift 2 ;;
+    *) break ;;
+  esac
+done
+cp "{report}" "$log"
+exec "$@"
+"""
+
+
+@pytest.mark.parametrize(("variant", "report", "verdict"), [
+    ("honest", "memcheck_oob_read.log", "SANITIZER"),
+    ("context_lost", "memcheck_oob_read.log", "SANITIZER"),  # memcheck stopped the kernel
+    ("context_lost", "memcheck_clean.log", "CRASH"),
+    ("honest", "memcheck_clean.log", None),
+])
+def test_a_sanitized_check_fails_on_the_tool_s_errors_even_when_its_kernel_then_crashed(
+        tmp_path: Path, variant: str, report: str, verdict: str | None) -> None:
+    import sys
+
+    from numcheck.cases import load_case_file
+    from numcheck.check.aborted import CheckAborted
+    from numcheck.check.case_cache import CaseCache
+    from numcheck.check.executor import CheckRequest
+    from numcheck.check.isolated import Isolated
+    from numcheck.check.worker import WorkerSetup
+
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text(FAKE_SANITIZER.format(report=DATA / report))
+    fake.chmod(0o755)
+    hook = tmp_path / "register_crashers.py"
+    hook.write_text(CONFTEST)
+    (tmp_path / "mhc.toml").write_text(CASE.format(variants=f'"{variant}"'))
+    import isolation_variants as v
+
+    import numcheck
+    from numcheck.ops import registry
+
+    with registry.isolated():  # the worker registers them from the hook's module
+        for name in {variant, "honest"}:
+            registry.Registrar("test").add_variant(
+                "mhc_pre", numcheck.Variant(name, getattr(v, name), "bf16"))
+        case = load_case_file(tmp_path / "mhc.toml")[0]
+
+    def setup() -> WorkerSetup:
+        return WorkerSetup(list(sys.path), [("register_crashers", str(hook))], "cpu", None,
+                           tmp_path / "goldens", True, frozenset(), False, False, 5.0,
+                           tmp_path / "obtained", tmp_path)
+
+    iso = Isolated(setup, cases=CaseCache(tmp_path / "goldens", "cpu"),
+                   sanitizer=Sanitizer(str(fake), ("memcheck",)))
+    try:
+        request = CheckRequest(case, variant, "cpu", regen_hint="regen")
+        if verdict is None:
+            assert iso(request).passed
+            return
+        with pytest.raises(CheckAborted) as err:
+            iso(request)
+    finally:
+        iso.close()
+    assert err.value.aborted.kind == verdict
+    if verdict == "SANITIZER":
+        assert "Invalid __global__ read of size 4 bytes at oob_read_kernel" in str(err.value)

@@ -366,7 +366,14 @@ class Isolated:
                 self.aborted += 1
             if answer[0] == "aborted":
                 aborted = answer[1]
-                aborted.details += errors
+                if errors:
+                    # memcheck stops a kernel at its first bad access, and the launch then
+                    # fails: the access is the finding, the crash its consequence.
+                    raise CheckAborted(Aborted(
+                        SANITIZER, check, aborted.phase,
+                        f"{len(errors)} error(s) from compute-sanitizer ({tool}), which "
+                        f"stopped the kernel ({aborted.kind}: {aborted.error}); the first:",
+                        errors[: self.sanitizer.shown]))
                 raise CheckAborted(aborted)
             if answer[0] == "raised":
                 raise answer[1]
