@@ -83,12 +83,19 @@ def test_scaled_mm_pads_to_cublas_tiles_and_stays_within_its_bound(
     assert numcheck.compare_to_simulated(y.float(), qa, qb, accumulation, quant.out).passed
 
 
+def _on_kernel_device(q: numcheck.Quantized) -> numcheck.Quantized:
+    """A Triton kernel runs on the GPU where there is one (under the interpreter, on the
+    CPU, only without one): its operands go there."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return numcheck.Quantized(q.values.to(device), q.scales.to(device), q.scheme)
+
+
 @pytest.mark.parametrize("out", ["fp32", "bf16"])
 def test_the_block_scaled_triton_kernel_is_an_honest_kernel_of_deepseeks_recipe(out: str) -> None:
     pytest.importorskip("triton", reason="triton not installed: pip install 'numcheck[fused]'")
     quant = GemmQuant(DEEPSEEK_ACT, DEEPSEEK_WEIGHT, PROMOTED_128, out)
     for m, n, k in ((8, 200, 300), (70, 130, 256)):  # ragged blocks, several tiles
-        qa, qb = _operands(quant, m, n, k)
+        qa, qb = map(_on_kernel_device, _operands(quant, m, n, k))
         y = quant_gemm(qa, qb, quant, "triton_block", record=False)
         assert y.dtype == quant.out
         assert numcheck.compare_to_simulated(y.float(), qa, qb, PROMOTED_128, quant.out).passed
@@ -97,7 +104,7 @@ def test_the_block_scaled_triton_kernel_is_an_honest_kernel_of_deepseeks_recipe(
 def test_tl_dot_on_e4m3_is_an_unpromoted_kernel() -> None:
     pytest.importorskip("triton", reason="triton not installed: pip install 'numcheck[fused]'")
     quant = GemmQuant(FP8_ROW, FP8_ROW, FAST_ACCUMULATION, "fp32")
-    qa, qb = _operands(quant, 8, 70, 256)
+    qa, qb = map(_on_kernel_device, _operands(quant, 8, 70, 256))
     y = quant_gemm(qa, qb, quant, "triton", record=False)
     assert numcheck.compare_to_simulated(y, qa, qb, FAST_ACCUMULATION, torch.float32).passed
 

@@ -5,6 +5,8 @@ be wrong, each with the fix."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import hashlib
 import json
 from pathlib import Path
@@ -243,6 +245,9 @@ planted.register_all()
 """
 
 
+@pytest.mark.skipif(importlib.util.find_spec("tomlkit") is None,
+                    reason="tomlkit (the calibrate extra) writes case files: "
+                    "pip install 'numcheck[calibrate]'")
 def test_record_calibrate_regenerate_gate_from_a_running_model(
         pytester: pytest.Pytester) -> None:
     """The whole workflow on a model built here: record two calls of its mHC module,
