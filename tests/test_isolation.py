@@ -376,5 +376,27 @@ def test_a_sanitized_check_fails_on_the_tool_s_errors_even_when_its_kernel_then_
     finally:
         iso.close()
     assert err.value.aborted.kind == verdict
+    assert err.value.aborted.check == f"mhc_pre::tiny-mhc::{variant}[cpu]"
     if verdict == "SANITIZER":
         assert "Invalid __global__ read of size 4 bytes at oob_read_kernel" in str(err.value)
+
+
+def test_the_first_call_has_its_own_allowance_and_the_rest_count_together() -> None:
+    """The time limits on a fake clock: the check's limit counts every phase outside the
+    first call together; the first call counts against its own."""
+    from numcheck.check.isolated import Limits, TimeUsed
+
+    used = TimeUsed(Limits(check_s=10, first_call_s=100), now=0.0)
+    used.enter("prepare", 2.0)  # 2 s of golden and inputs
+    used.enter("first call", 5.0)  # 3 s of preparing: 5 s of the check's 10 used
+    assert used.remaining(50.0) == 55.0  # 45 s compiling, of 100
+    used.enter("numerics seed 0", 60.0)
+    assert used.remaining(60.0) == 5.0  # the first call's 55 s count nowhere else
+    assert used.remaining(66.0) == -1.0
+    assert used.overrun(66.0) == ("the check ran past its time limit: 11.0 s of 10 s "
+                                  "(limits: 10 s (first call: 100 s))")
+    first = TimeUsed(Limits(check_s=10, first_call_s=3), now=0.0)
+    first.enter("first call", 1.0)
+    assert first.remaining(4.5) == -0.5
+    assert first.overrun(4.5).startswith("its first call ran past its time limit: 3.5 s of 3 s")
+    assert TimeUsed(Limits(), now=0.0).remaining(1e9) is None  # no limits: wait forever

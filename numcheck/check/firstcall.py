@@ -55,7 +55,7 @@ class FirstCallWatch:
         self._phase: Any = None
 
     def __enter__(self) -> Self:
-        self._phase = phase.span("first call")
+        self._phase = phase.span(phase.FIRST_CALL)
         self._phase.__enter__()
         self._start = self.clock()
         if self.progress is not None:

@@ -34,14 +34,13 @@ from numcheck.check.aborted import CRASH, SANITIZER, TIMEOUT, Aborted, CheckAbor
 from numcheck.check.case_cache import CaseCache
 from numcheck.check.executor import CheckRequest
 from numcheck.check.firstcall import Progress
-from numcheck.check.result import CheckResult
+from numcheck.check.phase import FIRST_CALL
+from numcheck.check.result import CheckResult, display_id
 from numcheck.check.sanitizer import Sanitizer
 from numcheck.check.worker import Worker, WorkerSetup, receive, send
 
 #: Seconds a new worker may take to import torch and register the variants.
 BOOT_LIMIT_S = 600.0
-#: The phase of the variant's first call (its own time allowance).
-FIRST_CALL = "first call"
 #: Lines of a dead worker's log the failure shows.
 LOG_TAIL = 12
 
@@ -64,15 +63,57 @@ class Limits:
         return f"{s(self.check_s)} (first call: {s(self.first_call_s)})"
 
 
+#: Where a check's time limits are set, under a TIMEOUT.
+LIMITS_LINE = ("limits:      --numcheck-timeout and --numcheck-timeout-first-call "
+               "(ini numcheck_timeout, numcheck_timeout_first_call)")
+
+
+class TimeUsed:
+    """A check's time against its :class:`Limits`, phase by phase: the first call against
+    its own allowance, every other phase against the check's limit together. Pure: the
+    caller gives the clock's readings."""
+
+    def __init__(self, limits: Limits, now: float) -> None:
+        self.limits = limits
+        self.phase = ""
+        self._start = now
+        #: Seconds outside the first call, before the current phase.
+        self._spent = 0.0
+
+    @property
+    def in_first_call(self) -> bool:
+        return self.phase == FIRST_CALL
+
+    @property
+    def limit(self) -> float | None:
+        return self.limits.first_call_s if self.in_first_call else self.limits.check_s
+
+    def enter(self, phase: str, now: float) -> None:
+        if not self.in_first_call:
+            self._spent += now - self._start
+        self.phase, self._start = phase, now
+
+    def used(self, now: float) -> float:
+        """Seconds counted against the current phase's limit."""
+        return now - self._start + (0.0 if self.in_first_call else self._spent)
+
+    def remaining(self, now: float) -> float | None:
+        """Seconds left under the current phase's limit (None: no limit)."""
+        limit = self.limit
+        return None if limit is None else limit - self.used(now)
+
+    def overrun(self, now: float) -> str:
+        """The TIMEOUT's error line."""
+        what = "its first call" if self.in_first_call else "the check"
+        return (f"{what} ran past its time limit: {self.used(now):.1f} s of {self.limit:g} s "
+                f"(limits: {self.limits.describe()})")
+
+
 @dataclass(frozen=True)
 class CheckJob:
     """Run one check in the worker with its executor."""
 
     request: CheckRequest
-
-    @property
-    def check(self) -> str:
-        return self.request.case.id + "::" + self.request.variant + f"[{self.request.device}]"
 
     def __call__(self, worker: Worker) -> CheckResult:
         from dataclasses import replace
@@ -163,12 +204,13 @@ class _Process:
                 pass
         Path(self.address).unlink(missing_ok=True)
 
-    def tail(self, n: int = LOG_TAIL) -> list[str]:
+    def lines(self) -> list[str]:
+        """The log's non-empty lines (none when it cannot be read)."""
         try:
-            lines = self.log.read_text(errors="replace").splitlines()
+            return [line for line in self.log.read_text(errors="replace").splitlines()
+                    if line.strip()]
         except OSError:
             return []
-        return [line for line in lines if line.strip()][-n:]
 
 
 class Isolated:
@@ -195,8 +237,6 @@ class Isolated:
         self.clock = clock
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="numcheck-workers-"))
         self._proc: _Process | None = None
-        #: Workers started (the first, and one after each check that ended its worker).
-        self.started = 0
         #: Checks that ended without a verdict of their numbers (their logs are kept).
         self.aborted = 0
 
@@ -208,7 +248,6 @@ class Isolated:
             self._proc = self._spawn(())
 
     def _spawn(self, prefix: Sequence[str], env: dict[str, str] | None = None) -> _Process:
-        self.started += 1
         self.log_dir.mkdir(parents=True, exist_ok=True)  # (a temp cleaner may have taken it)
         return _Process(self.setup(), prefix, self.log_dir, env or {})
 
@@ -222,7 +261,7 @@ class Isolated:
         if not proc.connect(BOOT_LIMIT_S) or not proc.read.poll(BOOT_LIMIT_S):
             alive = proc.proc.poll() is None
             proc.kill()
-            said = "\n".join(proc.tail(40)) or exit_error(proc.proc.returncode)
+            said = "\n".join(proc.lines()[-40:]) or exit_error(proc.proc.returncode)
             raise IsolationError(
                 f"numcheck: the check worker process "
                 f"{f'did not start within {BOOT_LIMIT_S:g} s' if alive else 'died starting'}"
@@ -230,7 +269,7 @@ class Isolated:
         try:
             message = receive(proc.read)
         except (EOFError, OSError):
-            message = ("failed", "\n".join(proc.tail(40)) or exit_error(proc.proc.poll()))
+            message = ("failed", "\n".join(proc.lines()[-40:]) or exit_error(proc.proc.poll()))
         if message[0] != "ready":
             proc.kill()
             raise IsolationError(
@@ -255,7 +294,8 @@ class Isolated:
         job = CheckJob(request)
         if self.sanitizer is not None:
             return self._sanitized(job, request)
-        value = self.run(job, check=display(request))
+        value = self.run(job, check=display_id(request.case, request.variant,
+                                                         request.device))
         assert isinstance(value, CheckResult)
         return value
 
@@ -275,47 +315,29 @@ class Isolated:
         # The worker is gone or told to go: a new one boots now, for the next check.
         self._proc = None
         self.aborted += 1
-        aborted = answer[1]
-        aborted.check = check
         self.start()
-        raise CheckAborted(aborted)
+        raise CheckAborted(answer[1])
 
-    def _answer(self, proc: _Process, job: Any, check: str,
-                limits: Limits | None = None) -> tuple[Any, ...]:
+    def _answer(self, proc: _Process, job: Any, check: str) -> tuple[Any, ...]:
         """Send ``job`` and wait for its answer within the time limits; a dead or stuck
         worker becomes an ``("aborted", Aborted)`` answer."""
-        limits = self.limits if limits is None else limits
         send(proc.write, ("run", job))
-        phase, phase_start = "", self.clock()
-        spent = 0.0  # seconds of the check outside its first call, before the current phase
+        used = TimeUsed(self.limits, self.clock())
         while True:
-            now = self.clock()
-            in_first = phase == FIRST_CALL
-            limit = limits.first_call_s if in_first else limits.check_s
-            remaining = None if limit is None else (
-                limit - (now - phase_start) - (0.0 if in_first else spent))
+            remaining = used.remaining(self.clock())
             if remaining is not None and remaining <= 0:
                 proc.kill()
-                used = now - phase_start + (0.0 if in_first else spent)
-                what = "its first call" if in_first else "the check"
-                return ("aborted", Aborted(
-                    TIMEOUT, check, phase,
-                    f"{what} ran past its time limit: {used:.1f} s of {limit:g} s "
-                    f"(limits: {limits.describe()})",
-                    [f"limits:      --numcheck-timeout and --numcheck-timeout-first-call "
-                     f"(ini numcheck_timeout, numcheck_timeout_first_call)"]))
+                return ("aborted", Aborted(TIMEOUT, check, used.phase,
+                                           used.overrun(self.clock()), [LIMITS_LINE]))
             if not proc.read.poll(remaining):
                 continue
             try:
                 message = receive(proc.read)
             except (EOFError, OSError):
-                return ("aborted", self._died(proc, check, phase))
+                return ("aborted", self._died(proc, check, used.phase))
             kind = message[0]
             if kind == "phase":
-                now = self.clock()
-                if phase != FIRST_CALL:
-                    spent += now - phase_start
-                phase, phase_start = message[1], now
+                used.enter(message[1], self.clock())
             elif kind == "progress":
                 if self.progress is not None:
                     self.progress(message[1])
@@ -326,6 +348,7 @@ class Isolated:
                     except subprocess.TimeoutExpired:
                         pass
                     proc.kill()
+                    message[1].check = check
                     message[1].details += _log_lines(proc)
                 return message
 
@@ -348,7 +371,7 @@ class Isolated:
         """The check once per tool, each in a new worker under compute-sanitizer; the first
         run's result is the verdict of the numbers, every tool's errors are gathered."""
         assert self.sanitizer is not None
-        check = display(request)
+        check = display_id(request.case, request.variant, request.device)
         result: CheckResult | None = None
         found: list[str] = []
         for tool in self.sanitizer.tools:
@@ -389,26 +412,15 @@ class Isolated:
         return result
 
 
-def display(request: CheckRequest) -> str:
-    """A request's check as the run shows it (``op::case::variant[device]``)."""
-    from numcheck.check.result import display_id
-
-    return display_id(request.case, request.variant, request.device)
-
-
 def _log_lines(proc: _Process) -> list[str]:
     """The worker log's lines a failure shows: a fatal error's Python stack (innermost
     frames first, where the variant is), else the log's last lines."""
-    try:
-        lines = [line for line in proc.log.read_text(errors="replace").splitlines()
-                 if line.strip()]
-    except OSError:
-        return []
+    lines = proc.lines()
     fatal = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error")),
                  None)
     if fatal is not None:
-        shown = [line for line in lines[fatal:] if not line.startswith("Extension modules")]
-        shown = shown[:LOG_TAIL]
+        shown = [line for line in lines[fatal:]
+                 if not line.startswith("Extension modules")][:LOG_TAIL]
     else:
         shown = lines[-LOG_TAIL:]
     if not shown:

@@ -16,6 +16,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
+#: The phase of a variant's first call (compile and warm-up: a time allowance of its own).
+FIRST_CALL = "first call"
+
 #: Hears every phase change (the name of the phase entered); None: nobody listens.
 Listener = Callable[[str], None]
 

@@ -29,6 +29,18 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from numcheck.check import phase
+from numcheck.check.aborted import (
+    CRASH,
+    OOM,
+    Aborted,
+    bytes_asked,
+    chain,
+    kind_of,
+    megabytes_text,
+    root_error,
+)
+
 #: A job: called with the worker, returns what the parent receives.
 Job = Callable[["Worker"], Any]
 
@@ -148,42 +160,37 @@ def free_bytes(device: str) -> int | None:
     return None
 
 
-def run_job(worker: Worker, job: Job) -> tuple[tuple[Any, ...], bool]:
-    """Run one job; the answer to send, and whether this process must end after it."""
-    from numcheck.check import phase
-    from numcheck.check.aborted import CRASH, OOM, Aborted, bytes_asked, kind_of, root_error
+def kind_in(exc: BaseException, device: str) -> str | None:
+    """What ``exc`` does to this worker: CRASH when the CUDA context is lost (probed on a
+    CUDA run; read from the error's text otherwise), OOM for an allocator's error, None for
+    an ordinary error that leaves the process healthy."""
+    kind = kind_of(exc)
+    if device != "cuda":
+        return kind
+    if cuda_context_lost(device):
+        return CRASH
+    return OOM if kind == OOM else None  # a CUDA error that left the context working
 
+
+def run_job(worker: Worker, job: Job) -> tuple[tuple[Any, ...], bool]:
+    """Run one job; the answer to send, and whether this process must end after it. An
+    aborted answer names no check: the pytest process knows which it sent."""
     try:
         with phase.listening(lambda name: worker.send(("phase", name), True)):
             value = job(worker)
     except Exception as exc:  # every exception leaves this check; which ones end the worker
         device = worker.setup.device
-        lost = cuda_context_lost(device)
-        kind = CRASH if lost else kind_of(exc)
-        if kind == CRASH and device == "cuda" and not lost:
-            kind = None  # a CUDA error that left the context working: an ordinary error
+        kind = kind_in(exc, device)
         if kind is None:
             return ("raised", _portable(exc)), False
         details = []
         if kind == OOM:
-            text = " ".join(f"{type(e).__name__}: {e}" for e in _chain(exc))
-            details = [f"asked:       {_bytes(bytes_asked(text))}",
-                       f"free:        {_bytes(free_bytes(device))} on {device}"]
-        return ("aborted", Aborted(kind, getattr(job, "check", "?"), phase.raised_in(exc),
-                                   root_error(exc), details)), True
+            text = " ".join(f"{type(e).__name__}: {e}" for e in chain(exc))
+            details = [f"asked:       {megabytes_text(bytes_asked(text))}",
+                       f"free:        {megabytes_text(free_bytes(device))} on {device}"]
+        return ("aborted", Aborted(kind, "", phase.raised_in(exc), root_error(exc),
+                                   details)), True
     return ("done", value, worker.regen_shipment()), False
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    from numcheck.check.aborted import chain
-
-    return chain(exc)
-
-
-def _bytes(n: int | None) -> str:
-    from numcheck.check.aborted import megabytes_text
-
-    return megabytes_text(n)
 
 
 def _portable(exc: BaseException) -> BaseException:

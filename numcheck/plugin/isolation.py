@@ -38,15 +38,27 @@ def hook_modules(config: pytest.Config) -> list[tuple[str, str | None]]:
     return found
 
 
-def isolated_executor(config: pytest.Config, session: Any) -> Isolated:
+def sanitizer_for(tools: tuple[str, ...] | None, device: str
+                  ) -> tuple[Sanitizer | None, str | None]:
+    """The run's compute-sanitizer (None when not asked or cannot run), and why its checks
+    skip when it cannot (None when they need not): found once per run."""
+    if tools is None:
+        return None, None
+    if device != "cuda":
+        return None, ("--numcheck-sanitize: compute-sanitizer checks CUDA kernels, and this "
+                      "run is on the CPU (run it on a GPU with --numcheck-device cuda)")
+    executable = find_executable()
+    if executable is None:
+        return None, ("--numcheck-sanitize: compute-sanitizer not found on PATH, in "
+                      "$CUDA_HOME/bin or /usr/local/cuda/bin (it comes with the CUDA toolkit)")
+    return Sanitizer(executable, tools), None
+
+
+def isolated_executor(config: pytest.Config, session: Any,
+                      sanitizer: Sanitizer | None) -> Isolated:
     """The run's :class:`Isolated` executor (its worker starts at the first check, or
     earlier with :meth:`Isolated.start`)."""
     run = session.run
-    sanitizer = None
-    if run.sanitize is not None and session.device.kind == "cuda":
-        executable = find_executable()
-        if executable is not None:
-            sanitizer = Sanitizer(executable, run.sanitize)
 
     def setup() -> WorkerSetup:
         return WorkerSetup(
@@ -62,20 +74,6 @@ def isolated_executor(config: pytest.Config, session: Any) -> Isolated:
                     progress=session.progress, sanitizer=sanitizer)
 
 
-def sanitize_skip_reason(session: Any) -> str | None:
-    """Why a check of a ``--numcheck-sanitize`` run cannot run under the sanitizer (the
-    item skips with it), or None when it can (or the run did not ask)."""
-    if session.run.sanitize is None:
-        return None
-    if session.device.kind != "cuda":
-        return ("--numcheck-sanitize: compute-sanitizer checks CUDA kernels, and this run is "
-                "on the CPU (run it on a GPU with --numcheck-device cuda)")
-    if find_executable() is None:
-        return ("--numcheck-sanitize: compute-sanitizer not found on PATH, in $CUDA_HOME/bin "
-                "or /usr/local/cuda/bin (it comes with the CUDA toolkit)")
-    return None
-
-
 class CalibrationJob:
     """A calibration measurement (:meth:`CalibrationMode.measure`) run in the worker: the
     mode's settings travel, its run state stays here; the worker keeps one copy of the mode
@@ -84,7 +82,6 @@ class CalibrationJob:
     def __init__(self, mode: Any, case: Any, variant: str, check: Any) -> None:
         self.mode = mode.portable()
         self.case, self.variant, self.ref = case, variant, check
-        self.check = check.nodeid
 
     def __call__(self, worker: Any) -> Any:
         mode = worker.memo.setdefault("calibration", self.mode)

@@ -168,9 +168,7 @@ class CheckItem(pytest.Item):
             reason = cannot_run(get_op(self.case.op), self.case, self.variant, self.device,
                                 gates=gates, perf_switch=options.PERF_OPTION)
         if reason is None:
-            from numcheck.plugin.isolation import sanitize_skip_reason
-
-            reason = sanitize_skip_reason(session_of(self.config))
+            reason = session_of(self.config).sanitize_skip
         if reason is not None:
             self._set_record(status="skip", reason=reason)
             pytest.skip(reason)

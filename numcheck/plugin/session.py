@@ -72,10 +72,13 @@ class NumcheckSession:
         #: or this process (the seam, docs/architecture.md).
         self.executor: Executor
         self.isolated: Isolated | None = None
+        #: Why every check skips under --numcheck-sanitize (on the CPU, no tool found).
+        self.sanitize_skip: str | None = None
         if self.run.isolate == "process":
-            from numcheck.plugin.isolation import isolated_executor
+            from numcheck.plugin.isolation import isolated_executor, sanitizer_for
 
-            self.executor = self.isolated = isolated_executor(config, self)
+            sanitizer, self.sanitize_skip = sanitizer_for(self.run.sanitize, self.device.kind)
+            self.executor = self.isolated = isolated_executor(config, self, sanitizer)
             config.add_cleanup(self.isolated.close)
             # The worker imports torch and registers the variants while pytest collects;
             # not in an xdist controller (its workers run the checks) nor for --collect-only.
