@@ -33,6 +33,7 @@ import math
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -84,8 +85,10 @@ def _one(op: Any, case: Any, name: str, head: str, device: str, inputs: Any,
             "violations": sorted({v.key for v in result.violations})}
 
 
-def run(seeds: list[int], device: str, only: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Every bug of :data:`PLAN` (``only``: of these cases) and the honest rows beside it."""
+def run(seeds: list[int], device: str, only: tuple[str, ...] = (),
+        done: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Every bug of :data:`PLAN` (``only``: of these cases) and the honest rows beside it;
+    ``done`` gets the rows so far after each seed (a run stopped at a limit keeps them)."""
     cases = {c.id: c for c in load_cases(ROOT / "cases") if c.op == "linear"}
     op_name = "linear"
     out: dict[str, Any] = {"bugs": [], "honest": []}
@@ -149,6 +152,8 @@ def run(seeds: list[int], device: str, only: tuple[str, ...] = ()) -> dict[str, 
                 bugs["bug_stale_scale"] = quant_planted.planted_bugs()["bug_stale_scale"]
                 registry.set_variant(op_name, bugs["bug_stale_scale"])
                 op = get_op(op_name)
+                if done is not None:
+                    done(out)
     return out
 
 
@@ -213,15 +218,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     t0 = time.monotonic()
     seeds = [args.first_seed + i for i in range(args.seeds)]
-    data = run(seeds, args.device, tuple(args.cases))
-    data["meta"] = {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "device": args.device, "torch": torch.__version__, "machine": platform.machine(),
-        "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
-        "seeds": seeds, "seconds": round(time.monotonic() - t0, 1),
-        "command": " ".join(["python", "benchmarks/fp8_catch.py", *sys.argv[1:]])}
-    if args.json:
-        args.json.write_text(json.dumps(data, indent=1, default=float) + "\n")
+
+    def write(data: dict[str, Any], finished: bool = False) -> None:
+        data["meta"] = {
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "device": args.device, "torch": torch.__version__, "machine": platform.machine(),
+            "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
+            "seeds": seeds, "finished": finished, "seconds": round(time.monotonic() - t0, 1),
+            "command": " ".join(["python", "benchmarks/fp8_catch.py", *sys.argv[1:]])}
+        if args.json:
+            args.json.write_text(json.dumps(data, indent=1, default=float) + "\n")
+
+    data = run(seeds, args.device, tuple(args.cases), write)
+    write(data, finished=True)
     print(table(data))
     missed = [r for r in data["bugs"] if r["own_error"] >= BUG_FACTOR and not r["caught"]]
     failed = [r for r in data["honest"] if r["violations"]]

@@ -811,6 +811,8 @@ def _judge_fp8_catch(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
     detail = (f"rc {rc}: bugs caught {sum(r['caught'] for r in bugs)}/{len(bugs)}, own error "
               f">= 2x {len(big) - len(missed)}/{len(big)}; honest failed {len(failed)}/"
               f"{len(honest)}")
+    if not data.get("meta", {}).get("finished"):
+        detail += f"; stopped after {len({r.get('seed') for r in bugs})} seeds"
     return bool(bugs) and not missed and not failed, detail
 
 
@@ -834,7 +836,8 @@ EXTRAS += (
           _judge_written("fp8-families.json", _judge_fp8_families)),
     Extra("fp8-catch", "the FP8 planted bugs (tests/quant_planted.py: issue 35's kinds) on "
           "--fp8-seeds fresh seeds, each bug's own error against its family's worst, with "
-          "the honest members and alternatives on the same seeds", 150,
+          "the honest members and alternatives on the same seeds (its JSON written after each "
+          "seed)", 330,
           lambda o, w: _bench("fp8_catch.py", "--device", o.device, *_fp8_seeds(o),
                               "--json", str(w / "fp8-catch.json")),
           _judge_written("fp8-catch.json", _judge_fp8_catch)),

@@ -348,8 +348,9 @@ def test_the_fp8_catch_step_wants_every_big_bug_and_no_honest_failure(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _quiet_tables(monkeypatch)
 
-    def run(bugs: list[dict[str, object]], honest: list[dict[str, object]]) -> str:
-        data = {"bugs": bugs, "honest": honest}
+    def run(bugs: list[dict[str, object]], honest: list[dict[str, object]],
+            finished: bool = True) -> str:
+        data = {"bugs": bugs, "honest": honest, "meta": {"finished": finished}}
         _fake("fp8-catch", f"import json, pathlib; pathlib.Path(W, 'fp8-catch.json')"
               f".write_text(json.dumps({data!r}))", monkeypatch)
         reg.main(["--out", str(tmp_path), "--steps", "fp8-catch", "--device", "cpu"])
@@ -362,6 +363,9 @@ def test_the_fp8_catch_step_wants_every_big_bug_and_no_honest_failure(
                                            ">= 2x 1/1; honest failed 0/1")
     assert run([{**big, "caught": False}], [honest]).startswith("fp8-catch OFF")
     assert run([big], [{**honest, "violations": ["y.rel_fro"]}]).startswith("fp8-catch OFF")
+    # Stopped at its limit: what it finished is judged, and the detail says it stopped.
+    assert run([{**big, "seed": 5000}], [honest], finished=False).endswith(
+        "honest failed 0/1; stopped after 1 seeds")
 
 
 @pytest.mark.slow
