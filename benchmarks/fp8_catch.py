@@ -186,7 +186,7 @@ def table(data: dict[str, Any]) -> str:
             f"| {bug} | {rows[0]['case']} ({rows[0]['head']}) | {caught}/{len(rows)} | "
             f"{_fmt(min(og))}..{_fmt(max(og))} | {_fmt(min(osim))}..{_fmt(max(osim))} | "
             f"{_fmt(min(ratios)) if ratios else '-'} | "
-            f"{sum(r['findings'] > 0 for r in rows)} | {', '.join(keys) or '-'} | {missed} |")
+            f"{sum(r.get('findings', 0) > 0 for r in rows)} | {', '.join(keys) or '-'} | {missed} |")
     honest = data["honest"]
     failed = [r for r in honest if r["violations"]]
     worst_ratio = max((r["sim_ratio"] for r in honest if r.get("sim_ratio") is not None),

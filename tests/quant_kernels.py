@@ -93,7 +93,7 @@ def split_k(parts: int) -> Kernel:
         step = max(a.scheme.granularity.cols, b.scheme.granularity.cols, acc.fused
                    if acc.tensor_core else 1, acc.promote_every if acc.kind == "promoted" else 1)
         cut = sorted({min(k, -(-k * i // parts // step) * step) for i in range(parts + 1)})
-        y = torch.zeros(a.shape[0], b.shape[0])
+        y = torch.zeros(a.shape[0], b.shape[0], device=a.values.device)
         for k0, k1 in pairwise(cut):
             if k1 > k0:
                 y = y + emulated_gemm(slice_k(a, k0, k1), slice_k(b, k0, k1), acc)
@@ -139,7 +139,7 @@ def _unpromoted_snapshots(a: torch.Tensor, b: torch.Tensor, acc: Accumulation,
                          ends: list[int]) -> list[torch.Tensor]:
     """The tensor core's running sum over the whole K, never promoted (the model's alignment
     steps), read at each of ``ends``."""
-    c = torch.zeros(a.shape[0], b.shape[0])
+    c = torch.zeros(a.shape[0], b.shape[0], device=a.device)
     cut = {"trunc": torch.trunc, "rn": torch.round, "floor": torch.floor}[acc.rounding]
     snaps, s0 = [], 0
     for end in ends:
@@ -168,7 +168,7 @@ def no_promotion(a: Quantized, b: Quantized, acc: Accumulation,
     snaps = _unpromoted_snapshots(a.values, b.values, acc, ends)
     ra = a.scales.repeat_interleave(a.scheme.granularity.block_shape(a.shape)[0], 0)
     rb = b.scales.repeat_interleave(b.scheme.granularity.block_shape(b.shape)[0], 0)
-    y = torch.zeros(a.shape[0], b.shape[0])
+    y = torch.zeros(a.shape[0], b.shape[0], device=a.values.device)
     before = torch.zeros_like(y)
     for j, snap in enumerate(snaps):
         y = y + (snap - before) * (ra[: a.shape[0], j, None] * rb[None, : b.shape[0], j])
@@ -215,11 +215,11 @@ def _blocks_of(x: torch.Tensor, scheme: OperandScheme) -> torch.Tensor:
 
 def _e2m1_nearest(t: torch.Tensor) -> torch.Tensor:
     """e2m1 rounding by bucketing against the midpoints (ties to the even mantissa)."""
-    mags = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+    mags = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], device=t.device)
     mids = (mags[1:] + mags[:-1]) / 2
     a = t.abs().clamp(max=6.0)
     idx = torch.bucketize(a, mids)  # a tie lands on the lower value...
-    tie_up = torch.tensor([False, True, False, True, False, True, False])  # ...0.75, 1.75, 3.5 go up
+    tie_up = torch.tensor([False, True, False, True, False, True, False], device=t.device)  # ...0.75, 1.75, 3.5 go up
     at_mid = (a.unsqueeze(-1) == mids) & tie_up
     idx = idx + at_mid.any(-1).to(idx.dtype)
     return mags[idx].copysign(t)
