@@ -102,6 +102,59 @@ def test_checks_that_crash_or_run_out_of_memory_fail_alone(project: pytest.Pytes
     assert "reproduce:   pytest --numcheck --numcheck-device cpu" in out
 
 
+#: Timing of a fixed size, whatever the machine's speed: one look (the first, after 3 rounds),
+#: one call per sample; the A/A noise of each worker's first timed check uses the same rule.
+#: No speedup_min: every timed check is reported, never gated.
+PERF = """
+[tiny-mhc.perf]
+rounds = 3
+warmup = 1
+max_looks = 1
+target_sample_ms = 0
+
+[tiny-mhc-after.perf]
+rounds = 3
+warmup = 1
+max_looks = 1
+target_sample_ms = 0
+"""
+
+
+def test_a_check_killed_while_timed_fails_alone_in_the_timing_phase(
+        project: pytest.Pytester) -> None:
+    """--numcheck-perf: a variant whose numerics pass and whose process is killed while the
+    perf gate times it fails as a CRASH in phase timing; every other check gets the verdict
+    of a run without it, the later ones timed in a new worker."""
+    write_case(project, "honest")
+    cases = project.path / "cases" / "mhc.toml"
+    cases.write_text(cases.read_text() + PERF)
+    without = project.path / "without.json"
+    project.runpytest("--numcheck", "--numcheck-perf", "--numcheck-report",
+                      str(without)).assert_outcomes(passed=4)
+    cases.write_text(CASE.format(variants='"honest", "killed_when_timed"') + PERF)
+    report = project.path / "r.json"
+    result = project.runpytest("--numcheck", "--numcheck-perf", "--numcheck-report",
+                               str(report))
+    result.assert_outcomes(passed=4, failed=1)
+    result.stdout.fnmatch_lines([
+        "numcheck CRASH mhc_pre::tiny-mhc::killed_when_timed[[]cpu[]]",
+        "  phase:       timing",
+        "  error:       the worker process was killed by SIGKILL",
+    ])
+    got, before = records(report), records(without)
+    assert got.pop("tiny-mhc::killed_when_timed")["error_kind"] == CRASH
+    assert {k: r["status"] for k, r in got.items()} == {
+        k: r["status"] for k, r in before.items()}
+    assert set(got) == {"tiny-mhc::fp32", "tiny-mhc::honest", "tiny-mhc-after::fp32",
+                        "tiny-mhc-after::honest"}
+    # Every other check was timed; those after the crash in a new worker (it measured the
+    # machine's noise again, at its first timed check).
+    assert all(r["timing"] is not None for r in got.values())
+    pid = {k: r["timing"]["noise"]["pid"] for k, r in got.items()}
+    assert pid["tiny-mhc::fp32"] == pid["tiny-mhc::honest"]
+    assert pid["tiny-mhc-after::fp32"] == pid["tiny-mhc-after::honest"] != pid["tiny-mhc::fp32"]
+
+
 @pytest.mark.slow
 def test_a_check_that_never_returns_times_out_and_the_run_goes_on(
         project: pytest.Pytester) -> None:
