@@ -62,9 +62,10 @@ SUGGESTED = ("rel_fro", "calc_diff", "frac_outside", "max_err_ratio", "max_band_
              *SIM_METRICS)
 
 
-def families(case: Case, device: str) -> dict[str, list[str]]:
+def families(case: Case, device: str, heads_only: bool = False) -> dict[str, list[str]]:
     """Per low-precision variant of the case: itself and the members of its scheme that run
-    on ``device`` (registered into the op by :func:`register_members`)."""
+    on ``device`` (registered into the op by :func:`register_members`); ``heads_only``: the
+    variant alone (many seeds of the tail keys, at a fraction of the family's cost)."""
     op = get_op(case.op)
     out: dict[str, list[str]] = {}
     for name in case.variants:
@@ -73,7 +74,7 @@ def families(case: Case, device: str) -> dict[str, list[str]]:
             continue
         names = [member_name(g) for g in members(op, op.variants[name].precision, quant)
                  if device in g.devices and not g.unavailable]
-        out[name] = [name, *names]
+        out[name] = [name] if heads_only else [name, *names]
     return out
 
 
@@ -95,10 +96,11 @@ def _row(op: Any, golden: Any, seed_result: Any) -> dict[str, dict[str, float]]:
     return rows
 
 
-def measure_case(case: Case, seeds: list[int], device: str) -> dict[str, Any]:
+def measure_case(case: Case, seeds: list[int], device: str,
+                 heads_only: bool = False) -> dict[str, Any]:
     """Every family of one case over ``seeds`` (module docstring)."""
     op = get_op(case.op)
-    fams = families(case, device)
+    fams = families(case, device, heads_only)
     # A known-bad head (its case's expect) is measured; its members fail its budget as it does.
     results: dict[str, Any] = {head: {"members": names, "worst": {}, "by_variant": {},
                                       "worst_by": {}, "quant": {}, "failures": [],
@@ -148,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-seed", type=int, default=4000)
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("-k", dest="select", default="", help="only cases whose id contains this")
+    ap.add_argument("--heads-only", action="store_true",
+                    help="the shipped variants alone, not their schemes' members")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--suggest", type=Path, nargs="+", metavar="JSON")
     ap.add_argument("--table", type=Path, nargs="+", metavar="JSON")
@@ -175,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         for case in cases:
             t0 = time.monotonic()
             key = f"{case.op}::{case.id}"
-            out["cases"][key] = measure_case(case, seeds, args.device)
+            out["cases"][key] = measure_case(case, seeds, args.device, args.heads_only)
             fails = sum(len(r["failures"]) for r in out["cases"][key].values()
                         if not r["expected"])
             checks = sum(r["checks"] for r in out["cases"][key].values())

@@ -267,38 +267,51 @@ def test_a_gate_the_case_turns_on_for_another_device_does_not_run(tmp_path: Path
     assert result.passed and result.invariance is None
 
 
-def test_the_shipped_cases_turn_the_keys_on_where_they_were_measured_to_hold() -> None:
-    # cases/*.toml: measured with benchmarks/invariance.py into
-    # docs/evidence/2026-12-04-cpu-invariance. Every CPU numerics case deterministic for
-    # every variant; batch_invariant only for variants measured invariant there (never mHC:
-    # torch's CPU GEMM blocks rows by the token count).
+def _measured(folder: Path) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """(case, variant) pairs measured, and those batch-invariant at every point measured
+    with a batch of more than one request."""
     import json
 
-    from numcheck.cases import load_cases
-
-    root = Path(__file__).resolve().parent.parent
-    evidence = root / "docs" / "evidence" / "2026-12-04-cpu-invariance"
-    held: set[tuple[str, str]] = set()
     measured: set[tuple[str, str]] = set()
-    for path in evidence.glob("*.json"):
+    invariant: set[tuple[str, str]] = set()
+    broken: set[tuple[str, str]] = set()
+    for path in folder.glob("*.json"):
         for row in json.loads(path.read_text())["rows"]:
             key = (row["case"].split("@")[0], row["variant"])
             measured.add(key)
-            if row["requests_differing"] == 0 and row["batch"] > 1:
-                held.add(key)
-    cases = [c for c in load_cases(root / "cases") if not c.perf_only and "cpu" in c.devices]
+            if row["batch"] > 1:
+                (broken if row["requests_differing"] else invariant).add(key)
+    return measured, invariant - broken
+
+
+def test_the_shipped_cases_turn_the_keys_on_where_they_were_measured_to_hold() -> None:
+    # cases/*.toml: measured with benchmarks/invariance.py on the CPU
+    # (docs/evidence/2026-12-04-cpu-invariance) and on an H200
+    # (docs/evidence/2026-12-04-h200-invariance). Every numerics case deterministic for every
+    # variant on each of its devices; batch_invariant only for variants measured invariant
+    # on each device it names (never mHC on the CPU: torch's CPU GEMM blocks rows by the
+    # token count).
+    from numcheck.cases import load_cases
+
+    root = Path(__file__).resolve().parent.parent
+    evidence = root / "docs" / "evidence"
+    on = {"cpu": _measured(evidence / "2026-12-04-cpu-invariance"),
+          "cuda": _measured(evidence / "2026-12-04-h200-invariance")}
+    cases = [c for c in load_cases(root / "cases") if not c.perf_only]
     assert cases
     for case in cases:
         op = registry.get_op(case.op)
         name = f"{case.op}::{case.id.split('@')[0]}"
         assert case.deterministic is not None, case.id
         assert set(case.deterministic.variants) == {op.reference, *case.variants}, case.id
-        assert "cpu" in case.deterministic.devices, case.id
+        assert set(case.deterministic.devices) == set(case.devices), case.id
+        for device in case.devices:  # measured on every device the key holds it
+            assert (name, case.variants[0]) in on[device][0], (case.id, device)
+        if case.batch_invariant is None:
+            continue
         if case.op == "mhc_pre":
-            assert case.batch_invariant is None, case.id
-        elif case.batch_invariant is not None:
-            assert case.batch_invariant.devices == ("cpu",), case.id
+            assert "cpu" not in case.batch_invariant.devices, case.id
+        for device in case.batch_invariant.devices:
             for variant in case.batch_invariant.variants:
-                assert (name, variant) in held, (case.id, variant, "not measured to hold")
-    # The measurement covers every CPU case and variant the keys speak of.
-    assert {(f"{c.op}::{c.id.split('@')[0]}", c.variants[0]) for c in cases} <= measured
+                assert (name, variant) in on[device][1], (case.id, variant, device,
+                                                          "not measured to hold")

@@ -120,6 +120,7 @@ target_sample_ms = 0
 """
 
 
+@pytest.mark.slow  # three pytester runs, each with its worker interpreter (seconds)
 def test_a_check_killed_while_timed_fails_alone_in_the_timing_phase(
         project: pytest.Pytester) -> None:
     """--numcheck-perf: a variant whose numerics pass and whose process is killed while the

@@ -28,3 +28,19 @@ def test_the_cpu_path_writes_its_table_and_json(tmp_path: Path,
     fast = rows[("model/tensor/fast/float32", "positive")]["rel_fro"]
     promoted = rows[("model/tensor/promoted128/float32", "positive")]["rel_fro"]
     assert fast > 10 * promoted  # no promotion over a long positive K loses far more
+
+
+def test_fp8_families_heads_only_keeps_the_shipped_variants_alone() -> None:
+    """--heads-only: each low-precision variant without its scheme's members (the many
+    seeds that the tail keys frac_outside and max_band_ratio are set from)."""
+    import fp8_families
+
+    from numcheck.cases import load_cases
+
+    root = Path(__file__).resolve().parent.parent
+    (case,) = [c for c in load_cases(root / "cases") if c.id == "tiny-k384"]
+    full = fp8_families.families(case, "cpu")
+    heads = fp8_families.families(case, "cpu", heads_only=True)
+    assert heads == {name: [name] for name in full}
+    assert "fp8_block" in heads and "bf16" not in heads  # bf16 declares no quantization
+    assert any(len(members) > 1 for members in full.values())
