@@ -97,11 +97,15 @@ def test_the_mhc_tf32_y_miss_names_the_bf16_y_key_it_inherits() -> None:
     budget on y (y is stored in bf16), not the bf16 defaults row (0.01) the message used to
     name. The failure message of a real loaded case names the key's line."""
     (case,) = [c for c in load_cases(ROOT / "cases") if c.id == "v4flash-t64"]
-    assert (ROOT / "cases/mhc.toml").read_text().splitlines()[111] == "rel_fro = 0.0069"
+    lines = (ROOT / "cases/mhc.toml").read_text().splitlines()
+    table = lines.index("[v4flash-t64.budget.bf16.y]")
+    line = table + 1 + next(i for i, ln in enumerate(lines[table + 1:])
+                            if ln.startswith("rel_fro ="))
+    assert lines[line] == "rel_fro = 0.0069"
     miss = Violation("y", "rel_fro", 0.02, 0.0069, seed=0)
     result = CheckResult(case, "tf32", "cpu", seeds=[], violations=[miss])
     message = failure_message(result, Commands("reproduce", "regenerate"), "cases/mhc.toml")
-    assert ("  budget:      cases/mhc.toml:112 ([v4flash-t64.budget.bf16.y] rel_fro = 0.0069; "
+    assert (f"  budget:      cases/mhc.toml:{line + 1} ([v4flash-t64.budget.bf16.y] rel_fro = 0.0069; "
             "y is stored in bf16, so tf32 takes bf16's budget on it (a key in "
             "[v4flash-t64.budget.tf32.y] overrides it))") in message.splitlines()
     assert "default" not in message
