@@ -4,6 +4,7 @@
         [-k CASE_SUBSTRING] [--json out.json]
     python benchmarks/fp8_families.py --suggest A.json [B.json ...]
     python benchmarks/fp8_families.py --table A.json [B.json ...]
+    python benchmarks/fp8_families.py --tails A.json [B.json ...] [--proxy CASE=PROXY ...]
 
 A budget of a low-precision variant belongs to its scheme (how each operand is quantized),
 so its family is its scheme's: for every variant that declares its quantization
@@ -24,7 +25,10 @@ known-bad variant, ``expected``, its family fails its budget as it does).
 2x the family's worst, 1.25x for ``max_err_ratio``; the top-k floors of
 numcheck.calibrate.suggest_values); no ``sim_*`` limit for a variant that declares float32
 sums (their distance to the simulated reference is a rare output rounding flip, which the
-GEMM bound judges element by element); ``--table`` prints docs/budgets.md's table. Variants
+GEMM bound judges element by element); ``--table`` prints docs/budgets.md's table;
+``--tails`` prints the tail keys (``frac_outside``, ``max_band_ratio``) to ship from many
+seeds of the shipped variants alone (``--heads-only``): 2x their worst, never lower than the
+case file's. Variants
 that take another's budgets (``budget_like``) are measured, not budgeted.
 """
 
@@ -33,6 +37,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import platform
 import sys
 import time
@@ -46,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 import torch
 
 from numcheck.calibrate import suggest_values, topk_row
+from numcheck.calibrate.headroom import round_up
 from numcheck.calibrate.honest import merge_worst
 from numcheck.cases import Case, load_cases
 from numcheck.check import run_check
@@ -155,10 +161,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--suggest", type=Path, nargs="+", metavar="JSON")
     ap.add_argument("--table", type=Path, nargs="+", metavar="JSON")
+    ap.add_argument("--tails", type=Path, nargs="+", metavar="JSON",
+                    help="the tail keys' values to ship from many-seed --heads-only runs")
+    ap.add_argument("--proxy", action="append", default=[], metavar="CASE=PROXY",
+                    help="--tails: a case that takes another's measurements")
     args = ap.parse_args(argv)
     cases = [c for c in load_cases(ROOT / "cases") if not c.perf_only
-             and args.select in c.id and args.device in c.devices
+             and args.select in c.id and (args.device in c.devices or args.tails)
              and any(get_op(c.op).variants[v].quant is not None for v in c.variants)]
+    if args.tails:
+        print(tails(merge(args.tails), cases, dict(p.split("=", 1) for p in args.proxy)))
+        return 0
     if args.suggest:
         print(suggest(merge(args.suggest), cases))
         return 0
@@ -245,6 +258,48 @@ def suggest(merged: dict[str, Any], cases: list[Case]) -> str:
                 lines.append(f"[{case.id}.budget.{head}.{output}]")
                 lines += [f"{m} = {v:.4g}" for m, v in cells.items()]
         lines.append("")
+    return "\n".join(lines)
+
+
+#: Tails of an output of a thousand elements: a count past the band and the worst element in
+#: band units. 20 calibration seeds under-sample them; they are set from many seeds of the
+#: shipped variants alone (``--heads-only``), never lowered (docs/budgets.md).
+TAIL_KEYS = ("frac_outside", "max_band_ratio")
+#: The class's default max_band_ratio, which a case without the key inherits.
+DEFAULT_BAND = 8.0
+
+
+def tails(merged: dict[str, Any], cases: list[Case],
+          proxies: dict[str, str] | None = None) -> str:
+    """Per case, variant and output: each tail key's shipped limit, the worst over the
+    measured seeds and the value to ship, max(shipped, 2x the worst rounded up: the headroom
+    rule); ``proxies`` maps a case that cannot run here to the case whose measurements it
+    takes (``CASE=PROXY``). Lines that would raise a limit are marked."""
+    proxies = proxies or {}
+    lines = ["| case | variant | output | key | shipped | worst | checks | 2x worst | ship |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for case in cases:
+        source = proxies.get(case.id, case.id)
+        heads = merged["cases"].get(f"{case.op}::{source}", {})
+        for head, res in heads.items():
+            if res.get("expected") or head not in case.budgets or head in case.budget_like:
+                continue
+            for output, worst in res["worst"].items():
+                budget = case.budgets[head].outputs.get(output)
+                if budget is None:
+                    continue
+                for key in TAIL_KEYS:
+                    if key not in worst:
+                        continue
+                    shipped = budget.limits.get(key, DEFAULT_BAND if key == "max_band_ratio"
+                                                else math.inf)
+                    two = round_up(2 * worst[key])
+                    higher = two > shipped * (1 + 1e-9)  # round_up's last bit is no raise
+                    ship = two if higher else shipped
+                    mark = " (raise)" if higher else ""
+                    lines.append(f"| {case.id} | {head} | {output} | {key} | {shipped:g} | "
+                                 f"{worst[key]:.3g} | {res['checks']} | {two:g} | "
+                                 f"{ship:g}{mark} |")
     return "\n".join(lines)
 
 

@@ -44,3 +44,30 @@ def test_fp8_families_heads_only_keeps_the_shipped_variants_alone() -> None:
     assert heads == {name: [name] for name in full}
     assert "fp8_block" in heads and "bf16" not in heads  # bf16 declares no quantization
     assert any(len(members) > 1 for members in full.values())
+
+
+def test_fp8_families_tails_ships_twice_the_worst_and_never_lowers() -> None:
+    """--tails: max(shipped, 2x the worst) per tail key, a raise marked; the case file's
+    limit kept where the many seeds stay under half of it."""
+    import fp8_families
+
+    from numcheck.cases import load_cases
+
+    root = Path(__file__).resolve().parent.parent
+    (case,) = [c for c in load_cases(root / "cases") if c.id == "tiny-k384"]
+    shipped = case.budgets["fp8_block"].outputs["y"].limits
+
+    def rows(frac: float, band: float) -> list[str]:
+        merged = {"cases": {"linear::tiny-k384": {"fp8_block": {
+            "worst": {"y": {"frac_outside": frac, "max_band_ratio": band, "rel_fro": 0.9}},
+            "checks": 150, "expected": False}}}}
+        return fp8_families.tails(merged, [case]).splitlines()[2:]
+
+    low = rows(shipped["frac_outside"] / 4, shipped["max_band_ratio"] / 4)
+    assert len(low) == 2 and not any("raise" in r for r in low)  # rel_fro is no tail key
+    assert low[0].endswith(f"| {shipped['frac_outside']:g} |")
+    high = rows(shipped["frac_outside"], 3 * shipped["max_band_ratio"])
+    assert all(r.endswith("(raise) |") for r in high)
+    from numcheck.calibrate.headroom import round_up
+
+    assert f"| {round_up(2 * 3 * shipped['max_band_ratio']):g} (raise) |" in high[1]
