@@ -69,6 +69,7 @@ def records(path: Path) -> dict[str, dict[str, object]]:
     return {f"{r['case']}::{r['variant']}": r for r in json.loads(path.read_text())["records"]}
 
 
+@pytest.mark.slow  # worker interpreters, one restarted after each of four crashes (seconds)
 def test_checks_that_crash_or_run_out_of_memory_fail_alone(project: pytest.Pytester) -> None:
     write_case(project, "exits", "segfault", "oom", "context_lost", "raises", "honest")
     report = project.path / "r.json"
