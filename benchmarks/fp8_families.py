@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import platform
 import sys
 import time
@@ -265,8 +264,6 @@ def suggest(merged: dict[str, Any], cases: list[Case]) -> str:
 #: band units. 20 calibration seeds under-sample them; they are set from many seeds of the
 #: shipped variants alone (``--heads-only``), never lowered (docs/budgets.md).
 TAIL_KEYS = ("frac_outside", "max_band_ratio")
-#: The class's default max_band_ratio, which a case without the key inherits.
-DEFAULT_BAND = 8.0
 
 
 def tails(merged: dict[str, Any], cases: list[Case],
@@ -289,10 +286,10 @@ def tails(merged: dict[str, Any], cases: list[Case],
                 if budget is None:
                     continue
                 for key in TAIL_KEYS:
-                    if key not in worst:
+                    # The loaded limit: the case file's, else the class default it inherits.
+                    shipped = budget.limits.get(key)
+                    if key not in worst or shipped is None:
                         continue
-                    shipped = budget.limits.get(key, DEFAULT_BAND if key == "max_band_ratio"
-                                                else math.inf)
                     two = round_up(2 * worst[key])
                     higher = two > shipped * (1 + 1e-9)  # round_up's last bit is no raise
                     ship = two if higher else shipped
