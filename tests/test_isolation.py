@@ -380,6 +380,7 @@ exec "$@"
 """
 
 
+@pytest.mark.slow  # a worker interpreter under a stand-in compute-sanitizer per case
 @pytest.mark.parametrize(("variant", "report", "verdict"), [
     ("honest", "memcheck_oob_read.log", "SANITIZER"),
     ("context_lost", "memcheck_oob_read.log", "SANITIZER"),  # memcheck stopped the kernel
