@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -116,8 +116,6 @@ class CheckJob:
     request: CheckRequest
 
     def __call__(self, worker: Worker) -> CheckResult:
-        from dataclasses import replace
-
         request = replace(self.request, case=worker.same_case(self.request.case))
         result = worker.executor(request)
         for seed in result.seeds:  # written to the obtained file already; not shipped
@@ -164,11 +162,10 @@ class _Process:
         return True
 
     @property
-    def read(self) -> Connection:
+    def connection(self) -> Connection:
+        """The connection to the worker (once it connected)."""
         assert self.conn is not None
         return self.conn
-
-    write = read
 
     def kill(self) -> None:
         try:
@@ -258,18 +255,18 @@ class Isolated:
             # Registered since it started (a conftest.py of a sub-folder): start it again.
             proc.kill()
             proc = self._proc = self._spawn(())
-        if not proc.connect(BOOT_LIMIT_S) or not proc.read.poll(BOOT_LIMIT_S):
+        if not proc.connect(BOOT_LIMIT_S) or not proc.connection.poll(BOOT_LIMIT_S):
             alive = proc.proc.poll() is None
             proc.kill()
-            said = "\n".join(proc.lines()[-40:]) or exit_error(proc.proc.returncode)
+            said = _last_words(proc)
             raise IsolationError(
                 f"numcheck: the check worker process "
                 f"{f'did not start within {BOOT_LIMIT_S:g} s' if alive else 'died starting'}"
                 f"; its log ({proc.log}):\n{said}")
         try:
-            message = receive(proc.read)
+            message = receive(proc.connection)
         except (EOFError, OSError):
-            message = ("failed", "\n".join(proc.lines()[-40:]) or exit_error(proc.proc.poll()))
+            message = ("failed", _last_words(proc))
         if message[0] != "ready":
             proc.kill()
             raise IsolationError(
@@ -292,10 +289,10 @@ class Isolated:
 
     def __call__(self, request: CheckRequest) -> CheckResult:
         job = CheckJob(request)
+        check = display_id(request.case, request.variant, request.device)
         if self.sanitizer is not None:
-            return self._sanitized(job, request)
-        value = self.run(job, check=display_id(request.case, request.variant,
-                                                         request.device))
+            return self._sanitized(job, check)
+        value = self.run(job, check=check)
         assert isinstance(value, CheckResult)
         return value
 
@@ -321,7 +318,7 @@ class Isolated:
     def _answer(self, proc: _Process, job: Any, check: str) -> tuple[Any, ...]:
         """Send ``job`` and wait for its answer within the time limits; a dead or stuck
         worker becomes an ``("aborted", Aborted)`` answer."""
-        send(proc.write, ("run", job))
+        send(proc.connection, ("run", job))
         used = TimeUsed(self.limits, self.clock())
         while True:
             remaining = used.remaining(self.clock())
@@ -329,10 +326,10 @@ class Isolated:
                 proc.kill()
                 return ("aborted", Aborted(TIMEOUT, check, used.phase,
                                            used.overrun(self.clock()), [LIMITS_LINE]))
-            if not proc.read.poll(remaining):
+            if not proc.connection.poll(remaining):
                 continue
             try:
-                message = receive(proc.read)
+                message = receive(proc.connection)
             except (EOFError, OSError):
                 return ("aborted", self._died(proc, check, used.phase))
             kind = message[0]
@@ -367,11 +364,10 @@ class Isolated:
 
     # -- under compute-sanitizer ------------------------------------------------------------
 
-    def _sanitized(self, job: CheckJob, request: CheckRequest) -> CheckResult:
+    def _sanitized(self, job: CheckJob, check: str) -> CheckResult:
         """The check once per tool, each in a new worker under compute-sanitizer; the first
         run's result is the verdict of the numbers, every tool's errors are gathered."""
         assert self.sanitizer is not None
-        check = display_id(request.case, request.variant, request.device)
         result: CheckResult | None = None
         found: list[str] = []
         for tool in self.sanitizer.tools:
@@ -410,6 +406,11 @@ class Isolated:
                 f"{len(found)} error(s) from compute-sanitizer "
                 f"({', '.join(self.sanitizer.tools)}); the first:", found[: self.sanitizer.shown]))
         return result
+
+
+def _last_words(proc: _Process) -> str:
+    """What a worker that failed to start left: its log's last lines, else its exit status."""
+    return "\n".join(proc.lines()[-40:]) or exit_error(proc.proc.poll())
 
 
 def _log_lines(proc: _Process) -> list[str]:

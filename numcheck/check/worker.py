@@ -10,7 +10,7 @@ then runs the jobs it is sent. While a job runs it tells the parent each phase
 (:mod:`numcheck.check.phase`) and each progress line (a first call that runs long); a job
 ends with its value, the exception that left no verdict, or an :class:`Aborted` (the CUDA
 context lost, out of memory), after which this process exits: a new one runs the next
-check. A crash or a hang needs no cooperation from here: the parent sees the pipe close or
+check. A crash or a hang needs no cooperation from here: the parent sees the socket close or
 the time limit pass.
 """
 
@@ -233,9 +233,9 @@ def receive(conn: Connection) -> Any:
     return torch.load(io.BytesIO(data[1:]), weights_only=False)
 
 
-def serve(read: Connection, write: Connection) -> int:
+def serve(conn: Connection) -> int:
     """Read the setup, then jobs until told to stop or a job ends this process."""
-    setup: WorkerSetup = receive(read)
+    setup: WorkerSetup = receive(conn)
     sys.path[:] = setup.sys_path
     os.environ.update(setup.env)
     try:
@@ -244,22 +244,22 @@ def serve(read: Connection, write: Connection) -> int:
 
             torch.cuda.set_device(setup.device_index)
         register(setup)
-        worker = Worker(setup, lambda message, plain=False: send(write, message, plain=plain))
+        worker = Worker(setup, lambda message, plain=False: send(conn, message, plain=plain))
     except BaseException as exc:
         import traceback
 
-        send(write, ("failed", "".join(traceback.format_exception(exc)).strip()))
+        send(conn, ("failed", "".join(traceback.format_exception(exc)).strip()))
         return 2
-    send(write, ("ready", os.getpid()), plain=True)
+    send(conn, ("ready", os.getpid()), plain=True)
     while True:
         try:
-            message = receive(read)
+            message = receive(conn)
         except EOFError:  # the parent is gone
             return 0
         if message[0] == "stop":
             return 0
         answer, end = run_job(worker, message[1])
-        send(write, answer)
+        send(conn, answer)
         if end:
             # At once: a process whose CUDA context is lost can hang in its own teardown.
             sys.stdout.flush()
@@ -272,8 +272,7 @@ def main(argv: list[str]) -> int:
     # Whatever the checks print goes to the log (stdout and stderr), never to the socket.
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(argv[0])
-    conn = Connection(sock.detach())
-    return serve(conn, conn)
+    return serve(Connection(sock.detach()))
 
 
 if __name__ == "__main__":

@@ -44,9 +44,6 @@ class RunHooks:
         if not state.is_worker and not session.testsfailed and not any(
                 isinstance(i, CheckItem) for i in session.items):
             raise pytest.UsageError(nothing_selected(state.config, state.run.cases_dir))
-        if state.isolated is not None and not state.config.option.collectonly and any(
-                isinstance(i, CheckItem) for i in session.items):
-            state.isolated.start()  # the worker boots while the first items set up
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:

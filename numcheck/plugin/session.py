@@ -82,8 +82,9 @@ class NumcheckSession:
             config.add_cleanup(self.isolated.close)
             # The worker imports torch and registers the variants while pytest collects;
             # not in an xdist controller (its workers run the checks) nor for --collect-only.
+            # Nor when --numcheck-sanitize skips every check (no GPU, no tool).
             if not (worker_count(config) and not self.is_worker) \
-                    and not config.option.collectonly:
+                    and not config.option.collectonly and self.sanitize_skip is None:
                 self.isolated.start()
         else:
             self.executor = InProcess(
