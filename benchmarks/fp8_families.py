@@ -149,12 +149,18 @@ def measure_case(case: Case, seeds: list[int], device: str,
     return results
 
 
+def selected(case_id: str, select: str) -> bool:
+    """``-k``: the case id contains the substring, or one of several separated by commas."""
+    return any(part in case_id for part in select.split(","))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--first-seed", type=int, default=4000)
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    ap.add_argument("-k", dest="select", default="", help="only cases whose id contains this")
+    ap.add_argument("-k", dest="select", default="",
+                    help="only cases whose id contains this (comma-separated: any of these)")
     ap.add_argument("--heads-only", action="store_true",
                     help="the shipped variants alone, not their schemes' members")
     ap.add_argument("--json", type=Path)
@@ -166,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="--tails: a case that takes another's measurements")
     args = ap.parse_args(argv)
     cases = [c for c in load_cases(ROOT / "cases") if not c.perf_only
-             and args.select in c.id and (args.device in c.devices or args.tails)
+             and selected(c.id, args.select) and (args.device in c.devices or args.tails)
              and any(get_op(c.op).variants[v].quant is not None for v in c.variants)]
     if args.tails:
         print(tails(merge(args.tails), cases, dict(p.split("=", 1) for p in args.proxy)))

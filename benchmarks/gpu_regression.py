@@ -829,7 +829,7 @@ EXTRAS += (
           "and their schemes' members: emulated, dequantized, and on CUDA _scaled_mm with fast "
           "accumulation on and off, Triton tl.dot on e4m3, the block-scaled Triton kernel, "
           "torchao where installed) on held-out seeds (--fp8-seeds from --fp8-first-seed), "
-          "held to the shipped budgets; prints the budgets this device suggests", 230,
+          "held to the shipped budgets; prints the budgets this device suggests", 360,
           lambda o, w: _bench("fp8_families.py", "--device", o.device, *_fp8_seeds(o),
                               *(["-k", o.select] if o.select else []), "--json",
                               str(w / "fp8-families.json")),

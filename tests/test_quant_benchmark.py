@@ -71,3 +71,15 @@ def test_fp8_families_tails_ships_twice_the_worst_and_never_lowers() -> None:
     from numcheck.calibrate.headroom import round_up
 
     assert f"| {round_up(2 * 3 * shipped['max_band_ratio']):g} (raise) |" in high[1]
+
+
+def test_fp8_families_select_takes_comma_separated_alternatives() -> None:
+    """-k 'a,b' picks the cases whose id contains a or b (one device call for the cases a
+    previous run did not reach); a plain substring still picks as before."""
+    import fp8_families
+
+    assert fp8_families.selected("v3-o-decode-t16", "v3-o-decode,fp8-v4flash-t32")
+    assert fp8_families.selected("fp8-v4flash-t32", "v3-o-decode,fp8-v4flash-t32")
+    assert not fp8_families.selected("v3-q-a-decode-t8", "v3-o-decode,fp8-v4flash-t32")
+    assert fp8_families.selected("tiny-k384", "")
+    assert not fp8_families.selected("tiny-k384", "v3-")
