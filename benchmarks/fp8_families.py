@@ -172,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="--tails: a case that takes another's measurements")
     args = ap.parse_args(argv)
     cases = [c for c in load_cases(ROOT / "cases") if not c.perf_only
-             and selected(c.id, args.select) and (args.device in c.devices or args.tails)
+             and selected(c.id, args.select)
+             # --suggest and --tails read measurements, from whichever device made them
+             and (args.device in c.devices or args.tails or args.suggest)
              and any(get_op(c.op).variants[v].quant is not None for v in c.variants)]
     if args.tails:
         print(tails(merge(args.tails), cases, dict(p.split("=", 1) for p in args.proxy)))

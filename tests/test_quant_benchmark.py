@@ -83,3 +83,26 @@ def test_fp8_families_select_takes_comma_separated_alternatives() -> None:
     assert not fp8_families.selected("v3-q-a-decode-t8", "v3-o-decode,fp8-v4flash-t32")
     assert fp8_families.selected("tiny-k384", "")
     assert not fp8_families.selected("tiny-k384", "v3-")
+
+
+def test_fp8_families_suggest_reads_a_cuda_only_cases_measurements(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--suggest reads a JSON measured on another device: a CUDA-only case's budgets are
+    suggested on a machine without a GPU (the H200's suggestion once listed none of them)."""
+    import fp8_families
+
+    from numcheck.cases import load_cases
+
+    root = Path(__file__).resolve().parent.parent
+    case = next(c for c in load_cases(root / "cases") if c.id == "v3-o-decode-t16")
+    assert "cpu" not in case.devices
+    row = {"rel_fro": 0.03, "calc_diff": 5e-4, "frac_outside": 0.004, "max_err_ratio": 1.0,
+           "max_band_ratio": 3.0}
+    measured = tmp_path / "cuda.json"
+    measured.write_text(json.dumps({"cases": {"linear::v3-o-decode-t16": {"fp8_block": {
+        "members": ["fp8_block"], "worst": {"y": row}, "quant": {}, "failures": [],
+        "errors": [], "checks": 1, "expected": True}}}}))
+    assert fp8_families.main(["--suggest", str(measured)]) == 0
+    out = capsys.readouterr().out
+    assert "[v3-o-decode-t16.budget.fp8_block.y]" in out
+    assert "rel_fro = 0.06" in out
