@@ -237,8 +237,9 @@ def _pin_torchao_configs() -> None:
 def torchao_block(x: torch.Tensor, w: torch.Tensor, *, record: bool = True
                   ) -> tuple[torch.Tensor, Quantized, Quantized]:
     """``x @ w^T`` by torchao's block-scaled FP8 GEMM with torchao's own quantizers: ``x``
-    ``[M, K]`` in 1x128 groups, ``w`` ``[N, K]`` in 128x128 blocks, float32 scales ``amax /
-    448``, bf16 result (CUDA; K and N padded with zeros to multiples of 128). Returns the
+    ``[M, K]`` in 1x128 groups, ``w`` ``[N, K]`` in 128x128 blocks, each in its own dtype,
+    float32 scales ``amax / 448``, bf16 result (CUDA; K and N padded with zeros to multiples
+    of 128). Returns the
     result and the operands as torchao quantized them, which are recorded: numcheck checks
     them against DeepSeek's scheme like any variant's."""
     from torchao.kernel.blockwise_quantization import (
@@ -255,10 +256,11 @@ def torchao_block(x: torch.Tensor, w: torch.Tensor, *, record: bool = True
     # for mHC's 24-row projection): zeros fill the last blocks, which changes no block's
     # largest magnitude, so no scale, and adds nothing to any product; sliced off after.
     pk, pn = -k % 128, -n % 128
-    # Padded only where a dimension needs it: a pad of nothing is still a copy of W.
-    xb = (F.pad(x.to(torch.bfloat16), (0, pk)) if pk else x.to(torch.bfloat16)).contiguous()
-    wb = w.to(torch.bfloat16)
-    wb = (F.pad(wb, (0, pk, 0, pn)) if pk or pn else wb).contiguous()
+    # Padded only where a dimension needs it: a pad of nothing is still a copy of W. Quantized
+    # as given: torchao's quantizers read any float dtype as float32, and a bf16 copy of an
+    # fp32 operand (mHC's hc_fn) would move its scales off its own blocks' largest magnitude.
+    xb = (F.pad(x, (0, pk)) if pk else x).contiguous()
+    wb = (F.pad(w, (0, pk, 0, pn)) if pk or pn else w).contiguous()
     xq, xs = fp8_blockwise_act_quant(xb, 128)
     wq, ws = fp8_blockwise_weight_quant(wb, 128)
     y = blockwise_fp8_gemm(xq, xs, wq, ws, 128)
