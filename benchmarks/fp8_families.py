@@ -5,6 +5,7 @@
     python benchmarks/fp8_families.py --suggest A.json [B.json ...]
     python benchmarks/fp8_families.py --table A.json [B.json ...]
     python benchmarks/fp8_families.py --tails A.json [B.json ...] [--proxy CASE=PROXY ...]
+    python benchmarks/fp8_families.py --margins A.json [B.json ...]
 
 A budget of a low-precision variant belongs to its scheme (how each operand is quantized),
 so its family is its scheme's: for every variant that declares its quantization
@@ -28,7 +29,8 @@ sums (their distance to the simulated reference is a rare output rounding flip, 
 GEMM bound judges element by element); ``--table`` prints docs/budgets.md's table;
 ``--tails`` prints the tail keys (``frac_outside``, ``max_band_ratio``) to ship from many
 seeds of the shipped variants alone (``--heads-only``): 2x their worst, never lower than the
-case file's. Variants
+case file's; ``--margins`` prints each budgeted key's worst over its shipped limit (how much
+of its budget an honest member used). Variants
 that take another's budgets (``budget_like``) are measured, not budgeted.
 """
 
@@ -40,6 +42,7 @@ import json
 import platform
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 import torch
 
 from numcheck.calibrate import suggest_values, topk_row
-from numcheck.calibrate.headroom import round_up
+from numcheck.calibrate.headroom import budget_value
 from numcheck.calibrate.honest import merge_worst
 from numcheck.cases import Case, load_cases
 from numcheck.check import run_check
@@ -168,19 +171,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", type=Path, nargs="+", metavar="JSON")
     ap.add_argument("--tails", type=Path, nargs="+", metavar="JSON",
                     help="the tail keys' values to ship from many-seed --heads-only runs")
+    ap.add_argument("--margins", type=Path, nargs="+", metavar="JSON",
+                    help="each budgeted key's worst over its shipped limit")
     ap.add_argument("--proxy", action="append", default=[], metavar="CASE=PROXY",
                     help="--tails: a case that takes another's measurements")
     args = ap.parse_args(argv)
     cases = [c for c in load_cases(ROOT / "cases") if not c.perf_only
              and selected(c.id, args.select)
-             # --suggest and --tails read measurements, from whichever device made them
-             and (args.device in c.devices or args.tails or args.suggest)
+             # these read measurements, from whichever device made them
+             and (args.device in c.devices or args.tails or args.suggest or args.margins)
              and any(get_op(c.op).variants[v].quant is not None for v in c.variants)]
     if args.tails:
         print(tails(merge(args.tails), cases, dict(p.split("=", 1) for p in args.proxy)))
         return 0
     if args.suggest:
         print(suggest(merge(args.suggest), cases))
+        return 0
+    if args.margins:
+        print(margins(merge(args.margins), cases))
         return 0
     if args.table:
         print(table(merge(args.table)))
@@ -274,37 +282,59 @@ def suggest(merged: dict[str, Any], cases: list[Case]) -> str:
 TAIL_KEYS = ("frac_outside", "max_band_ratio")
 
 
-def tails(merged: dict[str, Any], cases: list[Case],
-          proxies: dict[str, str] | None = None) -> str:
-    """Per case, variant and output: each tail key's shipped limit, the worst over the
-    measured seeds and the value to ship, max(shipped, 2x the worst rounded up: the headroom
-    rule); ``proxies`` maps a case that cannot run here to the case whose measurements it
-    takes (``CASE=PROXY``). Lines that would raise a limit are marked."""
+def _budgeted(merged: dict[str, Any], cases: list[Case],
+              proxies: dict[str, str] | None = None
+              ) -> Iterator[tuple[Case, str, dict[str, Any], str, dict[str, float],
+                                  dict[str, float]]]:
+    """Per case, budgeted low-precision variant and output measured in ``merged``: the
+    family's result, its worst row and the output's loaded limits (the case file's, else
+    the class defaults it inherits). Known-bad variants and borrowers are left out;
+    ``proxies`` maps a case that cannot run here to the case whose measurements it takes."""
     proxies = proxies or {}
-    lines = ["| case | variant | output | key | shipped | worst | checks | 2x worst | ship |",
-             "|---|---|---|---|---|---|---|---|---|"]
     for case in cases:
         source = proxies.get(case.id, case.id)
-        heads = merged["cases"].get(f"{case.op}::{source}", {})
-        for head, res in heads.items():
+        for head, res in merged["cases"].get(f"{case.op}::{source}", {}).items():
             if res.get("expected") or head not in case.budgets or head in case.budget_like:
                 continue
             for output, worst in res["worst"].items():
                 budget = case.budgets[head].outputs.get(output)
-                if budget is None:
-                    continue
-                for key in TAIL_KEYS:
-                    # The loaded limit: the case file's, else the class default it inherits.
-                    shipped = budget.limits.get(key)
-                    if key not in worst or shipped is None:
-                        continue
-                    two = round_up(2 * worst[key])
-                    higher = two > shipped * (1 + 1e-9)  # round_up's last bit is no raise
-                    ship = two if higher else shipped
-                    mark = " (raise)" if higher else ""
-                    lines.append(f"| {case.id} | {head} | {output} | {key} | {shipped:g} | "
-                                 f"{worst[key]:.3g} | {res['checks']} | {two:g} | "
-                                 f"{ship:g}{mark} |")
+                if budget is not None:
+                    yield case, head, res, output, worst, budget.limits
+
+
+def tails(merged: dict[str, Any], cases: list[Case],
+          proxies: dict[str, str] | None = None) -> str:
+    """Per case, variant and output: each tail key's shipped limit, the worst over the
+    measured seeds and the value to ship, max(shipped, the headroom rule's value: 2x the
+    worst rounded up); ``proxies`` as :func:`_budgeted`'s. Lines that would raise a limit
+    are marked."""
+    lines = ["| case | variant | output | key | shipped | worst | checks | 2x worst | ship |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for case, head, res, output, worst, limits in _budgeted(merged, cases, proxies):
+        for key in TAIL_KEYS:
+            shipped = limits.get(key)
+            if key not in worst or shipped is None:
+                continue
+            two = budget_value(key, worst[key])
+            higher = two > shipped * (1 + 1e-9)  # round_up's last bit is no raise
+            ship = two if higher else shipped
+            mark = " (raise)" if higher else ""
+            lines.append(f"| {case.id} | {head} | {output} | {key} | {shipped:g} | "
+                         f"{worst[key]:.3g} | {res['checks']} | {two:g} | {ship:g}{mark} |")
+    return "\n".join(lines)
+
+
+def margins(merged: dict[str, Any], cases: list[Case]) -> str:
+    """Per case, budgeted variant and output: the family's worst over the shipped limit for
+    each key of :data:`SUGGESTED` (the share of its budget an honest member used: past 1 it
+    fails; the headroom rule ships 2x the worst, so about 0.5 where the budget was set from
+    these measurements; ``max_err_ratio`` takes 1.25x)."""
+    lines = ["| case | variant | output | " + " | ".join(SUGGESTED) + " |",
+             "|---|---|---|" + "---|" * len(SUGGESTED)]
+    for case, head, _, output, worst, limits in _budgeted(merged, cases):
+        cells = [f"{worst[key] / limits[key]:.2f}" if key in worst and limits.get(key)
+                 else "-" for key in SUGGESTED]
+        lines.append(f"| {case.id} | {head} | {output} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

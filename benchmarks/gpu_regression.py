@@ -831,7 +831,7 @@ EXTRAS += (
           "torchao where installed) on held-out seeds (--fp8-seeds from --fp8-first-seed), "
           "held to the shipped budgets; prints the budgets this device suggests", 360,
           lambda o, w: _bench("fp8_families.py", "--device", o.device, *_fp8_seeds(o),
-                              *(["-k", o.select] if o.select else []), "--json",
+                              *_select(o), "--json",
                               str(w / "fp8-families.json")),
           _judge_written("fp8-families.json", _judge_fp8_families)),
     Extra("fp8-catch", "the FP8 planted bugs (tests/quant_planted.py: issue 35's kinds) on "
@@ -940,7 +940,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="first held-out seed (the catch's fresh seeds start there too)")
     extra.add_argument("--heldout-seeds", type=int, default=10)
     extra.add_argument("--catch-seeds", type=int, default=3)
-    extra.add_argument("--select", default="", help="-k for the honest-family steps")
+    extra.add_argument("--select", default="",
+                       help="-k for the honest-family steps: a case-id substring "
+                       "(fp8-families: several, comma-separated)")
     extra.add_argument("--xdist-workers", type=int, default=0,
                        help="xdist step's workers (default: one per GPU, at least 2)")
     extra.add_argument("--speed-runs", type=int, default=5, help="speed-calib's timings")

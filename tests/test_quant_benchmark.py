@@ -106,3 +106,25 @@ def test_fp8_families_suggest_reads_a_cuda_only_cases_measurements(
     out = capsys.readouterr().out
     assert "[v3-o-decode-t16.budget.fp8_block.y]" in out
     assert "rel_fro = 0.06" in out
+
+
+def test_fp8_families_margins_are_the_worst_over_the_loaded_limit() -> None:
+    """--margins: each key's worst over the limit the case loads (the case file's, else the
+    class default it inherits); known-bad variants are left out, a key not measured is '-'."""
+    import fp8_families
+
+    from numcheck.cases import load_cases
+
+    root = Path(__file__).resolve().parent.parent
+    (case,) = [c for c in load_cases(root / "cases") if c.id == "v3-o-decode-t16"]
+    limits = case.budgets["fp8_block"].outputs["y"].limits
+    worst = {"rel_fro": limits["rel_fro"] / 2, "max_band_ratio": 0.6 * limits["max_band_ratio"]}
+    merged = {"cases": {"linear::v3-o-decode-t16": {
+        "fp8_block": {"worst": {"y": worst}, "checks": 5, "expected": False},
+        "fp8_row": {"worst": {"y": {"rel_fro": 1.0}}, "checks": 5, "expected": True}}}}
+    head, rule, *rows = fp8_families.margins(merged, [case]).splitlines()
+    cells = dict(zip(head.strip("| ").split(" | "), rows[0].strip("| ").split(" | "),
+                     strict=True))
+    assert len(rows) == 1 and cells["variant"] == "fp8_block"
+    assert cells["rel_fro"] == "0.50" and cells["max_band_ratio"] == "0.60"
+    assert cells["calc_diff"] == "-"
