@@ -43,6 +43,8 @@ from numcheck.check.worker import Worker, WorkerSetup, receive, send
 BOOT_LIMIT_S = 600.0
 #: Lines of a dead worker's log the failure shows.
 LOG_TAIL = 12
+#: Lines of the log of a worker that failed to start the error shows.
+BOOT_LOG_TAIL = 40
 
 
 class IsolationError(RuntimeError):
@@ -321,11 +323,12 @@ class Isolated:
         send(proc.connection, ("run", job))
         used = TimeUsed(self.limits, self.clock())
         while True:
-            remaining = used.remaining(self.clock())
+            now = self.clock()
+            remaining = used.remaining(now)
             if remaining is not None and remaining <= 0:
-                proc.kill()
-                return ("aborted", Aborted(TIMEOUT, check, used.phase,
-                                           used.overrun(self.clock()), [LIMITS_LINE]))
+                proc.kill()  # the time reported is the one judged, not the kill's end
+                return ("aborted", Aborted(TIMEOUT, check, used.phase, used.overrun(now),
+                                           [LIMITS_LINE]))
             if not proc.connection.poll(remaining):
                 continue
             try:
@@ -410,7 +413,7 @@ class Isolated:
 
 def _last_words(proc: _Process) -> str:
     """What a worker that failed to start left: its log's last lines, else its exit status."""
-    return "\n".join(proc.lines()[-40:]) or exit_error(proc.proc.poll())
+    return "\n".join(proc.lines()[-BOOT_LOG_TAIL:]) or exit_error(proc.proc.poll())
 
 
 def _log_lines(proc: _Process) -> list[str]:
