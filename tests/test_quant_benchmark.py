@@ -128,3 +128,41 @@ def test_fp8_families_margins_are_the_worst_over_the_loaded_limit() -> None:
     assert len(rows) == 1 and cells["variant"] == "fp8_block"
     assert cells["rel_fro"] == "0.50" and cells["max_band_ratio"] == "0.60"
     assert cells["calc_diff"] == "-"
+
+
+def test_fp8_families_raises_lists_only_the_limits_below_the_headroom_rule(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--raises: a key whose worst needs more than its limit by the headroom rule (2x;
+    max_err_ratio 1.25x; sim_rel_fro 4x) gets a case-file line with the rule's value; a key
+    with room, a known-bad variant and a key not measured get none. Nothing to raise prints
+    nothing."""
+    import fp8_families
+
+    from numcheck.calibrate.headroom import budget_value
+    from numcheck.cases import load_cases
+
+    root = Path(__file__).resolve().parent.parent
+    (case,) = [c for c in load_cases(root / "cases") if c.id == "v3-o-decode-t16"]
+    limits = case.budgets["fp8_block"].outputs["y"].limits
+    worst = {"rel_fro": 0.45 * limits["rel_fro"],            # 2x fits: no line
+             "max_band_ratio": 0.7 * limits["max_band_ratio"],  # 2x does not: raised
+             "max_err_ratio": 0.9 * limits["max_err_ratio"],    # 1.25x does not: raised
+             "sim_rel_fro": 0.2 * limits["sim_rel_fro"]}        # 4x fits: no line
+    merged = {"cases": {"linear::v3-o-decode-t16": {
+        "fp8_block": {"worst": {"y": worst}, "checks": 5, "expected": False},
+        "fp8_row": {"worst": {"y": {"rel_fro": 1.0}}, "checks": 5, "expected": True}}}}
+    header, *lines = fp8_families.raises(merged, [case]).splitlines()
+    assert header == "[v3-o-decode-t16.budget.fp8_block.y]"
+    assert [line.split(" = ")[0] for line in lines] == ["max_err_ratio", "max_band_ratio"]
+    band = budget_value("max_band_ratio", worst["max_band_ratio"])
+    assert band > limits["max_band_ratio"]
+    assert lines[1].startswith(f"max_band_ratio = {band:.4g}  # worst ")
+    assert "(0.70 of it)" in lines[1]
+
+    calm = {"cases": {"linear::v3-o-decode-t16": {"fp8_block": {
+        "members": ["fp8_block"], "worst": {"y": {"rel_fro": 0.4 * limits["rel_fro"]}},
+        "quant": {}, "failures": [], "errors": [], "checks": 5, "expected": False}}}}
+    measured = tmp_path / "calm.json"
+    measured.write_text(json.dumps(calm))
+    assert fp8_families.main(["--raises", str(measured), "-k", "v3-o-decode-t16"]) == 0
+    assert capsys.readouterr().out.strip() == ""
