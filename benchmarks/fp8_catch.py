@@ -3,6 +3,7 @@
     python benchmarks/fp8_catch.py [--seeds 50] [--first-seed 5000] [--device cpu]
         [--json out.json]
     python benchmarks/fp8_catch.py --table A.json [B.json ...]
+    python benchmarks/fp8_catch.py --recheck A.json [B.json ...]
 
 Every bug of tests/quant_planted.py (issue 35's kinds, planted through numcheck's public
 API) runs on ``--seeds`` fresh seeds of its shipped case, held to the budget of the shipped
@@ -22,6 +23,10 @@ A bug is required to be caught wherever its own error is at least 2x the family'
 (numcheck.calibrate.headroom.BUG_FACTOR); the table shows the others too. Honest rows count
 every failure (there must be none). The numerics and the quant gate run; the cast ledger
 judges how a variant moves data, and the test kernels emulate hardware in torch.
+
+``--recheck`` holds recorded catches to the limits the case files ship now: a limit raised
+since (new seeds, another device) must not let a recorded bug pass. It lists every catch
+that no longer holds and exits 1 if there is one.
 """
 
 from __future__ import annotations
@@ -198,6 +203,39 @@ def table(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _limit_free(violation: str) -> bool:
+    """A violation the case file's limits do not set: the quant gate's rules (the GEMM
+    bound, the operand checks), an exception, a non-finite output."""
+    return violation.startswith("quant.") or violation == "error" or violation.endswith(".nan")
+
+
+#: The error metrics a catch record holds the value of (the others are named, not kept).
+RECORDED = ("rel_fro", "sim_rel_fro")
+
+
+def recheck(data: dict[str, Any], cases: dict[str, Any]) -> list[str]:
+    """The recorded catches the shipped limits no longer hold, one line each. A catch holds
+    if a violation of it is limit-free (:func:`_limit_free`) or a recorded error metric
+    (:data:`RECORDED`) is past the limit its case now ships for that output; a catch that
+    rested on other keys alone cannot be re-judged from its record and is listed too."""
+    lost = []
+    for r in data["bugs"]:
+        if not r["caught"] or any(_limit_free(v) for v in r["violations"]):
+            continue
+        budget = cases[r["case"]].budgets[r["head"]].outputs
+        named = {v.split(".", 1)[0] for v in r["violations"] if "." in v}
+        held = [metric for output in (named & budget.keys() or budget.keys())
+                for metric in RECORDED
+                if r.get(metric) is not None and metric in budget[output].limits
+                and r[metric] > budget[output].limits[metric]]
+        if not held:
+            recorded = ", ".join(f"{m} {r[m]:.3g}" for m in RECORDED if r.get(m) is not None)
+            lost.append(f"{r['bug']} on {r['case']} ({r['head']}) seed {r['seed']}: caught by "
+                        f"{', '.join(r['violations'])}; {recorded} now within the shipped "
+                        "limits")
+    return lost
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=50)
@@ -207,7 +245,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", type=Path, nargs="+", metavar="JSON")
     ap.add_argument("--cases", nargs="+", default=(), metavar="CASE",
                     help="only the bugs planted in these cases of cases/linear.toml")
+    ap.add_argument("--recheck", type=Path, nargs="+", metavar="JSON",
+                    help="the recorded catches the shipped limits no longer hold")
     args = ap.parse_args(argv)
+    if args.recheck:
+        cases = {c.id: c for c in load_cases(Path(__file__).resolve().parent.parent / "cases")}
+        lost, n = [], 0
+        for path in args.recheck:
+            data = json.loads(path.read_text())
+            n += sum(r["caught"] for r in data["bugs"])
+            lost += [f"{path}: {line}" for line in recheck(data, cases)]
+        print("\n".join([*lost, f"{n} recorded catches, {len(lost)} no longer held"]))
+        return 1 if lost else 0
     if args.table:
         merged: dict[str, Any] = {"bugs": [], "honest": []}
         for path in args.table:
