@@ -6,7 +6,6 @@
     python benchmarks/fp8_families.py --table A.json [B.json ...]
     python benchmarks/fp8_families.py --tails A.json [B.json ...] [--proxy CASE=PROXY ...]
     python benchmarks/fp8_families.py --margins A.json [B.json ...]
-    python benchmarks/fp8_families.py --raises A.json [B.json ...]
 
 A budget of a low-precision variant belongs to its scheme (how each operand is quantized),
 so its family is its scheme's: for every variant that declares its quantization
@@ -31,10 +30,8 @@ GEMM bound judges element by element); ``--table`` prints docs/budgets.md's tabl
 ``--tails`` prints the tail keys (``frac_outside``, ``max_band_ratio``) to ship from many
 seeds of the shipped variants alone (``--heads-only``): 2x their worst, never lower than the
 case file's; ``--margins`` prints each budgeted key's worst over its shipped limit (how much
-of its budget an honest member used); ``--raises`` prints the case-file lines that bring
-every limit up to the headroom rule's value for the measured worst (new seeds or another
-device; a limit is never lowered). Variants that take another's budgets (``budget_like``)
-are measured, not budgeted.
+of its budget an honest member used). Variants
+that take another's budgets (``budget_like``) are measured, not budgeted.
 """
 
 from __future__ import annotations
@@ -176,17 +173,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="the tail keys' values to ship from many-seed --heads-only runs")
     ap.add_argument("--margins", type=Path, nargs="+", metavar="JSON",
                     help="each budgeted key's worst over its shipped limit")
-    ap.add_argument("--raises", type=Path, nargs="+", metavar="JSON",
-                    help="the limits the headroom rule raises from these measurements "
-                         "(case-file lines; never lowers one)")
     ap.add_argument("--proxy", action="append", default=[], metavar="CASE=PROXY",
                     help="--tails: a case that takes another's measurements")
     args = ap.parse_args(argv)
     cases = [c for c in load_cases(ROOT / "cases") if not c.perf_only
              and selected(c.id, args.select)
              # these read measurements, from whichever device made them
-             and (args.device in c.devices or args.tails or args.suggest or args.margins
-                  or args.raises)
+             and (args.device in c.devices or args.tails or args.suggest or args.margins)
              and any(get_op(c.op).variants[v].quant is not None for v in c.variants)]
     if args.tails:
         print(tails(merge(args.tails), cases, dict(p.split("=", 1) for p in args.proxy)))
@@ -196,9 +189,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.margins:
         print(margins(merge(args.margins), cases))
-        return 0
-    if args.raises:
-        print(raises(merge(args.raises), cases))
         return 0
     if args.table:
         print(table(merge(args.table)))
@@ -326,40 +316,11 @@ def tails(merged: dict[str, Any], cases: list[Case],
             if key not in worst or shipped is None:
                 continue
             two = budget_value(key, worst[key])
-            ship, higher = _ship(key, worst[key], shipped)
+            higher = two > shipped * (1 + 1e-9)  # round_up's last bit is no raise
+            ship = two if higher else shipped
             mark = " (raise)" if higher else ""
             lines.append(f"| {case.id} | {head} | {output} | {key} | {shipped:g} | "
                          f"{worst[key]:.3g} | {res['checks']} | {two:g} | {ship:g}{mark} |")
-    return "\n".join(lines)
-
-
-def _ship(key: str, worst: float, shipped: float) -> tuple[float, bool]:
-    """The limit to ship for ``key`` given the honest worst measured and the shipped limit:
-    the headroom rule's value where it is higher (a raise), else the shipped one (never
-    lowered)."""
-    rule = budget_value(key, worst)
-    higher = rule > shipped * (1 + 1e-9)  # round_up's last bit is no raise
-    return (rule if higher else shipped), higher
-
-
-def raises(merged: dict[str, Any], cases: list[Case]) -> str:
-    """The case-file lines the headroom rule raises from these measurements: per case,
-    budgeted variant and output, each gated key whose loaded limit is below the rule's value
-    for the family's worst (2x; ``max_err_ratio`` 1.25x, the simulated reference 4x and 16x),
-    as ``key = value`` with the worst and the shipped limit beside it. Limits are never
-    lowered: a key with room is not listed. Empty where every limit holds the rule."""
-    lines: list[str] = []
-    for case, head, _, output, worst, limits in _budgeted(merged, cases):
-        cells = []
-        for key in SUGGESTED:
-            if key not in worst or key not in limits:
-                continue
-            ship, higher = _ship(key, worst[key], limits[key])
-            if higher:
-                cells.append(f"{key} = {ship:.4g}  # worst {worst[key]:.4g}, shipped "
-                             f"{limits[key]:g} ({worst[key] / limits[key]:.2f} of it)")
-        if cells:
-            lines += [f"[{case.id}.budget.{head}.{output}]", *cells]
     return "\n".join(lines)
 
 
