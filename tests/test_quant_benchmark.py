@@ -1,4 +1,6 @@
-"""benchmarks/fp8_accumulation.py on the CPU: its model rows, its table and its JSON."""
+"""benchmarks/fp8_accumulation.py on the CPU (its model rows, its table and its JSON), and
+benchmarks/fp8_families.py's selection and its readings of measured files (--suggest,
+--tails, --margins)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,16 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import fp8_accumulation
+
+from numcheck.cases import Case, load_cases
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _shipped_case(case_id: str) -> Case:
+    """The case ``case_id`` of the shipped case files, as it loads."""
+    (case,) = [c for c in load_cases(ROOT / "cases") if c.id == case_id]
+    return case
 
 
 @pytest.mark.slow  # a dozen emulated GEMMs of K = 1024 with their bounds (seconds)
@@ -35,10 +47,7 @@ def test_fp8_families_heads_only_keeps_the_shipped_variants_alone() -> None:
     seeds that the tail keys frac_outside and max_band_ratio are set from)."""
     import fp8_families
 
-    from numcheck.cases import load_cases
-
-    root = Path(__file__).resolve().parent.parent
-    (case,) = [c for c in load_cases(root / "cases") if c.id == "tiny-k384"]
+    case = _shipped_case("tiny-k384")
     full = fp8_families.families(case, "cpu")
     heads = fp8_families.families(case, "cpu", heads_only=True)
     assert heads == {name: [name] for name in full}
@@ -51,10 +60,7 @@ def test_fp8_families_tails_ships_twice_the_worst_and_never_lowers() -> None:
     limit kept where the many seeds stay under half of it."""
     import fp8_families
 
-    from numcheck.cases import load_cases
-
-    root = Path(__file__).resolve().parent.parent
-    (case,) = [c for c in load_cases(root / "cases") if c.id == "tiny-k384"]
+    case = _shipped_case("tiny-k384")
     shipped = case.budgets["fp8_block"].outputs["y"].limits
 
     def rows(frac: float, band: float) -> list[str]:
@@ -91,10 +97,7 @@ def test_fp8_families_suggest_reads_a_cuda_only_cases_measurements(
     suggested on a machine without a GPU (the H200's suggestion once listed none of them)."""
     import fp8_families
 
-    from numcheck.cases import load_cases
-
-    root = Path(__file__).resolve().parent.parent
-    case = next(c for c in load_cases(root / "cases") if c.id == "v3-o-decode-t16")
+    case = _shipped_case("v3-o-decode-t16")
     assert "cpu" not in case.devices
     row = {"rel_fro": 0.03, "calc_diff": 5e-4, "frac_outside": 0.004, "max_err_ratio": 1.0,
            "max_band_ratio": 3.0}
@@ -113,10 +116,7 @@ def test_fp8_families_margins_are_the_worst_over_the_loaded_limit() -> None:
     class default it inherits); known-bad variants are left out, a key not measured is '-'."""
     import fp8_families
 
-    from numcheck.cases import load_cases
-
-    root = Path(__file__).resolve().parent.parent
-    (case,) = [c for c in load_cases(root / "cases") if c.id == "v3-o-decode-t16"]
+    case = _shipped_case("v3-o-decode-t16")
     limits = case.budgets["fp8_block"].outputs["y"].limits
     worst = {"rel_fro": limits["rel_fro"] / 2, "max_band_ratio": 0.6 * limits["max_band_ratio"]}
     merged = {"cases": {"linear::v3-o-decode-t16": {
