@@ -213,22 +213,25 @@ def _limit_free(violation: str) -> bool:
 RECORDED = ("rel_fro", "sim_rel_fro")
 
 
+def _past(value: float | None, limit: float | None) -> bool:
+    """Past its limit as numcheck.numerics.verdict.check_output judges (NaN is past any)."""
+    return value is not None and limit is not None and (math.isnan(value) or value > limit)
+
+
 def recheck(data: dict[str, Any], cases: dict[str, Any]) -> list[str]:
     """The recorded catches the shipped limits no longer hold, one line each. A catch holds
     if a violation of it is limit-free (:func:`_limit_free`) or a recorded error metric
-    (:data:`RECORDED`) is past the limit its case now ships for that output; a catch that
-    rested on other keys alone cannot be re-judged from its record and is listed too."""
+    (:data:`RECORDED`) is past the limit its case now ships for an output it was caught on
+    (any output where its violations name none); a catch that rested on other keys alone
+    cannot be re-judged from its record and is listed too."""
     lost = []
     for r in data["bugs"]:
         if not r["caught"] or any(_limit_free(v) for v in r["violations"]):
             continue
         budget = cases[r["case"]].budgets[r["head"]].outputs
-        named = {v.split(".", 1)[0] for v in r["violations"] if "." in v}
-        held = [metric for output in (named & budget.keys() or budget.keys())
-                for metric in RECORDED
-                if r.get(metric) is not None and metric in budget[output].limits
-                and r[metric] > budget[output].limits[metric]]
-        if not held:
+        named = {v.split(".", 1)[0] for v in r["violations"]} & budget.keys()
+        if not any(_past(r.get(metric), budget[output].limits.get(metric))
+                   for output in named or budget for metric in RECORDED):
             recorded = ", ".join(f"{m} {r[m]:.3g}" for m in RECORDED if r.get(m) is not None)
             lost.append(f"{r['bug']} on {r['case']} ({r['head']}) seed {r['seed']}: caught by "
                         f"{', '.join(r['violations'])}; {recorded} now within the shipped "

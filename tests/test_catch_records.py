@@ -48,6 +48,7 @@ def test_a_catch_on_a_limit_since_raised_is_listed() -> None:
     # Past today's limit it still holds; so does a catch by a limit-free rule, and one that
     # was not a catch at all is not judged.
     assert fp8_catch.recheck(_record(["y.rel_fro"], 2 * limits["rel_fro"], None), CASES) == []
+    assert fp8_catch.recheck(_record(["y.rel_fro"], float("nan"), None), CASES) == []
     assert fp8_catch.recheck(_record(["quant.sim_ratio"], within, None), CASES) == []
     assert fp8_catch.recheck(_record(["error"], within, None), CASES) == []
     passed = _record([], within, None)
