@@ -28,8 +28,8 @@ numcheck.calibrate.suggest_values); no ``sim_*`` limit for a variant that declar
 sums (their distance to the simulated reference is a rare output rounding flip, which the
 GEMM bound judges element by element); ``--table`` prints docs/budgets.md's table;
 ``--tails`` prints the tail keys (``frac_outside``, ``max_band_ratio``) to ship from many
-seeds of the shipped variants alone (``--heads-only``): 2x their worst, never lower than the
-case file's; ``--margins`` prints each budgeted key's worst over its shipped limit (how much
+seeds: 2x their worst over the files given (the shipped variants alone, ``--heads-only``, or
+whole families, on any device), never lower than the case file's; ``--margins`` prints each budgeted key's worst over its shipped limit (how much
 of its budget an honest member used). Variants
 that take another's budgets (``budget_like``) are measured, not budgeted.
 """
@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--suggest", type=Path, nargs="+", metavar="JSON")
     ap.add_argument("--table", type=Path, nargs="+", metavar="JSON")
     ap.add_argument("--tails", type=Path, nargs="+", metavar="JSON",
-                    help="the tail keys' values to ship from many-seed --heads-only runs")
+                    help="the tail keys' values to ship from many-seed runs (--heads-only "
+                         "or whole families)")
     ap.add_argument("--margins", type=Path, nargs="+", metavar="JSON",
                     help="each budgeted key's worst over its shipped limit")
     ap.add_argument("--proxy", action="append", default=[], metavar="CASE=PROXY",
@@ -277,8 +278,8 @@ def suggest(merged: dict[str, Any], cases: list[Case]) -> str:
 
 
 #: Tails of an output of a thousand elements: a count past the band and the worst element in
-#: band units. 20 calibration seeds under-sample them; they are set from many seeds of the
-#: shipped variants alone (``--heads-only``), never lowered (docs/budgets.md).
+#: band units. 20 calibration seeds under-sample them; they are set from many seeds
+#: (``--heads-only`` runs, and the families' held-out runs), never lowered (docs/budgets.md).
 TAIL_KEYS = ("frac_outside", "max_band_ratio")
 
 
