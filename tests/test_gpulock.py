@@ -1,8 +1,11 @@
 """The per-device lock across processes: timed sections never overlap, numerics share.
 
-Two real processes, synchronised by a barrier so that without the lock their sections
-*would* overlap; each records its sections' (start, end) on a shared monotonic clock. Only
-the order of those intervals is asserted, never how long anything took.
+Real processes, synchronised by a barrier so that without the lock their sections *would*
+overlap; each records its sections' (start, end) on a shared monotonic clock. Only the
+order of those intervals is asserted, never how long anything took. That numerics share
+is shown by a meeting, not by chance overlap: two workers wait inside their sections for
+each other, which only a shared section allows (a loaded CI machine once scheduled two
+shared workers one after the other and an overlap test went red).
 """
 
 from __future__ import annotations
@@ -66,13 +69,47 @@ def test_timed_sections_of_two_workers_never_overlap(tmp_path: Path) -> None:
     assert pairs_overlapping(intervals) == []
 
 
-def test_numerics_share_the_device_but_never_run_inside_a_timed_section(tmp_path: Path) -> None:
+def test_numerics_never_run_inside_a_timed_section(tmp_path: Path) -> None:
     intervals = run_workers(tmp_path, ["shared", "shared", "exclusive"], sections=4)
     timed = [i for i in intervals if i[0] == "exclusive"]
     numerics = [i for i in intervals if i[0] == "shared"]
+    assert len(timed) == 4 and len(numerics) == 8
     assert all(not overlaps(t, n) for t in timed for n in numerics)
-    # The two numerics workers did run side by side at least once (shared, not serialised).
-    assert any(overlaps(a, b) for a in numerics for b in numerics if a is not b)
+
+
+def _meet_inside(directory: str, mode: str, wait_s: float, outside: Any, inside: Any) -> None:
+    # Exits 0 only if every worker was inside its section at the same moment.
+    lock = DeviceLock("cuda-0", Path(directory))
+    outside.wait()
+    with lock.exclusive() if mode == "exclusive" else lock.shared():
+        inside.wait(timeout=wait_s)
+
+
+def meet_inside(tmp_path: Path, mode: str, wait_s: float) -> list[int | None]:
+    """Two workers each wait, inside their section, for the other to be inside too.
+
+    Whether they meet does not depend on timing: a lock that lets both in meets as soon as
+    the second arrives; one that keeps the second out breaks the inner barrier after
+    ``wait_s`` in the first, however long ``wait_s`` is.
+    """
+    ctx = mp.get_context("fork")
+    outside, inside = ctx.Barrier(2), ctx.Barrier(2)
+    procs = [ctx.Process(target=_meet_inside, args=(str(tmp_path), mode, wait_s, outside, inside))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+    return [p.exitcode for p in procs]
+
+
+def test_numerics_of_two_workers_share_the_device(tmp_path: Path) -> None:
+    assert meet_inside(tmp_path, "shared", wait_s=60) == [0, 0]
+
+
+def test_timed_sections_cannot_meet_inside(tmp_path: Path) -> None:
+    # The control: the same meeting fails when the sections exclude each other.
+    assert meet_inside(tmp_path, "exclusive", wait_s=1) != [0, 0]
 
 
 def test_wait_is_counted_and_nesting_is_refused(tmp_path: Path) -> None:
