@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="the recorded catches the shipped limits no longer hold")
     args = ap.parse_args(argv)
     if args.recheck:
-        cases = {c.id: c for c in load_cases(Path(__file__).resolve().parent.parent / "cases")}
+        cases = {c.id: c for c in load_cases(ROOT / "cases")}
         lost, n = [], 0
         for path in args.recheck:
             data = json.loads(path.read_text())

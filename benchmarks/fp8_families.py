@@ -29,9 +29,9 @@ sums (their distance to the simulated reference is a rare output rounding flip, 
 GEMM bound judges element by element); ``--table`` prints docs/budgets.md's table;
 ``--tails`` prints the tail keys (``frac_outside``, ``max_band_ratio``) to ship from many
 seeds: 2x their worst over the files given (the shipped variants alone, ``--heads-only``, or
-whole families, on any device), never lower than the case file's; ``--margins`` prints each budgeted key's worst over its shipped limit (how much
-of its budget an honest member used). Variants
-that take another's budgets (``budget_like``) are measured, not budgeted.
+whole families, on any device), never lower than the case file's; ``--margins`` prints each
+budgeted key's worst over its shipped limit (how much of its budget an honest member used).
+Variants that take another's budgets (``budget_like``) are measured, not budgeted.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ import pytest
 from numcheck.perf.gpulock import DeviceLock, DeviceLockTimeout, device_key
 
 HOLD_S = 0.05
+CTX = mp.get_context("fork")
 
 
 def _worker(directory: str, mode: str, barrier: Any, queue: Any, sections: int) -> None:
@@ -37,16 +38,21 @@ def _worker(directory: str, mode: str, barrier: Any, queue: Any, sections: int) 
             queue.put((mode, start, time.monotonic()))
 
 
-def run_workers(tmp_path: Path, modes: list[str], sections: int = 3) -> list[tuple[str, float, float]]:
-    ctx = mp.get_context("fork")
-    barrier, queue = ctx.Barrier(len(modes)), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(str(tmp_path), m, barrier, queue, sections))
-             for m in modes]
+def _exit_codes(target: Any, args: list[tuple[Any, ...]]) -> list[int | None]:
+    """Run ``target`` in one forked process per argument tuple; their exit codes."""
+    procs = [CTX.Process(target=target, args=a) for a in args]
     for p in procs:
         p.start()
     for p in procs:
         p.join(timeout=60)
-        assert p.exitcode == 0
+    return [p.exitcode for p in procs]
+
+
+def run_workers(tmp_path: Path, modes: list[str],
+                sections: int = 3) -> list[tuple[str, float, float]]:
+    barrier, queue = CTX.Barrier(len(modes)), CTX.Queue()
+    codes = _exit_codes(_worker, [(str(tmp_path), m, barrier, queue, sections) for m in modes])
+    assert codes == [0] * len(modes)
     return [queue.get(timeout=5) for _ in range(len(modes) * sections)]
 
 
@@ -92,15 +98,8 @@ def meet_inside(tmp_path: Path, mode: str, wait_s: float) -> list[int | None]:
     the second arrives; one that keeps the second out breaks the inner barrier after
     ``wait_s`` in the first, however long ``wait_s`` is.
     """
-    ctx = mp.get_context("fork")
-    outside, inside = ctx.Barrier(2), ctx.Barrier(2)
-    procs = [ctx.Process(target=_meet_inside, args=(str(tmp_path), mode, wait_s, outside, inside))
-             for _ in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=60)
-    return [p.exitcode for p in procs]
+    outside, inside = CTX.Barrier(2), CTX.Barrier(2)
+    return _exit_codes(_meet_inside, [(str(tmp_path), mode, wait_s, outside, inside)] * 2)
 
 
 def test_numerics_of_two_workers_share_the_device(tmp_path: Path) -> None:
@@ -124,15 +123,14 @@ def test_wait_is_counted_and_nesting_is_refused(tmp_path: Path) -> None:
 
 
 def test_timeout_names_the_lock_and_the_fix(tmp_path: Path) -> None:
-    ctx = mp.get_context("fork")
-    holding, release = ctx.Event(), ctx.Event()
+    holding, release = CTX.Event(), CTX.Event()
 
     def hold() -> None:
         with DeviceLock("cuda-7", tmp_path).exclusive():
             holding.set()
             release.wait(30)
 
-    p = ctx.Process(target=hold)
+    p = CTX.Process(target=hold)
     p.start()
     try:
         assert holding.wait(30)

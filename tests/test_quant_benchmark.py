@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import fp8_accumulation
 
 from numcheck.cases import Case, load_cases
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _shipped_case(case_id: str) -> Case:
