@@ -248,11 +248,12 @@ def torchao_style(x: torch.Tensor, scheme: OperandScheme, old: torch.Tensor) -> 
 
 
 def mx_style(x: torch.Tensor, scheme: OperandScheme, old: torch.Tensor) -> Quantized:
-    """An MXFP4 cast by the OCP rule through float log2, e2m1 by bucketing."""
+    """An MXFP4 cast by the OCP rule through float log2 (log2 0 = -inf: a block of zeros
+    takes E8M0's smallest exponent, -127), e2m1 by bucketing."""
     from numcheck.precision.quant_scheme import expand_to_elements
 
-    amax = _blocks_of(x, scheme).clamp(min=2.0**-100)
-    s = torch.pow(2.0, torch.floor(torch.log2(amax)) - 2)
+    amax = _blocks_of(x, scheme)
+    s = torch.pow(2.0, (torch.floor(torch.log2(amax)) - 2).clamp(min=-127))
     full = expand_to_elements(s, (x.shape[0], x.shape[1]), scheme.granularity)
     return as_quantized(_e2m1_nearest(x / full), s, scheme)
 
@@ -314,7 +315,7 @@ def _shifted(x: torch.Tensor, scheme: OperandScheme, old: torch.Tensor) -> Quant
 def _ue8m0_down(x: torch.Tensor, scheme: OperandScheme, old: torch.Tensor) -> Quantized:
     """Each block's power of two rounded down from amax / fmax, elements saturating."""
     q = quantize(x, scheme)
-    amax = block_amax(x, scheme.granularity).clamp(min=scheme.amax_floor)
+    amax = block_amax(x, scheme.granularity).clamp(min=scheme.floor)
     return _requantize_with(q, x, _pow2_down(amax / scheme.format.max_value))
 
 
