@@ -268,3 +268,54 @@ def test_as_quantized_wraps_another_quantizers_output() -> None:
     with pytest.raises(ValueError, match="expected"):
         dequantize(kept)
     assert scales_for(x, FP8_ROW)[1] is None
+
+
+def test_the_shipped_fp4_cases_quantize_as_they_did_with_the_old_floor() -> None:
+    """The 1e-4 floor left MX and NVFP4; on the operands of every shipped case with an FP4
+    variant (every seed, every GEMM the op makes, each matrix of a batch) the rules' own
+    floor (none) gives the old elements bit for bit and the same dequantized operands, so
+    the shipped results stand. Scales move only in blocks of zeros (the indexer's unused KV
+    pages: 2^-127, the smallest E8M0, where the floor gave 2^-16), which hold zeros either
+    way."""
+    from pathlib import Path
+
+    from numcheck.cases import load_cases
+    from numcheck.check.run import CaseInputs
+    from numcheck.ops.registry import get_op
+
+    root = Path(__file__).resolve().parent.parent
+    seen = zero_blocks = 0
+    for case in load_cases(root / "cases"):
+        op = get_op(case.op)
+        schemes = {s for name in case.variants if op.variants[name].quant is not None
+                   for s in op.variants[name].quant.schemes if s.scale in ("mx", "nvfp4")}
+        if not schemes or op.gemm_site is None:
+            continue
+        made = CaseInputs(op, case)
+
+        def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            nonlocal seen, zero_blocks
+            for x, w in zip(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]),
+                            strict=True):
+                for m in (x, w.transpose(-1, -2)):
+                    for scheme in schemes:
+                        new, old = quantize(m, scheme), quantize(m, replace(scheme,
+                                                                            amax_floor=1e-4))
+                        assert torch.equal(new.values, old.values), (case.id, scheme.label)
+                        assert torch.equal(dequantize(new), dequantize(old))
+                        moved = new.scales != old.scales
+                        zero = block_amax(m, scheme.granularity) == 0
+                        assert bool((zero | ~moved).all()), (case.id, scheme.label)
+                        zero_blocks += int(moved.sum())
+                        assert torch.equal(new.global_scale if new.global_scale is not None
+                                           else torch.zeros(()),
+                                           old.global_scale if old.global_scale is not None
+                                           else torch.zeros(()))
+                        seen += 1
+            return a.float() @ b.float()
+
+        for seed in case.seeds:
+            inputs, _ = made.get(seed)
+            op.gemm_site(inputs, case.params, gemm)
+    assert seen >= 20  # linear's FP4 cases and the indexer's
+    assert zero_blocks > 0  # the indexer's unused pages: the zero-block rule is exercised
