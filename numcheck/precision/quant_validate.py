@@ -236,12 +236,12 @@ def _convention_hint(s: torch.Tensor, amax: torch.Tensor, scheme: OperandScheme,
                 return (f"scales computed in {dt} (amax / {scheme.format.max_value:g} rounded "
                         f"to {dt}: torchao's Float8Tensor on a {dt} tensor does this): if your "
                         f"quantizer means it, declare scale_dtype='{dt}'")
+    if scheme.scale in ("mx", "nvfp4") and scheme.floor == 0 and explains(amax_floor=1e-4):
+        return ("scales made from an amax floored at 1e-4 (DeepGEMM's FP8 convention), which "
+                f"the {scheme.scale} rule does not have: blocks of small values lose their "
+                "elements to zero")
     c = float(s.reshape(-1)[0])
     if not bool((s == c).all()) or not c > 0:
-        if scheme.scale in ("mx", "nvfp4") and scheme.floor == 0 and explains(amax_floor=1e-4):
-            return ("scales made from an amax floored at 1e-4 (DeepGEMM's FP8 convention), which "
-                    f"the {scheme.scale} rule does not have: blocks of small values lose "
-                    "their elements to zero")
         return ""
     n = int(s.numel())
     zero_blocks = int((amax == 0).sum())
