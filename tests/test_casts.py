@@ -71,22 +71,29 @@ def test_round_trip_through_views_and_copies() -> None:
 
 
 @pytest.mark.parametrize("case", ["original freed", "written in between", "new value",
-                                  "to another dtype"])
-def test_not_a_round_trip(case: str) -> None:
+                                  "to another dtype", "first result freed", "another view"])
+def test_neither_a_round_trip_nor_a_repeated_cast(case: str) -> None:
     with CastLedger() as ledger:
         x = torch.randn(8, 8).to(torch.bfloat16)
         xf = x.float()
         if case == "original freed":
-            del x  # nothing left to reuse: casting back is the only way
+            del x  # nothing left to reuse: casting back (or again) is the only way
             xf.to(torch.bfloat16)
         elif case == "written in between":
-            xf.mul_(2)
+            xf.mul_(2)  # a new value: casting it back, or x again, is no repeat either
             xf.to(torch.bfloat16)
+            x.float()
         elif case == "new value":
             (xf * 2).to(torch.bfloat16)
-        else:
+        elif case == "to another dtype":
             xf.to(torch.float16)
-    assert ledger.round_trips == []
+            x.half()
+        elif case == "first result freed":
+            del xf
+            x.float()
+        else:
+            x[:4].float()  # other elements: another value
+    assert ledger.round_trips == [] and ledger.repeated_casts == []
 
 
 def test_no_op_conversion_and_copies() -> None:
@@ -630,25 +637,6 @@ def test_a_repeated_cast_names_both_sites_and_is_no_round_trip(tmp_path: Any, ho
     assert f"already cast to bf16 at {first.where}: a repeated cast (not a round trip)" in text
     assert "REPEATED CAST of #0" in "\n".join(ledger_table(ledger))
     assert rep.as_dict()["repeat_of"] == 0
-
-
-@pytest.mark.parametrize("case", ["first result freed", "source written", "another dtype",
-                                  "another view"])
-def test_not_a_repeated_cast(case: str) -> None:
-    w = torch.randn(64, 256)
-    with CastLedger() as ledger:
-        first = w.to(torch.bfloat16)
-        if case == "first result freed":
-            del first  # nothing left to reuse: casting again is the only way
-            w.to(torch.bfloat16)
-        elif case == "source written":
-            w.mul_(2)
-            w.to(torch.bfloat16)
-        elif case == "another dtype":
-            w.to(torch.float16)
-        else:
-            w[:32].to(torch.bfloat16)  # other elements: a different value
-    assert ledger.repeated_casts == [] and ledger.round_trips == []
 
 
 def test_a_real_round_trip_stays_a_round_trip_beside_a_repeat() -> None:

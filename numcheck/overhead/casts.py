@@ -331,8 +331,8 @@ class CastLedger:
         default_factory=dict, repr=False
     )
     # (source storage, view, dtype cast to) -> (source storage, its version, the entry, the
-    # result's storage): the casts made, for a repeat of one to find it.
-    _casts_of: dict[tuple[Any, ...], tuple[StorageWeakRef, int, int, StorageWeakRef]] = field(
+    # result (weakly) and its version): the casts made, for a repeat of one to find.
+    _casts_of: dict[tuple[Any, ...], tuple[StorageWeakRef, int, int, Any, int]] = field(
         default_factory=dict, repr=False
     )
     # entry index -> (the source a cast read, weakly; its version then): a tensor a cast made
@@ -773,18 +773,20 @@ class CastLedger:
         to ``dst``'s dtype, for a repeat of it to find."""
         key = _view_key(src, dst.dtype)
         ref = StorageWeakRef(src.untyped_storage())
-        self._casts_of[key] = (ref, src._version, index, StorageWeakRef(dst.untyped_storage()))
+        self._casts_of[key] = (ref, src._version, index, weakref.ref(dst), dst._version)
         if self.by_value:
             self._sources[index] = (weakref.ref(src), src._version)
 
     def _repeats(self, src: torch.Tensor, dst: torch.Tensor) -> int | None:
         """The earlier cast of this very view of ``src`` (unwritten since) to ``dst``'s dtype
-        whose result is still alive, if any: this cast repeats it."""
+        whose result is still alive and unwritten, if any: this cast repeats it."""
         found = self._casts_of.get(_view_key(src, dst.dtype))
         if found is None:
             return None
-        ref, version, index, result = found
-        if ref.expired() or result.expired() or src._version != version:
+        ref, version, index, result_ref, result_version = found
+        result = result_ref()
+        if (ref.expired() or result is None or src._version != version
+                or result._version != result_version):
             return None
         return index
 
