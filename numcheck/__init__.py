@@ -27,7 +27,8 @@ their own ops and variants (docs/extending.md):
   :func:`with_preparation`;
 - FP8 and FP4 (docs/fp8.md): a variant's declared quantization, :class:`GemmQuant` of
   :class:`OperandScheme` (or :class:`AsStored`) operands and an :class:`Accumulation`, with
-  the ready-made schemes and models; the operands it hands over, :func:`record_gemm` of
+  the ready-made schemes and models, and the libraries' conventions as schemes
+  (:data:`QUANT_PRESETS`); the operands it hands over, :func:`record_gemm` of
   :func:`as_quantized` ones; numcheck's bit-exact :func:`quantize`, :func:`dequantize` and
   :func:`emulated_gemm`; a quantizer checked by hand, :func:`validate`, a kernel,
   :func:`compare_to_simulated`.
@@ -100,6 +101,7 @@ _EXPORTS = {
     "FP8_ROW": "numcheck.precision.quant_scheme",
     "NVFP4": "numcheck.precision.quant_scheme",
     "MXFP4": "numcheck.precision.quant_scheme",
+    "QUANT_PRESETS": "numcheck.precision.quant_scheme",
     "Accumulation": "numcheck.precision.quant_accumulate",
     "PROMOTED_128": "numcheck.precision.quant_accumulate",
     "FAST_ACCUMULATION": "numcheck.precision.quant_accumulate",
@@ -144,6 +146,7 @@ __all__ = [
     "PER_TENSOR",
     "PROMOTED_128",
     "ParamSpec",
+    "QUANT_PRESETS",
     "Params",
     "Quantized",
     "Registrar",
@@ -228,6 +231,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         NVFP4,
         PER_ROW,
         PER_TENSOR,
+        QUANT_PRESETS,
         Granularity,
         OperandScheme,
         blocks,

@@ -47,7 +47,8 @@ PERF_GATE = Gate("perf", ("speedup_min", "speedup_undecided"),
                  doc="variant vs FP32 reference speedup, gated on the lower confidence bound",
                  inconclusive=("speedup_undecided",))
 CASTS_GATE = Gate(
-    "casts", ("round_trips", "no_op_casts", "cast_bytes_ratio", "input_copies"),
+    "casts", ("round_trips", "repeated_casts", "no_op_casts", "cast_bytes_ratio",
+              "input_copies"),
     doc="dtype conversions and copies recorded at the aten level while the variant runs",
 )
 KERNELS_GATE = Gate(

@@ -248,26 +248,36 @@ def torchao_style(x: torch.Tensor, scheme: OperandScheme, old: torch.Tensor) -> 
 
 
 def mx_style(x: torch.Tensor, scheme: OperandScheme, old: torch.Tensor) -> Quantized:
-    """An MXFP4 cast by the OCP rule through float log2, e2m1 by bucketing."""
+    """An MXFP4 cast by the OCP rule through float log2 (log2 0 = -inf: a block of zeros
+    takes E8M0's smallest exponent, -127), e2m1 by bucketing."""
     from numcheck.precision.quant_scheme import expand_to_elements
 
-    amax = _blocks_of(x, scheme).clamp(min=2.0**-100)
-    s = torch.pow(2.0, torch.floor(torch.log2(amax)) - 2)
+    amax = _blocks_of(x, scheme)
+    s = torch.pow(2.0, (torch.floor(torch.log2(amax)) - 2).clamp(min=-127))
     full = expand_to_elements(s, (x.shape[0], x.shape[1]), scheme.granularity)
     return as_quantized(_e2m1_nearest(x / full), s, scheme)
 
 
 def nvfp4_style(x: torch.Tensor, scheme: OperandScheme, old: torch.Tensor) -> Quantized:
-    """The NVFP4 recipe as Transformer Engine writes it: ``s_enc = 2688 / amax``, block scale
-    ``e4m3(amax_b / 6 * s_enc)`` by torch's cast, elements ``x * (s_enc / d_b)``, the decode
-    global scale stored as ``1 / s_enc``."""
+    """The NVFP4 recipe as NVIDIA Transformer Engine's reference quantizer computes it
+    (``NVFP4QuantizerRef``, transformer_engine/pytorch/custom_recipes/
+    quantization_ref_nvfp4.py; TE needs CUDA to install, so its steps are written here
+    anew): encode scale ``2688 / amax`` (at most float32's largest, 1 where it is 0), its
+    reciprocal the decode global scale; block scale ``e4m3(amax_b / 6 * s_enc)`` by torch's
+    cast; elements ``x * (1 / (d_b * g))`` (at most float32's largest) clamped to 6 and
+    rounded to nearest even. Where numcheck computes ``x * (s_enc / d_b)`` the two may
+    round an element near a tie apart (tests/test_xcheck.py counts them)."""
     from numcheck.precision.quant_scheme import expand_to_elements
 
-    s_enc = 448.0 * 6.0 / x.abs().max().clamp(min=1e-12)
+    x = x.float()  # TE's amax and scales are float32 whatever the tensor's dtype
+    big = torch.tensor(torch.finfo(torch.float32).max)
+    s_enc = torch.minimum(448.0 * 6.0 / x.abs().max(), big)
+    s_enc = torch.where(s_enc == 0, torch.ones_like(s_enc), s_enc)
+    g = 1.0 / s_enc
     d = (_blocks_of(x, scheme) / 6.0 * s_enc).clamp(max=448).to(torch.float8_e4m3fn).float()
     full = expand_to_elements(d, (x.shape[0], x.shape[1]), scheme.granularity)
-    t = torch.where(full > 0, x * (s_enc / full.clamp(min=2.0**-9)), torch.zeros_like(x))
-    return as_quantized(_e2m1_nearest(t), d, scheme, 1.0 / s_enc)
+    enc = torch.minimum(1.0 / (full * g), big)
+    return as_quantized(_e2m1_nearest((x.float() * enc).clamp(-6, 6)), d, scheme, g)
 
 
 #: Honest quantizers of other projects, and the scale formats each one implements.
@@ -314,7 +324,7 @@ def _shifted(x: torch.Tensor, scheme: OperandScheme, old: torch.Tensor) -> Quant
 def _ue8m0_down(x: torch.Tensor, scheme: OperandScheme, old: torch.Tensor) -> Quantized:
     """Each block's power of two rounded down from amax / fmax, elements saturating."""
     q = quantize(x, scheme)
-    amax = block_amax(x, scheme.granularity).clamp(min=scheme.amax_floor)
+    amax = block_amax(x, scheme.granularity).clamp(min=scheme.floor)
     return _requantize_with(q, x, _pow2_down(amax / scheme.format.max_value))
 
 

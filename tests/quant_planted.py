@@ -128,7 +128,7 @@ def _ue8m0_down(x: torch.Tensor, scheme: OperandScheme) -> Quantized:
     right = numcheck.quantize(x, scheme)
     from numcheck.precision.quant_scheme import block_amax, expand_to_elements
 
-    amax = block_amax(x, scheme.granularity).clamp(min=scheme.amax_floor)
+    amax = block_amax(x, scheme.granularity).clamp(min=scheme.floor)
     s = torch.pow(2.0, torch.floor(torch.log2(amax / 448.0)))
     full = expand_to_elements(s, right.shape, scheme.granularity)
     return Quantized(_cast_e4m3(x.float() / full, clamp=True), s, scheme)
@@ -139,7 +139,7 @@ def _no_clamp(x: torch.Tensor, scheme: OperandScheme) -> Quantized:
     without clamping: the largest elements of each block become NaN."""
     from numcheck.precision.quant_scheme import block_amax, expand_to_elements
 
-    amax = block_amax(x, scheme.granularity).clamp(min=scheme.amax_floor)
+    amax = block_amax(x, scheme.granularity).clamp(min=scheme.floor)
     s = amax / 480.0
     full = expand_to_elements(s, (x.shape[0], x.shape[1]), scheme.granularity)
     return Quantized(_cast_e4m3(x.float() / full, clamp=False), s, scheme)

@@ -71,22 +71,29 @@ def test_round_trip_through_views_and_copies() -> None:
 
 
 @pytest.mark.parametrize("case", ["original freed", "written in between", "new value",
-                                  "to another dtype"])
-def test_not_a_round_trip(case: str) -> None:
+                                  "to another dtype", "first result freed", "another view"])
+def test_neither_a_round_trip_nor_a_repeated_cast(case: str) -> None:
     with CastLedger() as ledger:
         x = torch.randn(8, 8).to(torch.bfloat16)
         xf = x.float()
         if case == "original freed":
-            del x  # nothing left to reuse: casting back is the only way
+            del x  # nothing left to reuse: casting back (or again) is the only way
             xf.to(torch.bfloat16)
         elif case == "written in between":
-            xf.mul_(2)
+            xf.mul_(2)  # a new value: casting it back, or x again, is no repeat either
             xf.to(torch.bfloat16)
+            x.float()
         elif case == "new value":
             (xf * 2).to(torch.bfloat16)
-        else:
+        elif case == "to another dtype":
             xf.to(torch.float16)
-    assert ledger.round_trips == []
+            x.half()
+        elif case == "first result freed":
+            del xf
+            x.float()
+        else:
+            x[:4].float()  # other elements: another value
+    assert ledger.round_trips == [] and ledger.repeated_casts == []
 
 
 def test_no_op_conversion_and_copies() -> None:
@@ -580,3 +587,90 @@ def test_a_creation_op_is_no_copy_whatever_its_result_holds() -> None:
         torch.full_like(pos, 7)
         pos + 0  # a copy by value
     assert [(e.op, e.input) for e in ledger.entries] == [("add", "pos")]
+
+
+# -- repeated casts: the same source cast again, told from a round trip -----------------------
+
+LIBRARY = '''import torch
+
+
+def mhc_pre(x, weight):
+    """A library kernel's glue: the fp32 weight cast to bf16 on every call, kept for backward."""
+    w16 = weight.to(torch.bfloat16)  # the library's cast
+    return x @ w16.T, w16
+'''
+
+
+def _library(tmp_path: Any) -> Any:
+    import importlib.util
+
+    path = tmp_path / "fakelib" / "mhc_pre.py"
+    path.parent.mkdir()
+    path.write_text(LIBRARY)
+    spec = importlib.util.spec_from_file_location("fakelib_mhc_pre", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("how", ["same tensor", "a copy of it"])
+def test_a_repeated_cast_names_both_sites_and_is_no_round_trip(tmp_path: Any, how: str) -> None:
+    """A library casts its fp32 weight to bf16 on every call; the user's glue casts the same
+    weight again for its own use: a repeated cast (by path, or by value for a copy)."""
+    lib = _library(tmp_path)
+    w = torch.randn(24, 512)
+    x = torch.randn(4, 512).to(torch.bfloat16)
+    with CastLedger(inputs={"hc_fn": w}) as ledger:
+        y, saved = lib.mhc_pre(x, w)
+        src = w if how == "same tensor" else w.clone()
+        w16 = src.to(torch.bfloat16)  # the glue's own cast of the weight
+    assert torch.equal(w16, saved) and y.shape == (4, 24)
+    assert ledger.round_trips == []
+    (rep,) = ledger.repeated_casts
+    first = ledger.entries[rep.repeat_of]
+    assert first.where.file.endswith("fakelib/mhc_pre.py") and first.where.line == 6
+    assert rep.where.file == HERE and rep.where.line == line_of("# the glue's own cast")
+    text = ledger.describe_repeated_cast(rep)
+    assert text.startswith(f"fp32 -> bf16 of [24, 512] at {HERE}:{rep.where.line} casts again "
+                           "the fp32 tensor")
+    assert f"already cast to bf16 at {first.where}: a repeated cast (not a round trip)" in text
+    assert "REPEATED CAST of #0" in "\n".join(ledger_table(ledger))
+    assert rep.as_dict()["repeat_of"] == 0
+
+
+def test_a_real_round_trip_stays_a_round_trip_beside_a_repeat() -> None:
+    x = torch.randn(64, 256).to(torch.bfloat16)
+    with CastLedger() as ledger:
+        xf = x.float()
+        xf.to(torch.bfloat16)  # bf16 -> fp32 -> bf16: a round trip by path
+        (xf * 1.0).to(torch.bfloat16)  # and by value
+        kept = xf.to(torch.float16)
+        xf.to(torch.float16)  # a repeat of the line above, its result alive
+    assert [e.index for e in ledger.round_trips] == [1, 2]
+    assert [(e.index, e.repeat_of) for e in ledger.repeated_casts] == [(4, 3)]
+    assert kept.dtype == torch.float16
+
+
+def test_the_casts_gate_names_a_repeated_cast_apart_from_round_trips(tmp_path: Any) -> None:
+    from numcheck.overhead.gate import OverheadBudget, audit_variant, overhead_violations
+
+    lib = _library(tmp_path)
+
+    def glue(inputs: dict[str, torch.Tensor], p: object) -> dict[str, torch.Tensor]:
+        y, saved = lib.mhc_pre(inputs["x"], inputs["hc_fn"])
+        own = inputs["hc_fn"].to(torch.bfloat16)
+        return {"y": y + (own[:, :1].T * 0), "saved": saved}
+
+    inputs = {"x": torch.randn(4, 512).to(torch.bfloat16), "hc_fn": torch.randn(24, 512)}
+    report = audit_variant(glue, inputs, {})
+    (v,) = [v for v in overhead_violations(report, OverheadBudget(), {"casts"})
+            if v.metric in ("round_trips", "repeated_casts")]
+    assert v.metric == "repeated_casts" and v.value == 1
+    assert "fakelib/mhc_pre.py:6: a repeated cast (not a round trip)" in v.detail
+    record = report.as_dict()
+    assert record["round_trips"] == [] and len(record["repeated_casts"]) == 1
+    assert "repeated casts 1" in report.summary()
+    allowed = OverheadBudget(repeated_casts=True)
+    assert all(v.metric != "repeated_casts"
+               for v in overhead_violations(report, allowed, {"casts"}))

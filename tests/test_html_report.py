@@ -418,3 +418,18 @@ def test_failed_check_shows_where_the_error_sits() -> None:
     assert "mtp row" in page  # the grouping's heatmap
     assert "where the error sits" not in htmlreport.render_html(
         Report(records=[_record("indexer::c::bf16[cpu]")]), plots=False)
+
+
+def test_a_repeated_cast_and_a_round_trip_are_shown_each_with_both_sites() -> None:
+    casts = {"casts": 2, "copies": 0, "cast_bytes_ratio": 1.9, "round_trips": [
+        "bf16 -> fp32 -> bf16 of [8, 256] at a.py:2 (back; there at a.py:1), ..."],
+        "repeated_casts": ["fp32 -> bf16 of [24, 2048] at glue.py:7 casts again the fp32 "
+                           "tensor already cast to bf16 at mylib/mhc_pre.py:6: a repeated cast"]}
+    report = Report(records=[_record("indexer::c::glue[cpu]", status="fail", casts=casts)],
+                    environment={"device": "cpu"}, created="2026-12-06T00:00:00+00:00",
+                    exitstatus=1)
+    page = htmlreport.render_html(report, plots=False)
+    assert "round trips 1, repeated casts 1" in page
+    assert "repeated cast: fp32 -&gt; bf16 of [24, 2048] at glue.py:7" in page
+    assert "already cast to bf16 at mylib/mhc_pre.py:6" in page
+    assert "round trip: bf16 -&gt; fp32 -&gt; bf16 of [8, 256] at a.py:2" in page

@@ -49,8 +49,8 @@ def write(tmp_path: Path, extra: str, variants: str = '"bf16", "bf16_roundtrip"'
 
 
 def test_gates_are_registered_for_expect_tables() -> None:
-    assert GATES["casts"].metrics == ("round_trips", "no_op_casts", "cast_bytes_ratio",
-                                      "input_copies")
+    assert GATES["casts"].metrics == ("round_trips", "repeated_casts", "no_op_casts",
+                                      "cast_bytes_ratio", "input_copies")
     assert GATES["kernels"].metrics == ("cuda_core_gemm", "copy_share")
     assert default_gates("cpu") == {"casts"} and default_gates("cuda") == {"casts", "kernels"}
 
@@ -92,7 +92,7 @@ max_copy_share = 0.25
          "'tf32' is not a variant this case runs"),
         ("[tiny-mhc.overhead]\nbf16 = 1", "overhead.bf16", "expected a table"),
         ("[tiny-mhc.overhead.bf16]\nround_trip = true", "overhead.bf16.round_trip",
-         "unknown overhead key 'round_trip'. Fix: use one of: round_trips, no_op_casts,"),
+         "unknown overhead key 'round_trip'. Fix: use one of: round_trips, repeated_casts,"),
         ("[tiny-mhc.overhead.bf16]\nround_trips = 0", "overhead.bf16.round_trips",
          "expected true or false, got 0. Fix: write round_trips = false"),
         ('[tiny-mhc.overhead.bf16]\nmax_copy_share = "20%"', "overhead.bf16.max_copy_share",
@@ -190,7 +190,7 @@ def test_report_lines_show_ledger_and_kernels() -> None:
     report = mhc_report("bf16_roundtrip", fake_audit())
     text = "\n".join(report.lines())
     assert "cast ledger: 5 entries (5 casts, 0 copies)" in text
-    assert "round trips 1, no-op conversions 0" in text
+    assert "round trips 1, repeated casts 0, no-op conversions 0" in text
     assert "ROUND TRIP of #0" in text
     assert "kernels (5 calls profiled): GEMM (CUDA cores) 50.0 us (50%)" in text
     assert report.as_dict()["round_trips"][0].startswith("bf16 -> fp32 -> bf16 of [8, 256]")
@@ -264,7 +264,7 @@ def test_explain_prints_the_ledger_without_gating(pytester: pytest.Pytester) -> 
     result.stdout.fnmatch_lines([
         "*numcheck explain: cast ledger and kernels (not gated)*",
         "mhc_pre::tiny-mhc::bf16_roundtrip[[]cpu[]]",
-        "  cast ledger: 5 entries (5 casts, 0 copies)*round trips 1, no-op conversions 0",
+        "  cast ledger: 5 entries (5 casts, 0 copies)*round trips 1, repeated casts 0, no-op conversions 0",
         "*#  kind  conversion*where",
         "*ROUND TRIP of #0",
     ])

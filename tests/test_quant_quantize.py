@@ -18,6 +18,7 @@ from numcheck.precision.quant_scheme import (
     NVFP4,
     PER_ROW,
     PER_TENSOR,
+    QUANT_PRESETS,
     Granularity,
     OperandScheme,
     block_amax,
@@ -67,10 +68,84 @@ def test_schemes_are_checked_data() -> None:
         OperandScheme(scale="e8m0")
     with pytest.raises(ValueError, match="e2m1 has no infinity and no NaN.*saturate=True"):
         OperandScheme("e2m1", groups(32), "mx", saturate=False)
-    with pytest.raises(ValueError, match="amax_floor must be a positive"):
-        OperandScheme(amax_floor=0.0)
+    with pytest.raises(ValueError, match="amax_floor must be a finite number >= 0"):
+        OperandScheme(amax_floor=-1.0)
+    with pytest.raises(ValueError, match="no amax floor make a block of zeros scale 0"):
+        OperandScheme(amax_floor=0.0)  # fp32 scales: 0 / 0 in a zero block
     with pytest.raises(ValueError, match="unknown element format"):
         OperandScheme("e3m4")
+    with pytest.raises(ValueError, match="scale_dtype must be one of"):
+        OperandScheme(scale_dtype="e8m0")
+    with pytest.raises(ValueError, match="ue8m0 scales are made otherwise"):
+        OperandScheme(scale="ue8m0", scale_dtype="bf16")
+    with pytest.raises(ValueError, match="block_scale_min clamps NVFP4"):
+        OperandScheme(block_scale_min=2.0**-6)
+    with pytest.raises(ValueError, match="zero_scale must be positive"):
+        replace(NVFP4, zero_scale=0.0)
+
+
+def test_each_rule_has_the_floor_its_source_writes() -> None:
+    """DeepGEMM's 1e-4 is an FP8 convention; the OCP MX rule and NVFP4's recipe have none."""
+    assert (FP8_ROW.floor, DEEPSEEK_ACT.floor, replace(DEEPSEEK_ACT, scale="ue8m0").floor,
+            MXFP4.floor, NVFP4.floor) == (1e-4, 1e-4, 1e-4, 0.0, 0.0)
+    assert replace(FP8_ROW, scale="mx").floor == 0.0  # the rule's own, not the preset's
+    assert replace(MXFP4, amax_floor=1e-4).floor == 1e-4
+    assert MXFP4.label == "e2m1/1x32/mx" and NVFP4.conventions == ()
+    assert replace(MXFP4, amax_floor=1e-4).label == "e2m1/1x32/mx/floor=0.0001"
+    assert QUANT_PRESETS["torchao.nvfp4"].label == "e2m1/1x16/nvfp4/block_scale_min=0.015625"
+    assert QUANT_PRESETS["compressed_tensors.nvfp4"].label == "e2m1/1x16/nvfp4/zero_scale=0.125"
+    assert (QUANT_PRESETS["torchao.float8_row_bf16"].label
+            == "e4m3fn/row/fp32/floor=1e-12/scale_dtype=bf16")
+
+
+@pytest.mark.parametrize("sd", [1e-6, 1e-5])
+@pytest.mark.parametrize("scheme", [MXFP4, NVFP4], ids=["mxfp4", "nvfp4"])
+def test_fp4_keeps_small_magnitudes(scheme: OperandScheme, sd: float) -> None:
+    """N(0, sd) well under 1e-4: without a floor FP4 keeps its usual ~10% error; the 1e-4
+    floor of the FP8 rules flushes (1e-6) or coarsens (1e-5) every block."""
+    x = torch.randn(64, 256, generator=torch.Generator().manual_seed(7)) * sd
+    err = float((dequantize(quantize(x, scheme)) - x.double()).norm() / x.double().norm())
+    floored = replace(scheme, amax_floor=1e-4)
+    err_floor = float((dequantize(quantize(x, floored)) - x.double()).norm()
+                      / x.double().norm())
+    assert 0.05 < err < 0.13
+    assert err_floor > 1.5 * err
+    if sd == 1e-6:
+        assert err_floor > 0.9  # nearly every element flushed to zero
+
+
+def test_the_fp4_rules_on_zero_blocks_and_a_zero_tensor() -> None:
+    x = _x(2, 64, seed=8)
+    x[0, :32] = 0
+    q = quantize(x, MXFP4)
+    assert q.scales[0, 0] == 2.0**-127 and (q.values[0, :32] == 0).all()  # smallest E8M0
+    nv = quantize(x, NVFP4)
+    assert (nv.scales[0, :2] == 0).all() and (nv.values[0, :32] == 0).all()
+    zero = quantize(torch.zeros(2, 32), NVFP4)  # encode scale 1: zeros, finite scales
+    assert zero.global_scale == 1 and (zero.scales == 0).all() and (zero.values == 0).all()
+    assert (quantize(torch.zeros(2, 64), MXFP4).scales == 2.0**-127).all()
+    tiny = torch.full((1, 32), 2.0**-140)  # a float32 subnormal block: exponent clamped
+    assert quantize(tiny, MXFP4).scales.item() == 2.0**-127
+
+
+def test_declared_conventions_are_quantized_as_declared() -> None:
+    x = _x(16, 64, seed=9)
+    x[1] = 0
+    x[2, :16] *= 1e-7  # a block far below the tensor's amax
+    bf = quantize(x.bfloat16(), QUANT_PRESETS["torchao.float8_row_bf16"])
+    amax = x.bfloat16().abs().amax(1, keepdim=True)
+    rows = amax[:, 0] > 0
+    assert torch.equal(bf.scales[rows], (amax / 448).float()[rows])  # divided in bf16
+    assert bf.scales[1, 0] == torch.tensor(1e-12 / 448, dtype=torch.bfloat16).float()
+    clamp = quantize(x, QUANT_PRESETS["torchao.nvfp4"])
+    plain = quantize(x, NVFP4)
+    assert (clamp.scales >= 2.0**-6).all()
+    assert torch.equal(clamp.scales, plain.scales.clamp(min=2.0**-6))
+    assert (clamp.values[1] == 0).all()
+    sub = quantize(x, QUANT_PRESETS["compressed_tensors.nvfp4"])
+    assert torch.equal(sub.scales, torch.where(plain.scales == 0, 0.125, plain.scales))
+    ct8 = quantize(x, QUANT_PRESETS["compressed_tensors.fp8_channel"])
+    assert ct8.scales[1, 0] == 2.0**-23 and (ct8.values[1] == 0).all()
 
 
 def test_fp32_scales_are_amax_over_fmax_and_elements_the_rounding_of_x_over_scale() -> None:
@@ -193,3 +268,54 @@ def test_as_quantized_wraps_another_quantizers_output() -> None:
     with pytest.raises(ValueError, match="expected"):
         dequantize(kept)
     assert scales_for(x, FP8_ROW)[1] is None
+
+
+def test_the_shipped_fp4_cases_quantize_as_they_did_with_the_old_floor() -> None:
+    """The 1e-4 floor left MX and NVFP4; on the operands of every shipped case with an FP4
+    variant (every seed, every GEMM the op makes, each matrix of a batch) the rules' own
+    floor (none) gives the old elements bit for bit and the same dequantized operands, so
+    the shipped results stand. Scales move only in blocks of zeros (the indexer's unused KV
+    pages: 2^-127, the smallest E8M0, where the floor gave 2^-16), which hold zeros either
+    way."""
+    from pathlib import Path
+
+    from numcheck.cases import load_cases
+    from numcheck.check.run import CaseInputs
+    from numcheck.ops.registry import get_op
+
+    root = Path(__file__).resolve().parent.parent
+    seen = zero_blocks = 0
+    for case in load_cases(root / "cases"):
+        op = get_op(case.op)
+        schemes = {s for name in case.variants if op.variants[name].quant is not None
+                   for s in op.variants[name].quant.schemes if s.scale in ("mx", "nvfp4")}
+        if not schemes or op.gemm_site is None:
+            continue
+        made = CaseInputs(op, case)
+
+        def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            nonlocal seen, zero_blocks
+            for x, w in zip(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]),
+                            strict=True):
+                for m in (x, w.transpose(-1, -2)):
+                    for scheme in schemes:
+                        new, old = quantize(m, scheme), quantize(m, replace(scheme,
+                                                                            amax_floor=1e-4))
+                        assert torch.equal(new.values, old.values), (case.id, scheme.label)
+                        assert torch.equal(dequantize(new), dequantize(old))
+                        moved = new.scales != old.scales
+                        zero = block_amax(m, scheme.granularity) == 0
+                        assert bool((zero | ~moved).all()), (case.id, scheme.label)
+                        zero_blocks += int(moved.sum())
+                        assert torch.equal(new.global_scale if new.global_scale is not None
+                                           else torch.zeros(()),
+                                           old.global_scale if old.global_scale is not None
+                                           else torch.zeros(()))
+                        seen += 1
+            return a.float() @ b.float()
+
+        for seed in case.seeds:
+            inputs, _ = made.get(seed)
+            op.gemm_site(inputs, case.params, gemm)
+    assert seen >= 20  # linear's FP4 cases and the indexer's
+    assert zero_blocks > 0  # the indexer's unused pages: the zero-block rule is exercised

@@ -146,3 +146,61 @@ def test_the_original_must_be_usable() -> None:
         validate(q, FP8_TENSOR, torch.ones(4))
     assert validate(q, FP8_TENSOR, torch.ones(2, 2)).describe().startswith(
         "quantized operand follows e4m3fn/tensor/fp32")
+
+
+# -- declared conventions: checked exactly, and named when undeclared --------------------------
+
+
+def _conventions_data() -> torch.Tensor:
+    x = operand("normal", 64, 512, seed=21)
+    x[0, 0] = 3e4  # every other block far below the tensor's amax
+    x[5] = 0
+    x[9, 32:64] = 0
+    return x
+
+
+@pytest.mark.parametrize(("preset", "plain", "hint"), [
+    ("torchao.float8_row_bf16", FP8_ROW, "scales computed in bf16"),
+    ("torchao.nvfp4", NVFP4, "clamped from below at 0.015625"),
+    ("compressed_tensors.nvfp4", NVFP4, "zero-block substitute (declare zero_scale=0.125"),
+    ("compressed_tensors.fp8_channel", replace(FP8_ROW, amax_floor=1e-9), "zero-block substitute"),
+])
+def test_a_convention_passes_declared_and_is_named_undeclared(preset: str, plain: OperandScheme,
+                                                              hint: str) -> None:
+    from numcheck.precision.quant_scheme import QUANT_PRESETS
+
+    scheme = QUANT_PRESETS[preset]
+    x = _conventions_data()
+    if scheme.scale_dtype == "bf16":
+        x = x.clone()
+        x[5], x[9] = 1.0, 1.0  # no zero rows: torchao's path has no floor to give them
+        x = x.to(torch.bfloat16)
+    q = quantize(x, scheme)
+    assert validate(q, scheme, x).ok
+    v = validate(replace(q, scheme=plain), plain, x)
+    assert v.kinds() == ("scale_value",), v.describe()
+    assert hint in v.findings[0].hint and "scale pointer" not in v.findings[0].hint
+
+
+def test_a_floor_the_fp4_rules_do_not_have_is_named() -> None:
+    x = operand("normal", 8, 256, seed=22) * 1e-6
+    for scheme in (MXFP4, NVFP4):
+        floored = quantize(x, replace(scheme, amax_floor=1e-4))
+        v = validate(replace(floored, scheme=scheme), scheme, x)
+        assert "scale_value" in v.kinds()
+        found = next(f for f in v.findings if f.kind == "scale_value")
+        assert "amax floored at 1e-4 (DeepGEMM's FP8 convention)" in found.hint
+
+
+def test_a_zero_block_follows_each_rule_exactly() -> None:
+    """A block of zeros: the smallest E8M0 for mx (a floor's 2^-16 is flagged), e4m3 0 for
+    nvfp4 (a substitute or a clamp only where declared); fp32's floor may be lower."""
+    x = operand("normal", 4, 64, seed=23)
+    x[1] = 0
+    for scheme in (MXFP4, NVFP4, FP8_ROW):
+        assert validate(quantize(x, scheme), scheme, x).ok
+    mx = quantize(x, MXFP4)
+    wrong = replace(mx, scales=torch.where(mx.scales == 2.0**-127, 2.0**-16, mx.scales))
+    assert validate(wrong, MXFP4, x).kinds() == ("scale_value",)
+    lower = quantize(x, replace(FP8_ROW, amax_floor=1e-12))  # a lower floor passes
+    assert validate(replace(lower, scheme=FP8_ROW), FP8_ROW, x).ok

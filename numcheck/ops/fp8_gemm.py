@@ -56,7 +56,7 @@ def quantize_fp8(x: torch.Tensor, scheme: OperandScheme) -> Quantized:
     """``x`` (2-D ``[rows, K]``) quantized to an FP8 scheme (``fp32`` or ``ue8m0`` scales,
     any granularity) as a serving kernel does it, in a few torch ops and no host sync, so a
     variant that quantizes on every call can be captured in a CUDA graph: each block's amax
-    (floored at the scheme's ``amax_floor``), its scale (``amax / fmax``; UE8M0: the smallest
+    (floored at the scheme's floor), its scale (``amax / fmax``; UE8M0: the smallest
     power of two above that, from the float's exponent), the elements ``x / scale`` clamped
     to the format's largest and cast by torch (round to nearest even). The same values as
     numcheck.precision.quantize.quantize, whose exactness checks sync with the host; the
@@ -73,7 +73,7 @@ def quantize_fp8(x: torch.Tensor, scheme: OperandScheme) -> Quantized:
     x32 = x.to(torch.float32)
     padded = F.pad(x32, (0, gk * bk - k, 0, gr * br - rows)) if (gk * bk, gr * br) != (
         k, rows) else x32
-    amax = padded.abs().view(gr, br, gk, bk).amax(dim=(1, 3)).clamp(min=scheme.amax_floor)
+    amax = padded.abs().view(gr, br, gk, bk).amax(dim=(1, 3)).clamp(min=scheme.floor)
     scales = amax / fmt.max_value
     if scheme.scale == "ue8m0":
         mant, e = torch.frexp(scales)

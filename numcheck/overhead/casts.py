@@ -9,6 +9,7 @@ does, on any device, by watching the aten calls a variant makes (a ``TorchDispat
         variant(inputs, params)
     ledger.entries       # one per conversion or copy, with the user's source line
     ledger.round_trips   # A -> B -> A while the A original was still alive
+    ledger.repeated_casts  # A -> B of a tensor already cast A -> B, that result still alive
 
 What counts (every entry is a separate pass over memory):
 
@@ -57,6 +58,16 @@ new tensor: later passes over it are charged to the bytes, not to the input.
     zeros, ones) are not compared: equal by construction, not a trip. Not seen: a value
     that left dtype A only through type promotion inside an op (``x * fp32_tensor``) and
     was no input.
+
+- **repeated cast**: a cast of a tensor to a dtype an earlier cast already took that same
+  tensor to, while the earlier result is still alive (a library's kernel casts its fp32
+  weight to bf16 on every call, and the glue around it casts the same weight again for its
+  own use). Not a round trip: nothing came back to where it started; the second cast's bytes
+  are moved for a value the variant already holds. Found by path (the same view of the same
+  storage, unwritten since) and by value (a cast whose result is bit for bit a live tensor an
+  earlier cast made, from a source equal to this one's); each entry names both sites. A
+  round trip found by path is named so first; a result equal to a live tensor that did not
+  come from an equal source stays a round trip by value.
 
 Not recorded either: conversions made by Triton's interpreter (``TRITON_INTERPRET=1``) to
 move a kernel's arguments between host and "device" memory: a compiled kernel does not
@@ -181,6 +192,8 @@ class Seen:
     input: str | None = None
     #: "converted" (the source of a cast at ``where``) or "made" (a cast's result there).
     role: str = "converted"
+    #: The ledger entry of the cast that made it (role "made").
+    entry: int | None = None
 
     def describe(self) -> str:
         """``the bf16 [32, 16384] tensor (input 'x') converted at numcheck/ops/mhc.py:97``."""
@@ -195,9 +208,11 @@ class LedgerEntry:
 
     ``round_trip_of`` is the index of the earlier cast this one undoes; ``same_value_as``
     the live tensor whose exact value it reproduced (a round trip found by value);
-    ``no_op`` marks a conversion that changed nothing. ``op`` is the aten op (``_to_copy``,
-    ``cat``, ``index``...); ``by_value`` marks an op that computes but gave back an input's
-    bits (a copy found by value).
+    ``no_op`` marks a conversion that changed nothing; ``repeat_of`` is the index of the
+    earlier cast of the same source to the same dtype whose result was still alive (a
+    repeated cast). ``op`` is the aten op (``_to_copy``, ``cat``, ``index``...);
+    ``by_value`` marks an op that computes but gave back an input's bits (a copy found by
+    value).
     """
 
     index: int
@@ -219,10 +234,16 @@ class LedgerEntry:
     #: copy it read held of it.
     input_bytes: int = 0
     by_value: bool = False
+    repeat_of: int | None = None
 
     @property
     def is_round_trip(self) -> bool:
         return self.round_trip_of is not None or self.same_value_as is not None
+
+    @property
+    def is_repeat(self) -> bool:
+        """A repeated cast: the same source cast to the same dtype again."""
+        return self.repeat_of is not None
 
     @property
     def bytes_moved(self) -> int:
@@ -253,6 +274,7 @@ class LedgerEntry:
             "bytes_written": self.bytes_written, "where": str(self.where),
             "code": self.where.code, "round_trip_of": self.round_trip_of, "no_op": self.no_op,
             "input": self.input, "input_bytes": self.input_bytes, "by_value": self.by_value,
+            "repeat_of": self.repeat_of,
             "same_value_as": (None if self.same_value_as is None
                               else self.same_value_as.describe()),
         }
@@ -308,6 +330,15 @@ class CastLedger:
     _origins: dict[StorageWeakRef, tuple[StorageWeakRef, _Origin]] = field(
         default_factory=dict, repr=False
     )
+    # (source storage, view, dtype cast to) -> (source storage, its version, the entry, the
+    # result (weakly) and its version): the casts made, for a repeat of one to find.
+    _casts_of: dict[tuple[Any, ...], tuple[StorageWeakRef, int, int, Any, int]] = field(
+        default_factory=dict, repr=False
+    )
+    # entry index -> (the source a cast read, weakly; its version then): a tensor a cast made
+    # names its entry (Seen.entry), and a later cast whose result equals it repeats that cast
+    # when its own source equals this one.
+    _sources: dict[int, tuple[Any, int]] = field(default_factory=dict, repr=False)
     _mode: TorchDispatchMode | None = field(default=None, repr=False)
     #: Exact comparisons run by the value check (only after a sampled match): a measure of
     #: its cost that does not depend on the machine's speed.
@@ -337,6 +368,8 @@ class CastLedger:
         self._mode.__exit__(*exc)
         self._mode = None
         self._origins.clear()  # drop the weak references; the entries stay
+        self._casts_of.clear()
+        self._sources.clear()
         self._seen.clear()
         self._input_copies.clear()
         self._copy_values.clear()
@@ -348,7 +381,8 @@ class CastLedger:
         # Shapes and dtypes kept (input_bytes reads them), data dropped.
         state["inputs"] = {name: t.detach().to("meta") if isinstance(t, torch.Tensor) else t
                            for name, t in self.inputs.items()}
-        for name in ("_input_storages", "_input_copies", "_copy_values", "_origins", "_seen"):
+        for name in ("_input_storages", "_input_copies", "_copy_values", "_origins", "_seen",
+                     "_casts_of", "_sources"):
             state[name] = {}
         state["_mode"] = None
         return state
@@ -366,6 +400,10 @@ class CastLedger:
     @property
     def round_trips(self) -> list[LedgerEntry]:
         return [e for e in self.entries if e.is_round_trip]
+
+    @property
+    def repeated_casts(self) -> list[LedgerEntry]:
+        return [e for e in self.entries if e.is_repeat]
 
     @property
     def no_ops(self) -> list[LedgerEntry]:
@@ -416,6 +454,20 @@ class CastLedger:
             f"{dtype_name(entry.dst_dtype)} original was still alive: use it (or a view of it)"
         )
 
+    def describe_repeated_cast(self, entry: LedgerEntry) -> str:
+        """``fp32 -> bf16 of [24, 2048] at glue.py:12 casts again the fp32 tensor (input
+        'hc_fn') cast to bf16 at lib/mhc_pre.py:34 ...``: both sites."""
+        assert entry.repeat_of is not None
+        first = self.entries[entry.repeat_of]
+        what = f" (input '{entry.input}')" if entry.input else ""
+        return (
+            f"{entry.conversion} of {list(entry.shape)} at {entry.where} casts again the "
+            f"{dtype_name(entry.src_dtype)} tensor{what} already cast to "
+            f"{dtype_name(entry.dst_dtype)} at {first.where}: a repeated cast (not a round "
+            f"trip), {megabytes(entry.bytes_moved)} moved while that "
+            f"{dtype_name(entry.dst_dtype)} result was still alive: reuse it, or cast once"
+        )
+
     # -- recording ----------------------------------------------------------------------
 
     def _observe(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> None:
@@ -460,10 +512,13 @@ class CastLedger:
         source = self._attribution(src)
         name = source[0] if source else None
         round_trip_of = self._undoes(src, dst) if cast else None
+        repeat_of = self._repeats(src, dst) if cast and round_trip_of is None else None
         same_value = None
         if cast and self.by_value:
-            if round_trip_of is None:
+            if round_trip_of is None and repeat_of is None:
                 same_value = self._same_value(dst)
+                if same_value is not None and self._same_source(same_value, src):
+                    repeat_of, same_value = same_value.entry, None
             # A round trip by value leaves dtype A through a cast: its source is the A value
             # a later cast may give back. Remembering cast sources (and the inputs) only
             # keeps the check off every other aten call.
@@ -486,10 +541,13 @@ class CastLedger:
             same_value_as=same_value,
             input=name,
             input_bytes=min(read, source[1]) if source else 0,
+            repeat_of=repeat_of,
         )
         self.entries.append(entry)
+        if cast:
+            self._cast_made(entry.index, src, dst)
         if cast and self.by_value:
-            self._see(dst, where, None, "made")
+            self._see(dst, where, None, "made", entry.index)
         if entry.kind == "copy" and entry.input is not None:
             self._copied(dst, entry.input, entry.input_bytes)
         self._remember(entry, src, dst)
@@ -653,13 +711,14 @@ class CastLedger:
         return self._equal_in(self._copy_values.get((t.dtype, t.numel())), t, _bits)
 
     def _see(
-        self, t: torch.Tensor, where: Where | None, name: str | None, role: str = "converted"
+        self, t: torch.Tensor, where: Where | None, name: str | None, role: str = "converted",
+        entry: int | None = None,
     ) -> None:
         """Remember ``t`` (weakly) as a value the variant had, for later casts to compare; a
         view's base too when it holds the same elements (``x.flatten(1)`` of a live ``x``)."""
         base = t._base
         if base is not None and base.numel() == t.numel() and base.dtype == t.dtype:
-            self._see(base, where, name, role)
+            self._see(base, where, name, role, entry)
         if not t.is_floating_point() or t.device.type == "meta":
             return
         n = t.numel()
@@ -669,7 +728,8 @@ class CastLedger:
         known = bucket.get(id(t))
         if known is not None and known[0]() is t and known[1].where is not None:
             return
-        bucket[id(t)] = (weakref.ref(t), Seen(t.dtype, tuple(t.shape), where, name, role))
+        bucket[id(t)] = (weakref.ref(t), Seen(t.dtype, tuple(t.shape), where, name, role,
+                                              entry))
 
     def _same_value(self, dst: torch.Tensor) -> Seen | None:
         """A live tensor seen earlier, of dst's dtype, holding exactly dst's values."""
@@ -707,6 +767,41 @@ class CastLedger:
             if torch.equal(compared(other).reshape(-1), compared(t).reshape(-1)):
                 return payload
         return None
+
+    def _cast_made(self, index: int, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Remember cast ``index`` of ``src`` (which view of which storage, and its version)
+        to ``dst``'s dtype, for a repeat of it to find."""
+        key = _view_key(src, dst.dtype)
+        ref = StorageWeakRef(src.untyped_storage())
+        self._casts_of[key] = (ref, src._version, index, weakref.ref(dst), dst._version)
+        if self.by_value:
+            self._sources[index] = (weakref.ref(src), src._version)
+
+    def _repeats(self, src: torch.Tensor, dst: torch.Tensor) -> int | None:
+        """The earlier cast of this very view of ``src`` (unwritten since) to ``dst``'s dtype
+        whose result is still alive and unwritten, if any: this cast repeats it."""
+        found = self._casts_of.get(_view_key(src, dst.dtype))
+        if found is None:
+            return None
+        ref, version, index, result_ref, result_version = found
+        result = result_ref()
+        if (ref.expired() or result is None or src._version != version
+                or result._version != result_version):
+            return None
+        return index
+
+    def _same_source(self, seen: Seen, src: torch.Tensor) -> bool:
+        """``seen`` was made by a cast whose source, still alive and unwritten, holds exactly
+        ``src``'s bits: a cast that gives ``seen`` back from ``src`` repeats that cast."""
+        if seen.role != "made" or seen.entry is None or seen.entry not in self._sources:
+            return False
+        ref, version = self._sources[seen.entry]
+        earlier = ref()
+        if earlier is None or earlier._version != version or earlier.dtype != src.dtype:
+            return False
+        if earlier.shape != src.shape or earlier.device != src.device:
+            return False
+        return bool(torch.equal(_bits(earlier), _bits(src)))
 
     def _lookup(self, t: torch.Tensor) -> _Origin | None:
         key = StorageWeakRef(t.untyped_storage())
@@ -766,6 +861,13 @@ class _LedgerMode(TorchDispatchMode):
         return out
 
 
+def _view_key(t: torch.Tensor, dtype: torch.dtype) -> tuple[Any, ...]:
+    """Which elements of which storage ``t`` reads, and the dtype it is cast to: two casts of
+    the same view of the same storage have the same key."""
+    return (StorageWeakRef(t.untyped_storage()), t.storage_offset(), tuple(t.shape),
+            tuple(t.stride()), t.dtype, dtype)
+
+
 def _positions(t: torch.Tensor) -> torch.Tensor:
     """:data:`VALUE_SAMPLES` row-major positions, evenly spaced over ``t``."""
     return torch.linspace(0, t.numel() - 1, VALUE_SAMPLES, device=t.device).long()
@@ -822,6 +924,8 @@ def ledger_table(ledger: CastLedger, limit: int = 12) -> Iterator[str]:
             flag = f"  ROUND TRIP of #{e.round_trip_of}"
         elif e.same_value_as is not None:
             flag = f"  ROUND TRIP (same value as {e.same_value_as.where})"
+        elif e.repeat_of is not None:
+            flag = f"  REPEATED CAST of #{e.repeat_of}"
         elif e.no_op:
             flag = "  NO-OP"
         elif e.by_value:

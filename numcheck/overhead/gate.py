@@ -4,7 +4,8 @@ Two gates, listed in :mod:`numcheck.gates` so case files can cite them in
 ``expect.<variant>.fails``:
 
 - ``casts``: from the cast ledger (:mod:`numcheck.overhead.casts`). ``round_trips`` (A -> B -> A
-  while the A original was alive), ``no_op_casts`` (conversions that changed nothing),
+  while the A original was alive), ``repeated_casts`` (A -> B of a tensor already cast to B,
+  that result still alive), ``no_op_casts`` (conversions that changed nothing),
   ``input_copies`` (passes casts, copies and data movement make over one input, when the
   passes beyond its limit are not metadata-sized: :data:`METADATA_SHARE`),
   ``cast_bytes_ratio`` (bytes moved by casts, copies and data movement over the op's
@@ -20,6 +21,7 @@ Limits live in case files, per variant::
     max_input_copies = 1.0       # or per input: { kv_cache = 2 }; an input not named may
                                  # also take as many passes as the op's reference makes
     round_trips = false          # allowed? default false for every variant
+    repeated_casts = false       # allowed? default false for every variant
     no_op_casts = false          # allowed? default false
     cuda_core_gemm = false       # allowed? default false for bf16/tf32, true for fp32
     max_copy_share = 0.2         # default: DEFAULT_COPY_SHARE (CUDA only)
@@ -67,6 +69,7 @@ class OverheadBudget:
     round_trips: bool = False
     no_op_casts: bool = False
     max_cast_bytes_ratio: float | None = None
+    repeated_casts: bool = False
     cuda_core_gemm: bool = True
     max_copy_share: float | None = None
     max_input_copies: float | None = None
@@ -78,6 +81,8 @@ class OverheadBudget:
 #: Case-file keys of ``[<case>.overhead.<variant>]``: (type, meaning) for messages.
 OVERHEAD_KEYS: dict[str, tuple[type, str]] = {
     "round_trips": (bool, "allow A -> B -> A conversions (default false)"),
+    "repeated_casts": (bool, ("allow casting a tensor to a dtype it was already cast to, that "
+                              "result still alive (default false)")),
     "no_op_casts": (bool, "allow conversions that change nothing (default false)"),
     "max_cast_bytes_ratio": (float, "bytes moved by casts and copies / the op's minimum bytes"),
     "cuda_core_gemm": (bool, "allow CUDA-core GEMM kernels (default: only for fp32 variants)"),
@@ -308,7 +313,7 @@ class OverheadReport:
         text = (f"{len(led.entries)} entries ({len(led.casts)} casts, {len(led.copies)} copies), "
                 f"{megabytes(led.bytes_moved)} moved = {self.cast_bytes_ratio:.2f}x the op's "
                 f"minimum {megabytes(self.min_bytes)}; round trips {len(led.round_trips)}, "
-                f"no-op conversions {len(led.no_ops)}")
+                f"repeated casts {len(led.repeated_casts)}, no-op conversions {len(led.no_ops)}")
         return text
 
     def lines(self, limit: int = 12, *, prepared: bool = True) -> list[str]:
@@ -336,6 +341,7 @@ class OverheadReport:
             "casts": len(led.casts),
             "copies": len(led.copies),
             "round_trips": [led.describe_round_trip(e) for e in led.round_trips],
+            "repeated_casts": [led.describe_repeated_cast(e) for e in led.repeated_casts],
             "no_op_casts": [e.describe() for e in led.no_ops],
             "input_passes": led.input_passes(),
             "input_reads": [
@@ -419,6 +425,11 @@ def overhead_violations(
             found.append(Violation(
                 "casts", "round_trips", len(led.round_trips), 0,
                 detail=led.describe_round_trip(led.round_trips[0]),
+            ))
+        if not budget.repeated_casts and led.repeated_casts:
+            found.append(Violation(
+                "casts", "repeated_casts", len(led.repeated_casts), 0,
+                detail=led.describe_repeated_cast(led.repeated_casts[0]),
             ))
         if not budget.no_op_casts and led.no_ops:
             first = led.no_ops[0]

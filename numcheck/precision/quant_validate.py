@@ -25,7 +25,10 @@ Tolerances: a quantizer may compute ``x * (1 / s)`` where numcheck divides, or i
 ``fmax / amax`` inverted, each a few float32 roundings apart; every comparison allows a
 relative ``rel_tol`` (2^-20, about 8 float32 ulps) around the exact value, and an element
 passes when it is the rounding of any value in that band. The amax floor is the declared
-one: a quantizer whose floor is lower passes (its scales are smaller, its elements the same).
+one (the rule's own unless declared: none for ``mx`` and ``nvfp4``): a quantizer whose floor
+is lower passes (its scales are smaller, its elements the same). The conventions a scheme
+declares (``scale_dtype``, ``block_scale_min``, ``zero_scale``) are checked exactly, as the
+rule is; an undeclared one is a ``scale_value`` finding whose hint names it.
 
 Each failed check is a :class:`Finding` with counts, the first offender and, where a simple
 hypothesis explains every offending block, the likely cause (``hint``). Pure torch.
@@ -34,11 +37,16 @@ hypothesis explains every offending block, the likely cause (``hint``). Pure tor
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from numcheck.precision.quant_formats import element_format, is_representable, round_to_element
-from numcheck.precision.quant_scheme import OperandScheme, block_amax, expand_to_elements
+from numcheck.precision.quant_scheme import (
+    SCALE_DTYPES,
+    OperandScheme,
+    block_amax,
+    expand_to_elements,
+)
 from numcheck.precision.quantize import E4M3_MAX, E8M0_EXPONENTS, Quantized
 
 if TYPE_CHECKING:
@@ -136,28 +144,58 @@ def _pow2_floor(a: torch.Tensor) -> torch.Tensor:
     return torch.where(a > 0, torch.ldexp(torch.ones_like(a), e - 1), torch.zeros_like(a))
 
 
+#: The smallest E8M0 scale: what ``ue8m0`` and ``mx`` give a block of zeros.
+_E8M0_MIN = 2.0 ** E8M0_EXPONENTS[0]
+
+
 def _rule(scheme: OperandScheme, g: torch.Tensor | None, tol: float
           ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``ok(scales, amax)``: which scales (float64 grid) follow the scheme's rule from the
-    blocks' amax (float64 grid), elementwise."""
+    """``ok(scales, amax)``: which scales (float64 grid) follow the scheme's rule, and the
+    conventions it declares, from the blocks' amax (float64 grid), elementwise. A floor lower
+    than the declared one passes (its scales are smaller, its elements the same)."""
     import torch
 
     fmt = scheme.format
     fmax = fmt.max_value
-    floor = scheme.amax_floor
+    floor = scheme.floor
     lo_f, hi_f = 1 - tol, 1 + tol
 
+    def substituted(s: torch.Tensor, rule_zero: torch.Tensor, follows: torch.Tensor,
+                    maybe_zero: torch.Tensor | None = None) -> torch.Tensor:
+        """Where the rule gives 0, the declared zero scale (if any) stands in; where the band
+        straddles 0 (``maybe_zero``), either does."""
+        if scheme.zero_scale is None:
+            return follows
+        z = float(scheme.zero_scale)
+        is_z = (s - z).abs() <= z * tol
+        if maybe_zero is not None:
+            follows = follows | (maybe_zero & is_z)
+        return torch.where(rule_zero, is_z, follows)
+
+    def in_dtype(v: torch.Tensor) -> torch.Tensor:
+        if scheme.scale_dtype == "fp32":
+            return v
+        dt = getattr(torch, SCALE_DTYPES[scheme.scale_dtype])
+        return v.to(torch.float32).to(dt).double()
+
     def fp32(s: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
-        return (s > 0) & (s * fmax >= amax * lo_f) & (s * fmax <= amax.clamp(min=floor) * hi_f)
+        top = amax.clamp(min=floor)
+        if scheme.scale_dtype == "fp32":
+            follows = (s > 0) & (s * fmax >= amax * lo_f) & (s * fmax <= top * hi_f)
+        else:  # the quotient rounded to the declared dtype: a value of it, in the band
+            lower, upper = in_dtype(amax / fmax * lo_f), in_dtype(top / fmax * hi_f)
+            follows = (s > 0) & (in_dtype(s) == s) & (s >= lower) & (s <= upper)
+        return substituted(s, top == 0, follows)
 
     def ue8m0(s: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
-        return (_is_pow2(s) & (s * fmax >= amax * lo_f)
-                & (s / 2 * fmax < amax.clamp(min=floor) * hi_f))
+        top = amax.clamp(min=floor)
+        return _is_pow2(s) & (s * fmax >= amax * lo_f) & (
+            (s / 2 * fmax < top * hi_f) | ((top == 0) & (s == _E8M0_MIN)))
 
     def mx(s: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
         emax = 2.0**fmt.max_exponent
-        lower = _pow2_floor(amax * lo_f) / emax
-        upper = _pow2_floor(amax.clamp(min=floor) * hi_f) / emax
+        lower = (_pow2_floor(amax * lo_f) / emax).clamp(min=_E8M0_MIN)
+        upper = (_pow2_floor(amax.clamp(min=floor) * hi_f) / emax).clamp(min=_E8M0_MIN)
         return _is_pow2(s) & (s >= lower) & (s <= upper)
 
     def nvfp4(s: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
@@ -167,20 +205,79 @@ def _rule(scheme: OperandScheme, g: torch.Tensor | None, tol: float
             return torch.zeros_like(s, dtype=torch.bool)
 
         def e4m3(v: torch.Tensor) -> torch.Tensor:
+            if scheme.block_scale_min is not None:
+                v = v.clamp(min=scheme.block_scale_min)
             return round_to_element(v.to(torch.float32), "e4m3fn", saturate=True).double()
 
         lower = e4m3(amax / (fmax * gd) * lo_f)
         upper = e4m3(amax.clamp(min=floor) / (fmax * gd) * hi_f)
-        return (s >= 0) & (s >= lower) & (s <= upper)
+        follows = (s >= 0) & (s >= lower) & (s <= upper)
+        return substituted(s, upper == 0, follows, lower == 0)
 
     return {"fp32": fp32, "ue8m0": ue8m0, "mx": mx, "nvfp4": nvfp4}[scheme.scale]
 
 
-def _scale_hint(ok: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], s: torch.Tensor,
-                amax: torch.Tensor, scheme: OperandScheme) -> str:
-    """The simple hypothesis that explains every offending scale, or "". Hypotheses that
-    account for every block come first; a shift can only be checked on all blocks but one."""
+def _convention_hint(s: torch.Tensor, amax: torch.Tensor, scheme: OperandScheme,
+                     g: torch.Tensor | None, tol: float) -> str:
+    """The convention, undeclared, that explains every offending scale (``s`` and ``amax``:
+    the offending blocks' only), or "": what real quantizers do beside the rule."""
+    import torch
 
+    def explains(**convention: object) -> bool:
+        try:
+            candidate = replace(scheme, **convention)
+        except ValueError:
+            return False
+        return bool(_rule(candidate, g, tol)(s, amax).all())
+
+    if scheme.scale == "fp32":
+        for dt in ("bf16", "fp16"):
+            if dt != scheme.scale_dtype and explains(scale_dtype=dt):
+                return (f"scales computed in {dt} (amax / {scheme.format.max_value:g} rounded "
+                        f"to {dt}: torchao's Float8Tensor on a {dt} tensor does this): if your "
+                        f"quantizer means it, declare scale_dtype='{dt}'")
+    if scheme.scale in ("mx", "nvfp4") and scheme.floor == 0 and explains(amax_floor=1e-4):
+        return ("scales made from an amax floored at 1e-4 (DeepGEMM's FP8 convention), which "
+                f"the {scheme.scale} rule does not have: blocks of small values lose their "
+                "elements to zero")
+    c = float(s.reshape(-1)[0])
+    if not bool((s == c).all()) or not c > 0:
+        return ""
+    n = int(s.numel())
+    zero_blocks = int((amax == 0).sum())
+    rule = _rule(replace(scheme, zero_scale=None, block_scale_min=None), g, tol)
+    if scheme.scale == "nvfp4" and bool(rule(torch.zeros_like(s), amax).all()):
+        where = (f"{zero_blocks} of them all zero" if zero_blocks < n else "all of them zero")
+        return (f"the {n} offending blocks, whose scale by the rule is 0 ({where}), all hold "
+                f"{c:g}: a zero-block substitute (declare zero_scale={c:g}: compressed-tensors "
+                f"writes 0.125) or a clamp of the block scales (declare block_scale_min={c:g}: "
+                "torchao clamps at 2^-6)")
+    if scheme.scale == "nvfp4" and explains(block_scale_min=c):
+        return (f"the {n} offending block scales all hold {c:g} where the rule gives less (the "
+                "smallest blocks, far below the tensor's amax): block scales clamped from below "
+                f"at {c:g} (torchao's NVFP4 clamps at 2^-6): if your quantizer means it, "
+                f"declare block_scale_min={c:g}")
+    if zero_blocks == n and scheme.scale in ("ue8m0", "mx"):
+        return (f"the {n} offending blocks are all zero and hold {c:g} where the {scheme.scale} "
+                f"rule gives the smallest E8M0 scale, 2^-127: an amax floor the rule does "
+                "not have")
+    if zero_blocks == n:
+        return (f"the {n} offending blocks are all zero and hold {c:g}: a zero-block "
+                f"substitute (declare zero_scale={c:g}) or an amax floor (declare amax_floor)")
+    return ""
+
+
+def _scale_hint(ok: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], s: torch.Tensor,
+                amax: torch.Tensor, scheme: OperandScheme, g: torch.Tensor | None = None,
+                tol: float = REL_TOL) -> str:
+    """The simple hypothesis that explains every offending scale, or "". An undeclared
+    convention of a real quantizer first (it accounts for the offending blocks exactly),
+    then hypotheses that account for every block; a shift can only be checked on all blocks
+    but one."""
+    bad = ~ok(s, amax)
+    convention = _convention_hint(s[bad], amax[bad], scheme, g, tol)
+    if convention:
+        return convention
     gr, gk = s.shape
     if s.numel() > 1 and bool((s == s.reshape(-1)[0]).all()):
         if bool(ok(s[:1, :1], amax.max().reshape(1, 1)).all()):
@@ -318,8 +415,11 @@ def validate(q: Quantized, scheme: OperandScheme, original: torch.Tensor, *,
         top = E4M3_MAX * fmt.max_value
         amax_t = float(x.abs().max())
         gv = float(g)
-        if not (gv * top >= amax_t * (1 - rel_tol)
-                and gv * top <= max(amax_t, scheme.amax_floor) * (1 + rel_tol)):
+        # A tensor of zeros holds zeros whatever its global scale (Transformer Engine's
+        # kernels store 1, its reference 1 / float32's largest): any positive one passes.
+        zeros_ok = amax_t == 0 and gv > 0
+        if not zeros_ok and not (gv * top >= amax_t * (1 - rel_tol)
+                                 and gv * top <= max(amax_t, scheme.floor) * (1 + rel_tol)):
             findings.append(Finding(
                 "global_scale", f"global scale {gv!r} where the tensor's amax {amax_t!r} "
                 f"gives amax / (448 * {fmt.max_value:g}) = {amax_t / top!r}",
@@ -336,7 +436,7 @@ def validate(q: Quantized, scheme: OperandScheme, original: torch.Tensor, *,
             f"{scheme.scale} rule from their block's amax (first block {i}: scale "
             f"{float(s[i])!r} for amax {float(amax[i])!r}, amax / scale = "
             f"{float(ratio[0]):.6g} against {fmt.name}'s largest {fmt.max_value:g})",
-            int(bad.sum()), s.numel(), i, _scale_hint(ok, s, amax, scheme)))
+            int(bad.sum()), s.numel(), i, _scale_hint(ok, s, amax, scheme, g, rel_tol)))
 
     factor = expand_to_elements(s, shape, scheme.granularity)  # the declared layout
     if g is not None:

@@ -5,27 +5,36 @@ float32 values the element format holds exactly, and its scales in the scheme's 
 (numcheck.precision.quant_scheme). Every step is exact or one IEEE float32 operation, in an
 order fixed here, so the result is the same on any CPU and GPU:
 
-1. ``amax`` of each scale block (a maximum: exact), floored at the scheme's ``amax_floor``;
+1. ``amax`` of each scale block (a maximum: exact), floored at the scheme's floor (its rule's
+   own unless declared: DeepGEMM's 1e-4 for ``fp32`` and ``ue8m0``, none for ``mx`` and
+   ``nvfp4``, numcheck.precision.quant_scheme.RULE_FLOORS);
 2. the block's scale, by the scheme's rule:
 
-   - ``fp32``: ``amax / fmax`` (one float32 division);
+   - ``fp32``: ``amax / fmax`` (one float32 division; DeepSeek-V3's fine-grained
+     quantization, DeepGEMM's casts), rounded to the declared ``scale_dtype`` when it is not
+     float32 (torchao divides a bf16 tensor's amax in bf16);
    - ``ue8m0``: the smallest power of two ``>= amax / fmax`` (DeepSeek V3.1/V4: rounded up,
      so ``|x| / scale <= fmax`` and nothing saturates);
    - ``mx``: ``2^(floor(log2 amax) - emax_elem)``, the rule of the OCP Microscaling Formats
      (MX) specification v1.0, section 6.3 (``emax_elem``: 2 for e2m1, 8 for e4m3fn). It is
      rounded DOWN from amax's own exponent, so ``amax / scale`` lies in ``[2^emax_elem,
      2^(emax_elem + 1))`` and may pass ``fmax`` (up to 8 against e2m1's 6): those elements
-     saturate. The ``ue8m0`` rule rounds ``amax / fmax`` UP instead and never saturates;
+     saturate. The ``ue8m0`` rule rounds ``amax / fmax`` UP instead and never saturates.
+     The exponent is clamped to E8M0's range, so a block of zeros (and any block under
+     2^-125) takes the smallest E8M0 scale, 2^-127;
    - ``nvfp4``: NVIDIA's two-level NVFP4 recipe ("Pretraining Large Language Models with
-     NVFP4", NVIDIA 2025, arXiv:2509.25149, the quantization appendix; the same as NVIDIA's
-     "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference"): a float32
-     per-tensor encode scale ``s_enc = 448 * fmax / amax_tensor`` and decode scale
-     ``g = amax_tensor / (448 * fmax)``; per block, the e4m3 decode scale
-     ``d_b = e4m3(amax_b / fmax * s_enc)`` (to nearest, saturating at 448);
+     NVFP4", NVIDIA 2025, arXiv:2509.25149, the quantization appendix; Transformer Engine's
+     reference quantizer): a float32 per-tensor encode scale
+     ``s_enc = 448 * fmax / amax_tensor`` (at most float32's largest; 1 for a tensor of
+     zeros) and decode scale ``g = amax_tensor / (448 * fmax)`` (1 for zeros); per block,
+     the e4m3 decode scale ``d_b = e4m3(amax_b / fmax * s_enc)`` (to nearest, saturating at
+     448; clamped from below at a declared ``block_scale_min`` first);
 
-3. each element ``x / scale`` (``nvfp4``: ``x * (s_enc / d_b)``, zero where ``d_b`` rounded to
-   0) in float32, rounded to the element format to nearest even, saturating if the scheme
-   says so (numcheck.precision.quant_formats.round_to_element).
+   a declared ``zero_scale`` replaces a scale the rule made 0;
+3. each element ``x / scale`` (``nvfp4``: ``x * (s_enc / d_b)``, zero where ``d_b`` is 0;
+   ``x * (s_enc / z)`` where the declared zero scale ``z`` stands in) in float32, rounded
+   to the element format to nearest even, saturating if the scheme says so
+   (numcheck.precision.quant_formats.round_to_element).
 
 :func:`dequantize` gives ``element * scale`` (``* g`` for nvfp4) in float64, where every such
 product is exact (at most 4 significant bits times a float32 or two). Pure torch.
@@ -40,6 +49,7 @@ from numcheck.precision.quant_formats import element_format, pow2, round_to_elem
 from numcheck.precision.quant_scheme import (
     PER_ROW,
     PER_TENSOR,
+    SCALE_DTYPES,
     OperandScheme,
     _check_2d,
     block_amax,
@@ -96,7 +106,7 @@ class Quantized:
 def _floored_amax(x: torch.Tensor, scheme: OperandScheme) -> torch.Tensor:
     import torch
 
-    return torch.clamp(block_amax(x, scheme.granularity), min=scheme.amax_floor)
+    return torch.clamp(block_amax(x, scheme.granularity), min=scheme.floor)
 
 
 def _pow2_up(r: torch.Tensor) -> torch.Tensor:
@@ -105,16 +115,37 @@ def _pow2_up(r: torch.Tensor) -> torch.Tensor:
 
     mant, e = torch.frexp(r)  # r = mant * 2^e, 0.5 <= mant < 1
     exp = torch.where(mant == 0.5, e - 1, e).to(torch.int64)
+    exp = torch.where(r > 0, exp, torch.full_like(exp, E8M0_EXPONENTS[0]))  # 0: the smallest
     return pow2(exp.clamp(*E8M0_EXPONENTS))
 
 
 def _pow2_mx(amax: torch.Tensor, emax_elem: int) -> torch.Tensor:
-    """``2^(floor(log2 amax) - emax_elem)`` (OCP MX v1.0, 6.3), within E8M0."""
+    """``2^(floor(log2 amax) - emax_elem)`` (OCP MX v1.0, 6.3), within E8M0: a block of zeros
+    (log2 0 = -inf) takes the smallest, 2^-127."""
     import torch
 
     _, e = torch.frexp(amax)
     exp = (e.to(torch.int64) - 1) - emax_elem
+    exp = torch.where(amax > 0, exp, torch.full_like(exp, E8M0_EXPONENTS[0]))
     return pow2(exp.clamp(*E8M0_EXPONENTS))
+
+
+def _in_scale_dtype(s: torch.Tensor, scheme: OperandScheme) -> torch.Tensor:
+    """float32 scales rounded to the declared ``scale_dtype`` (to nearest even), as float32."""
+    import torch
+
+    if scheme.scale_dtype == "fp32":
+        return s
+    return s.to(getattr(torch, SCALE_DTYPES[scheme.scale_dtype])).to(torch.float32)
+
+
+def _zero_scale(s: torch.Tensor, scheme: OperandScheme) -> torch.Tensor:
+    """The declared ``zero_scale`` where the rule gave 0."""
+    import torch
+
+    if scheme.zero_scale is None:
+        return s
+    return torch.where(s == 0, torch.full_like(s, scheme.zero_scale), s)
 
 
 def scales_for(x: torch.Tensor, scheme: OperandScheme
@@ -128,7 +159,7 @@ def scales_for(x: torch.Tensor, scheme: OperandScheme
     amax = _floored_amax(x32, scheme)
     fmax = torch.tensor(fmt.max_value, dtype=torch.float32, device=x.device)
     if scheme.scale == "fp32":
-        return amax / fmax, None
+        return _zero_scale(_in_scale_dtype(amax / fmax, scheme), scheme), None
     if scheme.scale == "ue8m0":
         return _pow2_up(amax / fmax), None
     if scheme.scale == "mx":
@@ -144,12 +175,19 @@ def _nvfp4_scales(x32: torch.Tensor, amax: torch.Tensor, scheme: OperandScheme
     import torch
 
     fmax = scheme.format.max_value
-    amax_t = torch.clamp(x32.abs().amax(), min=scheme.amax_floor)
+    amax_t = torch.clamp(x32.abs().amax(), min=scheme.floor)
     top = torch.tensor(E4M3_MAX * fmax, dtype=torch.float32, device=x32.device)
-    s_enc = top / amax_t
-    g = amax_t / top
+    one = torch.ones((), dtype=torch.float32, device=x32.device)
+    # A tensor of zeros: encode scale 1 (Transformer Engine's kernels); otherwise at most
+    # float32's largest (its reference clamps there for an amax near float32's smallest).
+    s_enc = torch.where(amax_t > 0, (top / amax_t).clamp(max=torch.finfo(torch.float32).max),
+                        one)
+    g = torch.where(amax_t > 0, amax_t / top, one)
     per_block = amax / torch.tensor(fmax, dtype=torch.float32, device=x32.device)
-    d = round_to_element(per_block * s_enc, "e4m3fn", saturate=True)
+    v = per_block * s_enc
+    if scheme.block_scale_min is not None:
+        v = v.clamp(min=scheme.block_scale_min)
+    d = _zero_scale(round_to_element(v, "e4m3fn", saturate=True), scheme)
     return d, g, s_enc
 
 

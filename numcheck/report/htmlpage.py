@@ -319,7 +319,11 @@ def _check_section(i: int, record: Record, plots: bool, drift_row: Mapping[str, 
         c = record.casts
         parts.append(f"<p>casts and copies per call: {_e(c.get('casts', '-'))} casts, "
                      f"{_e(c.get('copies', '-'))} copies, {_num(c.get('cast_bytes_ratio'))}x the "
-                     f"op's minimum bytes, round trips {len(c.get('round_trips') or [])}</p>")
+                     f"op's minimum bytes, round trips {len(c.get('round_trips') or [])}, "
+                     f"repeated casts {len(c.get('repeated_casts') or [])}</p>")
+        for kind in ("round_trips", "repeated_casts"):  # each names both of its sites
+            parts += [f'<p class="reason">{_e(kind.replace("_", " ")[:-1])}: {_e(text)}</p>'
+                      for text in c.get(kind) or []]
     parts.append(prepared_html(record.prepared))
     parts.append(invariance_html(record.invariance))
     parts.append(quant_html(record.quant, record.metrics, record.budget))
