@@ -25,7 +25,7 @@ from numcheck.goldens.stale import find_stale, prune
 from numcheck.invariance.table import INVARIANCE_HEADER, invariance_rows
 from numcheck.overhead.gate import OVERHEAD_HEADER, OverheadReport, overhead_row
 from numcheck.perf.sections import lock_wait_lines
-from numcheck.perf.table import PERF_HEADER, noise_lines, perf_rows
+from numcheck.perf.table import PERF_HEADER, noise_lines, perf_rows, unset_lines
 from numcheck.plugin import options
 from numcheck.prepare import PREPARED_COLUMN
 from numcheck.report.drift import DRIFT_HEADER, drift_headline, drift_rows
@@ -128,6 +128,8 @@ def write_summary(
         for line in table(PERF_HEADER, rows):
             tr.write_line(line)
         for line in noise_lines(records):
+            tr.write_line(line)
+        for line in unset_lines(records):
             tr.write_line(line)
     for line in lock_wait_lines(records, workers):
         tr.write_line(line)
