@@ -33,7 +33,7 @@ KINDS = ("cpu", "cuda")
 #: GPU models a case file may key a setting by (their classes, as :func:`device_class`
 #: names them): NVIDIA's data-centre and workstation GPUs from Volta on, its consumer GPUs
 #: from Ampere on, AMD's Instinct GPUs (torch's ``cuda`` device over HIP). A model not here
-#: is added by the ini key ``numcheck_gpu_models`` (:func:`add_gpu_models`), so a typo is an
+#: is added by the ini key ``numcheck_gpu_models`` (:func:`set_gpu_models`), so a typo is an
 #: error, not a threshold that never applies.
 GPU_MODELS = frozenset({
     # NVIDIA data centre
@@ -147,8 +147,10 @@ def class_kind(cls: str) -> str:
     return "cpu" if cls == "cpu" else "cuda"
 
 
-def add_gpu_models(names: Iterable[str]) -> None:
-    """Accept ``names`` as GPU models in case files (the ini key ``numcheck_gpu_models``)."""
+def set_gpu_models(names: Iterable[str]) -> None:
+    """Accept ``names`` as GPU models in case files beside :data:`GPU_MODELS` (the ini key
+    ``numcheck_gpu_models``, set by each run: a run without it accepts none)."""
+    _EXTRA_MODELS.clear()
     _EXTRA_MODELS.update(n.strip() for n in names if n.strip())
 
 

@@ -373,3 +373,32 @@ def test_an_unknown_gpu_model_reports_its_speedups_and_gates_none(
     assert timing["gate_reason"].startswith(
         "no speedup_min for B200 (this case has H100 0.45, H200 1): reported, not gated; "
         "measure B200's: python -m numcheck onboard --only speed; ")
+
+
+def test_a_gpu_model_numcheck_does_not_list_is_added_by_the_ini(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A class key numcheck does not know is an error naming the file, case, key and fix
+    (a typo must not become a threshold that never applies); the project's ini adds one."""
+    from numcheck import devices
+
+    monkeypatch.setenv("NUMCHECK_DEVICE_NAME", "NVIDIA X900 96GB")
+    project(pytester, regen=False)  # the goldens, from a case file that names no X900
+    write_goldens(pytester)
+    (pytester.path / "cases" / "mhc.toml").write_text(CASE.format(
+        variants='"slowed"', extra="",
+        perf="[tiny-mhc.perf.slowed]\nspeedup_min = { X900 = 1.0 }"))
+    result = pytester.runpytest("--numcheck", "--numcheck-perf")
+    result.stdout.fnmatch_lines([
+        ("*cases/mhc.toml: case 'tiny-mhc': key 'perf.slowed.speedup_min.X900': 'X900' is not "
+         "a device class numcheck knows (cpu, or a GPU model of numcheck.devices.GPU_MODELS: "
+         "H100, H200, B200, MI300X...). Fix: write the class of a GPU model (python -m "
+         "numcheck onboard --class prints this machine's); a model numcheck does not list "
+         "yet: add it to the ini key numcheck_gpu_models"),
+    ])
+    assert result.ret != 0
+    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n"
+                     "numcheck_gpu_models = X900\n")
+    result = pytester.runpytest("--numcheck", "--numcheck-perf")
+    result.assert_outcomes(passed=1, failed=1)  # X900's own threshold gates slowed
+    result.stdout.fnmatch_lines(["mhc_pre::tiny-mhc*slowed*cpu*fake*fail (min 1)"])
+    devices.set_gpu_models([])  # this process's later runs: as a run without the ini
