@@ -24,6 +24,9 @@ from functools import lru_cache
 
 #: The environment variable that names the run's device in place of torch's name for it.
 DEVICE_NAME_ENV = "NUMCHECK_DEVICE_NAME"
+#: The command that measures a GPU model's settings (speed thresholds, determinism, batch
+#: invariance) and writes them into the case files (docs/speed.md, "Your runner is not an H200").
+ONBOARD = "python -m numcheck onboard"
 #: The class of a device whose name is not known at all.
 UNKNOWN = "unknown"
 #: Device kinds: where a variant runs (``--numcheck-device``). ``cpu`` is a class too

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from numcheck.devices import ONBOARD
 from numcheck.gates import PERF_GATE
 from numcheck.numerics.verdict import Violation
 from numcheck.perf.sequential import StoppingRule
@@ -38,7 +39,7 @@ GATE = PERF_GATE
 EVERY_CLASS = "every_class"
 #: The command that measures speed thresholds for this machine's GPU model (every perf case
 #: at once; docs/speed.md, "Your runner is not an H200").
-SPEED_CALIBRATION = "python -m numcheck onboard --only speed"
+SPEED_CALIBRATION = f"{ONBOARD} --only speed"
 
 #: Options a ``perf`` table accepts (besides per-variant tables), with their types.
 PERF_OPTIONS: dict[str, type] = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from numcheck.devices import ONBOARD
 from numcheck.perf.noise import noise_warning
 
 
@@ -66,8 +67,6 @@ def unset_lines(records: Iterable[Any]) -> list[str]:
     """One line per device class that ran timed checks a threshold gates on other GPU
     models but not on it: they were reported, not gated, and the command that measures
     this class's thresholds (never a verdict from another model's figure)."""
-    from numcheck.perf.gate import SPEED_CALIBRATION
-
     unset: dict[str, tuple[int, set[str]]] = {}
     for rec in records:
         t = rec.timing or {}
@@ -76,7 +75,7 @@ def unset_lines(records: Iterable[Any]) -> list[str]:
             unset[t.get("device_class") or "?"] = (n + 1, others | set(t["unset_classes"]))
     return [f"numcheck perf: {cls} has no speedup_min in {n} timed check(s) that have one for "
             f"{', '.join(sorted(others))}: reported, not gated. Measure {cls}'s thresholds: "
-            f"{SPEED_CALIBRATION} (docs/speed.md, \"Your runner is not an H200\")"
+            f"{ONBOARD} --only speed (docs/speed.md, \"Your runner is not an H200\")"
             for cls, (n, others) in sorted(unset.items())]
 
 
