@@ -118,10 +118,9 @@ def cannot_run(
     spec = op.variants[variant]
     if device not in case.devices:
         return f"case {case.id!r} does not run on {device} (its devices: {', '.join(case.devices)})"
-    if device not in spec.devices:
-        if spec.unavailable:
-            return f"variant {variant!r}: {spec.unavailable}"
-        return f"variant {variant!r} runs on {', '.join(spec.devices)} only"
+    why = spec.why_not(device)
+    if why:
+        return f"variant {variant!r}: {why}" if spec.unavailable else f"variant {variant!r} {why}"
     if case.perf_only and "perf" not in gates:
         return f"perf-only case {case.id!r} (no golden): runs with {perf_switch}"
     if case.perf_only and spec.produces is not None:
