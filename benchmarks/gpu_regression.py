@@ -670,8 +670,8 @@ EXTRAS: tuple[Extra, ...] = (
                                "-q", "-k", "v4flash-t64 or v4flash-b2-l1k-contiguous"),
           _judge_rc),
     Extra("audit", "the kernel audit and cast ledger at production shapes "
-          "(benchmarks/audit_h200.py)", 120,
-          lambda o, w: _bench("audit_h200.py", "--out", str(w / "audit")),
+          "(benchmarks/kernel_audit.py)", 120,
+          lambda o, w: _bench("kernel_audit.py", "--device", o.device, "--out", str(w / "audit")),
           _judge_written("audit/audit-*.json")),
     Extra("casts", "cast ratios, input passes and copy shares of the CPU-sized cases, every "
           "request at max_context (benchmarks/cast_ratios.py)", 90,
@@ -715,9 +715,10 @@ EXTRAS: tuple[Extra, ...] = (
           lambda o, w: _bench("fidelity.py", "--repeats", "5", "--json", str(w / "fidelity.json")),
           _judge_written("fidelity.json")),
     Extra("fused", "the fused Triton kernels at production shapes against the HBM floor "
-          "(benchmarks/fused_h200.py)", 150,
-          lambda o, w: _bench("fused_h200.py", "--budget-s", "110"),
-          _judge_written("fused_h200.json"), out_env=True),
+          "(benchmarks/fused_roofline.py)", 150,
+          lambda o, w: _bench("fused_roofline.py", "--device", o.device, "--budget-s", "110",
+                              "--out", str(w)),
+          _judge_written("fused_roofline.json")),
     Extra("folded", "bf16_folded against the rounding envelope on calibration seeds 4000.. "
           "(--seeds; benchmarks/folded_calibration.py)", 240,
           lambda o, w: _bench("folded_calibration.py", "4000", str(o.seeds),

@@ -5,6 +5,7 @@ CPU. docs/fp8.md, "GPUs we cannot borrow"."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -84,7 +85,7 @@ def test_a_quantization_declared_fnuz_is_checked_against_fnuz_not_fn() -> None:
 
 
 @pytest.fixture
-def fnuz_variants() -> None:
+def fnuz_variants() -> Iterator[None]:
     with registry.isolated():
         fn, prepare = quantized_linear(FNUZ, "an MI300-style FP8 linear: e4m3fnuz operands")
         add_variant("linear", Variant("fp8_block_fnuz", fn, FNUZ.precision, prepare=prepare,

@@ -95,7 +95,7 @@ class Onboarding:
 
     def save(self) -> None:
         """The patch and the JSON as they stand (after each part: a kill keeps them)."""
-        diff = []
+        diff: list[str] = []
         for path, before in sorted(self.originals.items()):
             after = path.read_text()
             if after != before:
@@ -298,7 +298,7 @@ def _line_comments(path: Path) -> dict[tuple[tuple[str, ...], str], str]:
     import tomlkit
 
     doc = tomlkit.parse(path.read_text())
-    out = {}
+    out: dict[tuple[tuple[str, ...], str], str] = {}
     for case_id, body in doc.items():
         for variant, table in (body.get("perf") or {}).items() if hasattr(body, "get") else ():
             if hasattr(table, "get") and "speedup_min" in table:

@@ -49,7 +49,6 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 from numcheck.cases import Case, Expectation
-from numcheck.devices import run_class
 from numcheck.check import phase
 from numcheck.check.against_golden import check
 from numcheck.check.firstcall import DEFAULT_NOTE_S, FirstCallWatch, Progress, device_sync
@@ -58,6 +57,7 @@ from numcheck.check.overhead import check_overhead
 from numcheck.check.perf import measure_perf
 from numcheck.check.result import CheckResult, Settled, display_id
 from numcheck.check.run import CaseInputs, run_variant
+from numcheck.devices import run_class
 from numcheck.gates import BATCH_INVARIANCE_GATE, DETERMINISM_GATE, QUANT_GATE
 from numcheck.goldens.case_golden import CaseGolden
 from numcheck.inputs import to_device
