@@ -153,6 +153,7 @@ def apply_edits(
                 if edit.value is not None:
                     table[key] = tomlkit.parse(
                         f"x = {{ {edit.sub} = {format_number(edit.value)} }}")["x"]
+                    _sub_line(table, key, new_entry=False, comment=edit.comment)
                     changes.append(Change(edit.where, None, edit.value))
                 continue
             holder, key = table[key], edit.sub
