@@ -894,7 +894,7 @@ def _judge_onboard(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
     return rc == 0, detail
 
 
-#: Onboarding this GPU model (numcheck/onboard.py): run right after install, so the steps
+#: Onboarding this GPU model (numcheck/calibrate/onboard.py): run right after install, so the steps
 #: after it in the same command (gate, perf) hold the machine to the values it wrote.
 ONBOARD = Extra(
     "onboard", "python -m numcheck onboard: this GPU model's speed thresholds (--onboard-runs "

@@ -143,7 +143,7 @@ def payload_to_data(payload: Payload) -> dict[str, Any]:
     if isinstance(payload, SpeedPayload):
         return {**out, "variant": payload.variant, "runs": [list(r) for r in payload.runs],
                 "expected_fail": payload.expected_fail, "current": payload.current,
-                "device_class": payload.on}
+                **({"device_class": payload.device_class} if payload.device_class else {})}
     p = payload
     out |= {"seeds": list(p.seeds), "fresh": p.fresh, "first_seed": p.first_seed, "k": p.k,
             "topk_output": p.topk_output,
