@@ -1,6 +1,6 @@
 """Is every variant bit-identical run to run on one device?
 
-    python benchmarks/determinism.py [--device cuda] [--runs 20] [--json out.json]
+    python benchmarks/determinism.py [--device cuda] [--runs 20] [-k CASE] [--json out.json]
 
 For every shipped case (its first seed) and every variant that runs on ``--device``, runs the
 variant ``--runs`` times on the same inputs and compares each output's raw bytes with the
@@ -25,6 +25,7 @@ import torch
 from numcheck.cases import load_cases
 from numcheck.inputs import to_device
 from numcheck.ops.registry import get_op
+from numcheck.prepare import prepare
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -41,17 +42,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("-k", dest="select", default="", help="only cases whose id contains this")
     args = ap.parse_args(argv)
     rows: list[dict[str, Any]] = []
     for case in load_cases(ROOT / "cases"):
-        if case.perf_only:  # production shapes: timing cases, not numerics
+        if case.perf_only or args.select not in case.id:  # perf-only: timing cases
             continue
         op = get_op(case.op)
-        inputs = to_device(op.make_inputs(case.params, case.seeds[0]), args.device)
+        given = to_device(op.make_inputs(case.params, case.seeds[0]), args.device)
         for name in (op.reference, *case.variants):
             variant = op.variants[name]
-            if args.device not in variant.devices:
+            if variant.why_not(args.device):  # another device, or a library missing
                 continue
+            # Its one-time preparation (weights quantized at load time), as the gate makes it.
+            prepared = prepare(variant, given, case.params, args.device)
+            inputs = given if prepared is None else prepared.call_inputs(given)
             first = {k: v.clone() for k, v in variant.fn(inputs, case.params).items()}
             _sync(args.device)
             differ, set_differ, max_abs = 0, 0, 0.0

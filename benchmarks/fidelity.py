@@ -11,6 +11,11 @@ and the differences are reported. Targets: within 5% of the independent timers; 
 across 5 repeats under 3%. Usage (GPU machine, repo root)::
 
     python benchmarks/fidelity.py --repeats 5 --json $OUT/fidelity.json
+    python benchmarks/fidelity.py --device cpu --tiny --repeats 2 --json OUT.json  # plumbing
+
+On the CPU (``--device cpu``; ``--tiny``: small shapes, the CPU plumbing test of
+tests/test_benchmark_plumbing.py) there is no do_bench and no kernel time: numcheck's figure
+alone, the other columns "-".
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 
 import torch
 
+from numcheck.devices import device_name
 from numcheck.inputs import to_device
 from numcheck.ops.registry import get_op
 from numcheck.perf.speedup import speedup_interval
@@ -38,6 +44,13 @@ SHAPES = [
     ("mhc_pre v4pro T=4096 hc_fn [24, 28672]", "mhc_pre", "v4pro", {"tokens": 4096}, "bf16"),
     ("mhc_pre v4pro T=4096 hc_fn [24, 28672]", "mhc_pre", "v4pro", {"tokens": 4096},
      "bf16_roundtrip"),
+]
+
+#: The same checks at small shapes (--tiny).
+TINY_SHAPES = [
+    ("indexer B=2 L=256", "indexer", "v4flash",
+     {"batch": 2, "max_context": 256, "heads": 8, "head_dim": 32, "index_topk": 16}, "bf16"),
+    ("mhc_pre T=8 C=64", "mhc_pre", "v4pro", {"tokens": 8, "hidden": 64}, "bf16"),
 ]
 
 Fn = Callable[[], object]
@@ -76,10 +89,10 @@ def do_bench_seconds(fn: Fn) -> float | None:
 
 
 def measure(label: str, op_name: str, preset: str, shape: dict[str, Any], variant: str,
-            repeats: int, rounds: int) -> dict[str, Any]:
+            repeats: int, rounds: int, device: str = "cuda") -> dict[str, Any]:
     op = get_op(op_name)
     params = op.resolve_params(preset, shape)
-    inputs = to_device(op.make_inputs(params, 0), "cuda")
+    inputs = to_device(op.make_inputs(params, 0), device)
     ref_fn = op.variants[op.reference].fn
     var_fn = op.variants[variant].fn
 
@@ -91,16 +104,18 @@ def measure(label: str, op_name: str, preset: str, shape: dict[str, Any], varian
 
     speedups, lows, highs = [], [], []
     for i in range(repeats):
-        times = time_interleaved(ref, var, "cuda", TimingConfig(rounds=rounds, warmup=3))
+        times = time_interleaved(ref, var, device, TimingConfig(rounds=rounds, warmup=3))
         est = speedup_interval(times.reference, times.variant, seed=i)
         speedups.append(est.median)
         lows.append(est.low)
         highs.append(est.high)
     nc = statistics.median(speedups)
     spread = (max(speedups) - min(speedups)) / nc
-    bench_ref, bench_var = do_bench_seconds(ref), do_bench_seconds(var)
+    gpu = device == "cuda"  # do_bench and the profiler's kernel times are the GPU's
+    bench_ref, bench_var = (do_bench_seconds(ref), do_bench_seconds(var)) if gpu else (None,
+                                                                                         None)
     do_bench = bench_ref / bench_var if bench_ref and bench_var else None
-    prof_ref, prof_var = kernel_seconds(ref), kernel_seconds(var)
+    prof_ref, prof_var = (kernel_seconds(ref), kernel_seconds(var)) if gpu else (None, None)
     prof = prof_ref / prof_var if prof_ref and prof_var else None
     return {
         "shape": label, "variant": variant, "reference": op.reference,
@@ -117,21 +132,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        choices=("cpu", "cuda"))
+    parser.add_argument("--tiny", action="store_true", help="small shapes: the CPU plumbing test")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("fidelity: needs a CUDA device (skipped)")
-        return 0
-    rows = [measure(*s, repeats=args.repeats, rounds=args.rounds) for s in SHAPES]
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("fidelity: --device cuda, and torch sees no CUDA device", file=sys.stderr)
+        return 2
+    rows = [measure(*s, repeats=args.repeats, rounds=args.rounds, device=args.device)
+            for s in (TINY_SHAPES if args.tiny else SHAPES)]
+    name = device_name(args.device, cpu_model=True)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"torch": torch.__version__, "cuda": torch.version.cuda,
-                       "device": torch.cuda.get_device_name(), "repeats": args.repeats,
+                       "device": name, "repeats": args.repeats,
                        "rounds": args.rounds, "results": rows}, handle, indent=2)
 
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{x:+.1%}"
 
-    print(f"fidelity ({torch.cuda.get_device_name()}, torch {torch.__version__}, "
+    print(f"fidelity ({name}, torch {torch.__version__}, "
           f"{args.repeats} repeats x {args.rounds} rounds); targets: |diff| <= 5%, spread < 3%")
     print("| shape | variant | numcheck speedup (5 runs) | spread | do_bench | diff | "
           "profiler kernels | diff |")

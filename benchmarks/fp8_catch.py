@@ -90,6 +90,20 @@ def _one(op: Any, case: Any, name: str, head: str, device: str, inputs: Any,
             "violations": sorted({v.key for v in result.violations})}
 
 
+def _runnable(op: Any, names: list[str], device: str, out: dict[str, Any]) -> list[str]:
+    """The variants of ``names`` that run on ``device`` in this install; the others are
+    recorded in ``out["skipped"]`` with why (an optional library missing, with its install
+    command): skipped, never an error."""
+    kept = []
+    for name in names:
+        why = op.variants[name].why_not(device)
+        if why:
+            out.setdefault("skipped", {})[name] = why
+        else:
+            kept.append(name)
+    return kept
+
+
 def run(seeds: list[int], device: str, only: tuple[str, ...] = (),
         done: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Every bug of :data:`PLAN` (``only``: of these cases) and the honest rows beside it;
@@ -120,7 +134,7 @@ def run(seeds: list[int], device: str, only: tuple[str, ...] = (),
                                      if device in g.devices and not g.unavailable)]
                     names += [n for n, (_, h) in alternatives.items() if h == head]
                     worst = {"rel_fro": 0.0, "sim_rel_fro": 0.0}
-                    for name in names:
+                    for name in _runnable(op, names, device, out):
                         row = _one(op, one, name, head, device, inputs, golden)
                         honest_alt = name in alternatives
                         out["honest"].append({"case": case_id, "head": head, "member": name,
@@ -131,7 +145,7 @@ def run(seeds: list[int], device: str, only: tuple[str, ...] = (),
                                 worst[k] = max(worst[k], row[k])
                     family[head] = worst
                 for bug, (c, head) in PLAN.items():
-                    if c != case_id:
+                    if c != case_id or len(_runnable(op, [bug, head], device, out)) < 2:
                         continue
                     variant = bugs[bug]
                     if bug == "bug_stale_scale":
@@ -284,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     data = run(seeds, args.device, tuple(args.cases), write)
     write(data, finished=True)
     print(table(data))
+    for name, why in sorted(data.get("skipped", {}).items()):
+        print(f"skipped {name}: {why}")
     missed = [r for r in data["bugs"] if r["own_error"] >= BUG_FACTOR and not r["caught"]]
     failed = [r for r in data["honest"] if r["violations"]]
     return 1 if missed or failed else 0

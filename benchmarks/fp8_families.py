@@ -71,19 +71,29 @@ SUGGESTED = ("rel_fro", "calc_diff", "frac_outside", "max_err_ratio", "max_band_
 
 
 def families(case: Case, device: str, heads_only: bool = False) -> dict[str, list[str]]:
-    """Per low-precision variant of the case: itself and the members of its scheme that run
-    on ``device`` (registered into the op by :func:`register_members`); ``heads_only``: the
-    variant alone (many seeds of the tail keys, at a fraction of the family's cost)."""
+    """Per low-precision variant of the case that runs on ``device`` in this install: itself
+    and the members of its scheme that run there (registered into the op by
+    :func:`register_members`); ``heads_only``: the variant alone (many seeds of the tail
+    keys, at a fraction of the family's cost). A variant that cannot run here (an optional
+    library missing: :func:`skipped` says why) has no family here."""
     op = get_op(case.op)
     out: dict[str, list[str]] = {}
     for name in case.variants:
         quant = op.variants[name].quant
-        if quant is None:
+        if quant is None or op.variants[name].why_not(device):
             continue
         names = [member_name(g) for g in members(op, op.variants[name].precision, quant)
                  if device in g.devices and not g.unavailable]
         out[name] = [name] if heads_only else [name, *names]
     return out
+
+
+def skipped(case: Case, device: str) -> dict[str, str]:
+    """The case's low-precision variants that cannot run on ``device`` in this install, and
+    why (the install command of a missing library): skipped, never an error."""
+    op = get_op(case.op)
+    return {name: why for name in case.variants
+            if op.variants[name].quant is not None and (why := op.variants[name].why_not(device))}
 
 
 def register_members(op_name: str) -> None:
@@ -212,7 +222,11 @@ def main(argv: list[str] | None = None) -> int:
             fails = sum(len(r["failures"]) for r in out["cases"][key].values()
                         if not r["expected"])
             checks = sum(r["checks"] for r in out["cases"][key].values())
-            print(f"{key}: {checks} checks, {fails} failed, {time.monotonic() - t0:.0f} s",
+            left = skipped(case, args.device)
+            if left:
+                out.setdefault("skipped", {})[key] = left
+            print(f"{key}: {checks} checks, {fails} failed, {time.monotonic() - t0:.0f} s"
+                  + "".join(f"; {name} skipped: {why}" for name, why in left.items()),
                   flush=True)
             if args.json:
                 args.json.write_text(json.dumps(out, indent=1) + "\n")

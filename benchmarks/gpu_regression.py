@@ -25,7 +25,17 @@ each in a fresh process, each writing its log and report under DIR:
   per graph replay, interleaving reference and variant, so a few-microsecond kernel
   carries each replay's launch cost that do_bench_cudagraph amortises (:func:`judge`).
 
-Those six are the default. The evidence runs behind the docs are optional steps, named in
+Those six are the default. ``onboard`` (``python -m numcheck onboard``: this GPU model's
+speed thresholds, determinism and batch invariance measured and written into the tree's case
+files, its FP8 / FP4 families checked on held-out seeds; ``--onboard-runs``,
+``--onboard-seeds``) runs right after ``install`` when named, so the steps after it hold
+the machine to what it wrote; its patch (``onboard-<class>.patch``) applies the values
+elsewhere. A GPU model with no thresholds yet, in about 5 minutes on one H100:
+
+    --steps env,install,onboard                         then git apply the patch
+    --steps env,install,gate,perf,independent           on the tree with it applied
+
+The evidence runs behind the docs are optional steps too, named in
 ``--steps`` beside them (``python3 benchmarks/gpu_regression.py --list`` prints them); each
 is one command with its own time limit, judged by what it wrote. They replace the lettered
 scripts ``benchmarks/h200_run_a.sh`` ... ``h200_run_j.sh`` and their wrappers; the evidence
@@ -73,6 +83,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("env", "install", "gate", "perf", "unit", "independent")
+#: The order the steps run in (``onboard`` is never a default: it rewrites the case files).
+ORDER = ("env", "install", "onboard", "gate", "perf", "unit", "independent")
 PY = sys.executable
 
 
@@ -658,8 +670,8 @@ EXTRAS: tuple[Extra, ...] = (
                                "-q", "-k", "v4flash-t64 or v4flash-b2-l1k-contiguous"),
           _judge_rc),
     Extra("audit", "the kernel audit and cast ledger at production shapes "
-          "(benchmarks/audit_h200.py)", 120,
-          lambda o, w: _bench("audit_h200.py", "--out", str(w / "audit")),
+          "(benchmarks/kernel_audit.py)", 120,
+          lambda o, w: _bench("kernel_audit.py", "--device", o.device, "--out", str(w / "audit")),
           _judge_written("audit/audit-*.json")),
     Extra("casts", "cast ratios, input passes and copy shares of the CPU-sized cases, every "
           "request at max_context (benchmarks/cast_ratios.py)", 90,
@@ -703,9 +715,10 @@ EXTRAS: tuple[Extra, ...] = (
           lambda o, w: _bench("fidelity.py", "--repeats", "5", "--json", str(w / "fidelity.json")),
           _judge_written("fidelity.json")),
     Extra("fused", "the fused Triton kernels at production shapes against the HBM floor "
-          "(benchmarks/fused_h200.py)", 150,
-          lambda o, w: _bench("fused_h200.py", "--budget-s", "110"),
-          _judge_written("fused_h200.json"), out_env=True),
+          "(benchmarks/fused_roofline.py)", 150,
+          lambda o, w: _bench("fused_roofline.py", "--device", o.device, "--budget-s", "110",
+                              "--out", str(w)),
+          _judge_written("fused_roofline.json")),
     Extra("folded", "bf16_folded against the rounding envelope on calibration seeds 4000.. "
           "(--seeds; benchmarks/folded_calibration.py)", 240,
           lambda o, w: _bench("folded_calibration.py", "4000", str(o.seeds),
@@ -862,6 +875,38 @@ EXTRAS += (
 EXTRA_NAMES = tuple(e.name for e in EXTRAS)
 
 
+def _judge_onboard(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+                   text: str) -> tuple[bool, str]:
+    """``python -m numcheck onboard``: ok when it exits 0 (every part ran, no budget
+    refused); what it wrote, per part, from its JSON; the patch's name to apply elsewhere."""
+    found = sorted(run.work.glob("onboard-*.json"))
+    if not found:
+        return False, f"rc {rc}, no onboard-<class>.json written: {_tail(text)}"
+    data = json.loads(found[-1].read_text())
+    speed, inv, num = (data.get(k) or {} for k in ("speed", "invariance", "numerics"))
+    detail = (f"rc {rc}: class {data['class']} ({data['device_name']}): speed "
+              f"{len(speed.get('written', []))} value(s) written; invariance named in "
+              f"{len(inv.get('named', []))} key(s); numerics {num.get('checks', 0)} honest "
+              f"checks, {len(num.get('failed', []))} failed, {num.get('budgets_changed', 0)} "
+              f"budgets changed; apply: git apply {found[-1].with_suffix('.patch').name}")
+    for line in speed.get("written", []):
+        print(f"  speed: {line}")
+    return rc == 0, detail
+
+
+#: Onboarding this GPU model (numcheck/calibrate/onboard.py): run right after install, so the steps
+#: after it in the same command (gate, perf) hold the machine to the values it wrote.
+ONBOARD = Extra(
+    "onboard", "python -m numcheck onboard: this GPU model's speed thresholds (--onboard-runs "
+    "timings), determinism and batch invariance, and its FP8 / FP4 families on "
+    "--onboard-seeds held-out seeds, written into the tree's case files; the patch, JSON and "
+    "log in the work folder", 540,
+    lambda o, w: [PY, "-m", "numcheck", "onboard", "--device", o.device, "--out", str(w),
+                  "--speed-runs", str(o.onboard_runs), "--seeds", str(o.onboard_seeds),
+                  *(["-k", o.select] if o.select else [])],
+    _judge_onboard)
+
+
 def _gpus() -> int:
     """One worker per GPU, at least two (one GPU: both pinned to it)."""
     try:
@@ -896,7 +941,7 @@ def step_extra(run: Run, extra: Extra, opts: argparse.Namespace) -> None:
 def list_steps() -> str:
     """The step names and what each does, defaults first."""
     lines = ["default steps (in this order): " + ", ".join(STEPS), "optional steps:"]
-    lines += [f"  {e.name:<18} {e.what} (limit {e.limit_s:.0f} s)" for e in EXTRAS]
+    lines += [f"  {e.name:<18} {e.what} (limit {e.limit_s:.0f} s)" for e in (ONBOARD, *EXTRAS)]
     return "\n".join(lines)
 
 
@@ -925,7 +970,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/numcheck-out")))
     ap.add_argument("--steps", default=",".join(STEPS),
-                    help=f"comma-separated; they run in this order: {','.join(STEPS)}, then "
+                    help=f"comma-separated; they run in this order: {','.join(ORDER)}, then "
                     f"the optional steps in --list's order")
     ap.add_argument("--list", action="store_true", help="print the steps and exit")
     ap.add_argument("--perf-runs", type=int, default=3)
@@ -954,6 +999,10 @@ def build_parser() -> argparse.ArgumentParser:
     extra.add_argument("--fp8-seeds", type=int, default=10,
                        help="held-out seeds of the fp8-families and fp8-catch steps")
     extra.add_argument("--fp8-first-seed", type=int, default=5000)
+    extra.add_argument("--onboard-runs", type=int, default=3,
+                       help="onboard's timings of each perf check")
+    extra.add_argument("--onboard-seeds", type=int, default=2,
+                       help="onboard's held-out seeds of the FP8 / FP4 families")
     return ap
 
 
@@ -963,21 +1012,24 @@ def run_steps(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(list_steps())
         return 0
     steps = [s for s in args.steps.split(",") if s]
-    unknown = set(steps) - set(STEPS) - set(EXTRA_NAMES)
+    known = (*STEPS, ONBOARD.name, *EXTRA_NAMES)
+    unknown = set(steps) - set(known)
     if unknown:
-        ap.error(f"unknown steps {sorted(unknown)}; known: {', '.join(STEPS + EXTRA_NAMES)}")
+        ap.error(f"unknown steps {sorted(unknown)}; known: {', '.join(known)}")
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.out / "regression"
     work.mkdir(exist_ok=True)
     run = Run(args.out, work, args.budget_s)
     perf_reports: list[Path] = []
-    for name in STEPS:
+    for name in ORDER:
         if name not in steps:
             continue
         if name == "env":
             step_env(run)
         elif name == "install":
             step_install(run)
+        elif name == ONBOARD.name:
+            step_extra(run, ONBOARD, args)
         elif name == "gate":
             step_gate(run)
         elif name == "perf":

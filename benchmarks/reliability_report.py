@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-seed", type=int, default=FIRST_SEED)
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--catch-cases", nargs="*", default=list(CATCH_CASES))
+    ap.add_argument("--shipped-cases", nargs="*", default=None,
+                    help="op::case ids for the shipped catch (default: every shipped case)")
     ap.add_argument("--only", nargs="*", default=None, help="op::case ids for the false failures")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--catch-seeds", type=int, default=None,
@@ -88,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     # 1. shipped cases
     t0, c0 = time.perf_counter(), time.process_time()
     rows = [] if "shipped" in args.skip else catch_table(
-        list(cases.values()), bugs, ROOT / "goldens", device=args.device)
+        [c for k, c in cases.items() if args.shipped_cases is None or k in args.shipped_cases],
+        bugs, ROOT / "goldens", device=args.device)
     report["shipped_catch"] = [
         {"bug": f"{b.op}::{b.variant}", "held_to": b.held_to, "case": c.id,
          "caught": not o.passed, "by": o.reason} for b, c, o in rows

@@ -85,6 +85,7 @@ _EXPORTS = {
     "GoldenCheckFailure": "numcheck.plugin.golden_fixture",
     "GoldenError": "numcheck.goldens.files",
     "Gemm": "numcheck.ops.spec",
+    "optional_library": "numcheck.ops.spec",
     "add_gemm_members": "numcheck.honest.gemm_family",
     # FP8 and FP4: declaring a variant's quantization, checking it (docs/fp8.md)
     "GemmQuant": "numcheck.precision.quant_declare",
@@ -172,6 +173,7 @@ __all__ = [
     "groups",
     "matmul_precision",
     "normal",
+    "optional_library",
     "quantize",
     "quantize_e4m3",
     "record_inputs",
@@ -208,7 +210,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
         get_op,
         register,
     )
-    from numcheck.ops.spec import Gemm
+    from numcheck.ops.spec import Gemm, optional_library
     from numcheck.ops.structure import Grouping, Structure
     from numcheck.plugin.golden_fixture import GoldenCheck, GoldenCheckFailure
     from numcheck.precision import matmul_precision

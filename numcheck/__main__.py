@@ -6,6 +6,8 @@
     python -m numcheck merge A.json B.json -o RUN.json   # shards of one run -> its report
     python -m numcheck matrix REPORTS...            # one column per device class
     python -m numcheck history REPORTS_OR_DIR... --html OUT.html   # across commits
+    python -m numcheck onboard [--out DIR] ...      # a new GPU model's values, written
+                                                    # (numcheck/calibrate/onboard.py; docs/speed.md)
 
 Exit codes (documented in docs/ci.md, "Drift against a baseline"):
     0  no regression (compare, history) / the report's gate passed (summary, html, merge) /
@@ -56,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("out", type=Path, help="the HTML file to write")
     h.add_argument("--no-plots", action="store_true", help="tables only, even with matplotlib")
     _history_parsers(sub)
+    sub.add_parser("onboard", add_help=False, help="measure this GPU model's speed thresholds, "
+                   "determinism and batch invariance, check its FP8 / FP4 families, write the "
+                   "values into the case files (python -m numcheck onboard --help)")
     return p
 
 
@@ -121,6 +126,11 @@ def _history_parsers(sub: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["onboard"]:  # its own options; it needs torch, the others do not
+        from numcheck.calibrate.onboard import main as onboard
+
+        return onboard(given[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     try:

@@ -38,6 +38,7 @@ from numcheck.caseparts.inputs import (
     parse_inputs,
 )
 from numcheck.caseparts.sweep import SWEEP_KEY, SweepError, SweepPoint, expand
+from numcheck.devices import class_key_problem, class_kind
 from numcheck.distributions import INPUTS_PARAM
 from numcheck.gates import (
     BATCH_INVARIANCE_GATE,
@@ -80,7 +81,7 @@ from numcheck.overhead.gate import (
     OverheadError,
     complete_overhead,
 )
-from numcheck.perf.gate import PERF_BOUNDS, PERF_OPTIONS, PerfSpec
+from numcheck.perf.gate import EVERY_CLASS, PERF_BOUNDS, PERF_OPTIONS, PerfSpec
 from numcheck.toml_lines import key_lines
 
 #: Keys a case table accepts.
@@ -721,7 +722,7 @@ def _parse_perf(
 
     A ``speedup_min`` for a device class no check of it runs on would gate nothing: an
     error (per variant; a shared one when it holds for no variant there)."""
-    example = f"[{where.case}.perf.<variant>] with speedup_min = {{ cuda = 1.1 }}"
+    example = f"[{where.case}.perf.<variant>] with speedup_min = {{ H200 = 1.1 }}"
     given = _table(where, body, "perf", example)
     running = (op.reference, *variants)
     shared = {k: v for k, v in given.items() if k in PERF_OPTIONS}
@@ -755,17 +756,47 @@ def _parse_perf(
         out[variant] = _perf_spec(where, variant, options, op.reference)
     for variant, spec in out.items():
         own = "speedup_min" in given.get(variant, {})
-        for device in spec.speedup_min:
+        for cls in spec.speedup_min:
+            device = class_kind(cls)
             if device in runs_on[variant] or (
                     not own and any(device in runs_on[v] for v in variants)):
                 continue
-            key = f"perf.{variant}.speedup_min.{device}" if own else f"perf.speedup_min.{device}"
+            key = f"perf.{variant}.speedup_min.{cls}" if own else f"perf.speedup_min.{cls}"
             whose = f"variant '{variant}' is" if own else "the case's variants are"
             raise where.error(
                 key, f"{whose} never checked on {device} in this case (devices: "
                 f"{', '.join(runs_on[variant]) or 'none'}), so this threshold would gate nothing",
                 f"add \"{device}\" to the case's devices, or remove the key")
     return out
+
+
+def _class_values(where: _Where, key: str, table: Mapping[str, Any]
+                  ) -> tuple[dict[str, float], bool]:
+    """A table of numbers keyed by device class (``{ H200 = 1.53, H100 = 1.45 }``) and its
+    ``every_class`` flag: every key ``cpu`` or a GPU model numcheck knows, every value a
+    number > 0; the kind ``cuda`` only beside ``every_class = true`` (measured to hold on
+    every GPU model). Anything else is an error naming the key and the fix."""
+    every = table.get(EVERY_CLASS, False)
+    if not isinstance(every, bool):
+        raise where.error(f"{key}.{EVERY_CLASS}", f"expected true or false, got {describe(every)}",
+                          f"write {EVERY_CLASS} = true (the cuda value holds on every GPU "
+                          "model), or leave it out")
+    out: dict[str, float] = {}
+    for cls, value in table.items():
+        if cls == EVERY_CLASS:
+            continue
+        problem = None if every and cls == "cuda" else class_key_problem(cls)
+        if problem is not None:
+            raise where.error(f"{key}.{cls}", problem[0], problem[1])
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise where.error(f"{key}.{cls}", f"expected a number > 0, got {describe(value)}",
+                              f"write {key.rpartition('.')[2]} = {{ {cls} = 1.1 }}")
+        out[cls] = float(value)
+    if every and "cuda" not in out:
+        raise where.error(f"{key}.{EVERY_CLASS}", "every_class = true names the value that "
+                          "holds on every GPU model, and this table has no cuda value",
+                          "add cuda = <value> beside it, or remove every_class")
+    return out, every
 
 
 def _perf_spec(where: _Where, variant: str, options: dict[str, Any], reference: str) -> PerfSpec:
@@ -779,7 +810,7 @@ def _perf_spec(where: _Where, variant: str, options: dict[str, Any], reference: 
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if (isinstance(value, bool) and expected is not bool) or not isinstance(value, expected):
-            fix = ("write speedup_min = { cuda = 1.1 } (device class -> minimum speedup)"
+            fix = ("write speedup_min = { H200 = 1.1 } (device class -> minimum speedup)"
                    if name == "speedup_min" else f"write {name} = <{_type_word(expected)}>")
             raise where.error(key, f"expected {_type_word(expected)}, got {describe(value)}", fix)
         values[name] = value
@@ -788,15 +819,8 @@ def _perf_spec(where: _Where, variant: str, options: dict[str, Any], reference: 
             raise where.error(f"perf.{variant}.speedup_min",
                               f"'{variant}' is the reference: its speedup over itself is 1",
                               "gate the variants instead: [<case>.perf.<variant>]")
-        for device, limit in values["speedup_min"].items():
-            key = f"perf.{variant}.speedup_min.{device}"
-            if device not in registry.DEVICES:
-                raise where.error(key, f"unknown device class '{device}'",
-                                  f"use one of: {', '.join(registry.DEVICES)}")
-            if isinstance(limit, bool) or not isinstance(limit, int | float) or not limit > 0:
-                raise where.error(key, f"expected a number > 0, got {describe(limit)}",
-                                  f"write speedup_min = {{ {device} = 1.1 }}")
-        values["speedup_min"] = {d: float(v) for d, v in values["speedup_min"].items()}
+        values["speedup_min"], values["every_class"] = _class_values(
+            where, f"perf.{variant}.speedup_min", values["speedup_min"])
     for name, (low, high) in PERF_BOUNDS.items():
         if name in values and not low <= values[name] <= high:
             raise where.error(f"perf.{variant}.{name}", f"{values[name]} is out of range",

@@ -362,7 +362,7 @@ variants = ["bf16", "bf16_splitk", "off"]
 expect.off = { fails = ["perf.speedup_min"], reason = "planted: the slow one" }
 
 [small.perf.bf16_splitk]
-speedup_min = { cpu = 1.1, cuda = 1.2 }   # from an old run
+speedup_min = { cpu = 1.1, H200 = 1.2 }   # from an old run
 """
 
 
@@ -406,7 +406,7 @@ def test_speed_proposals_printed_and_written(
         "numcheck calibrate: cases/dot.toml: 3 value(s) changed",
     ])
     after = path.read_text()
-    assert "speedup_min = { cuda = 1.2 }   # from an old run" in after  # cpu entry removed
+    assert "speedup_min = { H200 = 1.2 }   # from an old run" in after  # cpu entry removed
     data = tomllib.loads(after)
     assert data["small"]["perf"]["bf16"]["speedup_min"] == {"cpu": 1.14}
     assert data["small"]["perf"]["off"]["speedup_min"] == {"cpu": 1.08}
@@ -418,7 +418,7 @@ def test_speed_proposals_printed_and_written(
     with registry.isolated():
         registry.register(calibration_op.DOT)
         (case,) = load_case_file(path)
-    assert case.perf["bf16"].threshold("cpu") == 1.14
+    assert case.perf["bf16"].threshold("cpu", "cpu") == 1.14
 
 
 def test_write_without_tomlkit_says_how_to_install(

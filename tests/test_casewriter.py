@@ -29,7 +29,7 @@ recall_min = 0.98
 tie_band_abs = 0.5                  # in score units
 
 [tiny.perf.bf16]
-speedup_min = { cuda = 1.1, cpu = 0.9 }   # run D
+speedup_min = { H200 = 1.1, cpu = 0.9 }   # run D
 
 [next]
 op = "indexer"
@@ -77,16 +77,16 @@ def test_new_keys_and_tables_land_in_their_case() -> None:
 
 def test_inline_speedup_entries() -> None:
     perf = ("tiny", "perf", "bf16")
-    out, _, _ = apply_edits(CASE, [Edit(perf, "speedup_min", 1.14, sub="cuda")])
-    assert "speedup_min = { cuda = 1.14, cpu = 0.9 }   # run D\n" in out
+    out, _, _ = apply_edits(CASE, [Edit(perf, "speedup_min", 1.14, sub="H200")])
+    assert "speedup_min = { H200 = 1.14, cpu = 0.9 }   # run D\n" in out
     out, changes, _ = apply_edits(CASE, [Edit(perf, "speedup_min", None, sub="cpu")])
-    assert "speedup_min = { cuda = 1.1 }   # run D\n" in out
+    assert "speedup_min = { H200 = 1.1 }   # run D\n" in out
     assert changes[0].describe() == "tiny.perf.bf16.speedup_min.cpu: 0.9 -> (none)"
     out, _, _ = apply_edits(CASE, [Edit(perf, "speedup_min", None, sub="cpu"),
-                                   Edit(perf, "speedup_min", None, sub="cuda")])
+                                   Edit(perf, "speedup_min", None, sub="H200")])
     assert "speedup_min" not in out
-    out, _, _ = apply_edits(CASE, [Edit(("next", "perf", "tf32"), "speedup_min", 1.2, sub="cuda")])
-    assert tomllib.loads(out)["next"]["perf"]["tf32"] == {"speedup_min": {"cuda": 1.2}}
+    out, _, _ = apply_edits(CASE, [Edit(("next", "perf", "tf32"), "speedup_min", 1.2, sub="H100")])
+    assert tomllib.loads(out)["next"]["perf"]["tf32"] == {"speedup_min": {"H100": 1.2}}
 
 
 def test_tie_band_rel_is_not_added_next_to_an_abs_band() -> None:
@@ -213,3 +213,16 @@ def test_a_long_command_wraps_and_is_still_recognised() -> None:
     assert again.count("# set by:") == 1 and again.rstrip().endswith("x = 1")
     assert "(two)" in again and "(one)" not in again
     assert tomllib.loads(again) == {"a": {"x": 1}}
+
+
+def test_an_entry_of_an_inline_table_is_spaced_by_hand_and_its_line_commented() -> None:
+    """Another device class's threshold beside the first (onboarding a GPU model): the new
+    entry spaced as written by hand, the line's comment the one given; a new table too."""
+    perf = ("tiny", "perf", "bf16")
+    out, _, _ = apply_edits(CASE, [Edit(perf, "speedup_min", 1.05, sub="H100",
+                                        comment="run D; H100: runs 1.11 1.12")])
+    assert "speedup_min = { H200 = 1.1, cpu = 0.9, H100 = 1.05 }   # run D; H100: runs 1.11 " \
+           "1.12\n" in out
+    out, _, _ = apply_edits(CASE, [Edit(("next", "perf", "tf32"), "speedup_min", 1.2, sub="H100",
+                                        comment="H100: runs 1.3")])
+    assert "speedup_min = { H100 = 1.2 }  # H100: runs 1.3\n" in out

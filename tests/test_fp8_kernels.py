@@ -30,7 +30,7 @@ from numcheck.ops.fp8_gemm import (
     quant_gemm,
     quant_matmul,
     quantize_fp8,
-    torchao_missing,
+    torchao_placement,
 )
 from numcheck.precision.quant_record import recording
 
@@ -127,5 +127,6 @@ def test_an_unknown_backend_and_a_missing_torchao_say_what_to_do() -> None:
     qa, qb = _operands(quant, 4, 16, 32)
     with pytest.raises(ValueError, match="backend must be one of emulated, scaled_mm"):
         quant_gemm(qa, qb, quant, "cutlass")
-    missing = torchao_missing()
-    assert missing == "" or missing.endswith("pip install 'numcheck[fp8]' (torchao >= 0.18)")
+    devices, missing = torchao_placement()
+    assert (devices, missing) == (("cuda",), "") or (devices == () and missing.endswith(
+        "pip install 'numcheck[fp8]' (torchao >= 0.18)"))

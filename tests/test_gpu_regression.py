@@ -377,3 +377,38 @@ def test_the_fp8_steps_run_for_real_on_the_cpu(tmp_path: Path) -> None:
     assert (work / "fp8-families.json").exists() and (work / "fp8-catch.json").exists()
     summary = (tmp_path / "summary.txt").read_text()
     assert "fp8-families  ok" in summary and "fp8-catch     ok" in summary
+
+
+def test_the_onboard_step_runs_after_install_and_reports_what_it_wrote(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--steps env,install,onboard,gate``: onboarding runs before the gate (which then
+    holds the machine to what it wrote), with the step's knobs; the detail says what each
+    part wrote and the patch to apply."""
+    import json
+
+    order: list[str] = []
+
+    def fake_sh(self: object, name: str, cmd: list[str], limit: float,
+                **_: object) -> tuple[int, str, float]:
+        order.append(name)
+        if name == "onboard":
+            assert cmd[1:4] == ["-m", "numcheck", "onboard"]
+            assert cmd[cmd.index("--speed-runs") + 1] == "4" and "--seeds" in cmd
+            out = Path(cmd[cmd.index("--out") + 1])
+            (out / "onboard-H100.json").write_text(json.dumps({
+                "class": "H100", "device_name": "NVIDIA H100 80GB HBM3",
+                "speed": {"written": ["perf-x.perf.bf16.speedup_min.H100: (none) -> 1.4"]},
+                "invariance": {"named": ["indexer.toml [a] deterministic"]},
+                "numerics": {"checks": 12, "failed": [], "budgets_changed": 0}}))
+            (out / "onboard-H100.patch").write_text("")
+        return 0, "", 1.0
+
+    monkeypatch.setattr(reg.Run, "sh", fake_sh)
+    monkeypatch.setattr(reg, "step_gate", lambda run: order.append("gate"))
+    assert reg.main(["--out", str(tmp_path), "--steps", "gate,onboard",
+                     "--onboard-runs", "4", "--device", "cpu"]) == 0
+    assert order == ["onboard", "gate"]
+    summary = (tmp_path / "summary.txt").read_text()
+    assert ("onboard  ok         1s  rc 0: class H100 (NVIDIA H100 80GB HBM3): speed 1 "
+            "value(s) written; invariance named in 1 key(s); numerics 12 honest checks, 0 "
+            "failed, 0 budgets changed; apply: git apply onboard-H100.patch") in summary

@@ -159,11 +159,22 @@ def test_the_keys_are_off_by_default_and_take_each_form(tmp_path: Path) -> None:
     assert on.deterministic.runs == DEFAULT_RUNS
     assert on.batch_invariant is not None and on.batch_invariant.variants == ("tf32",)
     assert held_gates(on, "bf16", "cpu", GATES | {"casts"}) == {"casts", "determinism"}
-    table = load(tmp_path, INDEXER, '"bf16"', 'deterministic = { runs = 5, devices = ["cuda"] }\n'
+    table = load(tmp_path, INDEXER, '"bf16"', 'deterministic = { runs = 5, devices = ["H100"] }\n'
                  'batch_invariant = { variants = ["bf16"], requests = [1, 3] }')
     assert table.deterministic is not None and table.deterministic.runs == 5
     assert not table.deterministic.holds("bf16", "cpu") and table.deterministic.holds("bf16", "cuda")
     assert table.batch_invariant is not None and table.batch_invariant.requests == (1, 3)
+    # Measured on CUDA; it fails a check on the GPU model it names, reports on any other.
+    det = table.deterministic
+    assert det.gates_on("H100", "cuda") and not det.gates_on("B200", "cuda")
+    assert det.unset("B200", "deterministic") == (
+        "deterministic names no B200 (H100 only): measured and reported, not gated; measure "
+        "B200's: python -m numcheck onboard --only invariance")
+    # The short form takes the case's devices: the CPU is gated, a GPU model is not named.
+    assert on.deterministic.gates_on("cpu", "cpu") and not on.deterministic.gates_on("H200", "cuda")
+    every = load(tmp_path, INDEXER, '"bf16"',
+                 'deterministic = { devices = ["cpu", "cuda"], every_class = true }')
+    assert every.deterministic is not None and every.deterministic.gates_on("B200", "cuda")
 
 
 @pytest.mark.parametrize(("keys", "key", "fragment", "fix"), [
@@ -171,9 +182,21 @@ def test_the_keys_are_off_by_default_and_take_each_form(tmp_path: Path) -> None:
      "'bf16_roundtrip' is not one of the variants this case runs", 'variants = ["bf16"]'),
     ('deterministic = { runs = 1 }', "deterministic.runs", "from 2 to 100", "runs = 3"),
     ('deterministic = { requests = [0] }', "deterministic.requests", "unknown key 'requests'",
-     "variants, devices, runs"),
+     "variants, devices, every_class, runs"),
     ('batch_invariant = { devices = ["tpu"] }', "batch_invariant.devices",
-     "'tpu' is not one of the case's devices", "devices = "),
+     "'tpu' is not a device class numcheck knows", "a model numcheck does not list yet"),
+    # A GPU's gate keyed by the kind: what one model was measured to do held on every one.
+    ('batch_invariant = { devices = ["cuda"] }', "batch_invariant.devices",
+     "'cuda' is a device kind, not a GPU model", "every_class = true"),
+    ('batch_invariant = { devices = ["cpu", "cpu"] }', "batch_invariant.devices",
+     "a name is listed twice", "list each once"),
+    ('devices = ["cpu"]\nbatch_invariant = { devices = ["H200"] }', "batch_invariant.devices",
+     "'H200' runs as cuda, which is not one of the case's devices (cpu)",
+     'devices = ["cpu", "H200"]'),
+    ('deterministic = { devices = ["cuda"], every_class = "yes" }', "deterministic.every_class",
+     "expected true or false", "every_class = true"),
+    ('deterministic = { devices = ["cpu", "H200"], every_class = true }',
+     "deterministic.every_class", "devices has no cuda", 'add "cuda"'),
     ('batch_invariant = { requests = [0, 8] }', "batch_invariant.requests",
      "request 8 is not in the case's batch of 8 (tokens)", "from 0 to 7"),
     ('deterministic = "yes"', "deterministic", "expected true, false, a list of variants",
@@ -260,7 +283,7 @@ def test_correct_variants_pass_both_gates_on_the_cpu(tmp_path: Path) -> None:
 
 def test_a_gate_the_case_turns_on_for_another_device_does_not_run(tmp_path: Path,
                                                                   planted: None) -> None:
-    case = load(tmp_path, MHC, '"atomic_splitk"', 'deterministic = { devices = ["cuda"] }')
+    case = load(tmp_path, MHC, '"atomic_splitk"', 'deterministic = { devices = ["H200"] }')
     op = registry.get_op("mhc_pre")
     golden, inputs = fresh_golden(op, case)
     result = run_check(op, case, "atomic_splitk", "cpu", inputs, golden, gates=GATES)
@@ -296,7 +319,9 @@ def test_the_shipped_cases_turn_the_keys_on_where_they_were_measured_to_hold() -
     root = Path(__file__).resolve().parent.parent
     evidence = root / "docs" / "evidence"
     on = {"cpu": _measured(evidence / "2026-12-04-cpu-invariance"),
-          "cuda": _measured(evidence / "2026-12-04-h200-invariance")}
+          "H200": _measured(evidence / "2026-12-04-h200-invariance")}
+    # Each device class a key names, where it was measured (a GPU model, not the kind).
+    classes = {"cpu": "cpu", "cuda": "H200"}
     cases = [c for c in load_cases(root / "cases") if not c.perf_only]
     assert cases
     for case in cases:
@@ -304,8 +329,8 @@ def test_the_shipped_cases_turn_the_keys_on_where_they_were_measured_to_hold() -
         name = f"{case.op}::{case.id.split('@')[0]}"
         assert case.deterministic is not None, case.id
         assert set(case.deterministic.variants) == {op.reference, *case.variants}, case.id
-        assert set(case.deterministic.devices) == set(case.devices), case.id
-        for device in case.devices:  # measured on every device the key holds it
+        assert set(case.deterministic.devices) == {classes[d] for d in case.devices}, case.id
+        for device in case.deterministic.devices:  # measured on every class the key names
             assert (name, case.variants[0]) in on[device][0], (case.id, device)
         if case.batch_invariant is None:
             continue

@@ -120,3 +120,32 @@ def test_off_by_default_and_an_expectation_names_the_gate(pytester: pytest.Pytes
     result.assert_outcomes(passed=3, xfailed=1)
     result.stdout.fnmatch_lines(["*expected failure (determinism.runs_differing): planted "
                                  "atomics*"])
+
+
+def test_a_gpu_model_the_keys_do_not_name_is_measured_and_reported_never_failed(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The keys name the classes they were measured on. A run on a GPU model they do not
+    name (a B200, simulated on the CPU through the device-name hook) measures both gates and
+    reports the planted variants' differences, and fails none of them: cuBLAS picks its
+    kernels per GPU model, so another model's measurement is no verdict here. On a named
+    class the same keys fail them."""
+    keys = ('deterministic = { devices = ["cpu", "H200"] }\n'
+            'batch_invariant = { devices = ["cpu", "H200"] }')
+    project(pytester, keys)
+    monkeypatch.setenv("NUMCHECK_DEVICE_NAME", "NVIDIA H200")
+    pytester.runpytest("--numcheck").assert_outcomes(passed=2, failed=2)
+    monkeypatch.setenv("NUMCHECK_DEVICE_NAME", "NVIDIA B200")
+    result = pytester.runpytest("--numcheck", "--numcheck-report", "r.json")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines([
+        "indexer::tiny-idx*atomic_heads*cpu*NO: 2 of 2 later runs differ*(not gated on this "
+        "GPU model)*",
+        ("numcheck invariance: the deterministic / batch_invariant keys of 4 check(s) name no "
+         "B200: measured and reported, not gated. Measure B200's and name it: python -m "
+         "numcheck onboard --only invariance"),
+    ])
+    records = {r["variant"]: r for r in json.loads((pytester.path / "r.json").read_text())[
+        "records"]}
+    det = records["atomic_heads"]["invariance"]["determinism"]
+    assert det["runs_differing"] == 2 and det["gated"] is False
+    assert det["why"].startswith("deterministic names no B200 (cpu, H200 only)")

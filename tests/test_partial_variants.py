@@ -219,12 +219,12 @@ def test_speed_limits_for_a_partial_variant_are_errors_a_lender_s_tables_are_not
         tmp_path: Path) -> None:
     with pytest.raises(CaseFileError, match="never times it against the whole reference"):
         load(tmp_path, MHC, '"post_comb_y"',
-             "[tiny-mhc.perf.post_comb_y]\nspeedup_min = { cuda = 1.1 }")
+             "[tiny-mhc.perf.post_comb_y]\nspeedup_min = { H200 = 1.1 }")
     with pytest.raises(CaseFileError, match="expects the perf gate to fail, which never times"):
         load(tmp_path, MHC, '"post_comb_y"',
              'expect.post_comb_y = { gates = ["perf"], reason = "x" }')
     # A shared threshold gates the timed variants; the partial one is simply not timed.
-    shared = load(tmp_path, MHC, '"bf16", "post_comb_y"', "perf.speedup_min = { cuda = 1.1 }")
+    shared = load(tmp_path, MHC, '"bf16", "post_comb_y"', "perf.speedup_min = { H200 = 1.1 }")
     assert shared.perf["post_comb_y"].speedup_min == {}
     # Borrowing a whole variant's tables takes those of the outputs it produces.
     lent = load(tmp_path, MHC, '"bf16", "post_comb_y"',

@@ -73,8 +73,22 @@ def test_slowed_variant_fails_its_speedup_gate(pytester: pytest.Pytester) -> Non
             "  case:        cases/mhc.toml [[]tiny-mhc[]]",
             ("  reproduce:   pytest --numcheck --numcheck-device cpu "
              "'cases/mhc.toml::tiny-mhc::slowed[[]cpu[]]'"),
+            "  regenerate:  *",
+            # A speed miss: the next step is this GPU model's speed calibration, never the
+            # numerics family's.
+            ("  next step:   my change made it slower -> fix the variant, then run "
+             "'reproduce' with --numcheck-perf"),
+            ("               the threshold is not right for this GPU model (cpu) -> measure "
+             "cpu's from several runs, never from this one: pytest --numcheck --numcheck-perf "
+             "--numcheck-device cpu --numcheck-calibrate-speed=5 "
+             "'cases/mhc.toml::tiny-mhc::slowed[[]cpu[]]' (review the proposal, then add "
+             "--numcheck-calibrate-write); every perf case at once: python -m numcheck "
+             "onboard --only speed (docs/speed.md, \"Setting thresholds\")"),
+            "               the machine is noisy or shared -> *",
+            "  obtained:*",
         ]
     )
+    assert "--numcheck-calibrate-pool" not in result.stdout.str()
     result.stdout.fnmatch_lines(
         [
             "*numcheck perf (median device time per call*",
@@ -101,10 +115,12 @@ def test_without_the_perf_flag_nothing_is_timed(pytester: pytest.Pytester) -> No
 
 
 def test_device_class_without_threshold_is_reported_not_gated(pytester: pytest.Pytester) -> None:
-    project(pytester, perf="[tiny-mhc.perf.slowed]\nspeedup_min = { cuda = 1.1 }")
+    project(pytester, perf="[tiny-mhc.perf.slowed]\nspeedup_min = { H200 = 1.1 }")
     result = pytester.runpytest("--numcheck", "--numcheck-perf")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["mhc_pre::tiny-mhc*slowed*cpu*not gated"])
+    result.stdout.fnmatch_lines(["mhc_pre::tiny-mhc*slowed*cpu*not gated (no min for cpu)",
+                                 "*numcheck perf: cpu has no speedup_min in 1 timed check(s) "
+                                 "that have one for H200: reported, not gated.*"])
 
 
 def test_known_slow_variant_is_a_strict_xfail_of_the_perf_gate(pytester: pytest.Pytester) -> None:
@@ -240,8 +256,8 @@ def test_the_header_names_the_timer_on_cpu(pytester: pytest.Pytester) -> None:
     project(pytester, variants='"tf32"')
     result = pytester.runpytest("--numcheck", "--numcheck-perf")
     result.stdout.fnmatch_lines([
-        ("numcheck timing: cpu, perf_counter; reported, not gated unless a case sets "
-         "speedup_min.cpu"),
+        ("numcheck thresholds: cpu, perf_counter; device class cpu: gated where a case sets "
+         "speedup_min.cpu, reported elsewhere"),
     ])
 
 
@@ -302,3 +318,87 @@ def test_xdist_workers_never_time_at_the_same_time(pytester: pytest.Pytester,
     assert {r["worker"] for r in report["records"]} == {"gw0", "gw1"}
     result.stdout.fnmatch_lines([("numcheck device lock: checks waited * s in total for their "
                                   "device (timed sections hold it alone)*")])
+
+
+#: Thresholds measured on an H200 and an H100 (fake ones: the timer is tests/faketimer.py's).
+PER_MODEL = ("[tiny-mhc.perf.slowed]\nspeedup_min = { H200 = 1.0, H100 = 0.45 }\n"
+             "[tiny-mhc.perf.bf16]\nspeedup_min = { H200 = 1.1 }")
+
+
+@pytest.mark.parametrize(("name", "slowed", "bf16"), [
+    ("NVIDIA H200", "fail (min 1)", "pass (min 1.1)"),
+    # The H100's own threshold for slowed; bf16 has none for the H100: reported only.
+    ("NVIDIA H100 80GB HBM3", "pass (min 0.45)", "not gated (no min for H100)"),
+])
+def test_each_gpu_model_is_held_to_its_own_thresholds(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, name: str, slowed: str,
+        bf16: str) -> None:
+    """Through the device-name hook: the same case file on two GPU models, each gated by
+    its own figures only."""
+    monkeypatch.setenv("NUMCHECK_DEVICE_NAME", name)
+    project(pytester, variants='"slowed", "bf16"', perf=PER_MODEL)
+    result = pytester.runpytest("--numcheck", "--numcheck-perf")
+    result.assert_outcomes(passed=3 if "H100" in name else 2, failed=0 if "H100" in name else 1)
+    result.stdout.fnmatch_lines([f"mhc_pre::tiny-mhc*slowed*cpu*fake*{slowed}"])
+    result.stdout.fnmatch_lines([f"mhc_pre::tiny-mhc*bf16*cpu*fake*{bf16}"])
+
+
+def test_an_unknown_gpu_model_reports_its_speedups_and_gates_none(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU model no case file has a threshold for (a B200 here, simulated on the CPU):
+    the slowed variant, which fails on the H200, is timed and reported with its interval,
+    never failed by another model's figure; one line says how to measure this model's."""
+    monkeypatch.setenv("NUMCHECK_DEVICE_NAME", "NVIDIA B200")
+    project(pytester, variants='"slowed", "bf16"', perf=PER_MODEL)
+    result = pytester.runpytest("--numcheck", "--numcheck-perf", "--numcheck-report", "r.json")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines([
+        "numcheck thresholds: cpu, perf_counter; device class B200 (named by "
+        "NUMCHECK_DEVICE_NAME='NVIDIA B200'): gated where a case sets speedup_min.B200, "
+        "reported elsewhere"])
+    result.stdout.fnmatch_lines([
+        "mhc_pre::tiny-mhc*bf16*cpu*fake*1.[12]* [[]*[]]*not gated (no min for B200)",
+        "mhc_pre::tiny-mhc*slowed*cpu*fake*0.[45]* [[]0.4*, 0.5*[]]*not gated (no min for B200)",
+        ("numcheck perf: B200 has no speedup_min in 2 timed check(s) that have one for H100, "
+         "H200: reported, not gated. Measure B200's thresholds: python -m numcheck onboard "
+         "--only speed (docs/speed.md, \"Your runner is not an H200\")"),
+    ])
+    records = {r["variant"]: r for r in json.loads((pytester.path / "r.json").read_text())[
+        "records"]}
+    slowed = records["slowed"]
+    assert slowed["status"] == "pass" and slowed["device_name"] == "NVIDIA B200"
+    timing = slowed["timing"]
+    assert timing["gate"] == "not gated" and timing["speedup_min"] is None
+    assert timing["ci_high"] < 1.0 and timing["device_class"] == "B200"
+    assert timing["gate_reason"].startswith(
+        "no speedup_min for B200 (this case has H100 0.45, H200 1): reported, not gated; "
+        "measure B200's: python -m numcheck onboard --only speed; ")
+
+
+def test_a_gpu_model_numcheck_does_not_list_is_added_by_the_ini(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A class key numcheck does not know is an error naming the file, case, key and fix
+    (a typo must not become a threshold that never applies); the project's ini adds one."""
+    from numcheck import devices
+
+    monkeypatch.setenv("NUMCHECK_DEVICE_NAME", "NVIDIA X900 96GB")
+    project(pytester, regen=False)  # the goldens, from a case file that names no X900
+    write_goldens(pytester)
+    (pytester.path / "cases" / "mhc.toml").write_text(CASE.format(
+        variants='"slowed"', extra="",
+        perf="[tiny-mhc.perf.slowed]\nspeedup_min = { X900 = 1.0 }"))
+    result = pytester.runpytest("--numcheck", "--numcheck-perf")
+    result.stdout.fnmatch_lines([
+        ("*cases/mhc.toml: case 'tiny-mhc': key 'perf.slowed.speedup_min.X900': 'X900' is not "
+         "a device class numcheck knows (cpu, or a GPU model of numcheck.devices.GPU_MODELS: "
+         "H100, H200, B200, MI300X...). Fix: write the class of a GPU model (python -m "
+         "numcheck onboard --class prints this machine's); a model numcheck does not list "
+         "yet: add it to the ini key numcheck_gpu_models"),
+    ])
+    assert result.ret != 0
+    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n"
+                     "numcheck_gpu_models = X900\n")
+    result = pytester.runpytest("--numcheck", "--numcheck-perf")
+    result.assert_outcomes(passed=1, failed=1)  # X900's own threshold gates slowed
+    result.stdout.fnmatch_lines(["mhc_pre::tiny-mhc*slowed*cpu*fake*fail (min 1)"])
+    devices.set_gpu_models([])  # this process's later runs: as a run without the ini

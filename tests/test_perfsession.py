@@ -63,4 +63,4 @@ def test_sections_disabled_do_nothing_and_environment_fields() -> None:
     env = sections.environment(0, [rec("bf16", lock_wait_s=0.5)])
     assert env["gpu_sharing"] == {} and env["device_lock"] is False
     assert env["lock_wait_s"] == 0.5 and env["perf_noise"][0]["aa_pairs"] == 20
-    assert sections.header_lines(0, perf=True)[0].startswith("numcheck timing: cpu")
+    assert sections.header_lines(0, perf=True)[0].startswith("numcheck thresholds: cpu")

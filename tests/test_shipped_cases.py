@@ -103,7 +103,8 @@ def test_perf_cases_are_cuda_only_and_catch_the_round_trip() -> None:
     assert seed.expect["bf16_roundtrip"].covers("perf.speedup_min")
     assert not seed.expect["bf16_roundtrip"].covers("perf.speedup_undecided")
     # The known-bad round trip is held to the very gate the fix passes.
-    assert seed.perf["bf16_roundtrip"].threshold("cuda") == seed.perf["bf16"].threshold("cuda")
+    assert seed.perf["bf16_roundtrip"].threshold("H200", "cuda") == seed.perf["bf16"].threshold(
+        "H200", "cuda")
     # Every mHC perf case runs the round trip as a known-bad variant the cast ledger catches.
     for case in perf.values():
         if case.op == "mhc_pre":

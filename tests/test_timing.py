@@ -211,15 +211,35 @@ def test_perf_tables_are_parsed_with_shared_options(tmp_path: Path) -> None:
     perf = load(tmp_path, """
 [tiny-mhc.perf]
 rounds = 12
-speedup_min = { cuda = 1.05 }
+speedup_min = { H200 = 1.05 }
 [tiny-mhc.perf.bf16]
-speedup_min = { cuda = 1.2, cpu = 1 }
+speedup_min = { H200 = 1.2, cpu = 1 }
 cold_l2 = true
 """)
     assert set(perf) == {"fp32", "bf16", "tf32"}
-    assert perf["bf16"] == PerfSpec(speedup_min={"cuda": 1.2, "cpu": 1.0}, rounds=12, cold_l2=True)
-    assert perf["tf32"].threshold("cuda") == 1.05 and perf["tf32"].threshold("cpu") is None
+    assert perf["bf16"] == PerfSpec(speedup_min={"H200": 1.2, "cpu": 1.0}, rounds=12, cold_l2=True)
+    assert perf["tf32"].threshold("H200", "cuda") == 1.05
     assert perf["fp32"].speedup_min == {} and perf["fp32"].rounds == 12  # reference: not gated
+    assert perf["tf32"].threshold("cpu", "cpu") is None
+    # Another GPU model has no threshold of its own: not gated by the H200's figure.
+    assert perf["tf32"].threshold("H100", "cuda") is None
+    assert perf["tf32"].unset("H100", "cuda") == (
+        "no speedup_min for H100 (this case has H200 1.05): reported, not gated; measure "
+        "H100's: python -m numcheck onboard --only speed")
+    assert perf["tf32"].unset("H200", "cuda") == "" and perf["fp32"].unset("H100", "cuda") == ""
+
+
+def test_a_cuda_threshold_holds_on_every_gpu_model_only_where_the_table_says_so(
+        tmp_path: Path) -> None:
+    perf = load(tmp_path, """
+[tiny-mhc.perf.bf16]
+speedup_min = { cuda = 1.01, H200 = 1.2, every_class = true }
+""")
+    spec = perf["bf16"]
+    assert spec.every_class and spec.speedup_min == {"cuda": 1.01, "H200": 1.2}
+    assert spec.threshold("H200", "cuda") == 1.2  # the class's own wins
+    assert spec.threshold("B200", "cuda") == 1.01 and spec.unset("B200", "cuda") == ""
+    assert spec.threshold("cpu", "cpu") is None
 
 
 def test_no_perf_table_gives_defaults(tmp_path: Path) -> None:
@@ -235,10 +255,30 @@ def test_no_perf_table_gives_defaults(tmp_path: Path) -> None:
         ("[tiny-mhc.perf.bf16]\nspeedup_min = 1.1", "perf.bf16.speedup_min",
          "expected a table, got float 1.1"),
         ("[tiny-mhc.perf.bf16]\nspeedup_min = { gpu = 1.1 }", "perf.bf16.speedup_min.gpu",
-         "unknown device class 'gpu'"),
-        ("[tiny-mhc.perf.bf16]\nspeedup_min = { cuda = 0 }", "perf.bf16.speedup_min.cuda",
+         "'gpu' is a device kind, not a GPU model"),
+        # A threshold keyed by the kind: the H200's figure would gate every other GPU model.
+        ("[tiny-mhc.perf.bf16]\nspeedup_min = { cuda = 1.1 }", "perf.bf16.speedup_min.cuda",
+         "'cuda' is a device kind, not a GPU model: a value measured on one GPU model does "
+         "not hold on another. Fix: key it by the GPU model it was measured on (H200 = ...), "
+         "or, measured to hold on every GPU model, write cuda = ... with every_class = true"),
+        ("[tiny-mhc.perf.bf16]\nspeedup_min = { H2OO = 1.1 }", "perf.bf16.speedup_min.H2OO",
+         "'H2OO' is not a device class numcheck knows"),
+        ("[tiny-mhc.perf.bf16]\nspeedup_min = { h100 = 1.1 }", "perf.bf16.speedup_min.h100",
+         "'h100' is not a device class numcheck knows (cpu, or a GPU model of "
+         "numcheck.devices.GPU_MODELS: H100, H200, B200, MI300X...). Fix: write H100"),
+        ('[tiny-mhc.perf.bf16]\nspeedup_min = { "NVIDIA H100 80GB HBM3" = 1.1 }',
+         "perf.bf16.speedup_min.NVIDIA H100 80GB HBM3",
+         "'NVIDIA H100 80GB HBM3' is a device name, not its class. Fix: write H100"),
+        ("[tiny-mhc.perf.bf16]\nspeedup_min = { H200 = 0 }", "perf.bf16.speedup_min.H200",
          "expected a number > 0"),
-        ("[tiny-mhc.perf.fp32]\nspeedup_min = { cuda = 1.1 }", "perf.fp32.speedup_min",
+        ('[tiny-mhc.perf.bf16]\nspeedup_min = { H200 = "1.5" }', "perf.bf16.speedup_min.H200",
+         "expected a number > 0, got string"),
+        ("[tiny-mhc.perf.bf16]\nspeedup_min = { H200 = 1.2, every_class = 1 }",
+         "perf.bf16.speedup_min.every_class", "expected true or false"),
+        ("[tiny-mhc.perf.bf16]\nspeedup_min = { H200 = 1.2, every_class = true }",
+         "perf.bf16.speedup_min.every_class", "every_class = true names the value that holds "
+         "on every GPU model, and this table has no cuda value"),
+        ("[tiny-mhc.perf.fp32]\nspeedup_min = { H200 = 1.1 }", "perf.fp32.speedup_min",
          "'fp32' is the reference"),
         ("[tiny-mhc.perf.bf16]\nrounds = 2", "perf.bf16.rounds", "2 is out of range"),
         ("[tiny-mhc.perf.bf16]\nwarmup = true", "perf.bf16.warmup", "expected an integer"),

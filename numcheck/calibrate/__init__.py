@@ -5,7 +5,10 @@ This package is the room of measuring budgets. This module is calibration itself
 - :mod:`numcheck.calibrate.heldout`: measured worst values against the case files' budgets
   (``python -m numcheck.heldout``);
 - :mod:`numcheck.calibrate.honest`: two-sided calibration over an honest family of variants;
-- :mod:`numcheck.calibrate.casewriter`: calibrated values written into case files in place.
+- :mod:`numcheck.calibrate.casewriter`: calibrated values written into case files in place;
+- :mod:`numcheck.calibrate.onboard`: ``python -m numcheck onboard``, a GPU model's speed
+  thresholds, determinism and batch invariance measured and written, its FP8 / FP4 families
+  checked on held-out seeds.
 
 Two front ends share calibration:
 

@@ -153,6 +153,7 @@ def apply_edits(
                 if edit.value is not None:
                     table[key] = tomlkit.parse(
                         f"x = {{ {edit.sub} = {format_number(edit.value)} }}")["x"]
+                    _sub_line(table, key, new_entry=False, comment=edit.comment)
                     changes.append(Change(edit.where, None, edit.value))
                 continue
             holder, key = table[key], edit.sub
@@ -173,6 +174,8 @@ def apply_edits(
                 _tidy_inline(table, edit.key)
         else:
             _set(holder, key, edit.value, edit.comment)
+            if edit.sub is not None:
+                _sub_line(table, edit.key, new_entry=old is None, comment=edit.comment)
         changes.append(Change(edit.where, old, edit.value))
     for (case, variant), record in (records or {}).items():
         note = _set_record(doc, case, variant, record, changes, created)
@@ -360,6 +363,18 @@ def _set(holder: Any, key: str, value: float, comment: str | None = None) -> Non
         # tomlkit carries a replaced item's comment over to the new one: drop it here.
         holder[key].trivia.comment = ""
         holder[key].trivia.comment_ws = ""
+
+
+def _sub_line(table: Any, key: str, *, new_entry: bool, comment: str | None) -> None:
+    """The line of an inline table after one of its entries was set (``speedup_min = { H200
+    = 1.53, H100 = 1.45 }``): spaced as written by hand when the entry is new, and with the
+    line's ``comment`` when one is given (the entry itself holds none)."""
+    if new_entry:
+        _tidy_inline(table, key)
+    if comment is not None:
+        item = table[key]
+        item.trivia.comment = f"# {comment}" if comment else ""
+        item.trivia.comment_ws = (item.trivia.comment_ws or "  ") if comment else ""
 
 
 def _tidy_inline(table: Any, key: str) -> None:

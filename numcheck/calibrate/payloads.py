@@ -108,8 +108,16 @@ class SpeedPayload:
     runs: tuple[SpeedRun, ...]
     #: A known-bad variant expected to fail the speed gate (it keeps failing).
     expected_fail: bool
-    #: The case file's ``speedup_min`` on this device, if it sets one.
+    #: The case file's ``speedup_min`` on this device's class, if it sets one.
     current: float | None
+    #: The class of the device the runs were timed on (``cpu``, ``H100``): the key of the
+    #: threshold they propose.
+    device_class: str = ""
+
+    @property
+    def on(self) -> str:
+        """The device class the runs came from (the check's device kind in older files)."""
+        return self.device_class or self.check.device
 
 
 Payload = NumericsPayload | SpeedPayload
@@ -134,7 +142,8 @@ def payload_to_data(payload: Payload) -> dict[str, Any]:
         out["point"] = ref.point
     if isinstance(payload, SpeedPayload):
         return {**out, "variant": payload.variant, "runs": [list(r) for r in payload.runs],
-                "expected_fail": payload.expected_fail, "current": payload.current}
+                "expected_fail": payload.expected_fail, "current": payload.current,
+                **({"device_class": payload.device_class} if payload.device_class else {})}
     p = payload
     out |= {"seeds": list(p.seeds), "fresh": p.fresh, "first_seed": p.first_seed, "k": p.k,
             "topk_output": p.topk_output,
@@ -170,7 +179,8 @@ def payload_from_data(data: Mapping[str, Any]) -> Payload:
                 check=ref, variant=str(data["variant"]),
                 runs=tuple(SpeedRun(*(float(x) for x in r)) for r in data["runs"]),
                 expected_fail=bool(data["expected_fail"]),
-                current=None if current is None else float(current))
+                current=None if current is None else float(current),
+                device_class=str(data.get("device_class") or ""))
         if kind != "numerics":
             raise ValueError(f"kind {kind!r}: neither 'numerics' nor 'speed'")
         variant = str(data["variant"])

@@ -4,8 +4,8 @@ them (pure: no torch, no pytest).
 ``pytest --numcheck --numcheck-perf --numcheck-calibrate-speed=K`` times each selected check
 K times (:mod:`numcheck.plugin.calibration`); each check's runs arrive as a
 :class:`~numcheck.calibrate.payloads.SpeedPayload`. Earlier runs' payloads
-(``--numcheck-calibrate-with``) add runs on the same device class, or a proposal of their
-own on another (:func:`combine_speed`); :func:`speed_section` turns them into the printed
+(``--numcheck-calibrate-with``) add runs on the same device class (``cpu`` or a GPU model:
+a threshold is keyed by the model it was measured on), or a proposal of their own on another (:func:`combine_speed`); :func:`speed_section` turns them into the printed
 proposals by :func:`numcheck.perf.thresholds.propose_speedup_min`'s rule.
 """
 
@@ -36,7 +36,7 @@ def speed_section(
             source = group.source
             lines += ["", f"# {source}"]
         for p in group.payloads:
-            device, variant = p.check.device, p.variant
+            device, variant = p.on, p.variant
             speedups = [run.median for run in p.runs]
             proposal = propose_speedup_min(speedups, margin=margin,
                                            expected_fail=p.expected_fail, current=p.current)
@@ -67,14 +67,14 @@ def combine_speed(
     device class add up (more evidence for one threshold); another device class gets its
     own proposal, written into this run's case file."""
     out = list(payloads)
-    same = {(p.check.source, p.check.case, p.variant, p.check.device): i
+    same = {(p.check.source, p.check.case, p.variant, p.on): i
             for i, p in enumerate(out)}
     paths = {(p.check.source, p.check.case, p.variant): p for p in out}
     for p in earlier:
         key = (p.check.source, p.check.case, p.variant)
         if key not in paths:
             continue  # not selected in this run
-        both = (*key, p.check.device)
+        both = (*key, p.on)
         if both in same:
             i = same[both]
             out[i] = replace(out[i], runs=(*out[i].runs, *p.runs))

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import Any
 
 from numcheck.cases import Case, Expectation
 from numcheck.check import phase
@@ -56,10 +57,11 @@ from numcheck.check.overhead import check_overhead
 from numcheck.check.perf import measure_perf
 from numcheck.check.result import CheckResult, Settled, display_id
 from numcheck.check.run import CaseInputs, run_variant
+from numcheck.devices import run_class
 from numcheck.gates import BATCH_INVARIANCE_GATE, DETERMINISM_GATE, QUANT_GATE
 from numcheck.goldens.case_golden import CaseGolden
 from numcheck.inputs import to_device
-from numcheck.invariance.gate import INVARIANCE_GATES
+from numcheck.invariance.gate import BATCH_INVARIANT_KEY, DETERMINISTIC_KEY, INVARIANCE_GATES
 from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import OpSpec
@@ -116,10 +118,9 @@ def cannot_run(
     spec = op.variants[variant]
     if device not in case.devices:
         return f"case {case.id!r} does not run on {device} (its devices: {', '.join(case.devices)})"
-    if device not in spec.devices:
-        if spec.unavailable:
-            return f"variant {variant!r}: {spec.unavailable}"
-        return f"variant {variant!r} runs on {', '.join(spec.devices)} only"
+    why = spec.why_not(device)
+    if why:
+        return f"variant {variant!r}: {why}" if spec.unavailable else f"variant {variant!r} {why}"
     if case.perf_only and "perf" not in gates:
         return f"perf-only case {case.id!r} (no golden): runs with {perf_switch}"
     if case.perf_only and spec.produces is not None:
@@ -139,6 +140,27 @@ def held_gates(case: Case, variant: str, device: str, gates: Collection[str]) ->
         if spec is None or not spec.holds(variant, device):
             held.discard(gate)
     return held
+
+
+def _gated_on_class(case: Case, device: str, section: dict[str, Any],
+                    found: Sequence[Violation]) -> tuple[list[Violation], set[str]]:
+    """The invariance gates' violations that fail the check on this device's class, and
+    the gates that do not: a gate whose key does not name the class (a GPU model nobody
+    measured it on) measures and reports (``section``: the record's ``invariance``, told
+    why), and never fails."""
+    cls = run_class(device)
+    kept, ungated = list(found), set()
+    for gate, key, spec in ((DETERMINISM_GATE.name, DETERMINISTIC_KEY, case.deterministic),
+                            (BATCH_INVARIANCE_GATE.name, BATCH_INVARIANT_KEY,
+                             case.batch_invariant)):
+        if gate not in section or spec is None or spec.gates_on(cls, device):
+            continue
+        section[gate]["gated"] = False
+        section[gate]["why"] = spec.unset(cls, key)
+        section["device_class"] = cls
+        kept = [v for v in kept if v.output != gate]
+        ungated.add(gate)
+    return kept, ungated
 
 
 #: Why a variant that computes part of the op is not timed by the perf gate (its row's
@@ -227,7 +249,9 @@ def run_check(
                 determinism=DETERMINISM_GATE.name in gates,
                 batch=BATCH_INVARIANCE_GATE.name in gates)
         result.invariance = report.as_dict()
-        result.violations += report.violations()
+        kept, ungated = _gated_on_class(case, device, result.invariance, report.violations())
+        result.violations += kept
+        gates -= ungated  # measured and reported: no expectation counts on them here
     if "perf" in gates:
         with hold(exclusive=True) as waited, phase.span("timing"):  # the device alone
             perf = measure_perf(op, case, variant, device, first_seed, preparer=preparer)
@@ -236,6 +260,8 @@ def run_check(
         result.violations += perf.violations()
         result.timing = perf.record_section()
         result.timing["numerics_lock_wait_s"] = numerics_wait
+        if perf.decision.threshold is None:
+            gates.discard("perf")  # no threshold on this class: reported, expects nothing
     audited = gates & set(OVERHEAD_GATES)
     if audited or explain:
         profile = device == "cuda" and (explain or "kernels" in audited)

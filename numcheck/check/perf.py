@@ -15,7 +15,7 @@ first timed check of a process also measures the machine's noise there
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -23,14 +23,14 @@ import torch
 from numcheck.cases import Case
 from numcheck.check.result import display_id
 from numcheck.check.run import run_variant
-from numcheck.devices import device_name
+from numcheck.devices import device_name, run_class
 from numcheck.inputs import to_device
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import Inputs, OpSpec, get_op
 from numcheck.perf.gate import PerfSpec, violations
 from numcheck.perf.noise import machine_noise, noise_warning
 from numcheck.perf.roofline import Peaks, Roofline, peaks_for
-from numcheck.perf.sequential import Outcome, run
+from numcheck.perf.sequential import UNGATED, Outcome, run
 from numcheck.perf.speedup import Decision, SpeedupEstimate, Summary, summarize
 from numcheck.perf.table import ms_text
 from numcheck.perf.timing import PairedTimes, TimerRequest, TimingConfig, make_pair_timer
@@ -56,6 +56,10 @@ class PerfResult:
     noise: dict[str, Any] | None = None
     #: Seconds this check waited for the device lock (set by the caller that held it).
     lock_wait_s: float = 0.0
+    #: The device's class (``cpu``, ``H100``): the key of the threshold it was held to.
+    device_class: str = ""
+    #: The classes this check has a threshold for, when its own has none (not gated here).
+    unset_classes: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -75,7 +79,8 @@ class PerfResult:
         keep = ("confidence", "rounds", "median_s", "iqr_s", "reference_median_s",
                 "reference_iqr_s", "speedup_min", "gate", "gate_reason", "tflops", "gbps",
                 "pct_of_floor", "timer", "timing_notes", "calls_per_sample", "looks",
-                "look_confidence", "stopped", "timing_s", "lock_wait_s", "noise")
+                "look_confidence", "stopped", "timing_s", "lock_wait_s", "noise",
+                "device_class", "unset_classes")
         return {"speedup": info["speedup"], "ci_low": info["speedup_low"],
                 "ci_high": info["speedup_high"], **{k: info[k] for k in keep}}
 
@@ -89,6 +94,8 @@ class PerfResult:
             "reference": get_op(self.case.op).reference,
             "device": self.device,
             "device_name": device_name(self.device, cpu_model=True),
+            "device_class": self.device_class,
+            "unset_classes": list(self.unset_classes),
             "torch": torch.__version__,
             "cuda": torch.version.cuda,
             "timer": self.times.timer,
@@ -175,7 +182,13 @@ def measure_perf(
     noise = machine_noise(device, ref_fn, config, spec.rule(), f"{case.op}::{case.id}",
                           op.reference)
     timer = make_pair_timer(TimerRequest(ref_fn, var_fn, device, config, op.reference, variant))
-    outcome = run(timer.draw, timer.elapsed, spec.rule(), spec.threshold(device))
+    cls = run_class(device)
+    outcome = run(timer.draw, timer.elapsed, spec.rule(), spec.threshold(cls, device))
+    unset = spec.unset(cls, device)
+    if unset:  # timed and reported; this GPU model has no threshold of its own
+        reason = outcome.decision.reason.replace(f"{UNGATED} ", "")
+        outcome = replace(outcome, decision=replace(outcome.decision,
+                                                    reason=f"{unset}; {reason}"))
     times = PairedTimes(outcome.reference, outcome.variant, timer.timer, list(timer.notes),
                         timer.calls_per_sample)
     peaks = peaks or peaks_for(device)
@@ -186,4 +199,5 @@ def measure_perf(
         case, variant, device, spec, times, ref_summary, var_summary, outcome.estimate,
         outcome.decision, Roofline(flops, nbytes, var_summary.median, peaks),
         Roofline(flops, nbytes, ref_summary.median, peaks), outcome, noise,
+        device_class=cls, unset_classes=tuple(sorted(spec.speedup_min)) if unset else (),
     )

@@ -31,7 +31,7 @@ from functools import cache
 import torch
 
 from numcheck.honest.gemm_impls import GemmImpl, _triton_placement
-from numcheck.ops.fp8_gemm import fp8_values, quant_gemm, torchao_block, torchao_missing
+from numcheck.ops.fp8_gemm import fp8_values, quant_gemm, torchao_block, torchao_placement
 from numcheck.precision.quant_accumulate import (
     FAST_ACCUMULATION,
     FP32_ACCUMULATION,
@@ -140,11 +140,12 @@ def real_gemms(quant: GemmQuant) -> list[GemmImpl]:
                 unavailable=why, envelope=out == "bf16", quant=q))
         if a == DEEPSEEK_ACT and b == DEEPSEEK_WEIGHT:
             q = GemmQuant(a, b, PROMOTED_128, "bf16")
+            devices, why = torchao_placement()
             rows.append(GemmImpl(
                 "torchao_block_fp32_bf16out", q.precision, RealGemm(q, "torchao"),
                 "torchao 0.18's blockwise_fp8_gemm with its own 1x128 and 128x128 quantizers "
-                "(DeepSeek V3's inference kernel), bf16 result", devices=cuda,
-                unavailable=torchao_missing(), envelope=True, quant=q))
+                "(DeepSeek V3's inference kernel), bf16 result", devices=devices,
+                unavailable=why, envelope=True, quant=q))
     return rows
 
 

@@ -5,8 +5,16 @@ A case turns them on (off by default)::
 
     deterministic = true                      # every variant it runs, on its devices
     batch_invariant = ["bf16", "fused"]       # these variants
-    batch_invariant = { variants = ["bf16"], devices = ["cpu"], requests = [0, 3] }
-    deterministic = { runs = 5 }
+    batch_invariant = { variants = ["bf16"], devices = ["cpu", "H200"], requests = [0, 3] }
+    deterministic = { runs = 5, devices = ["cpu", "H100", "H200"] }
+
+Whether a GPU kernel is deterministic or batch-invariant depends on the kernel the library
+picks, and cuBLAS picks per GPU model, so a gate holds a check on the device classes the key
+names (``cpu``, ``H200``; :func:`numcheck.devices.device_class`). On a GPU model it does not
+name, the gate still measures and reports, and never fails: the record says so and names the
+command that measures it. ``cuda`` in ``devices`` means every GPU model, only beside
+``every_class = true`` (measured to hold on every one); the short forms (``true``, a list)
+take the case's devices, so on a GPU they measure and report until a model is named.
 
 :func:`parse_spec` reads either key into an :class:`InvarianceSpec` (a bad value is an
 :class:`InvarianceError` with the key, the problem and the fix, which the case loader words
@@ -20,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from numcheck.devices import ONBOARD, class_key_problem, class_kind
 from numcheck.gates import BATCH_INVARIANCE_GATE, DETERMINISM_GATE
 from numcheck.numerics.verdict import Violation
 
@@ -44,6 +53,10 @@ MAX_RUNS = 100
 _OPTIONS = {DETERMINISTIC_KEY: ("runs",), BATCH_INVARIANT_KEY: ("requests",)}
 #: Reports of the differences of this many runs or requests are kept in the record.
 MAX_SHOWN = 4
+#: The key of an invariance table whose ``cuda`` device holds on every GPU model.
+EVERY_CLASS = "every_class"
+#: The command that measures both gates on this machine's GPU model and names it in the keys.
+INVARIANCE_CALIBRATION = f"{ONBOARD} --only invariance"
 
 
 class InvarianceError(ValueError):
@@ -68,10 +81,24 @@ class InvarianceSpec:
     devices: tuple[str, ...]
     runs: int = DEFAULT_RUNS
     requests: tuple[int, ...] | None = None
+    #: ``cuda`` in ``devices`` holds on every GPU model (measured to, the case file says).
+    every_class: bool = False
 
     def holds(self, variant: str, device: str) -> bool:
-        """Whether the gate holds ``variant`` on ``device``."""
-        return variant in self.variants and device in self.devices
+        """Whether the gate measures ``variant`` on ``device`` (a kind: ``cpu``, ``cuda``):
+        it names the variant, and the kind or a class of that kind."""
+        return variant in self.variants and device in {class_kind(d) for d in self.devices}
+
+    def gates_on(self, cls: str, device: str) -> bool:
+        """Whether what the gate measures on class ``cls`` of kind ``device`` fails the check:
+        the class is named, or the kind is, with ``every_class``."""
+        return cls in self.devices or (self.every_class and device in self.devices)
+
+    def unset(self, cls: str, key: str) -> str:
+        """Why the gate of case key ``key`` measures and reports on ``cls`` without failing."""
+        named = [d for d in self.devices if d != "cuda"]
+        return (f"{key} names no {cls} ({', '.join(named) or 'no GPU model'} only): measured "
+                f"and reported, not gated; measure {cls}'s: {INVARIANCE_CALIBRATION}")
 
 
 def default_requests(batch: int) -> tuple[int, ...]:
@@ -87,7 +114,7 @@ def parse_spec(key: str, raw: Any, *, running: Sequence[str],
     table of ``variants`` (``true`` or a list), ``devices`` and ``runs`` (deterministic) or
     ``requests`` (batch_invariant)."""
     example = (f'{key} = true, {key} = ["{running[-1]}"], or {key} = {{ variants = '
-               f'["{running[-1]}"], devices = ["{devices[0]}"] }}')
+               f'["{running[-1]}"], devices = ["{"cpu" if "cpu" in devices else "H200"}"] }}')
     if isinstance(raw, bool):
         return InvarianceSpec(tuple(running), tuple(devices)) if raw else None
     if isinstance(raw, list):
@@ -95,15 +122,19 @@ def parse_spec(key: str, raw: Any, *, running: Sequence[str],
     if not isinstance(raw, Mapping):
         raise InvarianceError(key, f"expected true, false, a list of variants or a table, got "
                               f"{type(raw).__name__}", f"write {example}")
-    allowed = ("variants", "devices", *_OPTIONS[key])
+    allowed = ("variants", "devices", EVERY_CLASS, *_OPTIONS[key])
     for name in raw:
         if name not in allowed:
             raise InvarianceError(f"{key}.{name}", f"unknown key '{name}'",
                                   f"use keys among: {', '.join(allowed)}")
     variants = _names(f"{key}.variants", raw.get("variants", True), running, "variant",
                       "the variants this case runs")
-    chosen = _names(f"{key}.devices", raw.get("devices", True), devices, "device",
-                    "the case's devices")
+    every = raw.get(EVERY_CLASS, False)
+    if not isinstance(every, bool):
+        raise InvarianceError(f"{key}.{EVERY_CLASS}", f"expected true or false, got {every!r}",
+                              f'write {EVERY_CLASS} = true beside devices = ["cuda"] (it holds '
+                              "on every GPU model), or leave it out")
+    chosen = _devices(key, raw.get("devices", True), devices, every)
     runs = raw.get("runs", DEFAULT_RUNS)
     if isinstance(runs, bool) or not isinstance(runs, int) or not 2 <= runs <= MAX_RUNS:
         raise InvarianceError(f"{key}.runs", f"expected an integer from 2 to {MAX_RUNS}, got "
@@ -119,7 +150,38 @@ def parse_spec(key: str, raw: Any, *, running: Sequence[str],
                                   "write requests = [0, 3] (each computed alone), or leave it "
                                   "out for the first, middle and last request")
         requests = tuple(requests)
-    return InvarianceSpec(variants, chosen, runs=runs, requests=requests)
+    return InvarianceSpec(variants, chosen, runs=runs, requests=requests, every_class=every)
+
+
+def _devices(key: str, value: Any, devices: Sequence[str], every: bool) -> tuple[str, ...]:
+    """A table's ``devices``: the case's devices (true), or a list of device classes (``cpu``,
+    GPU models) and kinds of the case's devices; ``cuda`` named only with ``every_class``."""
+    if value is True:
+        if every and "cuda" not in devices:
+            raise InvarianceError(f"{key}.{EVERY_CLASS}", "every_class = true names the GPU "
+                                  "value, and the case does not run on cuda",
+                                  "remove every_class")
+        return tuple(devices)
+    where = f"{key}.devices"
+    fix = (f'write devices = ["cpu", "H200"]: device classes (cpu, GPU models) of the case\'s '
+           f"devices ({', '.join(devices)})")
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise InvarianceError(where, f"expected true or a non-empty list of device classes, "
+                              f"got {value!r}", fix)
+    if len(set(value)) != len(value):
+        raise InvarianceError(where, "a name is listed twice", "list each once")
+    for name in value:
+        problem = None if name == "cuda" and every else class_key_problem(name)
+        if problem is not None:
+            raise InvarianceError(where, problem[0], problem[1])
+        if class_kind(name) not in devices:
+            raise InvarianceError(where, f"'{name}' runs as {class_kind(name)}, which is not "
+                                  f"one of the case's devices ({', '.join(devices)})", fix)
+    if every and "cuda" not in value:
+        raise InvarianceError(f"{key}.{EVERY_CLASS}", "every_class = true names the GPU value, "
+                              "and devices has no cuda", 'add "cuda" to devices, or remove '
+                              "every_class")
+    return tuple(value)
 
 
 def _names(key: str, value: Any, known: Sequence[str], what: str, where: str) -> tuple[str, ...]:

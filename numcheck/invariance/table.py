@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from numcheck.devices import ONBOARD
+
 INVARIANCE_HEADER = ["case", "variant", "device", "outputs compared", "runs", "deterministic",
                      "requests alone (batch)", "batch-invariant"]
 
@@ -22,15 +24,20 @@ def _first_text(section: Mapping[str, Any]) -> str:
     return str(outputs[0].get("text", ""))
 
 
+def _ungated(section: Mapping[str, Any], cell: str) -> str:
+    """A cell of a gate that measured and reported on a class its key does not name."""
+    return cell if section.get("gated", True) else f"{cell} (not gated on this GPU model)"
+
+
 def determinism_cell(section: Mapping[str, Any] | None) -> str:
     """``yes``, ``NO: 2 of 2 runs differ: logits: ...`` or ``-`` (not run)."""
     if section is None:
         return "-"
     differing = int(section.get("runs_differing", 0))
     if not differing:
-        return "yes"
-    return (f"NO: {differing} of {int(section.get('runs', 2)) - 1} later runs differ; "
-            f"{_first_text(section)}")
+        return _ungated(section, "yes")
+    return _ungated(section, f"NO: {differing} of {int(section.get('runs', 2)) - 1} later "
+                    f"runs differ; {_first_text(section)}")
 
 
 def batch_cell(section: Mapping[str, Any] | None) -> str:
@@ -39,9 +46,25 @@ def batch_cell(section: Mapping[str, Any] | None) -> str:
         return "-"
     differing = int(section.get("requests_differing", 0))
     if not differing:
-        return "yes"
+        return _ungated(section, "yes")
     first = (section.get("differences") or [{}])[0].get("request")
-    return f"NO: {differing} request(s) differ; request {first}: {_first_text(section)}"
+    return _ungated(section, f"NO: {differing} request(s) differ; request {first}: "
+                    f"{_first_text(section)}")
+
+
+def unset_lines(records: Iterable[Any]) -> list[str]:
+    """One line per device class whose checks' determinism or batch invariance was measured
+    and reported but not gated (their keys name no such GPU model), with the command that
+    measures it and names the class."""
+    counts: dict[str, int] = {}
+    for rec in records:
+        inv = getattr(rec, "invariance", None) or {}
+        if any(isinstance(v, Mapping) and v.get("gated") is False for v in inv.values()):
+            cls = str(inv.get("device_class", "?"))
+            counts[cls] = counts.get(cls, 0) + 1
+    return [f"numcheck invariance: the deterministic / batch_invariant keys of {n} check(s) "
+            f"name no {cls}: measured and reported, not gated. Measure {cls}'s and name it: "
+            f"{ONBOARD} --only invariance" for cls, n in sorted(counts.items())]
 
 
 def invariance_rows(records: Iterable[Any]) -> list[list[str]]:

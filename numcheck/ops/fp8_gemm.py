@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import torch
 
+from numcheck.ops.spec import optional_library
 from numcheck.precision import matmul_precision
 from numcheck.precision.quant_accumulate import emulated_gemm
 from numcheck.precision.quant_declare import GemmQuant
@@ -44,7 +45,7 @@ from numcheck.precision.quant_scheme import (
 from numcheck.precision.quantize import Quantized, dequantize
 
 __all__ = ["BACKENDS", "FP8_DTYPES", "TORCHAO_HINT", "fp8_values", "quant_gemm",
-           "quant_matmul", "quantize_fp8", "torchao_block", "torchao_missing"]
+           "quant_matmul", "quantize_fp8", "torchao_block", "torchao_placement"]
 
 #: The torch dtype of each FP8 element format.
 FP8_DTYPES = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
@@ -194,16 +195,11 @@ def quant_matmul(a: torch.Tensor, b: torch.Tensor, quant: GemmQuant,
     return y
 
 
-def torchao_missing() -> str:
-    """Why torchao's block-scaled FP8 GEMM cannot run in this install ("" when it can):
-    looked up without importing it (torchao takes seconds to import)."""
-    import importlib.util
-
-    try:
-        found = importlib.util.find_spec("torchao") is not None
-    except (ImportError, ValueError):
-        found = False
-    return "" if found else f"torchao is not installed; fix: {TORCHAO_HINT}"
+def torchao_placement() -> tuple[tuple[str, ...], str]:
+    """``(devices, unavailable)`` of torchao's block-scaled FP8 GEMM in this install: CUDA
+    where torchao is installed; no device, with the install command, where it is not
+    (:func:`numcheck.ops.spec.optional_library`)."""
+    return optional_library("torchao", ("cuda",), TORCHAO_HINT)
 
 
 #: The one config of torchao's block-scaled GEMM numcheck runs it with (one of its own 48).

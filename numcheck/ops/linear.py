@@ -40,7 +40,7 @@ from numcheck.ops.fp8_gemm import (
     quant_gemm,
     quantize_fp8,
     torchao_block,
-    torchao_missing,
+    torchao_placement,
 )
 from numcheck.ops.batch import Batch
 from numcheck.ops.spec import (
@@ -269,6 +269,14 @@ STRUCTURE = {
     ),
 }
 
+def torchao_variant() -> Variant:
+    """``fp8_block_torchao`` as this install can run it: on CUDA with torchao; without it, on
+    no device, skipped everywhere with torchao's install command."""
+    devices, why = torchao_placement()
+    return Variant("fp8_block_torchao", torchao, "e4m3", devices=devices,
+                   doc=torchao.__doc__ or "", unavailable=why, quant=QUANTS["fp8_block"])
+
+
 OP = OpSpec(
     name="linear",
     version=1,
@@ -277,9 +285,7 @@ OP = OpSpec(
         "fp32": Variant("fp32", fp32, "fp32", doc=fp32.__doc__ or ""),
         "bf16": Variant("bf16", bf16, "bf16", doc=bf16.__doc__ or ""),
         **{name: _variant(name) for name in QUANTS},
-        "fp8_block_torchao": Variant(
-            "fp8_block_torchao", torchao, "e4m3", devices=("cuda",), doc=torchao.__doc__ or "",
-            unavailable=torchao_missing(), quant=QUANTS["fp8_block"]),
+        "fp8_block_torchao": torchao_variant(),
     },
     make_inputs=make_inputs,
     outputs=("y",),

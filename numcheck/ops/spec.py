@@ -29,6 +29,30 @@ Params = Mapping[str, Any]
 
 DEVICES = ("cpu", "cuda")
 
+
+def optional_library(module: str, devices: tuple[str, ...], install: str
+                     ) -> tuple[tuple[str, ...], str]:
+    """``(devices, unavailable)`` of a variant (or an honest member) that needs the optional
+    library ``module``: its ``devices`` and "" where the library is installed; no device,
+    and why not with the command that installs it, where it is not. The library is looked up
+    without importing it (some take seconds); one hidden by ``sys.modules[module] = None``
+    counts as missing. Every path that runs variants (the plugin in-process, its worker
+    process, xdist workers, the benchmarks) then skips it with that reason::
+
+        devices, why = optional_library("torchao", ("cuda",), "pip install torchao")
+        Variant("mine", fn, "e4m3", devices=devices, unavailable=why)
+    """
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if found:
+        return devices, ""
+    return (), (f"{module} is not installed (it runs on {', '.join(devices)}); fix: "
+                f"{install}")
+
 VariantFn = Callable[[Inputs, Params], Outputs]
 #: A variant's one-time preparation: ``prepare(inputs, params)`` -> tensors by name.
 PrepareFn = Callable[[Inputs, Params], Inputs]
@@ -83,6 +107,14 @@ class Variant:
     prepare: PrepareFn | None = None
     produces: tuple[str, ...] | None = None
     quant: GemmQuant | None = None
+
+    def why_not(self, device: str) -> str:
+        """"" when the variant runs on ``device`` in this process, else why not (a check's
+        skip reason: an optional library missing, with its install command, or the devices
+        it runs on)."""
+        if device in self.devices:
+            return ""
+        return self.unavailable or f"runs on {', '.join(self.devices)} only"
 
 
 class VariantError(Exception):

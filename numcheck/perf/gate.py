@@ -6,7 +6,14 @@ tables override them and set the gate::
     [mhc-prod.perf]
     max_time_s = 8                       # options for every variant of the case
     [mhc-prod.perf.bf16]
-    speedup_min = { cuda = 1.1 }         # per device class; a class left out is not gated
+    speedup_min = { H200 = 1.1, H100 = 1.05 }   # per device class: cpu or a GPU model
+
+A threshold is a fact about the GPU model it was measured on, so it is keyed by the model's
+class (:func:`numcheck.devices.device_class`). A class with no value is timed and reported,
+never gated by another class's figure: the record says so, and names the command that
+measures one (:data:`SPEED_CALIBRATION`). The device kind ``cuda`` is a fallback for every GPU
+model only where the table says it was measured to hold on every one
+(``speedup_min = { cuda = 1.0, every_class = true }``).
 
 Samples are drawn until the stopping rule (:mod:`numcheck.perf.sequential`) decides: a pass
 when the whole speedup interval clears the threshold, a fail when it lies wholly below; an
@@ -20,12 +27,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from numcheck.devices import ONBOARD
 from numcheck.gates import PERF_GATE
 from numcheck.numerics.verdict import Violation
 from numcheck.perf.sequential import StoppingRule
 from numcheck.perf.speedup import FAIL, UNDECIDED, Decision, SpeedupEstimate
 
 GATE = PERF_GATE
+
+#: The key of a ``speedup_min`` table that makes its ``cuda`` value hold on every GPU model.
+EVERY_CLASS = "every_class"
+#: The command that measures speed thresholds for this machine's GPU model (every perf case
+#: at once; docs/speed.md, "Your runner is not an H200").
+SPEED_CALIBRATION = f"{ONBOARD} --only speed"
 
 #: Options a ``perf`` table accepts (besides per-variant tables), with their types.
 PERF_OPTIONS: dict[str, type] = {
@@ -54,8 +68,9 @@ PERF_BOUNDS: dict[str, tuple[float, float]] = {
 class PerfSpec:
     """How one variant of one case is timed, and the thresholds it must clear.
 
-    ``speedup_min`` maps a device class (``cpu``, ``cuda``) to the minimum speedup over the
-    reference. The stopping rule (:class:`numcheck.perf.sequential.StoppingRule`): ``rounds``
+    ``speedup_min`` maps a device class (``cpu``, a GPU model such as ``H200``) to the
+    minimum speedup over the reference; ``every_class``: its ``cuda`` value, when it has one,
+    holds on every GPU model without a value of its own. The stopping rule (:class:`numcheck.perf.sequential.StoppingRule`): ``rounds``
     pairs before the first look, then doubling, at most ``max_looks`` looks, at least
     ``min_time_s`` and at most ``max_time_s`` of timing; ``confidence`` over all looks;
     ``max_rel_width``: an ungated figure stops once its interval is this narrow (as a
@@ -65,6 +80,7 @@ class PerfSpec:
     """
 
     speedup_min: Mapping[str, float] = field(default_factory=dict)
+    every_class: bool = False
     confidence: float = 0.95
     rounds: int = 20
     warmup: int = 3
@@ -76,8 +92,25 @@ class PerfSpec:
     max_looks: int = 8
     target_sample_ms: float = 1.0
 
-    def threshold(self, device: str) -> float | None:
-        return self.speedup_min.get(device)
+    def threshold(self, cls: str, kind: str) -> float | None:
+        """The threshold on device class ``cls`` (``cpu``, ``H100``) of kind ``kind``
+        (``cpu``, ``cuda``): the class's own, else the kind's where it holds on every class,
+        else None (not gated)."""
+        if cls in self.speedup_min:
+            return self.speedup_min[cls]
+        if self.every_class:
+            return self.speedup_min.get(kind.partition(":")[0])
+        return None
+
+    def unset(self, cls: str, kind: str) -> str:
+        """Why class ``cls`` is not gated where other classes are (the classes that have a
+        threshold and the command that measures one for ``cls``), or "" when it is gated or
+        no class is."""
+        if not self.speedup_min or self.threshold(cls, kind) is not None:
+            return ""
+        have = ", ".join(f"{c} {v:g}" for c, v in sorted(self.speedup_min.items()))
+        return (f"no speedup_min for {cls} (this case has {have}): reported, not gated; "
+                f"measure {cls}'s: {SPEED_CALIBRATION}")
 
     def rule(self) -> StoppingRule:
         """The stopping rule these options describe."""

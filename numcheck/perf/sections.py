@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from numcheck.devices import DEVICE_NAME_ENV, run_class
 from numcheck.perf.gpulock import DeviceLock, device_key
 
 
@@ -48,6 +49,9 @@ class DeviceSections:
     def header_lines(self, workers: int, *, perf: bool) -> list[str]:
         """The run header: who shares which GPU, the timer, the clocks."""
         lines = []
+        cls = run_class(self.device)
+        named = (f" (named by {DEVICE_NAME_ENV}={os.environ[DEVICE_NAME_ENV]!r})"
+                 if os.environ.get(DEVICE_NAME_ENV, "").strip() else "")
         if self.device == "cuda":
             lines.append(f"numcheck devices: {sharing_line(self.sharing(workers))}")
             if perf:
@@ -55,10 +59,12 @@ class DeviceSections:
 
                 lines.append("numcheck timing: CUDA-graph replay by default (eager where "
                              f"capture fails or cuda_graph = false); {describe(gpu_clocks())}")
-        elif perf:
-            lines.append("numcheck timing: cpu, perf_counter; reported, not gated unless a "
-                         "case sets speedup_min.cpu" + (
-                             f"; {workers} workers take turns timing" if workers > 1 else ""))
+        if perf:
+            where = "cpu, perf_counter; " if self.device != "cuda" else ""
+            lines.append(f"numcheck thresholds: {where}device class {cls}{named}: gated where a "
+                         f"case sets speedup_min.{cls}, reported elsewhere" + (
+                             f"; {workers} workers take turns timing"
+                             if workers > 1 and self.device != "cuda" else ""))
         return lines
 
     def sharing(self, workers: int) -> dict[int, int]:

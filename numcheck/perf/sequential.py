@@ -50,6 +50,8 @@ import numpy as np
 
 from numcheck.perf.speedup import FAIL, NOT_GATED, PASS, UNDECIDED, Decision, SpeedupEstimate
 
+#: The reason of a check no threshold gates on this device class.
+UNGATED = "no speedup_min for this device class: reported, not gated"
 #: Why a sequential measurement stopped.
 DECIDED, NARROW, TIME_CAP, LOOK_CAP = "decided", "narrow enough", "time cap", "look cap"
 
@@ -216,8 +218,7 @@ def final_decision(
     verdict = interim(estimate, threshold, rule)
     if threshold is None:
         if verdict == NOT_GATED:
-            return Decision(NOT_GATED, None, f"no speedup_min for this device class: reported, "
-                            f"not gated ({where})")
+            return Decision(NOT_GATED, None, f"{UNGATED} ({where})")
         return Decision(
             NOT_GATED, None,
             f"too noisy on this machine: interval {ci} is {_width(estimate)} of the median "

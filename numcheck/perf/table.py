@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from numcheck.devices import ONBOARD
 from numcheck.perf.noise import noise_warning
 
 
@@ -41,6 +42,8 @@ def perf_rows(records: Iterable[Any]) -> list[list[str]]:
         speedup = f"{t['speedup']:.3f} {interval}"
         if t.get("gate") == "not gated" and t.get("stopped") in _CAPPED:
             speedup, gate = f"too noisy: {interval}", "not gated (too noisy on this machine)"
+        elif t.get("unset_classes"):
+            gate = f"not gated (no min for {t.get('device_class')})"
         iqr = t.get("iqr_s")
         med = t.get("median_s")
         calls = t.get("calls_per_sample") or 1
@@ -58,6 +61,22 @@ def perf_rows(records: Iterable[Any]) -> list[list[str]]:
             gate,
         ])
     return rows
+
+
+def unset_lines(records: Iterable[Any]) -> list[str]:
+    """One line per device class that ran timed checks a threshold gates on other GPU
+    models but not on it: they were reported, not gated, and the command that measures
+    this class's thresholds (never a verdict from another model's figure)."""
+    unset: dict[str, tuple[int, set[str]]] = {}
+    for rec in records:
+        t = rec.timing or {}
+        if t.get("unset_classes"):
+            n, others = unset.get(t.get("device_class") or "?", (0, set()))
+            unset[t.get("device_class") or "?"] = (n + 1, others | set(t["unset_classes"]))
+    return [f"numcheck perf: {cls} has no speedup_min in {n} timed check(s) that have one for "
+            f"{', '.join(sorted(others))}: reported, not gated. Measure {cls}'s thresholds: "
+            f"{ONBOARD} --only speed (docs/speed.md, \"Your runner is not an H200\")"
+            for cls, (n, others) in sorted(unset.items())]
 
 
 def noise_lines(records: Iterable[Any]) -> list[str]:

@@ -43,6 +43,7 @@ from numcheck.calibrate.payloads import (
 )
 from numcheck.calibrate.plan import RunInfo, plan_numerics
 from numcheck.calibrate.speed import combine_speed, speed_section
+from numcheck.devices import run_class
 from numcheck.plugin.calibration_options import Settings
 from numcheck.plugin.options import (
     CALIBRATE_ACCEPT_OPTION,
@@ -209,10 +210,12 @@ class CalibrationMode:
             est = getattr(result, "estimate", None) or result.speedup
             points.append(SpeedRun(est.median, est.low, est.high))
         expect = case.expect.get(variant)
+        cls = run_class(device)
         return SpeedPayload(
             check=check, variant=variant, runs=tuple(points),
             expected_fail=bool(expect and "perf.speedup_min" in expect.fails),
-            current=case.perf[variant].threshold(device) if variant in case.perf else None)
+            current=case.perf[variant].threshold(cls, device) if variant in case.perf else None,
+            device_class=cls)
 
     # -- hooks: measurements travel on the reports to the controller ---------------------
 
@@ -325,7 +328,8 @@ class CalibrationMode:
                              (plan.lines, plan.edits)))
         if settings.speed_runs is not None:
             runs = settings.speed_runs
-            sections.append((f"suggested speedup_min ({_device(speed)}, {runs} runs each)",
+            on = speed[0].on if speed else "-"
+            sections.append((f"suggested speedup_min ({on}, {runs} runs each)",
                              speed_section(speed, margin=settings.margin)))
         for title, (lines, found) in sections:
             out.append(f"\0numcheck calibrate: {title}")

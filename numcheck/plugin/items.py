@@ -156,6 +156,8 @@ class CheckItem(pytest.Item):
                 checks=[] if sweep is not None else
                 [f"{self.case_nodeid}::{v}[{self.device}]" for v in family.select]),
             family=family.precision,
+            speed=(f"pytest {options.OPTION} {options.PERF_OPTION}{dev} "
+                   f"{options.CALIBRATE_SPEED_OPTION}=5 {shlex.quote(self.nodeid)}"),
         )
 
     def setup(self) -> None:

@@ -21,6 +21,8 @@ DEVICE_INI = "numcheck_device"
 CASES_INI = "numcheck_cases"
 GOLDENS_INI = "numcheck_goldens"
 DRIFT_INI = "numcheck_drift_rules"
+#: GPU models (device classes) case files may key settings by, beside numcheck's list.
+GPU_MODELS_INI = "numcheck_gpu_models"
 FIRST_CALL_INI = "numcheck_first_call_note_s"
 #: Where checks run (numcheck/check/isolated.py): a worker process (``process``), or the
 #: pytest process (``off``); the ini key, then the environment variable, set the default.

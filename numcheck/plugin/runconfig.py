@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from numcheck.devices import set_gpu_models
 from numcheck.goldens.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
 from numcheck.history.store import save_folder
 from numcheck.invariance.gate import INVARIANCE_GATES
@@ -93,6 +94,8 @@ def read_run_config(config: pytest.Config, device: str, *, is_worker: bool) -> R
     With no path arguments the cases folder becomes the suite (``config.args``).
     """
     root = config.rootpath
+    # Before any case file loads: the GPU models this project's case files may name.
+    set_gpu_models(config.getini(options.GPU_MODELS_INI))
     cases_dir = (root / config.getini(options.CASES_INI)).resolve()
     goldens_dir = (root / config.getini(options.GOLDENS_INI)).resolve()
 

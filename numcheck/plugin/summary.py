@@ -23,9 +23,10 @@ from numcheck.check.firstcall import first_call_lines
 from numcheck.check.result import CheckResult
 from numcheck.goldens.stale import find_stale, prune
 from numcheck.invariance.table import INVARIANCE_HEADER, invariance_rows
+from numcheck.invariance.table import unset_lines as unset_lines_of_invariance
 from numcheck.overhead.gate import OVERHEAD_HEADER, OverheadReport, overhead_row
 from numcheck.perf.sections import lock_wait_lines
-from numcheck.perf.table import PERF_HEADER, noise_lines, perf_rows
+from numcheck.perf.table import PERF_HEADER, noise_lines, perf_rows, unset_lines
 from numcheck.plugin import options
 from numcheck.prepare import PREPARED_COLUMN
 from numcheck.report.drift import DRIFT_HEADER, drift_headline, drift_rows
@@ -129,6 +130,8 @@ def write_summary(
             tr.write_line(line)
         for line in noise_lines(records):
             tr.write_line(line)
+        for line in unset_lines(records):
+            tr.write_line(line)
     for line in lock_wait_lines(records, workers):
         tr.write_line(line)
     rows = invariance_rows(records)
@@ -136,6 +139,8 @@ def write_summary(
         tr.write_sep("-", "numcheck determinism and batch invariance (bitwise; the case's "
                      "deterministic and batch_invariant keys)")
         for line in table(INVARIANCE_HEADER, rows):
+            tr.write_line(line)
+        for line in unset_lines_of_invariance(records):
             tr.write_line(line)
     if overhead.rows:
         tr.write_sep("-", "numcheck casts and copies (cast ledger per check; "

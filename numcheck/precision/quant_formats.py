@@ -1,7 +1,7 @@
 """The element formats of FP8 and FP4 GEMM operands, and rounding to them bit for bit.
 
 A quantized operand holds each element in a narrow float format; this module knows the three
-that serving uses and rounds float32 values to them with exact float32 arithmetic, so the
+that serving uses (and AMD's two FNUZ variants) and rounds float32 values to them with exact float32 arithmetic, so the
 result is the same on every device and every torch >= 2.4 (FP4 included: nothing here needs a
 float4 dtype).
 
@@ -16,6 +16,12 @@ float4 dtype).
 - ``e2m1`` (FP4): 1 mantissa bit, smallest normal 1, values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and
   their negatives; no infinity and no NaN, so a quantizer must saturate (OCP Microscaling
   Formats (MX) specification v1.0, section 5.3.3).
+- ``e4m3fnuz`` and ``e5m2fnuz``: AMD's FP8 on MI300 (CDNA3; torch's ``float8_e4m3fnuz`` and
+  ``float8_e5m2fnuz``): the same mantissa bits with the exponent bias one higher, so every
+  value is half its e4m3fn / e5m2 counterpart's step for step: e4m3fnuz smallest normal
+  2^-7, largest 240; e5m2fnuz smallest normal 2^-15, largest 57344. No infinity, and no
+  negative zero: the one NaN is the bit pattern of -0, so a value that rounds to zero is +0.
+  Unsaturated, e4m3fnuz's overflow (from 248 up) is NaN, as torch's CPU cast gives.
 
 Rounding is to nearest, ties to even (the mode of every cast and quantizer these formats are
 used with), subnormals included. Pure torch; nothing here knows about scales or ops.
@@ -53,6 +59,8 @@ class ElementFormat:
     torch_dtype: str
     #: The numcheck precision class of a GEMM on these operands.
     precision: str
+    #: False for a format without -0 (the FNUZ formats): zero always rounds to +0.
+    negative_zero: bool = True
 
     @property
     def max_exponent(self) -> int:
@@ -84,6 +92,10 @@ ELEMENT_FORMATS: dict[str, ElementFormat] = {
                       torch_dtype="float8_e5m2", precision="e5m2"),
         ElementFormat("e2m1", 1, 0, 6.0, has_inf=False, has_nan=False,
                       torch_dtype="", precision="e2m1"),
+        ElementFormat("e4m3fnuz", 3, -7, 240.0, has_inf=False, has_nan=True,
+                      torch_dtype="float8_e4m3fnuz", precision="e4m3", negative_zero=False),
+        ElementFormat("e5m2fnuz", 2, -15, 57344.0, has_inf=False, has_nan=True,
+                      torch_dtype="float8_e5m2fnuz", precision="e5m2", negative_zero=False),
     )
 }
 
@@ -148,6 +160,8 @@ def round_to_element(x: torch.Tensor, fmt: ElementFormat | str, *,
     else:
         over = torch.full_like(x, float("nan"))
     out = torch.where(too_big, over, rounded)
+    if not f.negative_zero:  # FNUZ: -0's bit pattern is the NaN, so zero is +0
+        out = torch.where(out == 0, torch.zeros_like(out), out)
     return torch.where(torch.isnan(x), x, out)
 
 

@@ -40,7 +40,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from numcheck.precision.quant_formats import element_format, is_representable, round_to_element
+from numcheck.precision.quant_formats import (
+    ELEMENT_FORMATS,
+    element_format,
+    is_representable,
+    round_to_element,
+)
 from numcheck.precision.quant_scheme import (
     SCALE_DTYPES,
     OperandScheme,
@@ -301,7 +306,7 @@ def _scale_hint(ok: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], s: tor
     if scheme.scale == "fp32" and ratio.numel() and bool(
             ((ratio / ratio[0] - 1).abs() < 1e-5).all()):
         c = float(ratio[0])
-        for name in ("e4m3fn", "e5m2", "e2m1"):
+        for name in ELEMENT_FORMATS:  # scales made for another format (e4m3fn for fnuz)
             if abs(c / element_format(name).max_value - 1) < 1e-5:
                 return (f"amax / scale is {c:g} in every block: scales made for {name} "
                         f"(largest value {c:g}) where {scheme.element} is declared")

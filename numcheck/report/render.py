@@ -32,6 +32,9 @@ class Commands:
     #: tight); optional. ``family``: that class, for the wording.
     calibrate: str = ""
     family: str = ""
+    #: Measures this check's speed threshold for the run's GPU model over several runs (a
+    #: speed gate's miss); optional.
+    speed: str = ""
 
 
 #: "also:" lines shown after the worst violation.
@@ -69,17 +72,40 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
                   else ": known-bad, and its expectation is not met")
         notes += expectation_lines(settled)
     invariance = top is not None and top.output in _INVARIANCE_KEYS
+    speed = top is not None and top.output == "perf"
     message = verdict_message(
         title, result.violations, worst_detail=detail,
         topk=result.worst_topk(), where=("case:", f"{source} [{result.case.id}]"),
-        commands=replace(commands, calibrate="") if invariance else commands,
+        commands=replace(commands, calibrate="") if invariance or speed else commands,
         budget=_budget_line(result, top, source), notes=notes,
     )
     if invariance:
         assert top is not None
         message += "\n" + "\n".join(invariance_steps(top.output, result.variant, source,
                                                       result.case.table))
+    if speed:
+        perf = getattr(result, "perf", None)
+        message += "\n" + "\n".join(speed_steps(getattr(perf, "device_class", "") or
+                                                 result.device, commands.speed))
     return message
+
+
+def speed_steps(device_class: str, speed: str) -> list[str]:
+    """The next steps of a speed gate's miss: no numerics budget to calibrate; the variant
+    got slower, or this GPU model's threshold is not what its runs support (measured from
+    several runs on this model: ``speed``), or the machine is noisy."""
+    measure = (f"{speed} (review the proposal, then add --numcheck-calibrate-write)"
+               if speed else "--numcheck-calibrate-speed=5 on this check")
+    return [
+        "  next step:   my change made it slower -> fix the variant, then run 'reproduce' "
+        "with --numcheck-perf",
+        f"               the threshold is not right for this GPU model ({device_class}) -> "
+        f"measure {device_class}'s from several runs, never from this one: {measure}; every "
+        "perf case at once: python -m numcheck onboard --only speed (docs/speed.md, "
+        "\"Setting thresholds\")",
+        "               the machine is noisy or shared -> read the machine noise line under "
+        "the perf table, and rerun on a quiet GPU (docs/speed.md, \"Machine noise\")",
+    ]
 
 
 #: The determinism and batch-invariance gates, and the case key that turns each on.

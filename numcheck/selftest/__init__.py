@@ -224,11 +224,12 @@ def catch_table(
     cases: Sequence[Case], bugs: Sequence[Planted], goldens_dir: Path, *, device: str = "cpu",
     gates: Collection[str] = EVERY_DEVICE_GATES,
 ) -> list[tuple[Planted, Case, Outcome]]:
-    """Each planted bug against every shipped case of its op, on the shipped golden and seeds."""
+    """Each planted bug against every shipped case of its op that runs the variant it
+    imitates (whose budget it is held to), on the shipped golden and seeds."""
     rows = []
     for case in cases:
         op = get_op(case.op)
-        mine = [b for b in bugs if b.op == case.op]
+        mine = [b for b in bugs if b.op == case.op and b.held_to in case.budgets]
         if not mine:
             continue
         golden, inputs = shipped_golden(case, goldens_dir)

@@ -1,26 +1,30 @@
-"""The fused variants on an H200: right (against FP32) and fast (against the HBM floor).
+"""The fused variants on a GPU: right (against FP32) and fast (against the memory floor).
 
-One run, from the repository root on a GPU machine (docs/fused.md):
+One run, from the repository root (docs/fused.md):
 
     pip install --no-deps --no-build-isolation -e .
-    OUT=/some/dir python benchmarks/fused_h200.py        # ~3-4 minutes; --budget-s to cap
+    OUT=/some/dir python benchmarks/fused_roofline.py    # ~3-4 minutes on an H200; --budget-s
+    python benchmarks/fused_roofline.py --device cpu --tiny --out DIR   # the plumbing, on a CPU
 
 It does, each step guarded so one failure does not lose the rest, within a time budget:
 
-1. the shipped cases' ``fused`` checks on CUDA (numcheck's own runner and goldens);
-2. a measured device copy bandwidth (read + write, the HBM roofline used for the floors);
+1. the shipped cases' ``fused`` checks on the device (numcheck's own runner and goldens);
+2. a measured device copy bandwidth (read + write, the memory roofline used for the floors);
 3. the indexer at B=64, H=64, D=128, decode (next_n=1), L=8192 and 65536, top-512:
    fused vs fp32 (rel_fro, top-k recall and tie recall), and timings of fp32, bf16,
    bf16_fp32out, tf32, fused, and fused with fp8 MMA operands (full op, and logits only);
 4. mHC pre at T=4096, n=4, C=7168 (hc_fn [24, 28672]) and C=4096: fused vs fp32, timings of
-   fp32, bf16, bf16_roundtrip, tf32, fused (bf16x2), fused with TF32 operands; a per-kernel
-   breakdown of the fused variants from torch.profiler.
+   fp32, bf16, bf16_roundtrip, tf32, fused (bf16x2), fused with TF32 operands; on CUDA a
+   per-kernel breakdown of the fused variants from torch.profiler.
 
-Timing: CUDA events around each call, warm-up, median of >= 50 calls and IQR; speedup over
-fp32 with a 95% bootstrap interval. % of floor = floor time / median time, with the floor =
-bytes that must move (indexer: fp8 K read once + scales + q + weights + fp32 logits write;
-mHC: x read once) / measured copy bandwidth. Writes $OUT/fused_h200.json and prints a short
-table last.
+``--tiny`` shrinks every shape (B=2, L=256, H=8, D=32; T=16, C=64) and the loops, for the
+CPU plumbing test (tests/test_benchmark_plumbing.py): the figures then mean nothing, the
+code path is the GPU's. Timing: CUDA events (perf_counter on the CPU) around each call,
+warm-up, median of >= ``--iters`` calls and IQR; speedup over fp32 with a 95% bootstrap
+interval. % of floor = floor time / median time, with the floor = bytes that must move
+(indexer: fp8 K read once + scales + q + weights + fp32 logits write; mHC: x read once) /
+measured copy bandwidth. Writes OUT/fused_roofline.json and prints a short table last; exits
+1 when a step erred (its table still printed).
 """
 
 from __future__ import annotations
@@ -51,6 +55,19 @@ from numcheck.ops import indexer, mhc, triton_support
 
 RESULTS: dict[str, Any] = {"errors": [], "checks": [], "indexer": [], "mhc": []}
 T0 = time.monotonic()
+#: Where everything runs (--device), and the shapes (--tiny: the CPU plumbing test's).
+DEVICE = "cuda"
+TINY = False
+
+
+def empty_cache() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+
+
+def synchronize() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def log(msg: str) -> None:
@@ -64,7 +81,7 @@ def guarded(label: str, fn: Callable[[], Any]) -> Any:
         log(f"ERROR in {label}: {type(exc).__name__}: {exc}")
         RESULTS["errors"].append({"where": label, "error": f"{type(exc).__name__}: {exc}",
                                   "trace": traceback.format_exc()[-2000:]})
-        torch.cuda.empty_cache()
+        empty_cache()
         return None
 
 
@@ -72,9 +89,17 @@ def guarded(label: str, fn: Callable[[], Any]) -> Any:
 
 
 def time_ms(fn: Callable[[], Any], iters: int, warmup: int = 10) -> np.ndarray:
-    """Per-call times in ms from CUDA events (one event pair per call)."""
+    """Per-call times in ms from CUDA events (one event pair per call); perf_counter on the
+    CPU."""
     for _ in range(warmup):
         fn()
+    if DEVICE != "cuda":
+        times = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return np.array(times)
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
@@ -103,8 +128,8 @@ def speedup_ci(base: np.ndarray, new: np.ndarray, reps: int = 2000) -> tuple[flo
 
 def copy_bandwidth() -> float:
     """Device copy bandwidth in bytes/s, counting the read and the write (1 GiB buffer)."""
-    n = 2**30
-    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    n = 2**20 if TINY else 2**30
+    src = torch.empty(n, dtype=torch.uint8, device=DEVICE)
     dst = torch.empty_like(src)
     ms = time_ms(lambda: dst.copy_(src), iters=30, warmup=5)
     return 2 * n / (float(np.median(ms)) * 1e-3)
@@ -115,41 +140,41 @@ def copy_bandwidth() -> float:
 
 def indexer_inputs(b: int, length: int, h: int = 64, d: int = 128, n: int = 1,
                    page: int = 64, seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
     blocks = math.ceil(length / page)
     pages = b * blocks + b
-    keys = torch.randn(pages, page, d, device="cuda", generator=g)
-    keys *= torch.exp(0.5 * torch.randn(pages, page, 1, device="cuda", generator=g))
+    keys = torch.randn(pages, page, d, device=DEVICE, generator=g)
+    keys *= torch.exp(0.5 * torch.randn(pages, page, 1, device=DEVICE, generator=g))
     scale = keys.abs().amax(dim=-1).clamp_min(1e-4) / 448.0
     k8 = (keys / scale.unsqueeze(-1)).to(torch.float8_e4m3fn)
-    cache = torch.empty(pages, page * (d + 4), dtype=torch.uint8, device="cuda")
+    cache = torch.empty(pages, page * (d + 4), dtype=torch.uint8, device=DEVICE)
     cache[:, : page * d] = k8.view(torch.uint8).view(pages, page * d)
     cache[:, page * d:] = scale.contiguous().view(torch.uint8).view(pages, page * 4)
-    order = torch.randperm(pages, device="cuda", generator=g).to(torch.int32)
+    order = torch.randperm(pages, device=DEVICE, generator=g).to(torch.int32)
     table = order[: b * blocks].view(b, blocks).contiguous()
-    qf = torch.randn(b, n, h, d, device="cuda", generator=g)
+    qf = torch.randn(b, n, h, d, device=DEVICE, generator=g)
     q_scale = qf.abs().amax(dim=-1, keepdim=True).clamp_min(1e-4) / 448.0
     q8 = (qf / q_scale).to(torch.float8_e4m3fn)
-    w = torch.randn(b * n, h, device="cuda", generator=g) * (h ** -0.5) * (d ** -0.5)
+    w = torch.randn(b * n, h, device=DEVICE, generator=g) * (h ** -0.5) * (d ** -0.5)
     w = w * q_scale.view(b * n, h)
     return {
         "q": q8, "kv_cache": cache.view(pages, page, 1, d + 4), "weights": w.contiguous(),
-        "context_lens": torch.full((b,), length, dtype=torch.int32, device="cuda"),
+        "context_lens": torch.full((b,), length, dtype=torch.int32, device=DEVICE),
         "block_table": table,
     }
 
 
 def mhc_inputs(t: int, c: int, n: int = 4, seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(t, n, c, device="cuda", generator=g)
-    x *= torch.exp(0.5 * torch.randn(t, 1, 1, device="cuda", generator=g))
-    x[:, :, torch.randperm(c, device="cuda", generator=g)[: max(c // 512, 1)]] *= 20.0
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    x = torch.randn(t, n, c, device=DEVICE, generator=g)
+    x *= torch.exp(0.5 * torch.randn(t, 1, 1, device=DEVICE, generator=g))
+    x[:, :, torch.randperm(c, device=DEVICE, generator=g)[: max(c // 512, 1)]] *= 20.0
     mixes = (2 + n) * n
     return {
         "x": x.to(torch.bfloat16),
-        "hc_fn": torch.randn(mixes, n * c, device="cuda", generator=g) * (n * c) ** -0.5,
-        "hc_scale": torch.rand(3, device="cuda", generator=g) * 1.5 + 0.5,
-        "hc_base": torch.randn(mixes, device="cuda", generator=g) * 0.5,
+        "hc_fn": torch.randn(mixes, n * c, device=DEVICE, generator=g) * (n * c) ** -0.5,
+        "hc_scale": torch.rand(3, device=DEVICE, generator=g) * 1.5 + 0.5,
+        "hc_base": torch.randn(mixes, device=DEVICE, generator=g) * 0.5,
     }
 
 
@@ -164,16 +189,14 @@ def rel_fro(a: torch.Tensor, b: torch.Tensor) -> float:
 def run_shipped_checks() -> None:
     from numcheck.cases import load_cases
     from numcheck.check.against_golden import check
-    from numcheck.check.run import CaseInputs
-    from numcheck.goldens.files import golden_path, load_golden
+    from numcheck.selftest import shipped_golden
 
-    for case in load_cases(ROOT / "cases"):
-        if "fused" not in case.variants or case.perf_only:  # perf-only: no golden
-            continue
+    cases = [c for c in load_cases(ROOT / "cases")
+             if "fused" in c.variants and not c.perf_only and DEVICE in c.devices]
+    for case in cases[:1] if TINY else cases:  # perf-only: no golden
         op = get_op(case.op)
-        golden = load_golden(golden_path(ROOT / "goldens", case.op, case.id), case=case.id,
-                             regen_hint="")
-        r = check(op, case, "fused", "cuda", golden, CaseInputs(op, case), regen_hint="")
+        golden, inputs = shipped_golden(case, ROOT / "goldens")
+        r = check(op, case, "fused", DEVICE, golden, inputs)
         worst = r.worst()
         row = {"case": f"{case.op}::{case.id}", "passed": r.passed,
                "worst": None if worst is None else str(worst)}
@@ -189,8 +212,9 @@ def run_shipped_checks() -> None:
 def bench_indexer(length: int, bw: float, iters: int, deadline: float) -> None:
     from numcheck.ops import indexer_fused
 
-    b, h, d, n, k = 64, 64, 128, 1, 512
-    p = indexer.OP.resolve_params("v4flash", {"batch": b, "max_context": length, "next_n": n})
+    b, h, d, n, k = (2, 8, 32, 1, 16) if TINY else (64, 64, 128, 1, 512)
+    p = indexer.OP.resolve_params("v4flash", {"batch": b, "max_context": length, "next_n": n,
+                                              "heads": h, "head_dim": d, "index_topk": k})
     inputs = indexer_inputs(b, length, h, d, n)
     row: dict[str, Any] = {"shape": f"indexer B={b} H={h} D={d} L={length} next_n={n}",
                            "L": length}
@@ -201,8 +225,8 @@ def bench_indexer(length: int, bw: float, iters: int, deadline: float) -> None:
     ref = indexer.fp32(inputs, p)
     # Tile sweep for the fused logits kernel (cheap; picks the config timed below).
     best = None
-    for block_l in (64, 128, 256):
-        for warps in (4, 8):
+    for block_l in (64,) if TINY else (64, 128, 256):
+        for warps in (4,) if TINY else (4, 8):
             if time.monotonic() > deadline:
                 break
             try:
@@ -237,7 +261,7 @@ def bench_indexer(length: int, bw: float, iters: int, deadline: float) -> None:
         }
     row["accuracy_vs_fp32"] = acc
     del ref
-    torch.cuda.empty_cache()
+    empty_cache()
 
     fns: dict[str, Callable[[], Any]] = {
         "fp32": lambda: indexer.fp32(inputs, p),
@@ -288,8 +312,9 @@ def bench_mhc(t: int, c: int, bw: float, iters: int, deadline: float) -> None:
         "fused_tf32": lambda: mhc_fused.mhc_pre(inputs, p, mode="tf32"),
     }
     row["timings"] = time_all(fns, iters, deadline, row["floor_ms"])
-    row["fused_kernels"] = guarded("mhc profile", lambda: kernel_breakdown(
-        lambda: mhc_fused.mhc_pre(inputs, p)))
+    if DEVICE == "cuda":  # the profiler's CUDA times
+        row["fused_kernels"] = guarded("mhc profile", lambda: kernel_breakdown(
+            lambda: mhc_fused.mhc_pre(inputs, p)))
     RESULTS["mhc"].append(row)
 
 
@@ -305,7 +330,7 @@ def time_all(fns: dict[str, Callable[[], Any]], iters: int, deadline: float,
             raw[name] = time_ms(fn, iters)
         except Exception as exc:  # noqa: BLE001
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
-            torch.cuda.empty_cache()
+            empty_cache()
             continue
         out[name] = stats(raw[name])
         out[name]["pct_of_floor"] = 100.0 * floor_ms / out[name]["median_ms"]
@@ -340,41 +365,50 @@ def kernel_breakdown(fn: Callable[[], Any], reps: int = 10) -> list[dict[str, An
 # -- main ----------------------------------------------------------------------------------
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    global DEVICE, TINY
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--budget-s", type=float, default=210.0, help="stop starting new work after")
     ap.add_argument("--iters", type=int, default=50)
-    args = ap.parse_args()
-    out_dir = Path(os.environ.get("OUT", "/tmp/numcheck-out"))
-    out_dir.mkdir(parents=True, exist_ok=True)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                    choices=("cpu", "cuda"))
+    ap.add_argument("--tiny", action="store_true", help="tiny shapes: the CPU plumbing test")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/numcheck-out")))
+    args = ap.parse_args(argv)
+    DEVICE, TINY = args.device, args.tiny
+    args.out.mkdir(parents=True, exist_ok=True)
     deadline = T0 + args.budget_s
-    if not torch.cuda.is_available() or "cuda" not in triton_support.DEVICES:
-        log(f"no CUDA or no fused on CUDA: {triton_support.unavailable_reason()}")
+    if DEVICE not in triton_support.DEVICES or (DEVICE == "cuda"
+                                                and not torch.cuda.is_available()):
+        log(f"no fused on {DEVICE} here: {triton_support.unavailable_reason()}")
         return 2
     import triton
 
-    RESULTS["env"] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                      "cuda": torch.version.cuda, "triton": triton.__version__}
+    from numcheck.devices import device_name
+
+    RESULTS["env"] = {"device": device_name(DEVICE, cpu_model=True), "torch": torch.__version__,
+                      "cuda": torch.version.cuda, "triton": triton.__version__, "tiny": TINY}
     log(f"env {RESULTS['env']}")
     guarded("shipped checks", run_shipped_checks)
     bw = guarded("copy bandwidth", copy_bandwidth) or 4.0e12
     RESULTS["copy_bandwidth_GBps"] = bw / 1e9
     log(f"copy bandwidth {bw / 1e9:.0f} GB/s (read + write)")
-    for length in (8192, 65536):
+    iters = min(args.iters, 3) if TINY else args.iters
+    for length in (256,) if TINY else (8192, 65536):
         if time.monotonic() < deadline:
             log(f"indexer L={length}")
-            guarded(f"indexer L={length}", lambda L=length: bench_indexer(L, bw, args.iters,
+            guarded(f"indexer L={length}", lambda L=length: bench_indexer(L, bw, iters,
                                                                           deadline))
-            torch.cuda.empty_cache()
-    for c in (7168, 4096):
+            empty_cache()
+    for t, c in ((16, 64),) if TINY else ((4096, 7168), (4096, 4096)):
         if time.monotonic() < deadline:
             log(f"mhc C={c}")
-            guarded(f"mhc C={c}", lambda c=c: bench_mhc(4096, c, bw, args.iters, deadline))
-            torch.cuda.empty_cache()
+            guarded(f"mhc C={c}", lambda t=t, c=c: bench_mhc(t, c, bw, iters, deadline))
+            empty_cache()
     RESULTS["wall_s"] = time.monotonic() - T0
-    (out_dir / "fused_h200.json").write_text(json.dumps(RESULTS, indent=2, default=str))
+    (args.out / "fused_roofline.json").write_text(json.dumps(RESULTS, indent=2, default=str))
     print_table()
-    return 0
+    return 1 if RESULTS["errors"] else 0
 
 
 def print_table() -> None:
