@@ -93,7 +93,7 @@ def take_rows(q: Quantized, rows: torch.Tensor) -> Quantized:
     scale per element, the scale grid repeated per row (a block of rows cannot be cut)."""
     g = q.scheme.granularity
     br = g.block_shape(q.shape)[0]
-    per_row = q.scales.repeat_interleave(br, dim=0)[: q.shape[0]]
+    per_row = q.scales.to(torch.float32).repeat_interleave(br, dim=0)[: q.shape[0]]
     scheme = replace(q.scheme, granularity=Granularity(1, g.cols))
     idx = rows.to(q.values.device)
     return Quantized(q.values[idx], per_row[idx.to(per_row.device)].contiguous(), scheme,

@@ -177,9 +177,13 @@ def chunks(a: Quantized, b: Quantized, accumulation: Accumulation) -> list[Chunk
 
 
 def _row_scales(q: Quantized) -> torch.Tensor:
-    """The scale grid repeated along rows: ``[rows, blocks along K]`` (float32)."""
+    """The scale grid repeated along rows: ``[rows, blocks along K]`` (float32, whatever
+    float dtype the operand holds its scales in)."""
+    import torch
+
     br = q.scheme.granularity.block_shape(q.shape)[0]
-    return q.scales.to(q.values.device).repeat_interleave(br, dim=0)[: q.shape[0]]
+    s = q.scales.to(q.values.device, torch.float32)
+    return s.repeat_interleave(br, dim=0)[: q.shape[0]]
 
 
 def _slabs(m: int, n: int, width: int) -> Iterator[slice]:
@@ -244,8 +248,10 @@ def emulated_gemm(a: Quantized, b: Quantized, accumulation: Accumulation,
             end = sa[rows, 0, None] * sb[None, :, 0]
         if a.global_scale is not None or b.global_scale is not None:
             one = torch.ones((), dtype=torch.float32, device=av.device)
-            ga = a.global_scale.to(av.device) if a.global_scale is not None else one
-            gb = b.global_scale.to(av.device) if b.global_scale is not None else one
+            ga = (a.global_scale.to(av.device, torch.float32) if a.global_scale is not None
+                  else one)
+            gb = (b.global_scale.to(av.device, torch.float32) if b.global_scale is not None
+                  else one)
             end = end * (ga * gb)
         y[rows] = acc * end
     return y.to(out_dtype).to(torch.float32)

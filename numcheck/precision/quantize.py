@@ -62,10 +62,13 @@ E8M0_EXPONENTS = (-127, 127)
 class Quantized:
     """A quantized 2-D operand ``[rows, K]``.
 
-    ``values``: float32, each a value of the scheme's element format (the codes as numbers);
-    ``scales``: float32 in the scheme's grid (numcheck.precision.quant_scheme), the factor that
-    dequantizes each block; ``global_scale``: NVFP4's float32 per-tensor decode scale (a 0-d
-    tensor), None for every other scale format. ``scheme`` is what it claims to follow: a
+    ``values``: each a value of the scheme's element format (the codes as numbers): float32
+    from numcheck's quantizer, or any float dtype that holds them (a variant's float8 tensor,
+    kept as it is by :func:`as_quantized`); ``scales``: in the scheme's grid
+    (numcheck.precision.quant_scheme), the factor that dequantizes each block, float32 or any
+    float dtype; ``global_scale``: NVFP4's per-tensor decode scale (a 0-d tensor), None for
+    every other scale format. numcheck reads all three in float32 or float64 where it uses
+    them. ``scheme`` is what it claims to follow: a
     value made by someone else's quantizer is wrapped with :func:`as_quantized` and checked
     with numcheck.precision.quant_validate.
     """
@@ -208,19 +211,25 @@ def as_quantized(values: torch.Tensor, scales: torch.Tensor, scheme: OperandSche
     kept as given, for numcheck.precision.quant_validate to report. Scales stored as the
     reciprocal (quantizing multipliers) must be inverted by the caller: numcheck cannot tell
     them apart from small scales.
+
+    Nothing is converted or copied: the tensors are kept as given (a float8 operand stays
+    float8; a scalar or ``[rows]`` scale is only viewed in its grid's shape), and numcheck
+    reads them in float32 or float64 where it uses them, after the variant's call. Wrapping
+    an operand to record it (numcheck.record_gemm) therefore costs the variant nothing: no
+    entry in its cast ledger (docs/extending.md, section 10).
     """
     import torch
 
     _check_2d(values, "as_quantized")
-    v = values.to(torch.float32)
-    s = scales.to(torch.float32)
-    rows = int(v.shape[0])
+    element_format(scheme.element)  # a known format, or ValueError
+    s = scales
+    rows = int(values.shape[0])
     if scheme.granularity == PER_TENSOR and s.numel() == 1:
-        s = s.reshape(1, 1)
+        s = s.reshape(1, 1)  # a view
     elif scheme.granularity == PER_ROW and s.dim() == 1 and s.numel() == rows:
-        s = s.reshape(rows, 1)
+        s = s.reshape(rows, 1)  # a view
     g = None
     if global_scale is not None:
-        g = torch.as_tensor(global_scale, dtype=torch.float32, device=v.device).reshape(())
-    element_format(scheme.element)  # a known format, or ValueError
-    return Quantized(v, s, scheme, g)
+        g = (global_scale.reshape(()) if isinstance(global_scale, torch.Tensor)
+             else torch.tensor(float(global_scale), dtype=torch.float32, device=values.device))
+    return Quantized(values, s, scheme, g)
