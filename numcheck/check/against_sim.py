@@ -39,6 +39,7 @@ import torch
 
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params
+from numcheck.precision import one_thread
 from numcheck.precision.quant_bound import compare_to_simulated
 from numcheck.precision.quant_declare import AsStored, GemmQuant, Operand
 from numcheck.precision.quant_formats import is_representable
@@ -181,6 +182,7 @@ class _Site:
         return y.to(torch.float32)
 
 
+@one_thread()
 def simulate(op: OpSpec, quant: GemmQuant, inputs: Inputs, params: Params,
              recorded: Sequence[RecordedGemm], *, seed: int | None = None) -> SimCheck:
     """The second reference of one seed (module docstring): ``inputs`` are the op's inputs

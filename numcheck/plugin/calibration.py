@@ -139,6 +139,8 @@ class CalibrationMode:
         if case.inputs.file is not None:
             fresh = 0  # recorded inputs: the file's calls are all there is
         pool, pool_from = self._pool(variant, reused)
+        removed = next((self.settings.removed.get(name, ()) for name, members
+                        in self.settings.pools.items() if variant in members), ())
         seeds = calibration_seeds(case, fresh, first)
         refs = self._references(op, case, device)
         topk = op.topk.indices if op.topk is not None else None
@@ -161,7 +163,8 @@ class CalibrationMode:
             # where each key of the budget is set: which table a suggestion belongs to
             origins=origins_to_dict(budget.origins),
             expect=tuple(expect.fails) if expect else (), pool=tuple(pool),
-            pool_from=pool_from, pool_missing=tuple(missing), limits=limits, record=record,
+            pool_from=pool_from, pool_missing=tuple(missing), pool_removed=removed,
+            limits=limits, record=record, sims=_sims(op, variant),
             table=measure_variant(op, case, variant, device, seeds, refs))
         out: list[Payload] = [own]
         # Pool members without a check selected in this run are measured here, with this
@@ -174,9 +177,13 @@ class CalibrationMode:
             if member in missing or device not in op.variants[member].devices:
                 continue
             table = measure_variant(op, case, member, device, seeds, refs, budget=budget)
+            # A member the case holds to another's budgets stays a borrower, pooled or not.
+            member_lender = (lender_of(case.budgets[member].origins)
+                             if member in case.budgets else None)
             out.append(replace(own, variant=member, own_check=False, expect=(), pool=(),
-                               pool_from=None, pool_missing=(), limits={}, record=None,
-                               table=table))
+                               budget_like=member_lender,
+                               pool_from=None, pool_missing=(), pool_removed=(), limits={},
+                               record=None, sims=_sims(op, member), table=table))
         return out
 
     def _pool(self, variant: str,
@@ -373,6 +380,16 @@ class CalibrationMode:
 
     def _order(self) -> list[str]:
         return self.order
+
+
+def _sims(op: OpSpec, variant: str) -> tuple[str, dict[str, float]] | None:
+    """The simulated reference's default row of the variant's declared sums (the class
+    bound of its ``sim_*`` measurements), or None."""
+    from numcheck.numerics.budgets import sim_default_row
+
+    quant = op.variants[variant].quant
+    found = sim_default_row(quant.accumulation) if quant is not None else None
+    return None if found is None else (found[0], dict(found[1]))
 
 
 def _tighter(change: Change) -> bool:

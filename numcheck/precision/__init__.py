@@ -172,3 +172,30 @@ def matmul_precision(*, tf32: bool) -> Iterator[None]:
         yield
     finally:
         torch.set_float32_matmul_precision(previous)
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run the block in one CPU thread (restored after, even when it raises); also a
+    decorator.
+
+    numcheck's bit-exact models of FP8 and FP4 arithmetic (the emulated GEMM, the GEMM
+    bound, a quantizer and its check) are thousands of small elementwise steps. Each step
+    split over torch's CPU threads costs more than it saves, and on a machine whose cores
+    other processes also use, threads that wait for each other make them 3 to 10 times
+    slower than one thread (docs/testing.md, "FP8 on the CPU"): the results are the same
+    bits either way (every step is exact or a float32 operation in a fixed order). CUDA
+    work is not affected.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
+from numcheck.precision import one_thread
 from numcheck.precision.quant_formats import pow2
 from numcheck.precision.quantize import Quantized, dequantize
 
@@ -219,6 +220,7 @@ def _fp32_chunk(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return c
 
 
+@one_thread()
 def emulated_gemm(a: Quantized, b: Quantized, accumulation: Accumulation,
                   out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``a @ b^T`` computed under ``accumulation`` and rounded to ``out_dtype`` (float32 by
@@ -257,6 +259,7 @@ def emulated_gemm(a: Quantized, b: Quantized, accumulation: Accumulation,
     return y.to(out_dtype).to(torch.float32)
 
 
+@one_thread()
 def simulated_reference(a: Quantized, b: Quantized) -> torch.Tensor:
     """``a @ b^T`` of the exact dequantized operands, in float64: the reference a kernel on
     these very operands is held to (its only error the kernel's accumulation and output

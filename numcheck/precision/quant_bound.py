@@ -53,6 +53,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from numcheck.precision import one_thread
 from numcheck.precision.quant_accumulate import (
     Accumulation,
     _row_scales,
@@ -165,6 +166,7 @@ def _tc_part(a: Quantized, b: Quantized, acc: Accumulation, sigmas: float) -> to
     return out
 
 
+@one_thread()
 def sim_bound(a: Quantized, b: Quantized, accumulation: Accumulation,
               out_dtype: torch.dtype | None = None, *, sigmas: float = SIGMAS,
               y_sim: torch.Tensor | None = None) -> torch.Tensor:

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from numcheck.precision import one_thread
 from numcheck.precision.quant_formats import element_format, is_representable, round_to_element
 from numcheck.precision.quant_scheme import OperandScheme, block_amax, expand_to_elements
 from numcheck.precision.quantize import E4M3_MAX, E8M0_EXPONENTS, Quantized
@@ -215,6 +216,7 @@ def _scale_hint(ok: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], s: tor
             "stale after the tensor changed?) or by another rule")
 
 
+@one_thread()
 def validate(q: Quantized, scheme: OperandScheme, original: torch.Tensor, *,
              rel_tol: float = REL_TOL) -> Validation:
     """Check ``q`` against the declared ``scheme`` and the tensor it was made from

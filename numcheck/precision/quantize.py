@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from numcheck.precision import one_thread
 from numcheck.precision.quant_formats import element_format, pow2, round_to_element
 from numcheck.precision.quant_scheme import (
     PER_ROW,
@@ -156,6 +157,7 @@ def _nvfp4_scales(x32: torch.Tensor, amax: torch.Tensor, scheme: OperandScheme
     return d, g, s_enc
 
 
+@one_thread()
 def quantize(x: torch.Tensor, scheme: OperandScheme) -> Quantized:
     """``x`` (2-D ``[rows, K]``, any float dtype, read as float32) quantized by ``scheme``
     (module docstring: the exact steps). ValueError for a tensor that is not 2-D or holds a
@@ -186,6 +188,7 @@ def quantize(x: torch.Tensor, scheme: OperandScheme) -> Quantized:
     return Quantized(values, scales, scheme, g)
 
 
+@one_thread()
 def dequantize(q: Quantized, dtype: torch.dtype | None = None) -> torch.Tensor:
     """``element * scale`` (``* global scale`` for nvfp4) of every element, ``[rows, K]``:
     float64 by default, where it is exact; another dtype rounds the exact value once."""
