@@ -189,6 +189,7 @@ def _check_seed(
         try:
             result.localization = localize.localize_failure(
                 op, case.params, cpu_inputs, out, stored, result.violations, budget, seed=seed,
+                simulated=None if sim is None else sim.outputs,
             )
         except Exception as exc:  # noqa: BLE001 - a diagnostic never replaces the verdict
             result.localization = [localize.failed(result.violations[0].output, seed, exc)]

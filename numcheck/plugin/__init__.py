@@ -152,7 +152,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         DRIFT_INI,
         "baseline drift rules as name=value: same_device_factor (1.25), calc_diff_factor "
         "(2, across device names), calc_diff_floor (1e-10), recall_drop (0), speedup_drop "
-        "(0.05), allow_removed (false: a check missing from the run fails)",
+        "(0.05), allow_removed (false: a check missing from the run fails); a quantized "
+        "check's simulated reference: sim_same_device_factor (1.25), sim_factor (4), "
+        "sim_floor (1e-6), sim_ratio_factor (2), sim_ratio_floor (0.25)",
         type="args",
         default=[],
     )

@@ -97,16 +97,18 @@ class CalibrationMode:
 
     def measure(self, case: Case, variant: str, check: CheckRef, *,
                 inputs: Callable[[OpSpec, Case], CaseInputs],
-                sections: DeviceSections) -> list[Payload]:
+                sections: DeviceSections,
+                progress: Callable[[str], None] | None = None) -> list[Payload]:
         """Measure one (case, variant, device) check (``check`` names it): its numerics
         (and its pool members the run selected no check of), and its timing runs.
-        ``inputs`` gives the run's inputs of a case; ``sections`` its device locks."""
+        ``inputs`` gives the run's inputs of a case; ``sections`` its device locks;
+        ``progress`` prints a line per variant measured once the check runs long."""
         from numcheck.ops.registry import get_op
 
         op = get_op(case.op)
         payloads: list[Payload] = []
         if self.settings.fresh is not None and not case.perf_only:
-            payloads += self._numerics(op, case, variant, check)
+            payloads += self._numerics(op, case, variant, check, progress)
         if self.settings.speed_runs is not None and variant != op.reference:
             payloads.append(self._speed(op, case, variant, check, inputs, sections))
         return payloads
@@ -117,8 +119,8 @@ class CalibrationMode:
             self._refs = References(op, case, device)
         return self._refs
 
-    def _numerics(self, op: OpSpec, case: Case, variant: str,
-                  check: CheckRef) -> list[Payload]:
+    def _numerics(self, op: OpSpec, case: Case, variant: str, check: CheckRef,
+                  progress: Callable[[str], None] | None = None) -> list[Payload]:
         from numcheck.numerics.budget_origin import lender_of, origins_to_dict
 
         settings = self.settings
@@ -153,6 +155,11 @@ class CalibrationMode:
                             budget.topk.tie_band}
         expect = case.expect.get(variant)
         missing = [m for m in pool if m not in op.variants]
+        todo = [variant, *(m for m in pool if m not in (variant, op.reference)
+                           and (case.source, case.id, m) not in self.selected
+                           and m not in missing and device in op.variants[m].devices)]
+        said = Progressed(f"{check.op}::{check.case}::{variant}[{device}]", len(todo),
+                          len(seeds), progress)
         own = NumericsPayload(
             check=check, variant=variant, own_check=True, seeds=tuple(seeds), fresh=fresh,
             first_seed=first, k=int(case.params.get("index_topk", 0) or 0), topk_output=topk,
@@ -166,6 +173,7 @@ class CalibrationMode:
             pool_from=pool_from, pool_missing=tuple(missing), pool_removed=removed,
             limits=limits, record=record, sims=_sims(op, variant),
             table=measure_variant(op, case, variant, device, seeds, refs))
+        said.done(variant)
         out: list[Payload] = [own]
         # Pool members without a check selected in this run are measured here, with this
         # variant's budget (a member the case runs but -k or a node id left out included);
@@ -177,6 +185,7 @@ class CalibrationMode:
             if member in missing or device not in op.variants[member].devices:
                 continue
             table = measure_variant(op, case, member, device, seeds, refs, budget=budget)
+            said.done(member)
             # A member the case holds to another's budgets stays a borrower, pooled or not.
             member_lender = (lender_of(case.budgets[member].origins)
                              if member in case.budgets else None)
@@ -380,6 +389,32 @@ class CalibrationMode:
 
     def _order(self) -> list[str]:
         return self.order
+
+
+#: Seconds a calibration check runs before it says how far it got (then a line per
+#: variant measured): one of an FP8 family's seven members over 22 seeds can take minutes.
+PROGRESS_AFTER_S = 10.0
+
+
+class Progressed:
+    """The progress lines of one calibration check: once it has run
+    :data:`PROGRESS_AFTER_S`, a line per variant measured (what, how many of how many,
+    the time so far), so that a long calibration never looks hung."""
+
+    def __init__(self, check: str, total: int, seeds: int,
+                 progress: Callable[[str], None] | None) -> None:
+        import time
+
+        self.check, self.total, self.seeds, self.progress = check, total, seeds, progress
+        self.count, self.start, self.clock = 0, time.perf_counter(), time.perf_counter
+
+    def done(self, variant: str) -> None:
+        self.count += 1
+        spent = self.clock() - self.start
+        if self.progress is not None and spent >= PROGRESS_AFTER_S:
+            self.progress(f"numcheck calibrate: {self.check}: measured {variant} "
+                          f"({self.count} of {self.total} variants, {self.seeds} seeds each) "
+                          f"in {spent:.0f} s so far")
 
 
 def _sims(op: OpSpec, variant: str) -> tuple[str, dict[str, float]] | None:

@@ -184,7 +184,7 @@ class CheckItem(pytest.Item):
             if state.isolated is None:
                 self.numcheck_calibration = mode.measure(
                     self.case, self.variant, self.check_ref(), inputs=state.cases.inputs,
-                    sections=state.sections)
+                    sections=state.sections, progress=state.progress)
             else:
                 from numcheck.plugin.isolation import CalibrationJob
 

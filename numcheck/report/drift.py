@@ -9,6 +9,14 @@ as a regression:
   there, so growth is a real change), or more than ``calc_diff_factor`` times (default 2x)
   across device names (another GPU's kernels round differently), and is above
   ``calc_diff_floor`` (values below it count as zero: bit-exact paths stay quiet);
+- for a variant with a declared quantization, its second reference: ``sim_rel_fro`` of any
+  output grew more than ``sim_same_device_factor`` times on the same device (default 1.25x),
+  ``sim_factor`` times across device names (4x, the headroom rule's), above ``sim_floor``
+  (``sim_calc_diff`` by the squares of all three); the worst GEMM result over its bound
+  (``quant.sim_ratio``) grew more than ``sim_ratio_factor`` times (2x) over at least
+  ``sim_ratio_floor``. The golden's quantization error hides a kernel change of a few parts
+  per thousand (an output 0.5% high moves an FP8 linear's ``calc_diff`` by 2%); the
+  simulated reference shows it at once;
 - ``recall_min`` or ``tie_recall_min`` dropped by more than ``recall_drop`` (default: any drop);
 - the speedup fell more than ``speedup_drop`` (default 5%) *with confidence*: the new
   interval's upper end lies below ``(1 - speedup_drop)`` times the baseline's lower end.
@@ -134,6 +142,7 @@ def _judge(base: Record, new: Record, rules: Rules) -> tuple[list[str], list[str
                          f"rule: > {factor:g}x on {where})")
         elif b > floor and b > factor * max(n, floor):
             better.append(f"{output}.calc_diff {b:.3g} -> {n:.3g}")
+    _judge_sim(base, new, rules, same_device, worse, better)
     for name in KEY_TOPK_METRICS:
         b, n = base.key_metric(name), new.key_metric(name)
         if b is None or n is None:
@@ -153,6 +162,35 @@ def _judge(base: Record, new: Record, rules: Rules) -> tuple[list[str], list[str
         elif nt[1] * keep > bt[2]:
             better.append(f"speedup {bt[0]:.3g}x -> {nt[0]:.3g}x")
     return worse, better, same_device
+
+
+def _judge_sim(base: Record, new: Record, rules: Rules, same_device: bool,
+               worse: list[str], better: list[str]) -> None:
+    """The second reference's rules (module docstring), on a pair of records that both
+    measured it."""
+    where = "same device" if same_device else "another device"
+    factor = rules.sim_same_device_factor if same_device else rules.sim_factor
+    for output in [o for o in new.metrics if o in base.metrics]:
+        for key, power in (("sim_rel_fro", 1), ("sim_calc_diff", 2)):
+            b, n = base.metrics[output].get(key), new.metrics[output].get(key)
+            if b is None or n is None:
+                continue
+            grows, floor = factor**power, rules.sim_floor**power
+            if n > floor and n > grows * max(b, floor):
+                grew = f"{n / b:.3g}x" if b > 0 else "from 0"
+                worse.append(f"{output}.{key} {b:.3g} -> {n:.3g} (grew {grew}, rule: > "
+                             f"{grows:g}x on {where}; the simulated reference)")
+            elif b > floor and b > grows * max(n, floor):
+                better.append(f"{output}.{key} {b:.3g} -> {n:.3g}")
+    b, n = ((r.quant or {}).get("sim_ratio") for r in (base, new))
+    if b is not None and n is not None:
+        floor = rules.sim_ratio_floor
+        if n > rules.sim_ratio_factor * max(b, floor):
+            worse.append(f"quant.sim_ratio {b:.3g} -> {n:.3g} (the worst GEMM result over its "
+                         f"bound grew {n / max(b, 1e-300):.3g}x, rule: > "
+                         f"{rules.sim_ratio_factor:g}x over at least {floor:g})")
+        elif b > rules.sim_ratio_factor * max(n, floor):
+            better.append(f"quant.sim_ratio {b:.3g} -> {n:.3g}")
 
 
 #: How the drift table prints each headline figure (3 significant digits for the error
