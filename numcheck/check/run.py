@@ -85,7 +85,7 @@ def run_variant(
     try:
         out = variant.fn(inputs, params)
     except Exception as exc:  # the variant's own failure is a verdict, not a crash
-        raise VariantError(f"variant {variant.name!r} raised {type(exc).__name__}: {exc}") from exc
+        raise VariantError.raised(f"variant {variant.name!r}", exc) from exc
     if not isinstance(out, Mapping):
         raise VariantError(
             f"variant {variant.name!r} returned {type(out).__name__}; "

@@ -352,7 +352,9 @@ class CalibrationMode:
             out.append(f"numcheck calibrate: measurements saved to {settings.json_path} "
                        f"(pool them into another run with {CALIBRATE_WITH_OPTION} PATH)")
         stands = blocking(plan.findings, settings.accepted, settings.renew)
-        suspects = [f for f in stands if f.kind in SUSPECT]
+        # A bug-sized measurement, or one no budget can be made of (NaN): exit 1 even when
+        # only printing, so that a script never takes the tables for a budget.
+        suspects = [f for f in stands if f.kind in SUSPECT or f.kind == "nonfinite"]
         out += refusal_lines(stands, write=settings.write)
         notes = accepted_notes(plan.findings, settings.accepted, CALIBRATE_ACCEPT_OPTION)
         for (case, variant), texts in notes.items():
@@ -446,7 +448,9 @@ def refusal_lines(findings: list[Finding], *, write: bool) -> list[str]:
     others = [f for f in findings if f.kind not in SUSPECT]
     lines = [("numcheck calibrate: refused to write; nothing written (exit status 1):" if write
               else f"numcheck calibrate: {CALIBRATE_WRITE_OPTION} would refuse these tables"
-              + (" (exit status 1: a selected variant looks like a bug):" if suspects else ":"))]
+              + (" (exit status 1: a selected variant looks like a bug):" if suspects else
+                 " (exit status 1: a measurement is not finite):"
+                 if any(f.kind == "nonfinite" for f in findings) else ":"))]
     if suspects:
         lines.append("  a selected variant looks like a bug, not an honest implementation of "
                      "its class (docs/budgets.md, \"What calibration refuses\"):")
