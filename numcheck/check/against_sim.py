@@ -46,7 +46,8 @@ from numcheck.precision.quant_formats import is_representable
 from numcheck.precision.quant_record import RecordedGemm
 from numcheck.precision.quant_scheme import Granularity
 from numcheck.precision.quant_validate import validate
-from numcheck.precision.quantize import Quantized, dequantize
+from numcheck.precision.quant_accumulate import simulated_reference
+from numcheck.precision.quantize import Quantized
 
 __all__ = ["BOUND_MATRICES", "BOUND_ROWS", "SimCheck", "simulate", "take_rows"]
 
@@ -176,7 +177,7 @@ class _Site:
                 self.substituted += 1
             qas.append(qa)
             qbs.append(qb)
-            outs.append(dequantize(qa) @ dequantize(qb).to(qa.values.device).T)
+            outs.append(simulated_reference(qa, qb))
         self.used.append((qas, qbs))
         y = torch.stack(outs).reshape(*a.shape[:-2], *outs[0].shape)
         return y.to(torch.float32)

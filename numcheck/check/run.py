@@ -27,6 +27,7 @@ from numcheck.honest.gemm_family import (
     yardstick,
 )
 from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, Variant, VariantError, VariantFn
+from numcheck.precision import one_thread
 from numcheck.precision.quant_declare import GemmQuant
 from numcheck.prepare import Prepared, prepare
 
@@ -126,6 +127,7 @@ def _check_names(variant: Variant, op: OpSpec, out: Mapping[str, object]) -> Non
         )
 
 
+@one_thread()  # numcheck's honest members, not the variant (numcheck.precision.one_thread)
 def rounding_envelope_outputs(
     op: OpSpec, precision: str, inputs: Inputs, case: Case, device: str,
     own: tuple[str, Outputs], quant: GemmQuant | None = None,

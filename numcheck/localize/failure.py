@@ -31,6 +31,7 @@ from numcheck.localize.grids import (
 from numcheck.localize.spread import MIN_EVENTS, concentration, explain, labels_of, release
 from numcheck.localize.transforms import find_transform
 from numcheck.numerics.metric_names import SIM_METRICS
+from numcheck.precision import one_thread
 from numcheck.ops.structure import Grouping, Structure, axis_names, groupings_of
 
 if TYPE_CHECKING:
@@ -253,6 +254,7 @@ def failed(output: str, seed: int | None, exc: BaseException) -> Localization:
                         concentrated=False)
 
 
+@one_thread()  # many small steps over a failed output (numcheck.precision.one_thread)
 def localize_failure(
     op: Any, params: Params, inputs: Inputs, outputs: Mapping[str, torch.Tensor],
     stored: Mapping[str, StoredOutput], violations: Sequence[Any], budget: Any, *,
