@@ -75,9 +75,9 @@ def test_calibration_refuses_to_budget_a_borrowed_bug_and_records_an_override(
         # (its GEMM members are not registered here: the step says so before the command,
         # which then runs as printed; issue 44)
         ("               my budget is too tight (a correct variant) -> calibrate the honest "
-         "bf16 family, not this variant alone: register its members first "
-         "(numcheck.add_gemm_members('mhc_pre', [[]'bf16'[]]) in your pytest_numcheck_register "
-         "hook), then: pytest --numcheck --numcheck-calibrate "
+         "bf16 family, not this variant alone: after "
+         "numcheck.add_gemm_members('mhc_pre', [[]'bf16'[]]) in your hook: pytest --numcheck "
+         "--numcheck-calibrate "
          "--numcheck-device cpu 'cases/mhc.toml::v4pro-t32::bf16[[]cpu[]]' "
          "'cases/mhc.toml::v4pro-t32::y_off[[]cpu[]]' --numcheck-calibrate-pool "
          "bf16=bf16,gemm_bf16_out,*"),

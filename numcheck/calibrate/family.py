@@ -41,8 +41,8 @@ class Family:
         """What to call first where members are missing (else "")."""
         if not self.unregistered:
             return ""
-        return (f"register its members first (numcheck.add_gemm_members('{self.op}', "
-                f"['{self.precision}']) in your pytest_numcheck_register hook), then: ")
+        return (f"after numcheck.add_gemm_members('{self.op}', ['{self.precision}']) in your "
+                "hook: ")
 
     def pool_option(self) -> str:
         """``--numcheck-calibrate-pool bf16=bf16,gemm_bf16_out,...`` ("" without members)."""

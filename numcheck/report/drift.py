@@ -133,15 +133,10 @@ def _judge(base: Record, new: Record, rules: Rules) -> tuple[list[str], list[str
         n = new.metrics[output].get("calc_diff")
         if b is None or n is None:
             continue
-        floor = rules.calc_diff_floor
         factor = rules.same_device_factor if same_device else rules.calc_diff_factor
         where = "same device" if same_device else "another device"
-        if n > floor and n > factor * max(b, floor):
-            grew = f"{n / b:.3g}x" if b > 0 else "from 0"
-            worse.append(f"{output}.calc_diff {b:.3g} -> {n:.3g} (grew {grew}, "
-                         f"rule: > {factor:g}x on {where})")
-        elif b > floor and b > factor * max(n, floor):
-            better.append(f"{output}.calc_diff {b:.3g} -> {n:.3g}")
+        _growth(f"{output}.calc_diff", b, n, factor, rules.calc_diff_floor, f"on {where}",
+                worse, better)
     _judge_sim(base, new, rules, same_device, worse, better)
     for name in KEY_TOPK_METRICS:
         b, n = base.key_metric(name), new.key_metric(name)
@@ -173,24 +168,24 @@ def _judge_sim(base: Record, new: Record, rules: Rules, same_device: bool,
     for output in [o for o in new.metrics if o in base.metrics]:
         for key, power in (("sim_rel_fro", 1), ("sim_calc_diff", 2)):
             b, n = base.metrics[output].get(key), new.metrics[output].get(key)
-            if b is None or n is None:
-                continue
-            grows, floor = factor**power, rules.sim_floor**power
-            if n > floor and n > grows * max(b, floor):
-                grew = f"{n / b:.3g}x" if b > 0 else "from 0"
-                worse.append(f"{output}.{key} {b:.3g} -> {n:.3g} (grew {grew}, rule: > "
-                             f"{grows:g}x on {where}; the simulated reference)")
-            elif b > floor and b > grows * max(n, floor):
-                better.append(f"{output}.{key} {b:.3g} -> {n:.3g}")
+            if b is not None and n is not None:
+                _growth(f"{output}.{key}", b, n, factor**power, rules.sim_floor**power,
+                        f"on {where}; the simulated reference", worse, better)
     b, n = ((r.quant or {}).get("sim_ratio") for r in (base, new))
     if b is not None and n is not None:
-        floor = rules.sim_ratio_floor
-        if n > rules.sim_ratio_factor * max(b, floor):
-            worse.append(f"quant.sim_ratio {b:.3g} -> {n:.3g} (the worst GEMM result over its "
-                         f"bound grew {n / max(b, 1e-300):.3g}x, rule: > "
-                         f"{rules.sim_ratio_factor:g}x over at least {floor:g})")
-        elif b > rules.sim_ratio_factor * max(n, floor):
-            better.append(f"quant.sim_ratio {b:.3g} -> {n:.3g}")
+        _growth("quant.sim_ratio", b, n, rules.sim_ratio_factor, rules.sim_ratio_floor,
+                "over its bound", worse, better)
+
+
+def _growth(label: str, b: float, n: float, factor: float, floor: float, where: str,
+            worse: list[str], better: list[str]) -> None:
+    """One growth rule: worse when ``n`` passes ``factor`` times ``b`` (both counted as at
+    least ``floor``, a value under it as zero), better the other way round."""
+    if n > floor and n > factor * max(b, floor):
+        grew = f"{n / b:.3g}x" if b > 0 else "from 0"
+        worse.append(f"{label} {b:.3g} -> {n:.3g} (grew {grew}, rule: > {factor:.3g}x {where})")
+    elif b > floor and b > factor * max(n, floor):
+        better.append(f"{label} {b:.3g} -> {n:.3g}")
 
 
 #: How the drift table prints each headline figure (3 significant digits for the error
