@@ -306,11 +306,11 @@ def test_the_fp8_recording_pattern_of_the_docs_passes_every_gate(
     # sets the limit, and lists the user's lines only.
     result.stdout.fnmatch_lines([
         "numcheck FAIL linear::small::my_fp8_twice[[]cpu[]]",
-        "  worst: casts.input_copies = 2 > budget 1: input 'wq' was read 2.00 times over by "
+        ("  worst: casts.input_copies = 2 > budget 1: input 'wq' was read 2.00 times over by "
         "casts/copies (e4m3 -> fp32 of [[]256, 384[]] at conftest.py:*; e4m3 -> fp32 of "
-        "[[]256, 384[]] at my_lib.py:*",
-        "  budget:      max_input_copies: default of the casts gate (set "
-        "[[]small.overhead.my_fp8_twice[]] max_input_copies in cases/linear.toml to override)",
+        "[[]256, 384[]] at my_lib.py:*"),
+        ("  budget:      max_input_copies: default of the casts gate (set "
+        "[[]small.overhead.my_fp8_twice[]] max_input_copies in cases/linear.toml to override)"),
     ])
     (record,) = [r for r in json.loads((pytester.path / "r.json").read_text())["records"]
                  if r["variant"] == "my_fp8"]

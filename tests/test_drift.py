@@ -170,9 +170,9 @@ def test_the_simulated_reference_moving_is_a_regression_the_golden_hides() -> No
     rule; an honest reordering of sums (1.1x) is not; across devices 4x is allowed."""
     d = drift([fp8(1e-7)], [fp8(5e-3)])
     assert d.regressions == [
-        "indexer::tiny::fp8[cpu]: logits.sim_rel_fro 1e-07 -> 0.005 (grew 5e+04x, rule: > "
+        ("indexer::tiny::fp8[cpu]: logits.sim_rel_fro 1e-07 -> 0.005 (grew 5e+04x, rule: > "
         "1.25x on same device; the simulated reference); logits.sim_calc_diff 5e-15 -> "
-        "1.25e-05 (grew 2.5e+09x, rule: > 1.56x on same device; the simulated reference)"]
+        "1.25e-05 (grew 2.5e+09x, rule: > 1.56x on same device; the simulated reference)")]
     assert drift([fp8(1e-3)], [fp8(1.1e-3)]).regressions == []
     assert drift([fp8(1e-3)], [fp8(3e-3, device_name="H200")]).regressions == []
     assert drift([fp8(1e-3)], [fp8(5e-3, device_name="H200")]).regressions != []

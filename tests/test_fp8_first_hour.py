@@ -109,10 +109,10 @@ def test_the_refusals_suggestion_cannot_write_a_bug_in(pytester: pytest.Pytester
     measured = pytester.runpytest(*printed)
     assert measured.ret == pytest.ExitCode.TESTS_FAILED, measured.stdout.str()
     measured.stdout.fnmatch_lines([
-        "numcheck calibrate: --numcheck-calibrate-write would refuse these tables (exit "
-        "status 1: a selected variant looks like a bug):",
-        f"  - {bug} (*, takes {honest}'s budgets) on small: h.sim_rel_fro 0.02 past the "
-        "float32 sums row 0.016",
+        ("numcheck calibrate: --numcheck-calibrate-write would refuse these tables (exit "
+        "status 1: a selected variant looks like a bug):"),
+        (f"  - {bug} (*, takes {honest}'s budgets) on small: h.sim_rel_fro 0.02 past the "
+        "float32 sums row 0.016"),
     ])
     assert f"--numcheck-calibrate-pool {honest}={honest},{bug}" not in measured.stdout.str()
     assert path.read_bytes() == before
@@ -137,8 +137,8 @@ def test_the_refusals_suggestion_cannot_write_a_bug_in(pytester: pytest.Pytester
         "numcheck calibrate: refused to write; nothing written (exit status 1):",
         f"  - {bug} (*, takes {honest}'s budgets) on small: h.sim_rel_fro 0.02 past the *",
         f"      it would widen {honest}'s table: *whatever pool names it*",
-        f"  - {honest} on small: its tables were set by the pool {honest}, gemm_*; this run's "
-        "pool leaves out gemm_* without a word*",
+        (f"  - {honest} on small: its tables were set by the pool {honest}, gemm_*; this run's "
+        "pool leaves out gemm_* without a word*"),
     ])
     assert path.read_bytes() == tables
     # 6. And the bug keeps failing.

@@ -277,8 +277,8 @@ def test_variant_errors_are_reported_not_crashed(pytester: pytest.Pytester) -> N
     result.stdout.fnmatch_lines(
         [
             # the line that raised, named (issue 44)
-            "*variant 'raises' raised RuntimeError at *planted.py:* (*): planted failure inside "
-            "the variant*",
+            ("*variant 'raises' raised RuntimeError at *planted.py:* (*): planted failure inside "
+            "the variant*"),
         ]
     )
     result.stdout.fnmatch_lines(["*variant 'wrong_shape': output 'logits' is float32 [[]2, 255[]]*"])

@@ -5,7 +5,6 @@ The plugin's side (casts table, explain, report, timing) is in test_prepare_plug
 from __future__ import annotations
 
 import re
-
 from dataclasses import replace
 from pathlib import Path
 

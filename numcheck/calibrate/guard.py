@@ -168,6 +168,7 @@ def suspects(
     lender = lender or {}
     sims = sims or {}
     honest_members = {m for m in members if _is_member(m)}
+    family_worst = honest or {}
     out: list[Finding] = []
     where = f"[{case}.budget.{table_variant}.*]"
     for member, table in members.items():
@@ -177,7 +178,7 @@ def suspects(
         sim = sims.get(member)
         for output, row in table.items():
             if sim is not None:
-                family = None if member in (honest_members or ()) else (honest or {}).get(output)
+                family = None if member in honest_members else family_worst.get(output)
                 _sim_lines(output, row, sim, family, lines, brief)
             rules += _rule_lines(output, row, rules)
             cls = row_class(precision, output, output_precision)
@@ -186,12 +187,12 @@ def suspects(
             if ELEMENT_KEY in row and limit is not None:
                 value, seed = _value_seed(row[ELEMENT_KEY])
                 if value > limit:
-                    honest = honest_worst_of_row(defaults, ELEMENT_KEY) or 0.0
+                    worst = honest_worst_of_row(defaults, ELEMENT_KEY) or 0.0
                     brief.append(f"{output}.{ELEMENT_KEY} {value:.3g}{_at(seed)} against "
                                  f"{cls}'s envelope, beyond {limit:.3g}")
                     lines.append(
                         f"{output}.{ELEMENT_KEY} = {value:.3g}{_at(seed)} is beyond "
-                        f"{limit:.3g}: {BUG_FACTOR:g}x the honest worst {honest:.3g} that "
+                        f"{limit:.3g}: {BUG_FACTOR:g}x the honest worst {worst:.3g} that "
                         f"{cls}'s default row ({ELEMENT_KEY} {defaults[ELEMENT_KEY]:g}) was "
                         "set from, the size the headroom rule calls a bug")
             for key in ROW_KEYS:

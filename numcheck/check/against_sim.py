@@ -40,13 +40,13 @@ import torch
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params
 from numcheck.precision import one_thread
+from numcheck.precision.quant_accumulate import simulated_reference
 from numcheck.precision.quant_bound import compare_to_simulated
 from numcheck.precision.quant_declare import AsStored, GemmQuant, Operand
 from numcheck.precision.quant_formats import is_representable
 from numcheck.precision.quant_record import RecordedGemm
 from numcheck.precision.quant_scheme import Granularity
 from numcheck.precision.quant_validate import validate
-from numcheck.precision.quant_accumulate import simulated_reference
 from numcheck.precision.quantize import Quantized
 
 __all__ = ["BOUND_MATRICES", "BOUND_ROWS", "SimCheck", "simulate", "take_rows"]

@@ -31,8 +31,8 @@ from numcheck.localize.grids import (
 from numcheck.localize.spread import MIN_EVENTS, concentration, explain, labels_of, release
 from numcheck.localize.transforms import find_transform
 from numcheck.numerics.metric_names import SIM_METRICS
-from numcheck.precision import one_thread
 from numcheck.ops.structure import Grouping, Structure, axis_names, groupings_of
+from numcheck.precision import one_thread
 
 if TYPE_CHECKING:
     from numcheck.goldens.packing import StoredOutput

@@ -243,7 +243,11 @@ def _tensor_digest(t: torch.Tensor) -> bytes:
     h = hashlib.blake2b(f"{t.dtype}{tuple(t.shape)}".encode(), digest_size=16)
     h.update(flat.view(torch.uint8).numpy().data)
     key = id(t)
-    gone = weakref.ref(t, lambda _, k=key: _DIGESTS.pop(k, None))
+
+    def forget(_: object, k: int = key) -> None:
+        _DIGESTS.pop(k, None)
+
+    gone = weakref.ref(t, forget)
     _DIGESTS[key] = (gone, t._version, h.digest())
     return _DIGESTS[key][2]
 
