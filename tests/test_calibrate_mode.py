@@ -579,3 +579,21 @@ def test_calibration_exit_status_is_0_when_it_measured_and_not_0_for_real_errors
     bad = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", "small")
     assert bad.ret == pytest.ExitCode.INTERRUPTED
     bad.stdout.fnmatch_lines(["*cases/bad.toml*"])
+
+
+def test_a_long_calibration_check_says_how_far_it_got() -> None:
+    """Issue 44: a family of seven over 22 seeds can take minutes; past PROGRESS_AFTER_S a
+    check prints a line per variant measured (a fake clock: no test of the machine's
+    speed), and nothing before."""
+    from numcheck.plugin import calibration
+
+    lines: list[str] = []
+    said = calibration.Progressed("mlp_up::small::fp8[cpu]", 3, 22, lines.append)
+    now = iter([1.0, 30.0])
+    said.start, said.clock = 0.0, lambda: next(now)
+    said.done("fp8")
+    said.done("gemm_e4m3_block_fp32_bf16out")
+    assert lines == [("numcheck calibrate: mlp_up::small::fp8[cpu]: measured "
+                      "gemm_e4m3_block_fp32_bf16out (2 of 3 variants, 22 seeds each) in 30 s "
+                      "so far")]
+    calibration.Progressed("x", 1, 1, None).done("x")  # no printer: nothing to say
