@@ -220,7 +220,9 @@ def member_variants(op: OpSpec, precisions: Sequence[str] | None = None) -> list
     declared = [impl for v in op.variants.values()
                 if v.quant is not None and not v.name.startswith(MEMBER_PREFIX)
                 for impl in scheme_gemms(v.quant)]
-    impls = {impl.label: impl for impl in (*declared, *quant_gemms(), *honest_gemms())}
+    impls: dict[str, GemmImpl] = {}
+    for impl in (*honest_gemms(), *quant_gemms(), *declared):
+        impls.setdefault(impl.label, impl)
     return [Variant(member_name(impl), member_fn(op, impl), impl.precision,
                     devices=impl.devices, doc=f"honest {impl.precision} member: {impl.doc}",
                     unavailable=impl.unavailable, quant=impl.quant)
