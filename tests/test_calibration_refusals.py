@@ -488,3 +488,27 @@ def test_a_nan_measurement_is_never_written() -> None:
     assert bad.text.startswith("cases/dot.toml: [c.budget.bf16.y] rel_fro: measured nan "
                                "(seed 1003), so no budget can be written")
     assert not bad.overridden(["bf16"], renew=True)
+
+
+def test_no_honest_member_measured_reaches_the_simulated_references_rows() -> None:
+    """The claim behind SIM_DEFAULTS: every honest FP8 / FP4 member in the evidence (the
+    CPU's calibration, held-out and tail runs and the H200's, real kernels included) sits
+    under its sums' row, by the margin docs/budgets.md says (4x)."""
+    from numcheck.numerics.budgets import SIM_DEFAULTS
+
+    files = sorted({*EVIDENCE.glob("*/fp8-families*.json"), *EVIDENCE.glob("*/heldout-*.json"),
+                    *EVIDENCE.glob("*/tails-*.json"), *EVIDENCE.glob("*h200*/**/families-*.json")})
+    seen = 0
+    for path in files:
+        for fams in json.loads(path.read_text()).get("cases", {}).values():
+            for fam in fams.values():
+                for member, outputs in fam.get("by_variant", {}).items():
+                    # never promoted: the e4m3 "fast" members and fp8_row_fast
+                    row = SIM_DEFAULTS["none" if "fast" in member else "promoted"]
+                    for out in outputs.values():
+                        for key in ("sim_rel_fro", "sim_calc_diff"):
+                            if key in out:
+                                value = out[key][0] if isinstance(out[key], list) else out[key]
+                                assert value * 4 <= row[key], (path.name, member, key, value)
+                                seen += 1
+    assert seen > 1000

@@ -376,6 +376,7 @@ def suggestion_findings(runs: Sequence[Mapping[str, Any]], cases: Sequence[Case]
     of its class produces, or a borrower that would not fit inside its lender's tables."""
     from numcheck.calibrate import guard
     from numcheck.numerics.budget_origin import lender_of
+    from numcheck.numerics.budgets import sim_default_row
     from numcheck.ops.registry import get_op
 
     findings: list[guard.Finding] = []
@@ -393,9 +394,12 @@ def suggestion_findings(runs: Sequence[Mapping[str, Any]], cases: Sequence[Case]
             budget = case.budgets.get(variant)
             lender = lender_of(budget.origins) if budget is not None else None
             precision = op.variants[lender or variant].precision
+            quant = op.variants[variant].quant
             findings += guard.suspects(case.id, lender or variant, precision,
                                        op.output_precision, {variant: table},
-                                       lender={variant: lender} if lender else None)
+                                       lender={variant: lender} if lender else None,
+                                       sims={variant: sim_default_row(quant.accumulation)
+                                             if quant is not None else None})
             if lender and lender in by_variant:
                 before = {o: suggest_values(r, topk="recall_min" in r, k=k)
                           for o, r in by_variant[lender].items()}
