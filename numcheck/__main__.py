@@ -81,6 +81,19 @@ def _rule_options(c: argparse.ArgumentParser) -> None:
     c.add_argument("--same-device-factor", type=float, default=d.same_device_factor,
                    help="regression when calc_diff grows more than this many times between "
                    "records of the same device name (default %(default)s)")
+    c.add_argument("--sim-same-device-factor", type=float, default=d.sim_same_device_factor,
+                   help="regression when a quantized check's sim_rel_fro grows more than this "
+                   "many times (sim_calc_diff: its square) on the same device name (default "
+                   "%(default)s)")
+    c.add_argument("--sim-factor", type=float, default=d.sim_factor,
+                   help="the same across device names (default %(default)s)")
+    c.add_argument("--sim-floor", type=float, default=d.sim_floor,
+                   help="sim_rel_fro below this counts as zero (default %(default)s)")
+    c.add_argument("--sim-ratio-factor", type=float, default=d.sim_ratio_factor,
+                   help="regression when quant.sim_ratio (the worst GEMM result over its "
+                   "bound) grows more than this many times (default %(default)s)")
+    c.add_argument("--sim-ratio-floor", type=float, default=d.sim_ratio_floor,
+                   help="quant.sim_ratio below this counts as it (default %(default)s)")
     c.add_argument("--allow-removed", action="store_true",
                    help="a check of the baseline missing from the new run is listed, not a "
                    "regression (default: it fails the comparison)")
@@ -88,7 +101,9 @@ def _rule_options(c: argparse.ArgumentParser) -> None:
 
 def _rules(args: argparse.Namespace) -> Rules:
     return Rules(args.calc_diff_factor, args.calc_diff_floor, args.recall_drop,
-                 args.speedup_drop, args.same_device_factor, float(args.allow_removed))
+                 args.speedup_drop, args.same_device_factor, float(args.allow_removed),
+                 args.sim_same_device_factor, args.sim_factor, args.sim_floor,
+                 args.sim_ratio_factor, args.sim_ratio_floor)
 
 
 def _history_parsers(sub: Any) -> None:

@@ -49,7 +49,7 @@ from numcheck.gates import (
     QUANT_GATE,
     TOPK_METRICS,
 )
-from numcheck.honest.gemm_family import missing_envelope, yardstick
+from numcheck.honest.gemm_family import member_name, members, missing_envelope, yardstick
 from numcheck.invariance.gate import (
     BATCH_INVARIANT_KEY,
     DETERMINISTIC_KEY,
@@ -69,6 +69,7 @@ from numcheck.numerics.budgets import (
     coarse_output_tables,
     complete_budget,
     describe,
+    sim_default_row,
 )
 from numcheck.numerics.metric_names import NONFINITE_METRICS, SIM_METRICS
 from numcheck.ops import registry
@@ -404,7 +405,8 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup, *,
             "remove them (a CPU-sized case of the op gates its numerics), or remove "
             "perf_only = true and make the case's golden")
     runs_on = _runs_on(op, variants, devices)
-    budgets, budget_like = _parse_budgets(where, body, op, variants, runs_on)
+    budgets, budget_like = _parse_budgets(where, body, op, variants, runs_on,
+                                          measuring=measuring)
     deterministic, batch_invariant = (
         _parse_invariance(where, body, op, key, variants, devices, params, perf_only)
         for key in (DETERMINISTIC_KEY, BATCH_INVARIANT_KEY))
@@ -1042,12 +1044,15 @@ def _unmeasured(op: OpSpec, name: str, devices: tuple[str, ...],
 
 def _parse_budgets(
     where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...],
-    runs_on: Mapping[str, tuple[str, ...]],
+    runs_on: Mapping[str, tuple[str, ...]], *, measuring: bool = False,
 ) -> tuple[dict[str, VariantBudget], dict[str, str]]:
     """Every running variant's complete budget, and the variants that borrow theirs.
 
     A key for a metric the variant's checks cannot measure on the case's devices is an
-    error naming the fix; a default of one that is measured nowhere is left out."""
+    error naming the fix; a default of one that is measured nowhere is left out. A variant
+    with a declared quantization always has its ``sim_*`` limits: the case's, or the
+    simulated reference's default row of its sums; where its sums have no measured row and
+    the case sets none, the case does not load (unless ``measuring``: calibration sets them)."""
     given = body.get("budget", {})
     if not isinstance(given, dict):
         raise where.error(
@@ -1093,6 +1098,8 @@ def _parse_budgets(
         if name not in running:
             continue
         checked = op.checked(name)
+        quant = op.variants[name].quant
+        sims = sim_default_row(quant.accumulation) if quant is not None else None
         try:
             precision = op.variants[name].precision
             own = coarse_output_tables(precision, tables[name], tables,
@@ -1106,10 +1113,13 @@ def _parse_budgets(
                 output_precision=op.output_precision,
                 unmeasured=_unmeasured(op, name, runs_on[name], lenders.get(name)),
                 given_origins=_given_origins(where, op, name, precision, tables, lenders),
+                sims=sims,
             )
         except BudgetError as exc:
             key = f"budget.{lenders.get(name, name)}.{exc.key}"
             raise where.error(key, exc.problem, exc.fix) from None
+        if quant is not None and sims is None and not measuring:
+            _require_sim_limits(where, op, name, budget, lenders.get(name, name), runs_on[name])
         lender = lenders.get(name)
         if lender is not None:
             tie = where.line("budget", name, BUDGET_LIKE)
@@ -1119,6 +1129,41 @@ def _parse_budgets(
                 for output, keys in budget.origins.items()})
         budgets[name] = budget
     return budgets, lenders
+
+
+def _require_sim_limits(where: _Where, op: OpSpec, name: str, budget: VariantBudget,
+                        table: str, devices: tuple[str, ...]) -> None:
+    """A variant whose declared sums have no measured default of the simulated reference
+    (numcheck.numerics.budgets.sim_default_row) must have the case's ``sim_*`` limits on
+    every ordinary output it produces: never an unbudgeted second reference."""
+    variant = op.variants[name]
+    assert variant.quant is not None
+    for output, ob in budget.outputs.items():
+        missing = [k for k in SIM_METRICS if k not in ob.limits]
+        if not missing:
+            continue
+        device = devices[0] if devices else "cpu"
+        family = [member_name(g) for g in members(op, variant.precision, variant.quant)
+                  if device in g.devices and not g.unavailable]
+        pool = f" --numcheck-calibrate-pool {table}={','.join([table, *family])}"
+        node = f"{_shown(where.path)}::{where.case}::{table}[{device}]"
+        raise where.error(
+            f"budget.{table}.{output}.{missing[0]}",
+            f"variant '{name}' declares {variant.quant.accumulation.label} sums, for which "
+            f"numcheck measured no default of the simulated reference, and the case sets no "
+            f"{', '.join(missing)} on '{output}': its second reference would go unbudgeted",
+            f"calibrate its scheme's honest family and write the tables (numcheck."
+            f"add_gemm_members('{op.name}', ['{variant.precision}']) registers it): pytest "
+            f"--numcheck --numcheck-calibrate --numcheck-device {device} '{node}'{pool} "
+            "--numcheck-calibrate-write")
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when under it (as a node id names it)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _given_origins(where: _Where, op: OpSpec, name: str, precision: str,

@@ -37,6 +37,13 @@ class Gate:
     metrics: tuple[str, ...]
     doc: str = ""
     inconclusive: tuple[str, ...] = ()
+    #: (metric, case-file key) where the key that sets a metric's limit has another name:
+    #: ``casts.input_copies`` is limited by ``max_input_copies`` (messages name the key).
+    limit_keys: tuple[tuple[str, str], ...] = ()
+
+    def limit_key(self, metric: str) -> str:
+        """The case-file key that sets ``metric``'s limit."""
+        return dict(self.limit_keys).get(metric, metric)
 
 
 #: ``speedup_min``: a decided miss (the whole interval below the threshold).
@@ -50,10 +57,13 @@ CASTS_GATE = Gate(
     "casts", ("round_trips", "repeated_casts", "no_op_casts", "cast_bytes_ratio",
               "input_copies"),
     doc="dtype conversions and copies recorded at the aten level while the variant runs",
+    limit_keys=(("cast_bytes_ratio", "max_cast_bytes_ratio"),
+                ("input_copies", "max_input_copies")),
 )
 KERNELS_GATE = Gate(
     "kernels", ("cuda_core_gemm", "copy_share"),
     doc="GPU kernels of the variant by class (torch.profiler), CUDA only",
+    limit_keys=(("copy_share", "max_copy_share"),),
 )
 #: A low-precision variant's GEMMs against the scheme it declares (numcheck.check.against_sim):
 #: ``sim_ratio``, the worst element of a recorded GEMM result past the bound an honest kernel

@@ -161,7 +161,7 @@ def prepare(variant: Variant, inputs: Inputs, params: Params, device: str) -> Pr
                                          inputs=dict(inputs)) as ledger:
             made = variant.prepare(dict(inputs), params)
     except Exception as exc:  # the preparation's own failure is a verdict, not a crash
-        raise VariantError(f"{where} raised {type(exc).__name__}: {exc}") from exc
+        raise VariantError.raised(where, exc) from exc
     if not isinstance(made, Mapping):
         raise VariantError(
             f"{where} returned {type(made).__name__}; expected a dict of tensors by name "

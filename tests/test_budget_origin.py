@@ -32,7 +32,14 @@ from numcheck.numerics.budget_origin import (
     origins_to_dict,
     root,
 )
-from numcheck.numerics.budgets import DEFAULT_BUDGETS, VariantBudget, complete_budget
+from numcheck.numerics.budgets import (
+    DEFAULT_BUDGETS,
+    VariantBudget,
+    complete_budget,
+    sim_default_row,
+)
+from numcheck.numerics.metric_names import SIM_METRICS
+from numcheck.ops.registry import get_op
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -194,6 +201,12 @@ def test_every_recorded_origin_of_the_shipped_cases_holds_the_value_the_gate_use
                 owner, out = at.table.removeprefix(f"{case.table}.budget.").split(".")
                 assert data[case.table]["budget"][owner][out][key] == value, (output, key)
                 assert at.line is not None and key in rows[at.line - 1], (output, key)
+            elif isinstance(at, Default) and at.sums is not None:
+                # the simulated reference's row of the variant's declared sums (issue 44)
+                quant = get_op(case.op).variants[variant].quant
+                assert quant is not None and key in SIM_METRICS, (output, key)
+                row = sim_default_row(quant.accumulation)
+                assert row is not None and row[0] == at.sums and row[1][key] == value
             elif isinstance(at, Default):
                 assert DEFAULT_BUDGETS[at.precision][key] == value, (output, key)
             else:

@@ -133,8 +133,11 @@ def test_a_budget_miss_names_the_key_line_and_the_next_steps(pytester: pytest.Py
         "  next step:   my change is wrong -> fix the variant, then run 'reproduce'",
         # The honest bf16 family (the op's rounding reference, bf16, with the op's honest
         # GEMMs), never the failing variant alone; and what to do when it is the suspect.
+        # The members are not registered here: the step says to register them first, so
+        # that the command runs as printed (issue 44).
         ("               my budget is too tight (a correct variant) -> calibrate the honest "
-         "bf16 family, not this variant alone: pytest --numcheck --numcheck-calibrate "
+         "bf16 family, not this variant alone: after numcheck.add_gemm_members('indexer', "
+         "[[]'bf16'[]]) in your hook: pytest --numcheck --numcheck-calibrate "
          "--numcheck-device cpu 'cases/indexer.toml::tiny::bf16[[]cpu[]]' "
          "--numcheck-calibrate-pool bf16=bf16,gemm_bf16_out,gemm_bf16_out_kblocks,"
          "gemm_bf16_out_split2,gemm_bf16_out_split4_tree,gemm_bf16_fp32out,"

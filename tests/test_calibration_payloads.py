@@ -60,6 +60,21 @@ def test_a_numerics_payload_is_the_file_format_key_for_key() -> None:
     assert payload_from_data(json.loads(json.dumps(data))) == own_payload()
 
 
+def test_a_quantized_payload_carries_its_sims_row_and_removed_members() -> None:
+    """Issue 44's keys: the simulated reference's row of the variant's declared sums (the
+    class bound calibration judges it by) and the recorded members its pool removes; both
+    round-trip, and neither is written where it says nothing (the format as it was)."""
+    from dataclasses import replace
+
+    fp8 = replace(own_payload(), sims=("promoted sums", {"sim_rel_fro": 0.016}),
+                  pool_removed=("gemm_old",))
+    data = payload_to_data(fp8)
+    assert data["sims"] == {"name": "promoted sums", "row": {"sim_rel_fro": 0.016}}
+    assert data["pool_removed"] == ["gemm_old"]
+    assert payload_from_data(json.loads(json.dumps(data))) == fp8
+    assert "sims" not in OWN_DATA and "pool_removed" not in OWN_DATA
+
+
 def test_a_pool_members_payload_carries_only_its_table() -> None:
     """A member measured on the selected check's behalf: no pool, limits or record keys."""
     from dataclasses import replace

@@ -4,6 +4,7 @@ links and paths that resolve, evidence kept apart from the guides and each run d
 from __future__ import annotations
 
 import ast
+import json
 import re
 import shlex
 from pathlib import Path
@@ -219,3 +220,103 @@ def test_the_readmes_failure_is_what_the_gate_prints(pytester: pytest.Pytester) 
     first = out.index("numcheck FAIL indexer::tiny::far_flips[cpu]")
     last = next(i for i in range(first, len(out)) if out[i].startswith("  obtained:"))
     assert out[first:last + 1] == block.group(1).rstrip("\n").splitlines()
+
+
+#: What docs/extending.md section 10 leaves to the user: their quantizer and FP8 GEMM
+#: ("my_lib"), written as a user would with torch's float8 dtype: e4m3 elements and float32
+#: scales (amax / 448 per 1x128 group and 128x128 block), and a block-scaled GEMM that
+#: multiplies the dequantized operands in float32 (an honest kernel of any declared sums:
+#: it stays within the promoted sums' bound) with a bf16 result.
+MY_LIB = '''
+import torch
+
+
+def _quantize(t, rows, cols):
+    m, k = t.shape
+    x = t.float()
+    grid = torch.zeros(-(-m // rows) * rows, -(-k // cols) * cols)
+    grid[:m, :k] = x
+    blocks = grid.view(grid.shape[0] // rows, rows, grid.shape[1] // cols, cols)
+    scales = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-4) / 448.0
+    full = scales[:, None, :, None].expand(-1, rows, -1, cols).reshape(grid.shape)[:m, :k]
+    return (x / full).clamp(-448, 448).to(torch.float8_e4m3fn), scales
+
+
+def quantize_weight(w):
+    return _quantize(w, 128, 128)
+
+
+def quantize_act(x):
+    return _quantize(x, 1, 128)
+
+
+def _dequantized(q, s, rows, cols):
+    m, k = q.shape
+    full = s[:, None, :, None].expand(-1, rows, -1, cols).reshape(
+        s.shape[0] * rows, s.shape[1] * cols)[:m, :k]
+    return q.float() * full
+
+
+def fp8_gemm(xq, xs, wq, ws):
+    y = _dequantized(xq, xs, 1, 128) @ _dequantized(wq, ws, 128, 128).T
+    return y.to(torch.bfloat16)
+'''
+
+
+#: A variant that converts the prepared weight once more than the docs' (its own line).
+TWICE = """
+
+def my_fp8_twice(inputs, params):
+    inputs["wq"].float()
+    return my_fp8_linear(inputs, params)
+
+
+_docs_hook = pytest_numcheck_register
+
+
+def pytest_numcheck_register(registry):
+    _docs_hook(registry)
+    registry.add_variant("linear", numcheck.Variant(
+        "my_fp8_twice", my_fp8_twice, "e4m3", prepare=prepare_fp8, quant=MY_FP8))
+"""
+
+
+def test_the_fp8_recording_pattern_of_the_docs_passes_every_gate(
+        pytester: pytest.Pytester) -> None:
+    """Issue 44: docs/extending.md section 10's FP8 linear, copied verbatim (its one
+    missing line, ``import my_lib``, added), with a quantizer and kernel of the user's own
+    in float8: an honest variant passes every gate (the golden, the simulated reference,
+    the operand checks, the GEMM bound, the cast ledger: recording its float8 operands
+    with numcheck.as_quantized costs it nothing) on fresh seeds and no tables of its own."""
+    text = (DOCS / "extending.md").read_text()
+    section = _section(text, "10. An FP8 or FP4 variant: declare how it quantizes")
+    snippet = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert snippet and "numcheck.as_quantized(xq, xs, DEEPSEEK_ACT)" in snippet.group(1)
+    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
+    pytester.makepyfile(my_lib=MY_LIB)
+    pytester.makeconftest("import my_lib\n" + snippet.group(1) + TWICE)
+    pytester.mkdir("cases")
+    (pytester.path / "cases" / "linear.toml").write_text(
+        '[small]\nop = "linear"\nshape = { tokens = 8, in_features = 384, out_features = 256 }\n'
+        'seeds = [9411, 9412]\nvariants = ["my_fp8", "my_fp8_twice"]\n')
+    pytester.runpytest("--numcheck", "--numcheck-regen", "-k", "fp32")
+    result = pytester.runpytest("--numcheck", "--numcheck-report", "r.json")
+    result.assert_outcomes(passed=2, failed=1)
+    # A conversion of the user's own too many: the message names the case-file key that
+    # sets the limit, and lists the user's lines only.
+    result.stdout.fnmatch_lines([
+        "numcheck FAIL linear::small::my_fp8_twice[[]cpu[]]",
+        ("  worst: casts.input_copies = 2 > budget 1: input 'wq' was read 2.00 times over by "
+        "casts/copies (e4m3 -> fp32 of [[]256, 384[]] at conftest.py:*; e4m3 -> fp32 of "
+        "[[]256, 384[]] at my_lib.py:*"),
+        ("  budget:      max_input_copies: default of the casts gate (set "
+        "[[]small.overhead.my_fp8_twice[]] max_input_copies in cases/linear.toml to override)"),
+    ])
+    (record,) = [r for r in json.loads((pytester.path / "r.json").read_text())["records"]
+                 if r["variant"] == "my_fp8"]
+    assert record["quant"]["operands"] == "recorded" and record["quant"]["n_findings"] == 0
+    assert record["quant"]["sim_ratio"] <= 1.0
+    assert record["metrics"]["y"]["sim_rel_fro"] < 0.016
+    # The cast ledger holds the user's own conversions only: numcheck's are not there.
+    assert not [e for e in record["casts"]["entries"] if "numcheck/" in e["where"]]
+    assert max(record["casts"]["input_passes"].values()) <= 1.0

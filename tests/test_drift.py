@@ -154,6 +154,35 @@ def test_calc_diff_floor_keeps_bit_exact_paths_quiet() -> None:
     assert "grew from 0" in d.regressions[0]
 
 
+def fp8(sim_rel_fro: float, *, sim_ratio: float = 0.3, device_name: str = "cpu") -> Record:
+    """An FP8 check: its golden calc_diff fixed, its simulated reference's error given."""
+    from dataclasses import replace
+
+    r = rec("fp8", calc_diff=6.7e-4, recall=None, device_name=device_name)
+    metrics = {"logits": {"calc_diff": 6.7e-4, "rel_fro": 3.6e-2, "sim_rel_fro": sim_rel_fro,
+                          "sim_calc_diff": sim_rel_fro**2 / 2}}
+    return replace(r, metrics=metrics, quant={"sim_ratio": sim_ratio})
+
+
+def test_the_simulated_reference_moving_is_a_regression_the_golden_hides() -> None:
+    """Issue 44: a kernel 0.5% off leaves the golden's calc_diff where it was (below every
+    rule) and moves the simulated reference's error 1e-7 -> 5e-3: a regression on its own
+    rule; an honest reordering of sums (1.1x) is not; across devices 4x is allowed."""
+    d = drift([fp8(1e-7)], [fp8(5e-3)])
+    assert d.regressions == [
+        ("indexer::tiny::fp8[cpu]: logits.sim_rel_fro 1e-07 -> 0.005 (grew 5e+04x, rule: > "
+        "1.25x on same device; the simulated reference); logits.sim_calc_diff 5e-15 -> "
+        "1.25e-05 (grew 2.5e+09x, rule: > 1.56x on same device; the simulated reference)")]
+    assert drift([fp8(1e-3)], [fp8(1.1e-3)]).regressions == []
+    assert drift([fp8(1e-3)], [fp8(3e-3, device_name="H200")]).regressions == []
+    assert drift([fp8(1e-3)], [fp8(5e-3, device_name="H200")]).regressions != []
+    # The GEMM bound's ratio: 2x over at least 0.25.
+    assert drift([fp8(1e-3, sim_ratio=0.2)], [fp8(1e-3, sim_ratio=0.45)]).regressions == []
+    (reason,) = drift([fp8(1e-3, sim_ratio=0.3)], [fp8(1e-3, sim_ratio=0.9)]).regressions
+    assert "quant.sim_ratio 0.3 -> 0.9 (grew 3x, rule: > 2x over its bound)" in reason
+    assert drift([fp8(5e-3)], [fp8(1e-7)]).rows[0].status == "improved"
+
+
 def test_recall_drop_fails() -> None:
     d = drift([rec(recall=0.998)], [rec(recall=0.996)])
     assert d.regressions == [

@@ -245,3 +245,33 @@ def test_an_op_naming_its_own_envelope_keeps_it(tmp_path: Path) -> None:
     worst = max(float((fn(x, case.params)["y"].double() - ref).abs().max())
                 for fn in (_gelu_bf16, _gelu_split2))
     assert result.seeds[0].metrics["y"].honest_max_abs == pytest.approx(worst)
+
+
+def test_every_member_a_family_names_is_registered_whatever_the_order() -> None:
+    """Issue 44: a variant declaring float32 sums and a float32 result on DeepSeek's blocks
+    has a member the shipped table lacks (gemm_e4m3_block_fp32_fp32acc_fp32out), which its
+    failure's calibrate command pools. add_gemm_members registers it when the variant came
+    first, and complete_members (the plugin calls it once registration is over) when the
+    members were asked for first."""
+    import fp8_mlp
+
+    from numcheck.calibrate.family import honest_family
+    from numcheck.honest.gemm_family import add_gemm_members, complete_members
+    from numcheck.ops import registry
+
+    wanted = "gemm_e4m3_block_fp32_fp32acc_fp32out"
+    with registry.isolated():
+        registry.register(fp8_mlp.MLP_UP)
+        add_gemm_members(fp8_mlp.OP, ["e4m3"])
+        assert wanted not in registry.get_op(fp8_mlp.OP).variants
+        registry.add_variant(fp8_mlp.OP, fp8_mlp.variant("fp8", fp8_mlp.FP8))
+        complete_members()
+        op = registry.get_op(fp8_mlp.OP)
+        assert wanted in op.variants
+        from numcheck.cases import _parse_case, _Where
+
+        case = _parse_case(_Where(Path("cases/x.toml"), "c"), {
+            "op": fp8_mlp.OP, "variants": ["fp8"]}, registry.get_op)
+        family = honest_family(op, case, "fp8", "cpu")
+        assert wanted in family.members and family.unregistered == ()
+        assert all(m in op.variants for m in family.members)

@@ -159,3 +159,26 @@ def test_the_default_model_lands_near_the_h200_figures(data: str, acc: Accumulat
     sim = simulated_reference(qa, qb)
     rel = float((emulated_gemm(qa, qb, acc).double() - sim).norm() / sim.norm())
     assert rel == pytest.approx(H200[(data, acc.label)], rel=0.2)
+
+
+def test_the_sums_of_the_same_operands_are_made_once_and_never_handed_out() -> None:
+    """emulated_gemm keeps the float32 sums of operands it saw (a family's members multiply
+    the same ones: issue 44): the same operands give the same result, a result changed in
+    place changes nothing held, and an operand changed in place is summed again."""
+    from numcheck.precision import tensor_digest
+
+    g = torch.Generator().manual_seed(44)
+    qa = quantize(torch.randn(4, 256, generator=g), DEEPSEEK_ACT)
+    qb = quantize(torch.randn(128, 256, generator=g), DEEPSEEK_WEIGHT)
+    first = emulated_gemm(qa, qb, PROMOTED_128)
+    kept = first.clone()
+    first.add_(1.0)  # the caller's tensor is its own
+    again = emulated_gemm(qa, qb, PROMOTED_128)
+    assert torch.equal(again, kept)
+    assert torch.equal(emulated_gemm(qa, qb, PROMOTED_128, torch.bfloat16),
+                       again.to(torch.bfloat16).float())
+    before = tensor_digest(qa.values)
+    qa.values.mul_(2.0)  # in place: a new version, a new digest, new sums
+    assert tensor_digest(qa.values) != before
+    assert torch.equal(emulated_gemm(qa, qb, PROMOTED_128), 2.0 * again)
+    assert tensor_digest(torch.ones(2, device="meta")) is None  # only CPU tensors are hashed

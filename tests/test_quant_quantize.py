@@ -261,7 +261,10 @@ def test_as_quantized_wraps_another_quantizers_output() -> None:
     s = x.abs().amax(1) / 448
     fp8 = (x / s[:, None]).to(torch.float8_e4m3fn)
     q = as_quantized(fp8, s, FP8_ROW)
-    assert q.scales.shape == (6, 1) and q.values.dtype == torch.float32
+    # Kept as given (issue 44: no conversion, so recording costs the variant nothing); read
+    # in float64 where numcheck uses it.
+    assert q.scales.shape == (6, 1) and q.values is fp8
+    assert torch.equal(dequantize(q), fp8.double() * s.double()[:, None])
     assert as_quantized(fp8, torch.tensor(2.0), FP8_TENSOR).scales.shape == (1, 1)
     kept = as_quantized(fp8, torch.ones(2, 3), DEEPSEEK_ACT)  # a wrong grid is kept as given
     assert kept.scales.shape == (2, 3)
@@ -319,3 +322,21 @@ def test_the_shipped_fp4_cases_quantize_as_they_did_with_the_old_floor() -> None
             op.gemm_site(inputs, case.params, gemm)
     assert seen >= 20  # linear's FP4 cases and the indexer's
     assert zero_blocks > 0  # the indexer's unused pages: the zero-block rule is exercised
+
+
+def test_wrapping_an_operand_costs_the_variant_nothing() -> None:
+    """as_quantized converts nothing: under the cast ledger, wrapping a float8 operand and
+    its scales (inputs of the call, as a prepared weight is) leaves no entry, and the
+    operand reads the same as a float32 copy would (issue 44)."""
+    from numcheck.overhead.casts import CastLedger
+
+    x = _x(128, 256, seed=7)
+    s = x.abs().amax(1) / 448
+    fp8 = (x / s[:, None]).to(torch.float8_e4m3fn)
+    grid = torch.ones(1, 2, dtype=torch.bfloat16)
+    with CastLedger(inputs={"wq": fp8, "ws": s, "grid": grid}) as ledger:
+        q = as_quantized(fp8, s, FP8_ROW)
+        as_quantized(fp8[:1], grid, DEEPSEEK_ACT)
+    assert ledger.entries == [] and ledger.input_passes() == {}
+    copy = as_quantized(fp8.float(), s.clone(), FP8_ROW)
+    assert torch.equal(dequantize(q), dequantize(copy))

@@ -236,6 +236,27 @@ def test_hook_wrong_signature_is_a_usage_error(pytester: pytest.Pytester) -> Non
                                  "Fix: define it as def one_arg(inputs, params): ...")])
 
 
+def test_a_hook_that_raises_is_one_line_naming_its_line_and_the_fix(
+        pytester: pytest.Pytester) -> None:
+    """Issue 44: a scheme written with the precision class where its element format belongs
+    (element="e4m3") was a 44-line INTERNALERROR; it is one line naming the user's line,
+    what was wrong and the fix."""
+    project(pytester, extra=('    from numcheck.precision.quant_scheme import OperandScheme\n'
+                             '    OperandScheme(element="e4m3")'))
+    result = pytester.runpytest("--numcheck")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        ("ERROR: numcheck: a pytest_numcheck_register hook raised ValueError at conftest.py:10 "
+         "(pytest_numcheck_register): OperandScheme: unknown element format 'e4m3' ('e4m3' is a "
+         "precision class; its element format is 'e4m3fn'); known: e4m3fn, e5m2, e2m1. Fix: "
+         "OperandScheme(element='e4m3fn', ...)"),
+    ])
+    assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()
+    assert len([ln for ln in result.stderr.lines if ln.strip()]) == 1
+    with pytest.raises(ValueError, match=r"^AsStored: unknown element format 'e5m3'; known"):
+        numcheck.AsStored("e5m3")
+
+
 # -- outputs of the wrong shape, dtype or device ----------------------------------------
 
 

@@ -175,10 +175,28 @@ def seed_rows(op: OpSpec, golden: CaseGolden, measured: SeedResult) -> dict[str,
                if m.measured(metric)}
         row["nonfinite_mismatch"] = float(m.nonfinite.mask_mismatch + m.nonfinite.nan_mismatch)
         row.update(m.outside_counts())
+        row.update(quant_row(measured.quant))
         rows[output] = row
     if op.topk is not None and measured.topk is not None:
         rows[op.topk.indices] = topk_row(golden, measured, op.topk.indices, op.topk.scores)
     return rows
+
+
+#: What a low-precision check's rules measured, kept beside each output's metrics so that
+#: calibration can refuse a member that breaks them (numcheck.calibrate.guard): its worst
+#: GEMM result over the bound an honest kernel stays within (``quant.sim_ratio``, at most 1)
+#: and its operands' findings against the declared scheme (``quant.operands``, none).
+QUANT_RULES = ("sim_ratio", "operand_findings")
+
+
+def quant_row(quant: Mapping[str, Any] | None) -> Row:
+    """The rules' measurements of one seed's ``quant`` section (empty without one)."""
+    if not quant:
+        return {}
+    row = {"operand_findings": float(quant.get("n_findings") or 0)}
+    if quant.get("sim_ratio") is not None:
+        row["sim_ratio"] = float(quant["sim_ratio"])
+    return row
 
 
 def topk_row(golden: CaseGolden, measured: SeedResult, idx: str, scores: str) -> Row:
@@ -361,6 +379,7 @@ def suggestion_findings(runs: Sequence[Mapping[str, Any]], cases: Sequence[Case]
     of its class produces, or a borrower that would not fit inside its lender's tables."""
     from numcheck.calibrate import guard
     from numcheck.numerics.budget_origin import lender_of
+    from numcheck.numerics.budgets import sim_default_row
     from numcheck.ops.registry import get_op
 
     findings: list[guard.Finding] = []
@@ -378,9 +397,12 @@ def suggestion_findings(runs: Sequence[Mapping[str, Any]], cases: Sequence[Case]
             budget = case.budgets.get(variant)
             lender = lender_of(budget.origins) if budget is not None else None
             precision = op.variants[lender or variant].precision
+            quant = op.variants[variant].quant
             findings += guard.suspects(case.id, lender or variant, precision,
                                        op.output_precision, {variant: table},
-                                       lender={variant: lender} if lender else None)
+                                       lender={variant: lender} if lender else None,
+                                       sims={variant: sim_default_row(quant.accumulation)
+                                             if quant is not None else None})
             if lender and lender in by_variant:
                 before = {o: suggest_values(r, topk="recall_min" in r, k=k)
                           for o, r in by_variant[lender].items()}

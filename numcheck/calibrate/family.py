@@ -32,6 +32,17 @@ class Family:
     name: str
     members: tuple[str, ...]
     select: tuple[str, ...]
+    #: Members the op does not have as variants yet (``numcheck.add_gemm_members`` not
+    #: called for the class): the pool names them only once they are registered.
+    unregistered: tuple[str, ...] = ()
+    op: str = ""
+
+    def register_hint(self) -> str:
+        """What to call first where members are missing (else "")."""
+        if not self.unregistered:
+            return ""
+        return (f"after numcheck.add_gemm_members('{self.op}', ['{self.precision}']) in your "
+                "hook: ")
 
     def pool_option(self) -> str:
         """``--numcheck-calibrate-pool bf16=bf16,gemm_bf16_out,...`` ("" without members)."""
@@ -61,8 +72,9 @@ def honest_family(op: OpSpec, case: Case, variant: str, device: str) -> Family:
     quant = op.variants[lender or variant].quant
     gemms = tuple(member_name(g) for g in members(op, precision, quant)
                   if device in g.devices and not g.unavailable)
+    missing = tuple(g for g in gemms if g not in op.variants)
     if lender is not None:
-        return Family(precision, lender, gemms, (lender, variant))
+        return Family(precision, lender, gemms, (lender, variant), missing, op.name)
     if reference is not None and reference != variant and reference in case.variants:
-        return Family(precision, reference, gemms, (reference,))
-    return Family(precision, variant, gemms, (variant,))
+        return Family(precision, reference, gemms, (reference,), missing, op.name)
+    return Family(precision, variant, gemms, (variant,), missing, op.name)

@@ -9,9 +9,12 @@ the callers (``pytest --numcheck --numcheck-calibrate``, ``python -m numcheck.ca
 - **a selected variant looks like a bug** (:func:`suspects`): its worst element
   (``max_err_ratio``, against the class's honest rounding envelope on the same inputs) beyond
   the headroom rule's limit, a suggested ``rel_fro``, ``calc_diff`` or tie band past the
-  class's default row, or (:func:`borrower_widens`) a ``budget_like`` borrower whose measurements would widen
-  its lender's table. Overridden only by naming the variant (``accept``); the override is
-  recorded in the case file;
+  class's default row; for a declared quantization, a worst ``sim_rel_fro`` or
+  ``sim_calc_diff`` past the simulated reference's row of its sums or past twice its
+  scheme's honest members in the same run, or a rule of its scheme broken (the GEMM bound,
+  its operands); or (:func:`borrower_widens`) a ``budget_like`` borrower whose measurements
+  would widen its lender's table, whatever pool names it. Overridden only by naming the
+  variant (``accept``); the override is recorded in the case file;
 - **a bit-exact floor** (:func:`floor_tightening`): every error measured 0 (``tf32`` on a CPU
   computes IEEE fp32) and a value tighter than the one in force: a run that cannot see the
   class's rounding cannot budget it. Never overridden;
@@ -20,7 +23,11 @@ the callers (``pytest --numcheck --numcheck-calibrate``, ``python -m numcheck.ca
   a value the file sets would be tightened by a run that does not know what set it. Both are
   overridden by ``renew`` (set the tables from this run alone);
 - **a mixed table** (:func:`mixed_keys`): a table keeping a key this run does not set, beside
-  keys it does. Never overridden: measure the key, or remove it.
+  keys it does. Never overridden: measure the key, or remove it;
+- **a dropped member** (:func:`dropped_members`): a pool given on the command line that
+  leaves out members of the table's recorded pool without naming them removed (``-member``);
+- **a non-finite measurement** (:func:`nonfinite`): no budget can be written from NaN or
+  infinity (the reference or the variant overflowed). Never overridden.
 
 Pure: no torch, no pytest.
 """
@@ -39,7 +46,9 @@ from numcheck.calibrate.headroom import (
     element_limit,
     honest_worst_of_row,
 )
+from numcheck.honest import MEMBER_PREFIX
 from numcheck.numerics.budgets import DEFAULT_BUDGETS
+from numcheck.numerics.metric_names import SIM_METRICS
 from numcheck.precision import coarser
 
 #: Where the default rows live, as messages name it.
@@ -48,7 +57,9 @@ ROWS_SOURCE = "numcheck/numerics/budgets.py"
 _MEASURED = {"tie_band_rel": "band_rel_needed"}
 #: Kinds of finding a named variant may override (the variant looks like a bug), and kinds a
 #: run that sets the tables afresh overrides (the record, or its absence).
-SUSPECT = frozenset({"element", "row", "borrower"})
+SUSPECT = frozenset({"element", "row", "rule", "borrower"})
+#: A simulated-reference row: its name ("promoted sums") and its limits (sim_* -> value).
+SimRow = tuple[str, Mapping[str, float]]
 RENEWABLE = frozenset({"record", "unrecorded"})
 
 
@@ -135,6 +146,8 @@ def element_text(table: MemberTable, precision: str,
 def suspects(
     case: str, table_variant: str, precision: str, output_precision: Mapping[str, str],
     members: Mapping[str, MemberTable], *, lender: Mapping[str, str] | None = None,
+    sims: Mapping[str, SimRow | None] | None = None,
+    honest: MemberTable | None = None,
 ) -> list[Finding]:
     """The members whose own measurements no honest member of ``precision`` could produce.
 
@@ -142,27 +155,44 @@ def suspects(
     every variant pooled into ``table_variant``'s tables. A member is suspect where its worst
     ``max_err_ratio`` exceeds :func:`numcheck.calibrate.headroom.element_limit` of the
     output's class row, or where the budget the headroom rule would give its worst
-    ``rel_fro``, ``calc_diff`` or tie band lies past that row.
+    ``rel_fro``, ``calc_diff`` or tie band lies past that row. A member with a declared
+    quantization (``sims``: member -> the simulated reference's default row of its sums) is
+    suspect too where its worst ``sim_rel_fro`` or ``sim_calc_diff`` lies past that row (a
+    limit no honest member of any scheme reaches), or, beside ``honest`` (the worst of
+    numcheck's own honest members of the scheme measured in the same run, output -> metric),
+    past :data:`BUG_FACTOR` times theirs (its square for the quadratic ``sim_calc_diff``);
+    or where it breaks a rule of its scheme: its GEMM results past the bound an honest
+    kernel stays within (``quant.sim_ratio`` > 1), its operands off its scheme
+    (``quant.operands``).
     """
     lender = lender or {}
+    sims = sims or {}
+    honest_members = {m for m in members if _is_member(m)}
+    family_worst = honest or {}
     out: list[Finding] = []
     where = f"[{case}.budget.{table_variant}.*]"
     for member, table in members.items():
         lines: list[str] = []
         brief: list[str] = []
+        rules: list[str] = []
+        sim = sims.get(member)
         for output, row in table.items():
+            if sim is not None:
+                family = None if member in honest_members else family_worst.get(output)
+                _sim_lines(output, row, sim, family, lines, brief)
+            rules += _rule_lines(output, row, rules)
             cls = row_class(precision, output, output_precision)
             defaults = DEFAULT_BUDGETS[cls]
             limit = element_limit(defaults)
             if ELEMENT_KEY in row and limit is not None:
                 value, seed = _value_seed(row[ELEMENT_KEY])
                 if value > limit:
-                    honest = honest_worst_of_row(defaults, ELEMENT_KEY) or 0.0
+                    worst = honest_worst_of_row(defaults, ELEMENT_KEY) or 0.0
                     brief.append(f"{output}.{ELEMENT_KEY} {value:.3g}{_at(seed)} against "
                                  f"{cls}'s envelope, beyond {limit:.3g}")
                     lines.append(
                         f"{output}.{ELEMENT_KEY} = {value:.3g}{_at(seed)} is beyond "
-                        f"{limit:.3g}: {BUG_FACTOR:g}x the honest worst {honest:.3g} that "
+                        f"{limit:.3g}: {BUG_FACTOR:g}x the honest worst {worst:.3g} that "
                         f"{cls}'s default row ({ELEMENT_KEY} {defaults[ELEMENT_KEY]:g}) was "
                         "set from, the size the headroom rule calls a bug")
             for key in ROW_KEYS:
@@ -178,14 +208,72 @@ def suspects(
                         f"{output}.{key}: worst {value:.3g}{_at(seed)} would set {suggested:.2g},"
                         f" past {cls}'s default row {defaults[key]:g} ({ROWS_SOURCE}), which "
                         f"every honest {cls} implementation measured stays inside")
+        lines += rules
+        brief += [r.split(":")[0] for r in rules]
         if lines:
             took = (f", takes {lender[member]}'s budgets" if member in lender else "")
+            element = any(ELEMENT_KEY in ln for ln in lines)
+            # The headline cites the first reason: the worst element only where it is one
+            # (a value inside its limit first would read as the reason).
             head = (f"{member} ({precision}{took}) on {case}: "
-                    + element_text(table, precision, output_precision))
-            out.append(Finding("element" if any(ELEMENT_KEY in ln for ln in lines) else "row",
-                               case, member, where, head, tuple(lines),
+                    + (element_text(table, precision, output_precision) if element
+                       else brief[0]))
+            kind = "element" if element else "rule" if rules else "row"
+            out.append(Finding(kind, case, member, where, head, tuple(lines),
                                "; ".join(brief)))
     return out
+
+
+def _is_member(label: str) -> bool:
+    """numcheck's own honest member (``gemm_<label>``, a device maybe appended)."""
+    return label.startswith(MEMBER_PREFIX)
+
+
+def _sim_lines(output: str, row: Mapping[str, Any], sim: SimRow,
+               family: Mapping[str, Any] | None, lines: list[str], brief: list[str]) -> None:
+    """The ``sim_*`` measurements past the simulated reference's row of the member's
+    declared sums, or past twice what the scheme's honest members measured in this run."""
+    name, limits = sim
+    for key in SIM_METRICS:
+        if key not in row:
+            continue
+        value, seed = _value_seed(row[key])
+        if key in limits and value > limits[key]:
+            brief.append(f"{output}.{key} {value:.3g} past the {name} row {limits[key]:g}")
+            lines.append(
+                f"{output}.{key} = {value:.3g}{_at(seed)} is past the simulated reference's "
+                f"default row for {name}, {limits[key]:g} ({ROWS_SOURCE}), a limit no honest "
+                "member of any scheme reaches")
+            continue
+        if family is None or key not in family:
+            continue
+        theirs, _ = _value_seed(family[key])
+        factor = BUG_FACTOR ** (2 if key == "sim_calc_diff" else 1)
+        if theirs > 0 and value > factor * theirs:
+            brief.append(f"{output}.{key} {value:.3g}, {value / theirs:.3g}x its scheme's "
+                         "honest members")
+            lines.append(
+                f"{output}.{key} = {value:.3g}{_at(seed)} is {value / theirs:.3g}x the worst of "
+                f"its scheme's honest members on the same seeds ({theirs:.3g}), past the "
+                f"{factor:g}x the headroom rule calls a bug")
+
+
+def _rule_lines(output: str, row: Mapping[str, Any], said: Sequence[str]) -> list[str]:
+    """The rules of a declared quantization a member breaks (said once, not per output)."""
+    found = []
+    if "sim_ratio" in row:
+        value, seed = _value_seed(row["sim_ratio"])
+        text = (f"quant.sim_ratio {value:.3g}{_at(seed)}: its GEMM results lie {value:.3g}x the "
+                "bound an honest kernel of its declared sums and output stays within (a rule: "
+                "at most 1)")
+        if not value <= 1.0 and not any(t.startswith("quant.sim_ratio") for t in said):
+            found.append(text)
+    if "operand_findings" in row:
+        value, seed = _value_seed(row["operand_findings"])
+        if value > 0 and not any(t.startswith("quant.operands") for t in said):
+            found.append(f"quant.operands {value:g} finding(s){_at(seed)}: its operands do not "
+                         "follow the scheme it declares (a rule: none)")
+    return found
 
 
 def borrower_widens(
@@ -195,15 +283,50 @@ def borrower_widens(
     """A ``budget_like`` borrower whose measurements would widen its lender's table:
     ``widened`` holds (output, key, the lender's pool alone, with the borrower)."""
     parts = ", ".join(f"{o}.{k} {a:.4g} -> {b:.4g}" for o, k, a, b in widened)
-    head = (f"{borrower} ({precision}, takes {lender}'s budgets) on {case}: "
-            f"{element_text(table, precision, output_precision)}")
+    head = (f"{borrower} ({precision}, takes {lender}'s budgets) on {case}: it would widen "
+            f"{lender}'s table ({parts})")
+    # Never "pool it": a borrower named in its lender's pool is still held to the table,
+    # so a pool cannot talk a bug into it (issue 44).
     detail = (f"it would widen {lender}'s table: {parts}. A variant that borrows a budget is "
-              f"held to it and never sets it: pool it explicitly if it is an honest "
-              f"{precision} implementation (--numcheck-calibrate-pool {lender}={lender},"
-              f"{borrower}), or give it its own tables if it rounds elsewhere")
+              f"held to it and never sets it, whatever pool names it: fix it; if it is an "
+              f"honest {precision} implementation that rounds elsewhere, give it tables of its "
+              f"own (remove budget_like) and calibrate them on its class's honest family")
     short = f"widens {lender}'s table: {parts}"
     return Finding("borrower", case, borrower, f"[{case}.budget.{lender}.*]", head, (detail,),
                    short)
+
+
+def dropped_members(case: str, variant: str, record: Any, pool: Iterable[str],
+                    removed: Iterable[str]) -> Finding | None:
+    """A pool given on the command line that leaves out members of the table's recorded
+    pool without naming them as removed (``-member``): the table would be re-set from less
+    than set it, and a pool of the variant and a bug would replace a family, silently."""
+    pool = list(pool)
+    kept, gone = set(pool), set(removed)
+    dropped = [m for m in record.pool if m not in kept and m not in gone]
+    if not dropped:
+        return None
+    listed = ",".join([*pool, *(f"-{m}" for m in dropped)])
+    text = (f"{variant} on {case}: its tables were set by the pool {', '.join(record.pool)} "
+            f"(`{record.command}`, {record.date}); this run's pool leaves out "
+            f"{', '.join(dropped)} without a word. Measure them too (add them to the pool), or "
+            f"name each one left out on purpose: --numcheck-calibrate-pool {variant}={listed} "
+            "(the case file's header keeps the command)")
+    return Finding("dropped", case, variant, f"[{case}.budget.{variant}.*]", text)
+
+
+def nonfinite(case: str, variant: str, source: str,
+              bad: Sequence[tuple[str, str, float, int | None]]) -> Finding:
+    """Measurements that are not finite (``bad``: (output, key, value, seed)): no budget
+    can be written from them (the loader refuses a NaN budget). Never overridden."""
+    output, key, value, seed = bad[0]
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    text = (f"{source}: [{case}.budget.{variant}.{output}] {key}: measured {value}{_at(seed)}"
+            f"{more}, so no budget can be written (a case file refuses a NaN or infinite "
+            "budget). The reference or the variant overflowed on these inputs: fix the case's "
+            "inputs (a distribution or scale its precision holds) or the variant, then "
+            "calibrate again")
+    return Finding("nonfinite", case, variant, f"[{case}.budget.{variant}.*]", text)
 
 
 def floor_tightening(case: str, variant: str, device: str, precision: str,

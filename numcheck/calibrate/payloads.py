@@ -74,12 +74,20 @@ class NumericsPayload:
     #: A known-bad variant's expected failures (``expect``), as violation keys.
     expect: tuple[str, ...]
     table: WorstTable
+    #: A variant with a declared quantization: the simulated reference's default row of its
+    #: sums (numcheck.numerics.budgets.sim_default_row: its name, its limits), the class
+    #: bound its ``sim_*`` measurements are judged against; None otherwise, or where its
+    #: sums have none.
+    sims: tuple[str, Mapping[str, float]] | None = None
     # What only a selected check's own payload carries (``own_check``):
     #: The variants budgeted as one with it (itself first), and where that came from
     #: ("option", "record", or None for itself alone); members the op lacks.
     pool: tuple[str, ...] = ()
     pool_from: str | None = None
     pool_missing: tuple[str, ...] = ()
+    #: Members of the table's recorded pool the run's ``--numcheck-calibrate-pool`` names as
+    #: removed (``-member``): a pool that leaves a recorded member out says so.
+    pool_removed: tuple[str, ...] = ()
     #: The budget in force: output -> key -> limit (the top-k tie band as ``tie_band_<kind>``).
     limits: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     #: The calibration record of the variant's tables in the case file, if any.
@@ -153,11 +161,15 @@ def payload_to_data(payload: Payload) -> dict[str, Any]:
             "output_precision": dict(p.output_precision),
             "origins": dict(p.origins),
             "variant": p.variant, "runs": p.own_check, "expect": list(p.expect)}
+    if p.sims is not None:
+        out["sims"] = {"name": p.sims[0], "row": dict(p.sims[1])}
     if p.own_check:
         out |= {"pool": list(p.pool), "pool_from": p.pool_from,
                 "pool_missing": list(p.pool_missing),
                 "limits": {name: dict(keys) for name, keys in p.limits.items()},
                 "record": p.record.as_table() if p.record is not None else None}
+        if p.pool_removed:  # keys added later are written only where they say something
+            out["pool_removed"] = list(p.pool_removed)
     out["table"] = table_out(p.table)
     return out
 
@@ -190,6 +202,7 @@ def payload_from_data(data: Mapping[str, Any]) -> Payload:
                 record = parse_record(variant, data["record"])
             except BudgetError:
                 record = None  # the case file's loader reports a broken record
+        sims = data.get("sims")
         return NumericsPayload(
             check=ref, variant=variant, own_check=bool(data["runs"]),
             seeds=tuple(int(s) for s in data.get("seeds", ())),
@@ -203,6 +216,9 @@ def payload_from_data(data: Mapping[str, Any]) -> Payload:
             expect=tuple(data["expect"]), table=table_in(data["table"]),
             pool=tuple(data.get("pool") or ()), pool_from=data.get("pool_from"),
             pool_missing=tuple(data.get("pool_missing") or ()),
+            pool_removed=tuple(data.get("pool_removed") or ()),
+            sims=None if not sims else (str(sims["name"]),
+                                        {str(k): float(v) for k, v in sims["row"].items()}),
             limits={str(o): dict(keys) for o, keys in (data.get("limits") or {}).items()},
             record=record)
     except (KeyError, TypeError, IndexError, AttributeError) as exc:

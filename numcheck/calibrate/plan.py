@@ -24,6 +24,7 @@ storage class's table, and is not written into the finer variant's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
@@ -39,9 +40,10 @@ from numcheck.calibrate import (
 )
 from numcheck.calibrate.casewriter import Edit, format_number
 from numcheck.calibrate.payloads import NumericsPayload, Payload
+from numcheck.honest import MEMBER_PREFIX
 from numcheck.numerics.budget_origin import Given, Inherited, Origin, origins_from_dict, root
 from numcheck.numerics.budget_provenance import CalibrationRecord
-from numcheck.numerics.metric_names import ERROR_METRICS, TOPK_LIMITS
+from numcheck.numerics.metric_names import ERROR_METRICS, SIM_METRICS, TOPK_LIMITS
 
 #: Width of ``key = value`` before the comment in printed tables.
 COLUMN = 28
@@ -165,7 +167,7 @@ def _plan_group(plan: NumericsPlan, group: Group[NumericsPayload],
     # measurements must fit inside it (never widen it), and it is never written as copies.
     borrowers: dict[str, list[str]] = {}
     for p in group.payloads:
-        if p.own_check and p.budget_like and not known_bad(p):
+        if p.budget_like and not known_bad(p):  # selected, or only pooled: a borrower
             borrowers.setdefault(p.budget_like, []).append(p.variant)
     planned: set[str] = set()
     for p in group.payloads:
@@ -185,14 +187,17 @@ def _plan_group(plan: NumericsPlan, group: Group[NumericsPayload],
             lines.append(f"# {group.case}: {variant} takes {lender}'s budgets "
                          f"(budget_like): {held}")
             continue
-        members = pool_of(p, measured)
+        # A borrower named in its lender's pool is still a borrower: held to the table,
+        # never setting it (its measurements are judged below: they must fit inside).
+        lending = borrowers.get(variant, [])
+        members = [m for m in pool_of(p, measured) if m not in lending]
         own = [q for m in members for q in measured[m] if informative(q)]
         if not own:
             lines.append(f"# {group.case}: {variant} is the reference, computed on "
                          f"{p.check.device} like the one it is compared with: nothing to "
                          "budget (run on the GPU to budget its drift there)")
             continue
-        lent = [b for b in borrowers.get(variant, []) if b not in members]
+        lent = list(dict.fromkeys(lending))
         lent_parts = [q for b in lent for q in measured[b] if informative(q)]
         _plan_variant(plan, group, p, members, own, lent_parts, run, accepted)
 
@@ -214,7 +219,11 @@ def _plan_variant(plan: NumericsPlan, group: Group[NumericsPayload], p: Numerics
         plan.findings += guard.suspects(
             case, variant, precision, coarse,
             {lab: t for lab, t in zip(labels, tables, strict=True)},
-            lender={label(q, devices): variant for q in lent})
+            lender={label(q, devices): variant for q in lent},
+            sims={lab: q.sims for q, lab in zip(everything, labels, strict=True)},
+            # the scheme's honest members measured here: numcheck's own (gemm_*)
+            honest=pool(t for q, t in zip(everything, tables, strict=True)
+                        if q.variant.startswith(MEMBER_PREFIX)))
     cells_own = _cells(p, pool(own_tables))
     for q, lab, t in zip(lent, labels[len(own):], tables[len(own):], strict=True):
         with_it = _cells(p, pool([*own_tables, t]))
@@ -233,6 +242,9 @@ def _plan_variant(plan: NumericsPlan, group: Group[NumericsPayload], p: Numerics
     kept_labels = list(dict.fromkeys(label(q, devices) for q in kept))
     shown = kept_labels if len(kept_labels) > 1 else []
     points = list(dict.fromkeys(q.check.point for q in kept if q.check.point))
+    bad = _nonfinite(table)
+    if bad:
+        plan.findings.append(guard.nonfinite(case, variant, p.check.source, bad))
     exact = _exact(table)
     if exact:
         lines.append(f"# {case}: {variant} equals the reference bit for bit on "
@@ -293,6 +305,10 @@ def _judge_against_file(plan: NumericsPlan, group: Group[NumericsPayload], p: Nu
                                 devices, list(p.pool_missing))
         if gap is not None:
             plan.findings.append(gap)
+        dropped = guard.dropped_members(case, variant, record, p.pool or (variant,),
+                                        p.pool_removed) if told else None
+        if dropped is not None:
+            plan.findings.append(dropped)
     else:
         given = {o: {k: v for k, v in t.items() if k in cells.get(o, {})}
                  for o, t in tables.items()}
@@ -390,6 +406,13 @@ def _seeds_text(p: NumericsPayload) -> str:
 def known_bad(payload: NumericsPayload) -> list[str]:
     """The expected failures of a known-bad variant that name one of its outputs."""
     return [f for f in payload.expect if f.partition(".")[0] in payload.table]
+
+
+def _nonfinite(table: WorstTable) -> list[tuple[str, str, float, int | None]]:
+    """(output, metric, value, seed) of every gated measurement that is NaN or infinite."""
+    return [(o, m, w.value, w.seed) for o, row in table.items() for m, w in row.items()
+            if m in _MIXED_KEYS or m in SIM_METRICS
+            if not math.isfinite(w.value)]
 
 
 def _exact(table: WorstTable) -> bool:

@@ -218,7 +218,8 @@ def run_check(
     first_seed, _ = inputs.get(case.seeds[0])
     # The variant's first call (compiles, warm-up) is timed apart and never by the perf gate.
     watch = FirstCallWatch(display_id(case, variant, device), progress,
-                           note_after_s=first_call_note_s, sync=device_sync(device))
+                           note_after_s=first_call_note_s, sync=device_sync(device),
+                           device=device)
     # One-time preparations (Variant.prepare), made once per seed and shared by the gates.
     preparations = Preparations()
     preparer = preparations.at(case.seeds[0])

@@ -42,7 +42,7 @@ from numcheck.numerics.nonfinite import explain as explain_nonfinite
 from numcheck.numerics.topk import select_topk, topk_agreement
 from numcheck.numerics.verdict import Violation, check_output, check_topk
 from numcheck.ops.spec import OpSpec, Outputs, VariantError
-from numcheck.precision import rounding_unit, ulp_dtype
+from numcheck.precision import one_thread, rounding_unit, ulp_dtype
 from numcheck.precision.quant_record import recording
 from numcheck.prepare import Preparations, Preparer, prepare
 
@@ -189,6 +189,7 @@ def _check_seed(
         try:
             result.localization = localize.localize_failure(
                 op, case.params, cpu_inputs, out, stored, result.violations, budget, seed=seed,
+                simulated=None if sim is None else sim.outputs,
             )
         except Exception as exc:  # noqa: BLE001 - a diagnostic never replaces the verdict
             result.localization = [localize.failed(result.violations[0].output, seed, exc)]
@@ -205,6 +206,7 @@ def derived_selection(op: OpSpec, scores: torch.Tensor, stored: StoredOutput) ->
     return select(scores, int(shape[-1]))
 
 
+@one_thread()  # numcheck's own measures: many small steps (numcheck.precision.one_thread)
 def judge_output(
     name: str,
     actual: torch.Tensor,

@@ -39,13 +39,15 @@ import torch
 
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params
+from numcheck.precision import one_thread
+from numcheck.precision.quant_accumulate import simulated_reference
 from numcheck.precision.quant_bound import compare_to_simulated
 from numcheck.precision.quant_declare import AsStored, GemmQuant, Operand
 from numcheck.precision.quant_formats import is_representable
 from numcheck.precision.quant_record import RecordedGemm
 from numcheck.precision.quant_scheme import Granularity
 from numcheck.precision.quant_validate import validate
-from numcheck.precision.quantize import Quantized, dequantize
+from numcheck.precision.quantize import Quantized
 
 __all__ = ["BOUND_MATRICES", "BOUND_ROWS", "SimCheck", "simulate", "take_rows"]
 
@@ -93,7 +95,7 @@ def take_rows(q: Quantized, rows: torch.Tensor) -> Quantized:
     scale per element, the scale grid repeated per row (a block of rows cannot be cut)."""
     g = q.scheme.granularity
     br = g.block_shape(q.shape)[0]
-    per_row = q.scales.repeat_interleave(br, dim=0)[: q.shape[0]]
+    per_row = q.scales.to(torch.float32).repeat_interleave(br, dim=0)[: q.shape[0]]
     scheme = replace(q.scheme, granularity=Granularity(1, g.cols))
     idx = rows.to(q.values.device)
     return Quantized(q.values[idx], per_row[idx.to(per_row.device)].contiguous(), scheme,
@@ -175,12 +177,13 @@ class _Site:
                 self.substituted += 1
             qas.append(qa)
             qbs.append(qb)
-            outs.append(dequantize(qa) @ dequantize(qb).to(qa.values.device).T)
+            outs.append(simulated_reference(qa, qb))
         self.used.append((qas, qbs))
         y = torch.stack(outs).reshape(*a.shape[:-2], *outs[0].shape)
         return y.to(torch.float32)
 
 
+@one_thread()
 def simulate(op: OpSpec, quant: GemmQuant, inputs: Inputs, params: Params,
              recorded: Sequence[RecordedGemm], *, seed: int | None = None) -> SimCheck:
     """The second reference of one seed (module docstring): ``inputs`` are the op's inputs

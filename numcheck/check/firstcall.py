@@ -42,8 +42,14 @@ class FirstCallWatch:
     def __init__(
         self, check_id: str, progress: Progress | None, *, note_after_s: float = DEFAULT_NOTE_S,
         clock: Callable[[], float] = time.perf_counter, sync: Callable[[], Any] | None = None,
+        device: str = "cuda",
     ) -> None:
         self.check_id = check_id
+        #: What a long first call is likely doing there: compiling on a GPU; on the CPU
+        #: nothing compiles (Triton runs under its interpreter), so the variant is slow.
+        self.why = ("compiling kernels?" if device != "cpu"
+                    else "on the CPU nothing compiles: the variant itself is slow here")
+        self.done = ("compile and warm-up" if device != "cpu" else "warm-up")
         self.progress = progress
         self.note_after_s = note_after_s
         self.clock = clock
@@ -67,7 +73,7 @@ class FirstCallWatch:
     def _still_running(self) -> None:
         assert self.progress is not None
         self.progress(f"numcheck: {self.check_id}: first call still running after "
-                      f"{self.note_after_s:g} s (compiling kernels?)")
+                      f"{self.note_after_s:g} s ({self.why})")
         self.announced.set()
 
     def __exit__(self, *exc: object) -> None:
@@ -83,7 +89,7 @@ class FirstCallWatch:
         if self.progress is not None and (self.seconds >= self.note_after_s
                                           or self.announced.is_set()):
             self.progress(f"numcheck: {self.check_id}: first call took {self.seconds:.1f} s "
-                          "(compile and warm-up; never timed)")
+                          f"({self.done}; never timed)")
 
 
 def device_sync(device: str) -> Callable[[], Any] | None:
@@ -107,7 +113,10 @@ def first_call_lines(records: Any, note_after_s: float = DEFAULT_NOTE_S) -> list
     if not timed:
         return []
     slow = [(s, check) for s, check in timed if s >= note_after_s]
-    lines = [f"numcheck first calls (compile and warm-up; never timed): slowest {timed[0][1]} "
+    # A CPU compiles nothing (Triton runs under its interpreter there): only warm-up.
+    gpu = any(getattr(r, "device", "cuda") != "cpu" for r in records)
+    what = "compile and warm-up" if gpu else "warm-up"
+    lines = [f"numcheck first calls ({what}; never timed): slowest {timed[0][1]} "
              f"{_seconds(timed[0][0])}; {len(slow)} over {note_after_s:g} s"]
     width = max((len(check) for _, check in slow), default=0)
     lines += [f"  {check:<{width}}  {_seconds(s)}" for s, check in slow]

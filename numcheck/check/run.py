@@ -27,6 +27,7 @@ from numcheck.honest.gemm_family import (
     yardstick,
 )
 from numcheck.ops.spec import Inputs, OpSpec, Outputs, Params, Variant, VariantError, VariantFn
+from numcheck.precision import one_thread
 from numcheck.precision.quant_declare import GemmQuant
 from numcheck.prepare import Prepared, prepare
 
@@ -85,7 +86,7 @@ def run_variant(
     try:
         out = variant.fn(inputs, params)
     except Exception as exc:  # the variant's own failure is a verdict, not a crash
-        raise VariantError(f"variant {variant.name!r} raised {type(exc).__name__}: {exc}") from exc
+        raise VariantError.raised(f"variant {variant.name!r}", exc) from exc
     if not isinstance(out, Mapping):
         raise VariantError(
             f"variant {variant.name!r} returned {type(out).__name__}; "
@@ -126,6 +127,7 @@ def _check_names(variant: Variant, op: OpSpec, out: Mapping[str, object]) -> Non
         )
 
 
+@one_thread()  # numcheck's honest members, not the variant (numcheck.precision.one_thread)
 def rounding_envelope_outputs(
     op: OpSpec, precision: str, inputs: Inputs, case: Case, device: str,
     own: tuple[str, Outputs], quant: GemmQuant | None = None,

@@ -104,6 +104,7 @@ def register(setup: WorkerSetup) -> None:
     """Register what the parent registered: installed packages' entry points, then each
     plugin module's ``pytest_numcheck_register`` hook (importing the module registers what
     it registers at import)."""
+    from numcheck.honest.gemm_family import complete_members
     from numcheck.ops import registry
 
     registry.load_entry_points()
@@ -112,6 +113,7 @@ def register(setup: WorkerSetup) -> None:
         hook = getattr(module, "pytest_numcheck_register", None)
         if hook is not None:
             hook(registry=registry.Registrar("a pytest_numcheck_register hook"))
+    complete_members()  # as the parent's collection did
 
 
 def _import(name: str, file: str | None) -> Any:

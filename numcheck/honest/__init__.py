@@ -13,3 +13,10 @@ turns them into members of an op:
 It sits above :mod:`numcheck.ops` (an op's spec, split-K, the Triton GEMM, the registry) and
 below the case files, whose ``max_err_ratio`` needs an envelope to be measurable.
 """
+
+from __future__ import annotations
+
+#: Variant names of an op's derived members: ``gemm_<label>`` (``gemm_tf32_trunc``).
+#: Defined here, without torch, for the pure readers of a calibration (its guard).
+MEMBER_PREFIX = "gemm_"
+

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from numcheck.honest import MEMBER_PREFIX
 from numcheck.honest.gemm_impls import (
     EmulatedGemm,
     GemmImpl,
@@ -47,12 +48,13 @@ from numcheck.precision.operand_rounding import holds_exactly, to_format
 if TYPE_CHECKING:
     from numcheck.precision.quant_declare import GemmQuant
 
-__all__ = ["MEMBER_PREFIX", "MemberRuns", "NoEnvelope", "add_gemm_members",
+__all__ = ["MEMBER_PREFIX", "MemberRuns", "NoEnvelope", "add_gemm_members", "complete_members",
            "envelope_members", "envelope_reference", "member_fn", "member_name",
            "member_variants", "members", "missing_envelope", "yardstick"]
 
-#: Variant names of derived members: ``gemm_<label>`` (``gemm_tf32_trunc``).
-MEMBER_PREFIX = "gemm_"
+#: Who registered a member (the registry's origin of each variant :func:`add_gemm_members`
+#: adds).
+MEMBERS_ORIGIN = "numcheck.honest.gemm_family"
 
 
 def member_name(impl: GemmImpl) -> str:
@@ -208,16 +210,25 @@ def member_variants(op: OpSpec, precisions: Sequence[str] | None = None) -> list
     """The op's members as variants (``gemm_<label>``, the class of their GEMM), for
     ``precisions`` (default: every class with honest GEMMs); none without a ``gemm_site``.
     The FP8 and FP4 classes' members are those of every scheme numcheck ships
-    (numcheck.honest.quant_impls.quant_gemms), each declaring its quantization."""
+    (numcheck.honest.quant_impls.quant_gemms) and of every scheme the op's variants
+    declare (their family, :func:`members`: what a failure's calibrate command pools),
+    each declaring its quantization."""
     if op.gemm_site is None:
         return []
-    from numcheck.honest.quant_impls import quant_gemms
+    from numcheck.honest.quant_impls import quant_gemms, scheme_gemms
 
+    declared = [impl for v in op.variants.values()
+                if v.quant is not None and not v.name.startswith(MEMBER_PREFIX)
+                for impl in scheme_gemms(v.quant)]
+    impls: dict[str, GemmImpl] = {}
+    for impl in (*honest_gemms(), *quant_gemms(), *declared):
+        impls.setdefault(impl.label, impl)
     return [Variant(member_name(impl), member_fn(op, impl), impl.precision,
                     devices=impl.devices, doc=f"honest {impl.precision} member: {impl.doc}",
                     unavailable=impl.unavailable, quant=impl.quant)
-            for impl in (*honest_gemms(), *quant_gemms())
+            for impl in impls.values()
             if precisions is None or impl.precision in precisions]
+
 
 
 def add_gemm_members(op_name: str, precisions: Sequence[str] | None = None) -> list[str]:
@@ -230,9 +241,25 @@ def add_gemm_members(op_name: str, precisions: Sequence[str] | None = None) -> l
     names = []
     for variant in member_variants(op, precisions):
         if variant.name not in get_op(op_name).variants:
-            add_variant(op_name, variant, origin="numcheck.honest.gemm_family")
+            add_variant(op_name, variant, origin=MEMBERS_ORIGIN)
         names.append(variant.name)
     return names
+
+
+def complete_members() -> None:
+    """Register the members of every scheme a variant declared after its op's
+    :func:`add_gemm_members` call (a hook that registers the members first, its FP8 variant
+    next): every member a family names is then a variant, so the calibrate command a
+    failure prints runs as printed. Called once registration is over (the plugin at
+    collection, a worker after the hooks): the classes of an op's members registered so far
+    are the classes asked for."""
+    from numcheck.ops.registry import all_ops, variant_origin
+
+    for op in all_ops().values():
+        asked = {v.precision for v in op.variants.values()
+                 if variant_origin(op.name, v.name) == MEMBERS_ORIGIN}
+        if asked:
+            add_gemm_members(op.name, sorted(asked))
 
 
 class _SameAs(BaseException):

@@ -66,12 +66,17 @@ class Inherited:
 
 @dataclass(frozen=True)
 class Default:
-    """From the default row of ``precision`` in :data:`DEFAULT_BUDGETS` (:data:`DEFAULTS_SOURCE`).
+    """From the default row of ``precision`` in :data:`DEFAULT_BUDGETS` (:data:`DEFAULTS_SOURCE`),
+    or of the declared sums in ``SIM_DEFAULTS`` there (``sums``).
     ``storage``: the output's storage class when that row is the storage's, coarser than the
     variant's class (mHC's ``y`` of a tf32 variant takes the bf16 row); None otherwise."""
 
     precision: str
     storage: str | None = None
+    #: A ``sim_*`` key of a variant with a declared quantization: from the simulated
+    #: reference's default row of its sums (``SIM_DEFAULTS``: "promoted sums"), not the
+    #: precision's row.
+    sums: str | None = None
     kind: ClassVar[str] = "default"
 
 
@@ -123,6 +128,8 @@ def origin_to_dict(origin: Origin) -> dict[str, Any]:
     a wrapped origin's ``source`` nested the same way."""
     out: dict[str, Any] = {"kind": origin.kind}
     for name, value in vars(origin).items():
+        if name == "sums" and value is None:
+            continue  # a precision row's default reads as it always did
         out[name] = origin_to_dict(value) if name == "source" else value
     return out
 

@@ -134,6 +134,47 @@ DEFAULT_BUDGETS: Mapping[str, Mapping[str, float]] = {
     },
 }
 
+#: The simulated reference's default rows, by how the declared GEMM sums its products. The
+#: simulated reference takes the quantization out (the op recomputed on the variant's own
+#: quantized operands, exactly), so what an honest kernel differs from it by is its sums, its
+#: output rounding and the op's epilogue, not its operand scheme: one row per kind of sums
+#: serves every scheme. A row is a limit no honest member reaches on any op measured
+#: (docs/budgets.md, "The simulated reference's default rows": every member of 1x128 /
+#: 128x128 blocks, per row, per tensor, e4m3 as stored, NVFP4 and MXFP4 on the linear,
+#: indexer and mHC ops and an MLP up-projection silu(x Wg^T) * (x Wu^T); CPU calibration
+#: and held-out seeds, H200 seeds with the real kernels): promoted or float32 sums at most
+#: 0.00368 sim_rel_fro (6.8e-6 sim_calc_diff), never promoted 0.0051 (1.3e-5, K = 16384).
+#: The rows sit over 4x above them and under a 2% scale (0.02, 2e-4); sim_calc_diff is
+#: sim_rel_fro^2 / 2, as for small errors. A variant declaring a quantization is held to its
+#: row where its case sets no table, and calibration refuses a member measured past it
+#: (numcheck.calibrate.guard).
+SIM_DEFAULTS: Mapping[str, Mapping[str, float]] = {
+    "fp32": {"sim_rel_fro": 0.016, "sim_calc_diff": 1.3e-4},
+    "promoted": {"sim_rel_fro": 0.016, "sim_calc_diff": 1.3e-4},
+    "none": {"sim_rel_fro": 0.035, "sim_calc_diff": 6.2e-4},
+}
+#: What each row's accumulation is called in messages.
+SIM_ROW_NAMES = {"fp32": "float32 sums", "promoted": "promoted sums",
+                 "none": "never-promoted sums"}
+
+
+def sim_default_row(accumulation: Any) -> tuple[str, Mapping[str, float]] | None:
+    """The simulated reference's default row of a declared accumulation
+    (numcheck.precision.quant_accumulate.Accumulation), with its name: float32 sums, or a
+    tensor core's as accurate as the one the rows were measured on (at least 13 kept bits,
+    truncated or rounded to nearest, promoted at least every 128 of K). None for a model less
+    accurate than that (fewer bits, rounding toward minus infinity, rarer promotions): no
+    honest member of it was measured, so its variants need tables of their own."""
+    kind = getattr(accumulation, "kind", None)
+    if kind == "fp32":
+        return SIM_ROW_NAMES[kind], SIM_DEFAULTS[kind]
+    if kind not in ("promoted", "none"):
+        return None
+    measured = (accumulation.mantissa_bits >= 13 and accumulation.rounding in ("trunc", "rn")
+                and (kind == "none" or accumulation.promote_every <= 128))
+    return (SIM_ROW_NAMES[kind], SIM_DEFAULTS[kind]) if measured else None
+
+
 # Keys whose value is a fraction, so it must lie in [0, 1].
 _FRACTIONS = frozenset((*TOPK_LIMITS, "frac_outside"))
 
@@ -248,6 +289,7 @@ def complete_budget(
     output_precision: Mapping[str, str] | None = None,
     unmeasured: Mapping[str, Mapping[str, Unmeasured]] | None = None,
     given_origins: Mapping[str, Mapping[str, Origin]] | None = None,
+    sims: tuple[str, Mapping[str, float]] | None = None,
 ) -> VariantBudget:
     """The full budget of a variant of precision class ``precision``, with the origin of
     every key (:attr:`VariantBudget.origins`).
@@ -263,7 +305,10 @@ def complete_budget(
     default is dropped where it is measured nowhere (its origin: :class:`NotMeasured`).
     ``given_origins`` says where each given key comes from (output -> key; by default
     :class:`Given` in a table named after the output, at no known line); a key filled in
-    is a :class:`Default` of the row it came from.
+    is a :class:`Default` of the row it came from. ``sims``: a variant with a declared
+    quantization, the simulated reference's default row of its sums (:func:`sim_default_row`,
+    its name and values), filling the ``sim_*`` keys of every ordinary output the case
+    leaves out.
 
     Raises :class:`BudgetError` for an unknown output or key, a key for a metric that cannot
     be measured, a value of the wrong type, a negative or NaN value, a fraction outside
@@ -295,9 +340,13 @@ def complete_budget(
         row = coarser(precision, coarse[name]) if name in coarse else precision
         given = given_outputs.get(name, {})
         missing = (unmeasured or {}).get(name, {})
-        budgets[name] = _output_budget(name, _default_row(row), given, topk_output, missing)
+        defaults = {**_default_row(row), **(sims[1] if sims is not None else {})}
+        budgets[name] = _output_budget(name, defaults, given, topk_output, missing)
         default = Default(row, coarse[name] if row != precision else None)
         origins[name] = _origins(name, budgets[name], given, default, given_origins)
+        if sims is not None:
+            origins[name].update({key: Default(precision, sums=sims[0]) for key in sims[1]
+                                  if key not in given})
         origins[name].update({key: NotMeasured(why.problem) for key, why in missing.items()
                               if why.nowhere and key not in budgets[name].limits})
     topk = None

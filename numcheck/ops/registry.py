@@ -165,6 +165,12 @@ def add_variant(op_name: str, variant: Variant, *, origin: str | None = None) ->
     return updated
 
 
+def variant_origin(op_name: str, name: str) -> str | None:
+    """Who registered variant ``name`` of op ``op_name`` (the ``origin`` it was added with),
+    or None for an unknown one."""
+    return _ORIGINS.get(f"{op_name}::{name}")
+
+
 def _check_quant(op: OpSpec, variant: Variant, origin: str) -> None:
     """A declared quantization (``Variant.quant``) is a GemmQuant of the variant's precision
     class, on an op that says where its GEMM sits: the simulated reference runs through

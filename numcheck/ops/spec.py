@@ -122,6 +122,30 @@ class VariantError(Exception):
     or whose one-time preparation did (:mod:`numcheck.prepare`). Raised where variants run
     (:func:`numcheck.check.run.run_variant`) and by the numerics of a check."""
 
+    @classmethod
+    def raised(cls, what: str, exc: BaseException) -> VariantError:
+        """``<what> raised ValueError at conftest.py:8 (helper): <message>``: the line that
+        raised, or, where torch raised, the last line outside torch that called it."""
+        return cls(f"{what} raised {type(exc).__name__}{raised_at(exc)}: {exc}")
+
+
+def raised_at(exc: BaseException) -> str:
+    """`` at file:line (function)`` of the line that raised ``exc`` (its innermost frame
+    outside torch), the file relative to the working directory when under it; "" without a
+    traceback."""
+    import os
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    outside = [f for f in frames if not f.filename.startswith(torch_dir)]
+    if not outside:
+        return ""
+    f = outside[-1]
+    path = os.path.abspath(f.filename)
+    shown = os.path.relpath(path) if path.startswith(os.getcwd() + os.sep) else f.filename
+    return f" at {shown}:{f.lineno} ({f.name})"
+
 
 @dataclass(frozen=True)
 class ParamSpec:

@@ -152,7 +152,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         DRIFT_INI,
         "baseline drift rules as name=value: same_device_factor (1.25), calc_diff_factor "
         "(2, across device names), calc_diff_floor (1e-10), recall_drop (0), speedup_drop "
-        "(0.05), allow_removed (false: a check missing from the run fails)",
+        "(0.05), allow_removed (false: a check missing from the run fails); a quantized "
+        "check's simulated reference: sim_same_device_factor (1.25), sim_factor (4), "
+        "sim_floor (1e-6), sim_ratio_factor (2), sim_ratio_floor (0.25)",
         type="args",
         default=[],
     )
@@ -281,6 +283,32 @@ def register_user_ops(config: pytest.Config) -> None:
         )
     except registry.RegistrationError as exc:
         raise pytest.UsageError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - a hook's own error: one line, where it raised
+        raise pytest.UsageError(
+            f"numcheck: a pytest_numcheck_register hook raised {type(exc).__name__}"
+            f"{_hook_line(exc)}: {exc}") from None
+
+
+def _hook_line(exc: BaseException) -> str:
+    """`` at conftest.py:6 (pytest_numcheck_register)``: the user's line that raised (the
+    innermost frame outside numcheck and the plugin machinery), else where it raised."""
+    import os
+    import traceback
+
+    from numcheck.ops.spec import raised_at
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    machinery = (package, os.path.dirname(pytest.__file__), os.path.dirname(os.__file__))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith("<")  # generated code (a dataclass __init__)
+              and not os.path.abspath(f.filename).startswith(machinery)
+              and "pluggy" not in f.filename and "_pytest" not in f.filename]
+    if not frames:
+        return raised_at(exc)
+    f = frames[-1]
+    path = os.path.abspath(f.filename)
+    shown = os.path.relpath(path) if path.startswith(os.getcwd() + os.sep) else f.filename
+    return f" at {shown}:{f.lineno} ({f.name})"
 
 
 @pytest.fixture

@@ -98,16 +98,18 @@ class CalibrationMode:
 
     def measure(self, case: Case, variant: str, check: CheckRef, *,
                 inputs: Callable[[OpSpec, Case], CaseInputs],
-                sections: DeviceSections) -> list[Payload]:
+                sections: DeviceSections,
+                progress: Callable[[str], None] | None = None) -> list[Payload]:
         """Measure one (case, variant, device) check (``check`` names it): its numerics
         (and its pool members the run selected no check of), and its timing runs.
-        ``inputs`` gives the run's inputs of a case; ``sections`` its device locks."""
+        ``inputs`` gives the run's inputs of a case; ``sections`` its device locks;
+        ``progress`` prints a line per variant measured once the check runs long."""
         from numcheck.ops.registry import get_op
 
         op = get_op(case.op)
         payloads: list[Payload] = []
         if self.settings.fresh is not None and not case.perf_only:
-            payloads += self._numerics(op, case, variant, check)
+            payloads += self._numerics(op, case, variant, check, progress)
         if self.settings.speed_runs is not None and variant != op.reference:
             payloads.append(self._speed(op, case, variant, check, inputs, sections))
         return payloads
@@ -118,8 +120,8 @@ class CalibrationMode:
             self._refs = References(op, case, device)
         return self._refs
 
-    def _numerics(self, op: OpSpec, case: Case, variant: str,
-                  check: CheckRef) -> list[Payload]:
+    def _numerics(self, op: OpSpec, case: Case, variant: str, check: CheckRef,
+                  progress: Callable[[str], None] | None = None) -> list[Payload]:
         from numcheck.numerics.budget_origin import lender_of, origins_to_dict
 
         settings = self.settings
@@ -140,6 +142,8 @@ class CalibrationMode:
         if case.inputs.file is not None:
             fresh = 0  # recorded inputs: the file's calls are all there is
         pool, pool_from = self._pool(variant, reused)
+        removed = next((self.settings.removed.get(name, ()) for name, members
+                        in self.settings.pools.items() if variant in members), ())
         seeds = calibration_seeds(case, fresh, first)
         refs = self._references(op, case, device)
         topk = op.topk.indices if op.topk is not None else None
@@ -152,6 +156,11 @@ class CalibrationMode:
                             budget.topk.tie_band}
         expect = case.expect.get(variant)
         missing = [m for m in pool if m not in op.variants]
+        todo = [variant, *(m for m in pool if m not in (variant, op.reference)
+                           and (case.source, case.id, m) not in self.selected
+                           and m not in missing and device in op.variants[m].devices)]
+        said = Progressed(f"{check.op}::{check.case}::{variant}[{device}]", len(todo),
+                          len(seeds), progress)
         own = NumericsPayload(
             check=check, variant=variant, own_check=True, seeds=tuple(seeds), fresh=fresh,
             first_seed=first, k=int(case.params.get("index_topk", 0) or 0), topk_output=topk,
@@ -162,8 +171,10 @@ class CalibrationMode:
             # where each key of the budget is set: which table a suggestion belongs to
             origins=origins_to_dict(budget.origins),
             expect=tuple(expect.fails) if expect else (), pool=tuple(pool),
-            pool_from=pool_from, pool_missing=tuple(missing), limits=limits, record=record,
+            pool_from=pool_from, pool_missing=tuple(missing), pool_removed=removed,
+            limits=limits, record=record, sims=_sims(op, variant),
             table=measure_variant(op, case, variant, device, seeds, refs))
+        said.done(variant)
         out: list[Payload] = [own]
         # Pool members without a check selected in this run are measured here, with this
         # variant's budget (a member the case runs but -k or a node id left out included);
@@ -175,9 +186,14 @@ class CalibrationMode:
             if member in missing or device not in op.variants[member].devices:
                 continue
             table = measure_variant(op, case, member, device, seeds, refs, budget=budget)
+            said.done(member)
+            # A member the case holds to another's budgets stays a borrower, pooled or not.
+            member_lender = (lender_of(case.budgets[member].origins)
+                             if member in case.budgets else None)
             out.append(replace(own, variant=member, own_check=False, expect=(), pool=(),
-                               pool_from=None, pool_missing=(), limits={}, record=None,
-                               table=table))
+                               budget_like=member_lender,
+                               pool_from=None, pool_missing=(), pool_removed=(), limits={},
+                               record=None, sims=_sims(op, member), table=table))
         return out
 
     def _pool(self, variant: str,
@@ -340,7 +356,9 @@ class CalibrationMode:
             out.append(f"numcheck calibrate: measurements saved to {settings.json_path} "
                        f"(pool them into another run with {CALIBRATE_WITH_OPTION} PATH)")
         stands = blocking(plan.findings, settings.accepted, settings.renew)
-        suspects = [f for f in stands if f.kind in SUSPECT]
+        # A bug-sized measurement, or one no budget can be made of (NaN): exit 1 even when
+        # only printing, so that a script never takes the tables for a budget.
+        suspects = [f for f in stands if f.kind in SUSPECT or f.kind == "nonfinite"]
         out += refusal_lines(stands, write=settings.write)
         notes = accepted_notes(plan.findings, settings.accepted, CALIBRATE_ACCEPT_OPTION)
         for (case, variant), texts in notes.items():
@@ -379,6 +397,42 @@ class CalibrationMode:
         return self.order
 
 
+#: Seconds a calibration check runs before it says how far it got (then a line per
+#: variant measured): one of an FP8 family's seven members over 22 seeds can take minutes.
+PROGRESS_AFTER_S = 10.0
+
+
+class Progressed:
+    """The progress lines of one calibration check: once it has run
+    :data:`PROGRESS_AFTER_S`, a line per variant measured (what, how many of how many,
+    the time so far), so that a long calibration never looks hung."""
+
+    def __init__(self, check: str, total: int, seeds: int,
+                 progress: Callable[[str], None] | None) -> None:
+        import time
+
+        self.check, self.total, self.seeds, self.progress = check, total, seeds, progress
+        self.count, self.start, self.clock = 0, time.perf_counter(), time.perf_counter
+
+    def done(self, variant: str) -> None:
+        self.count += 1
+        spent = self.clock() - self.start
+        if self.progress is not None and spent >= PROGRESS_AFTER_S:
+            self.progress(f"numcheck calibrate: {self.check}: measured {variant} "
+                          f"({self.count} of {self.total} variants, {self.seeds} seeds each) "
+                          f"in {spent:.0f} s so far")
+
+
+def _sims(op: OpSpec, variant: str) -> tuple[str, dict[str, float]] | None:
+    """The simulated reference's default row of the variant's declared sums (the class
+    bound of its ``sim_*`` measurements), or None."""
+    from numcheck.numerics.budgets import sim_default_row
+
+    quant = op.variants[variant].quant
+    found = sim_default_row(quant.accumulation) if quant is not None else None
+    return None if found is None else (found[0], dict(found[1]))
+
+
 def _tighter(change: Change) -> bool:
     """A written value that demands more than the file did (a lower error budget, a higher
     recall floor or speed threshold)."""
@@ -398,7 +452,9 @@ def refusal_lines(findings: list[Finding], *, write: bool) -> list[str]:
     others = [f for f in findings if f.kind not in SUSPECT]
     lines = [("numcheck calibrate: refused to write; nothing written (exit status 1):" if write
               else f"numcheck calibrate: {CALIBRATE_WRITE_OPTION} would refuse these tables"
-              + (" (exit status 1: a selected variant looks like a bug):" if suspects else ":"))]
+              + (" (exit status 1: a selected variant looks like a bug):" if suspects else
+                 " (exit status 1: a measurement is not finite):"
+                 if any(f.kind == "nonfinite" for f in findings) else ":"))]
     if suspects:
         lines.append("  a selected variant looks like a bug, not an honest implementation of "
                      "its class (docs/budgets.md, \"What calibration refuses\"):")

@@ -87,7 +87,8 @@ def add_options(group: Any) -> None:
         CALIBRATE_POOL_OPTION, action="append", default=[], metavar="NAME=V1,V2,...",
         help="budget several honest variants as one: variant NAME and every listed variant "
         "the case runs get one budget covering the worst of all of them; listed variants the "
-        "case does not run are measured too (repeatable).",
+        "case does not run are measured too; -V names a member of the table's recorded pool "
+        "left out on purpose (repeatable).",
     )
     group.addoption(
         CALIBRATE_FIRST_SEED_OPTION, type=_count(CALIBRATE_FIRST_SEED_OPTION, "the first "
@@ -139,6 +140,9 @@ class Settings:
     fresh: int | None
     first_seed: int
     pools: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Per pool, the members its option names as removed (``-member``): recorded members a
+    #: pool may leave out (a pool that drops one unnamed is refused).
+    removed: dict[str, tuple[str, ...]] = field(default_factory=dict)
     write: bool = False
     speed_runs: int | None = None
     margin: float = 0.05
@@ -160,12 +164,15 @@ class Settings:
 
 def parse_pools(values: list[str]) -> dict[str, tuple[str, ...]]:
     """``["bf16=bf16,bf16_splitk"]`` -> ``{"bf16": ("bf16", "bf16_splitk")}``; the name is
-    always a member. A variant in two pools is an error (its budget would be ambiguous)."""
+    always a member. A variant in two pools is an error (its budget would be ambiguous). A
+    member written ``-V`` is no member: it names V as removed from the table's recorded
+    pool (:func:`removed_members`)."""
     pools: dict[str, tuple[str, ...]] = {}
     owner: dict[str, str] = {}
     for value in values:
         name, sep, rest = value.partition("=")
-        members = [m.strip() for m in rest.split(",") if m.strip()]
+        listed = [m.strip() for m in rest.split(",") if m.strip()]
+        members = [m for m in listed if not m.startswith("-")]
         name = name.strip()
         if not sep or not name or not members:
             raise ValueError(
@@ -184,12 +191,31 @@ def parse_pools(values: list[str]) -> dict[str, tuple[str, ...]]:
     return pools
 
 
+def removed_members(values: list[str]) -> dict[str, tuple[str, ...]]:
+    """Per pool name, the members written ``-V`` (removed from its recorded pool on
+    purpose): ``["bf16=bf16,-bf16_old"]`` -> ``{"bf16": ("bf16_old",)}``. A name both kept
+    and removed is an error."""
+    removed: dict[str, tuple[str, ...]] = {}
+    for value in values:
+        name, _, rest = value.partition("=")
+        listed = [m.strip() for m in rest.split(",") if m.strip()]
+        gone = [m[1:].strip() for m in listed if m.startswith("-")]
+        both = [m for m in gone if m in listed or m == name.strip()]
+        if both:
+            raise ValueError(f"{CALIBRATE_POOL_OPTION} {value!r}: {both[0]!r} is both a member "
+                             f"and removed (-{both[0]}). Fix: keep one of the two")
+        if gone:
+            removed[name.strip()] = tuple(dict.fromkeys([*removed.get(name.strip(), ()), *gone]))
+    return removed
+
+
 def settings_from_config(config: pytest.Config) -> Settings:
     """The run's calibration settings; a bad combination of options is a UsageError."""
     get = config.getoption
     fresh, speed = get(CALIBRATE_OPTION), get(CALIBRATE_SPEED_OPTION)
     try:
         pools = parse_pools(list(get(CALIBRATE_POOL_OPTION)))
+        removed = removed_members(list(get(CALIBRATE_POOL_OPTION)))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     here = config.invocation_params.dir
@@ -200,7 +226,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
     accepted = tuple(dict.fromkeys(v.strip() for value in get(CALIBRATE_ACCEPT_OPTION)
                                    for v in value.split(",") if v.strip()))
     args = [str(a) for a in config.invocation_params.args]
-    settings = Settings(fresh, get(CALIBRATE_FIRST_SEED_OPTION), pools,
+    settings = Settings(fresh, get(CALIBRATE_FIRST_SEED_OPTION), pools, removed,
                         bool(get(CALIBRATE_WRITE_OPTION)), speed, get(CALIBRATE_MARGIN_OPTION),
                         json_path, tuple(earlier), accepted, bool(get(CALIBRATE_RENEW_OPTION)),
                         fresh_given=any(a.startswith(CALIBRATE_OPTION + "=") for a in args),

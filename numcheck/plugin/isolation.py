@@ -87,4 +87,4 @@ class CalibrationJob:
         mode = worker.memo.setdefault("calibration", self.mode)
         case = worker.same_case(self.case)
         return mode.measure(case, self.variant, self.ref, inputs=worker.cases.inputs,
-                            sections=worker.sections)
+                            sections=worker.sections, progress=worker.executor.progress)

@@ -62,7 +62,11 @@ class CaseFile(pytest.File):
     """A ``cases/*.toml`` file: one collector per case in it (a sweep's: one per point)."""
 
     def collect(self) -> Iterator[CaseNode | SweepNode]:
+        from numcheck.honest.gemm_family import complete_members
+
         state = session_of(self.config)
+        # Registration is over: the members of schemes declared after add_gemm_members.
+        complete_members()
         # Calibration may read a case whose inputs still lack their own tables: it sets them.
         cases = load_case_file(self.path, measuring=CalibrationMode.KEY in self.config.stash)
         for case in cases:
@@ -150,7 +154,7 @@ class CheckItem(pytest.Item):
             reproduce=f"pytest {options.OPTION}{dev} {shlex.quote(self.nodeid)}",
             regenerate=f"pytest {options.OPTION} {options.REGEN_OPTION} "
             f"{shlex.quote(self.case_nodeid)}",
-            calibrate=calibrate_command(
+            calibrate=family.register_hint() + calibrate_command(
                 self.case_nodeid if sweep is None else sweep.nodeid, self.device,
                 pool=family.pool_option(),
                 checks=[] if sweep is not None else
@@ -182,7 +186,7 @@ class CheckItem(pytest.Item):
             if state.isolated is None:
                 self.numcheck_calibration = mode.measure(
                     self.case, self.variant, self.check_ref(), inputs=state.cases.inputs,
-                    sections=state.sections)
+                    sections=state.sections, progress=state.progress)
             else:
                 from numcheck.plugin.isolation import CalibrationJob
 

@@ -32,10 +32,11 @@ rounding envelope) needs ops and sits above them, in :mod:`numcheck.honest`.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -172,3 +173,106 @@ def matmul_precision(*, tf32: bool) -> Iterator[None]:
         yield
     finally:
         torch.set_float32_matmul_precision(previous)
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run the block in one CPU thread (restored after, even when it raises); also a
+    decorator.
+
+    numcheck's bit-exact models of FP8 and FP4 arithmetic (the emulated GEMM, the GEMM
+    bound, a quantizer and its check) are thousands of small elementwise steps. Each step
+    split over torch's CPU threads costs more than it saves, and on a machine whose cores
+    other processes also use, threads that wait for each other make them 3 to 10 times
+    slower than one thread (docs/testing.md, "FP8 on the CPU"): the results are the same
+    bits either way (every step is exact or a float32 operation in a fixed order). CUDA
+    work is not affected.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def tensor_digest(*parts: object) -> bytes | None:
+    """A digest of ``parts`` (a tensor by its dtype, shape and bytes, anything else by its
+    ``repr``): the key of a cache of a pure function's results. None where a tensor is not
+    on the CPU (hashing it would copy it; on a GPU the function is cheap anyway).
+
+    Calibration measures every member of a family on the same seed's inputs, and numcheck's
+    own quantizer gives each the same operands: checking them against their scheme, or
+    bounding their GEMM, is then the same pure computation, made once (issue 44).
+    """
+    import hashlib
+
+    import torch
+
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        if isinstance(part, torch.Tensor):
+            if part.device.type != "cpu":
+                return None
+            h.update(_tensor_digest(part))
+        else:
+            h.update(repr(part).encode())
+    return h.digest()
+
+
+#: Each tensor's digest while it lives (by id, with a weak reference that drops the entry
+#: when the tensor goes), and the version it was taken at: an in-place change bumps the
+#: version, and the digest is taken again.
+_DIGESTS: dict[int, tuple[Any, int, bytes]] = {}
+
+
+def _tensor_digest(t: torch.Tensor) -> bytes:
+    import hashlib
+
+    import torch
+
+    held = _DIGESTS.get(id(t))
+    if held is not None and held[0]() is t and held[1] == t._version:
+        return bytes(held[2])
+    flat = t.detach().contiguous().reshape(-1)
+    h = hashlib.blake2b(f"{t.dtype}{tuple(t.shape)}".encode(), digest_size=16)
+    h.update(flat.view(torch.uint8).numpy().data)
+    key = id(t)
+
+    def forget(_: object, k: int = key) -> None:
+        _DIGESTS.pop(k, None)
+
+    gone = weakref.ref(t, forget)
+    _DIGESTS[key] = (gone, t._version, h.digest())
+    return _DIGESTS[key][2]
+
+
+class PureCache:
+    """The last ``size`` results of a pure function by :func:`tensor_digest` key (least
+    recently used dropped first): ``get`` returns None for a key not held."""
+
+    def __init__(self, size: int) -> None:
+        from collections import OrderedDict
+
+        self.size = size
+        self._held: OrderedDict[bytes, object] = OrderedDict()
+
+    def get(self, key: bytes | None) -> object | None:
+        if key is None or key not in self._held:
+            return None
+        self._held.move_to_end(key)
+        return self._held[key]
+
+    def put(self, key: bytes | None, value: object) -> None:
+        if key is None:
+            return
+        self._held[key] = value
+        self._held.move_to_end(key)
+        while len(self._held) > self.size:
+            self._held.popitem(last=False)
+

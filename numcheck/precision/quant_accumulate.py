@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
+from numcheck.precision import PureCache, one_thread, tensor_digest
 from numcheck.precision.quant_formats import pow2
 from numcheck.precision.quantize import Quantized, dequantize
 
@@ -177,9 +178,13 @@ def chunks(a: Quantized, b: Quantized, accumulation: Accumulation) -> list[Chunk
 
 
 def _row_scales(q: Quantized) -> torch.Tensor:
-    """The scale grid repeated along rows: ``[rows, blocks along K]`` (float32)."""
+    """The scale grid repeated along rows: ``[rows, blocks along K]`` (float32, whatever
+    float dtype the operand holds its scales in)."""
+    import torch
+
     br = q.scheme.granularity.block_shape(q.shape)[0]
-    return q.scales.to(q.values.device).repeat_interleave(br, dim=0)[: q.shape[0]]
+    s = q.scales.to(q.values.device, torch.float32)
+    return s.repeat_interleave(br, dim=0)[: q.shape[0]]
 
 
 def _slabs(m: int, n: int, width: int) -> Iterator[slice]:
@@ -215,6 +220,11 @@ def _fp32_chunk(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return c
 
 
+#: The float32 sums of the same operands under the same model.
+_SUMS = PureCache(32)
+
+
+@one_thread()
 def emulated_gemm(a: Quantized, b: Quantized, accumulation: Accumulation,
                   out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``a @ b^T`` computed under ``accumulation`` and rounded to ``out_dtype`` (float32 by
@@ -222,6 +232,21 @@ def emulated_gemm(a: Quantized, b: Quantized, accumulation: Accumulation,
     import torch
 
     out_dtype = out_dtype or torch.float32
+    # The sums depend on the operands and the model only: members that differ by their
+    # output dtype (or variants multiplying numcheck's operands) share them (PureCache).
+    key = tensor_digest(a.values, a.scales, a.global_scale, a.scheme, b.values, b.scales,
+                        b.global_scale, b.scheme, accumulation)
+    held = _SUMS.get(key)
+    y = held if isinstance(held, torch.Tensor) else _sums(a, b, accumulation)
+    _SUMS.put(key, y)
+    out = y.to(out_dtype).to(torch.float32)
+    return out.clone() if out is y else out  # never hand out the held tensor
+
+
+def _sums(a: Quantized, b: Quantized, accumulation: Accumulation) -> torch.Tensor:
+    """``a @ b^T`` under ``accumulation``, in float32, before the output's rounding."""
+    import torch
+
     parts = chunks(a, b, accumulation)
     m, n = a.shape[0], b.shape[0]
     av = a.values.to(torch.float32)
@@ -244,16 +269,31 @@ def emulated_gemm(a: Quantized, b: Quantized, accumulation: Accumulation,
             end = sa[rows, 0, None] * sb[None, :, 0]
         if a.global_scale is not None or b.global_scale is not None:
             one = torch.ones((), dtype=torch.float32, device=av.device)
-            ga = a.global_scale.to(av.device) if a.global_scale is not None else one
-            gb = b.global_scale.to(av.device) if b.global_scale is not None else one
+            ga = (a.global_scale.to(av.device, torch.float32) if a.global_scale is not None
+                  else one)
+            gb = (b.global_scale.to(av.device, torch.float32) if b.global_scale is not None
+                  else one)
             end = end * (ga * gb)
         y[rows] = acc * end
-    return y.to(out_dtype).to(torch.float32)
+    return y
 
 
+#: Simulated references of the same operands.
+_EXACT = PureCache(32)
+
+
+@one_thread()
 def simulated_reference(a: Quantized, b: Quantized) -> torch.Tensor:
     """``a @ b^T`` of the exact dequantized operands, in float64: the reference a kernel on
     these very operands is held to (its only error the kernel's accumulation and output
-    rounding)."""
+    rounding). Pure: held for the same operands (a new tensor each call)."""
+    import torch
+
     _check_pair(a, b)
-    return dequantize(a) @ dequantize(b).to(a.values.device).T
+    key = tensor_digest(a.values, a.scales, a.global_scale, a.scheme, b.values, b.scales,
+                        b.global_scale, b.scheme)
+    held = _EXACT.get(key)
+    if not isinstance(held, torch.Tensor):
+        held = dequantize(a) @ dequantize(b).to(a.values.device).T
+        _EXACT.put(key, held)
+    return held.clone()

@@ -53,6 +53,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from numcheck.precision import PureCache, one_thread, tensor_digest
 from numcheck.precision.quant_accumulate import (
     Accumulation,
     _row_scales,
@@ -101,7 +102,25 @@ def _fp32_part(absprod: torch.Tensor, n: int, sigmas: float) -> torch.Tensor:
     return torch.minimum(stat, worst)
 
 
+#: The tensor core's part of the bound, of the same operands and model (members of a
+#: family that differ by their output dtype, or multiply numcheck's operands, share it).
+_TC_PARTS = PureCache(32)
+
+
 def _tc_part(a: Quantized, b: Quantized, acc: Accumulation, sigmas: float) -> torch.Tensor:
+    import torch
+
+    key = tensor_digest(a.values, a.scales, a.global_scale, a.scheme, b.values, b.scales,
+                        b.global_scale, b.scheme, acc, sigmas)
+    held = _TC_PARTS.get(key)
+    if not isinstance(held, torch.Tensor):
+        held = _tc_part_of(a, b, acc, sigmas)
+        _TC_PARTS.put(key, held)
+    return held.clone()
+
+
+def _tc_part_of(a: Quantized, b: Quantized, acc: Accumulation, sigmas: float
+                ) -> torch.Tensor:
     import torch
 
     av = a.values.to(torch.float32)
@@ -165,6 +184,7 @@ def _tc_part(a: Quantized, b: Quantized, acc: Accumulation, sigmas: float) -> to
     return out
 
 
+@one_thread()
 def sim_bound(a: Quantized, b: Quantized, accumulation: Accumulation,
               out_dtype: torch.dtype | None = None, *, sigmas: float = SIGMAS,
               y_sim: torch.Tensor | None = None) -> torch.Tensor:

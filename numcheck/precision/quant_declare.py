@@ -41,7 +41,7 @@ from numcheck.precision.quant_accumulate import (
 from numcheck.precision.quant_formats import ElementFormat, element_format
 from numcheck.precision.quant_members import OUTPUTS, quant_members
 from numcheck.precision.quant_record import record_gemm
-from numcheck.precision.quant_scheme import PER_TENSOR, OperandScheme
+from numcheck.precision.quant_scheme import PER_TENSOR, OperandScheme, declared_element
 from numcheck.precision.quantize import Quantized, quantize
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class AsStored:
     element: str = "e4m3fn"
 
     def __post_init__(self) -> None:
-        element_format(self.element)  # a known format, or ValueError
+        declared_element(self.element, "AsStored")  # a known format, or ValueError
 
     @property
     def format(self) -> ElementFormat:

@@ -126,8 +126,12 @@ def pow2(exponent: torch.Tensor) -> torch.Tensor:
     return ((e + 1023) << 52).view(torch.float64).to(torch.float32)
 
 
+#: Formats whose saturating rounding is torch's own conversion to their dtype, clamped.
+NATIVE_SATURATING = ("e4m3fn", "e5m2")
+
+
 def round_to_element(x: torch.Tensor, fmt: ElementFormat | str, *,
-                     saturate: bool) -> torch.Tensor:
+                     saturate: bool, exact: bool = False) -> torch.Tensor:
     """float32 ``x`` rounded to the element format, to nearest with ties to even, as float32.
 
     A value whose rounded magnitude passes the format's largest becomes that largest (with
@@ -136,7 +140,10 @@ def round_to_element(x: torch.Tensor, fmt: ElementFormat | str, *,
     (e2m1) must saturate. NaN stays NaN; infinities overflow like any large value.
 
     The rounding is exact float32 arithmetic: ``x`` divided by the power of two of its
-    rounding step, rounded to an integer (ties to even), multiplied back.
+    rounding step, rounded to an integer (ties to even), multiplied back. Saturating to a
+    format torch has a dtype for (:data:`NATIVE_SATURATING`), the same bits come from
+    torch's conversion of the clamped value, which is used unless ``exact`` asks for the
+    arithmetic.
     """
     import torch
 
@@ -146,6 +153,11 @@ def round_to_element(x: torch.Tensor, fmt: ElementFormat | str, *,
     if not saturate and not (f.has_inf or f.has_nan):
         raise ValueError(f"round_to_element: {f.name} has no infinity and no NaN, so an "
                          "overflow cannot be represented: round with saturate=True")
+    if saturate and not exact and f.name in NATIVE_SATURATING:
+        # torch's own conversion rounds to nearest even too: clamped first, it gives these
+        # bits exactly (tests/test_quant_formats.py compares the two), 8-20x faster.
+        native = x.clamp(-f.max_value, f.max_value).to(getattr(torch, f.torch_dtype))
+        return torch.where(torch.isnan(x), x, native.to(torch.float32))
     finite = torch.isfinite(x)
     xf = torch.where(finite, x, torch.zeros_like(x))
     _, e = torch.frexp(xf)  # xf = m * 2^e with 0.5 <= |m| < 1: floor(log2 |xf|) = e - 1

@@ -149,6 +149,24 @@ CONVENTIONS: dict[str, str] = {
 }
 
 
+def declared_element(name: str, where: str) -> ElementFormat:
+    """The element format a declaration names (``where``: ``OperandScheme``), or a
+    one-line ValueError saying the fix, such as for a precision class (``"e4m3"``) written
+    where its element format (``"e4m3fn"``) belongs."""
+    from numcheck.precision.quant_formats import ELEMENT_FORMATS
+
+    try:
+        return element_format(name)
+    except ValueError:
+        by_class = {f.precision: f.name for f in ELEMENT_FORMATS.values()}
+        hint = (f" ('{name}' is a precision class; its element format is '{by_class[name]}')"
+                if name in by_class else "")
+        fix = by_class.get(name, next(iter(ELEMENT_FORMATS)))
+        raise ValueError(
+            f"{where}: unknown element format {name!r}{hint}; known: "
+            f"{', '.join(ELEMENT_FORMATS)}. Fix: {where}(element={fix!r}, ...)") from None
+
+
 @dataclass(frozen=True)
 class OperandScheme:
     """How one GEMM operand ``[rows, K]`` is quantized (module docstring)."""
@@ -163,7 +181,7 @@ class OperandScheme:
     zero_scale: float | None = None
 
     def __post_init__(self) -> None:
-        fmt = element_format(self.element)
+        fmt = declared_element(self.element, "OperandScheme")
         if not isinstance(self.granularity, Granularity):
             raise TypeError(f"OperandScheme: granularity must be a Granularity, got "
                              f"{self.granularity!r}")

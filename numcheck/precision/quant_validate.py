@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from numcheck.precision import PureCache, one_thread, tensor_digest
 from numcheck.precision.quant_formats import (
     ELEMENT_FORMATS,
     element_format,
@@ -317,11 +318,29 @@ def _scale_hint(ok: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], s: tor
             "stale after the tensor changed?) or by another rule")
 
 
+#: Validations of the same operands (a family's members quantize a seed's tensors alike).
+_VALIDATED = PureCache(64)
+
+
 def validate(q: Quantized, scheme: OperandScheme, original: torch.Tensor, *,
              rel_tol: float = REL_TOL) -> Validation:
     """Check ``q`` against the declared ``scheme`` and the tensor it was made from
     (``original``, 2-D ``[rows, K]``, finite): module docstring. Returns every finding; a
-    layout finding stops the checks that need the layout."""
+    layout finding stops the checks that need the layout. Pure: the same operands checked
+    again give the result held (numcheck.precision.PureCache)."""
+    key = tensor_digest(q.values, q.scales, q.global_scale, q.scheme, scheme, original,
+                        rel_tol)
+    held = _VALIDATED.get(key)
+    if isinstance(held, Validation):
+        return held
+    found = _validate(q, scheme, original, rel_tol)
+    _VALIDATED.put(key, found)
+    return found
+
+
+@one_thread()
+def _validate(q: Quantized, scheme: OperandScheme, original: torch.Tensor,
+              rel_tol: float) -> Validation:
     import torch
 
     findings: list[Finding] = []

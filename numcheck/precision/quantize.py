@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from numcheck.precision import one_thread
 from numcheck.precision.quant_formats import element_format, pow2, round_to_element
 from numcheck.precision.quant_scheme import (
     PER_ROW,
@@ -72,10 +73,13 @@ E8M0_EXPONENTS = (-127, 127)
 class Quantized:
     """A quantized 2-D operand ``[rows, K]``.
 
-    ``values``: float32, each a value of the scheme's element format (the codes as numbers);
-    ``scales``: float32 in the scheme's grid (numcheck.precision.quant_scheme), the factor that
-    dequantizes each block; ``global_scale``: NVFP4's float32 per-tensor decode scale (a 0-d
-    tensor), None for every other scale format. ``scheme`` is what it claims to follow: a
+    ``values``: each a value of the scheme's element format (the codes as numbers): float32
+    from numcheck's quantizer, or any float dtype that holds them (a variant's float8 tensor,
+    kept as it is by :func:`as_quantized`); ``scales``: in the scheme's grid
+    (numcheck.precision.quant_scheme), the factor that dequantizes each block, float32 or any
+    float dtype; ``global_scale``: NVFP4's per-tensor decode scale (a 0-d tensor), None for
+    every other scale format. numcheck reads all three in float32 or float64 where it uses
+    them. ``scheme`` is what it claims to follow: a
     value made by someone else's quantizer is wrapped with :func:`as_quantized` and checked
     with numcheck.precision.quant_validate.
     """
@@ -191,6 +195,7 @@ def _nvfp4_scales(x32: torch.Tensor, amax: torch.Tensor, scheme: OperandScheme
     return d, g, s_enc
 
 
+@one_thread()
 def quantize(x: torch.Tensor, scheme: OperandScheme) -> Quantized:
     """``x`` (2-D ``[rows, K]``, any float dtype, read as float32) quantized by ``scheme``
     (module docstring: the exact steps). ValueError for a tensor that is not 2-D or holds a
@@ -221,6 +226,7 @@ def quantize(x: torch.Tensor, scheme: OperandScheme) -> Quantized:
     return Quantized(values, scales, scheme, g)
 
 
+@one_thread()
 def dequantize(q: Quantized, dtype: torch.dtype | None = None) -> torch.Tensor:
     """``element * scale`` (``* global scale`` for nvfp4) of every element, ``[rows, K]``:
     float64 by default, where it is exact; another dtype rounds the exact value once."""
@@ -246,19 +252,25 @@ def as_quantized(values: torch.Tensor, scales: torch.Tensor, scheme: OperandSche
     kept as given, for numcheck.precision.quant_validate to report. Scales stored as the
     reciprocal (quantizing multipliers) must be inverted by the caller: numcheck cannot tell
     them apart from small scales.
+
+    Nothing is converted or copied: the tensors are kept as given (a float8 operand stays
+    float8; a scalar or ``[rows]`` scale is only viewed in its grid's shape), and numcheck
+    reads them in float32 or float64 where it uses them, after the variant's call. Wrapping
+    an operand to record it (numcheck.record_gemm) therefore costs the variant nothing: no
+    entry in its cast ledger (docs/extending.md, section 10).
     """
     import torch
 
     _check_2d(values, "as_quantized")
-    v = values.to(torch.float32)
-    s = scales.to(torch.float32)
-    rows = int(v.shape[0])
+    element_format(scheme.element)  # a known format, or ValueError
+    s = scales
+    rows = int(values.shape[0])
     if scheme.granularity == PER_TENSOR and s.numel() == 1:
-        s = s.reshape(1, 1)
+        s = s.reshape(1, 1)  # a view
     elif scheme.granularity == PER_ROW and s.dim() == 1 and s.numel() == rows:
-        s = s.reshape(rows, 1)
+        s = s.reshape(rows, 1)  # a view
     g = None
     if global_scale is not None:
-        g = torch.as_tensor(global_scale, dtype=torch.float32, device=v.device).reshape(())
-    element_format(scheme.element)  # a known format, or ValueError
-    return Quantized(v, s, scheme, g)
+        g = (global_scale.reshape(()) if isinstance(global_scale, torch.Tensor)
+             else torch.tensor(float(global_scale), dtype=torch.float32, device=values.device))
+    return Quantized(values, s, scheme, g)

@@ -75,7 +75,9 @@ def origin_text(
         return f"{key}: no limit, not measured ({origin.why})"
     if origin.storage is not None:  # a Default, the one kind left
         steps.append(f"{output} is stored in {origin.storage}, coarser than {variant}'s class")
-    return (f"{key} = {value:g}: default for {origin.precision} from {DEFAULTS_SOURCE} ("
+    row = (f"the simulated reference's default for {origin.sums} ({origin.precision})"
+           if origin.sums else f"default for {origin.precision}")
+    return (f"{key} = {value:g}: {row} from {DEFAULTS_SOURCE} ("
             + "".join(f"{step}; " for step in steps)
             + f"no key in {_at(source, case_line)} [{case}]; set [{case}.budget.{table}."
             f"{output}] {key} to override)")

@@ -9,6 +9,14 @@ as a regression:
   there, so growth is a real change), or more than ``calc_diff_factor`` times (default 2x)
   across device names (another GPU's kernels round differently), and is above
   ``calc_diff_floor`` (values below it count as zero: bit-exact paths stay quiet);
+- for a variant with a declared quantization, its second reference: ``sim_rel_fro`` of any
+  output grew more than ``sim_same_device_factor`` times on the same device (default 1.25x),
+  ``sim_factor`` times across device names (4x, the headroom rule's), above ``sim_floor``
+  (``sim_calc_diff`` by the squares of all three); the worst GEMM result over its bound
+  (``quant.sim_ratio``) grew more than ``sim_ratio_factor`` times (2x) over at least
+  ``sim_ratio_floor``. The golden's quantization error hides a kernel change of a few parts
+  per thousand (an output 0.5% high moves an FP8 linear's ``calc_diff`` by 2%); the
+  simulated reference shows it at once;
 - ``recall_min`` or ``tie_recall_min`` dropped by more than ``recall_drop`` (default: any drop);
 - the speedup fell more than ``speedup_drop`` (default 5%) *with confidence*: the new
   interval's upper end lies below ``(1 - speedup_drop)`` times the baseline's lower end.
@@ -125,15 +133,11 @@ def _judge(base: Record, new: Record, rules: Rules) -> tuple[list[str], list[str
         n = new.metrics[output].get("calc_diff")
         if b is None or n is None:
             continue
-        floor = rules.calc_diff_floor
         factor = rules.same_device_factor if same_device else rules.calc_diff_factor
         where = "same device" if same_device else "another device"
-        if n > floor and n > factor * max(b, floor):
-            grew = f"{n / b:.3g}x" if b > 0 else "from 0"
-            worse.append(f"{output}.calc_diff {b:.3g} -> {n:.3g} (grew {grew}, "
-                         f"rule: > {factor:g}x on {where})")
-        elif b > floor and b > factor * max(n, floor):
-            better.append(f"{output}.calc_diff {b:.3g} -> {n:.3g}")
+        _growth(f"{output}.calc_diff", b, n, factor, rules.calc_diff_floor, f"on {where}",
+                worse, better)
+    _judge_sim(base, new, rules, same_device, worse, better)
     for name in KEY_TOPK_METRICS:
         b, n = base.key_metric(name), new.key_metric(name)
         if b is None or n is None:
@@ -153,6 +157,35 @@ def _judge(base: Record, new: Record, rules: Rules) -> tuple[list[str], list[str
         elif nt[1] * keep > bt[2]:
             better.append(f"speedup {bt[0]:.3g}x -> {nt[0]:.3g}x")
     return worse, better, same_device
+
+
+def _judge_sim(base: Record, new: Record, rules: Rules, same_device: bool,
+               worse: list[str], better: list[str]) -> None:
+    """The second reference's rules (module docstring), on a pair of records that both
+    measured it."""
+    where = "same device" if same_device else "another device"
+    factor = rules.sim_same_device_factor if same_device else rules.sim_factor
+    for output in [o for o in new.metrics if o in base.metrics]:
+        for key, power in (("sim_rel_fro", 1), ("sim_calc_diff", 2)):
+            b, n = base.metrics[output].get(key), new.metrics[output].get(key)
+            if b is not None and n is not None:
+                _growth(f"{output}.{key}", b, n, factor**power, rules.sim_floor**power,
+                        f"on {where}; the simulated reference", worse, better)
+    b, n = ((r.quant or {}).get("sim_ratio") for r in (base, new))
+    if b is not None and n is not None:
+        _growth("quant.sim_ratio", b, n, rules.sim_ratio_factor, rules.sim_ratio_floor,
+                "over its bound", worse, better)
+
+
+def _growth(label: str, b: float, n: float, factor: float, floor: float, where: str,
+            worse: list[str], better: list[str]) -> None:
+    """One growth rule: worse when ``n`` passes ``factor`` times ``b`` (both counted as at
+    least ``floor``, a value under it as zero), better the other way round."""
+    if n > floor and n > factor * max(b, floor):
+        grew = f"{n / b:.3g}x" if b > 0 else "from 0"
+        worse.append(f"{label} {b:.3g} -> {n:.3g} (grew {grew}, rule: > {factor:.3g}x {where})")
+    elif b > floor and b > factor * max(n, floor):
+        better.append(f"{label} {b:.3g} -> {n:.3g}")
 
 
 #: How the drift table prints each headline figure (3 significant digits for the error

@@ -27,6 +27,16 @@ class Rules:
     same_device_factor: float = 1.25
     #: 1 (true): a check missing from the new run is listed, not a regression.
     allow_removed: float = 0.0
+    #: A low-precision check's second reference (numcheck.check.against_sim): ``sim_rel_fro``
+    #: may grow this many times on the same device name / across device names (squared for
+    #: ``sim_calc_diff``), values under ``sim_floor`` (squared) counting as zero; the worst
+    #: GEMM result over its bound (``quant.sim_ratio``) may grow ``sim_ratio_factor`` times,
+    #: values under ``sim_ratio_floor`` counting as that floor.
+    sim_same_device_factor: float = 1.25
+    sim_factor: float = 4.0
+    sim_floor: float = 1e-6
+    sim_ratio_factor: float = 2.0
+    sim_ratio_floor: float = 0.25
 
     @classmethod
     def from_pairs(cls, pairs: Sequence[str]) -> Rules:

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from numcheck.gates import BUILTIN_GATES
 from numcheck.numerics.metric_names import MAX_FLIPS, SIM_METRICS
 from numcheck.report.records import Record
 from numcheck.report.sweep_rows import fold_sweeps
@@ -233,11 +234,14 @@ def _budget_line(result: CheckResult, top: Violation | None, source: str) -> str
     table = {"casts": "overhead", "kernels": "overhead", "perf": "perf"}.get(top.output)
     if table is None:
         return ""  # a rule, not a budget (a NaN, the -inf mask): nothing to tune
-    line = case.lines.get((table, variant, top.metric))
+    # The case-file key that sets the limit: casts.input_copies is max_input_copies.
+    gate = {g.name: g for g in BUILTIN_GATES}.get(top.output)
+    key = gate.limit_key(top.metric) if gate is not None else top.metric
+    line = case.lines.get((table, variant, key))
     if line is not None:
-        return f"{source}:{line} ([{case.table}.{table}.{variant}] {top.metric})"
-    return (f"{top.metric}: default of the {table} gate (set [{case.table}.{table}.{variant}] "
-            f"{top.metric} in {source} to override)")
+        return f"{source}:{line} ([{case.table}.{table}.{variant}] {key})"
+    return (f"{key}: default of the {top.output} gate (set [{case.table}.{table}.{variant}] "
+            f"{key} in {source} to override)")
 
 
 def verdict_message(
