@@ -158,7 +158,9 @@ def declared_element(name: str, where: str) -> ElementFormat:
     try:
         return element_format(name)
     except ValueError:
-        by_class = {f.precision: f.name for f in ELEMENT_FORMATS.values()}
+        by_class: dict[str, str] = {}
+        for f in ELEMENT_FORMATS.values():  # the first format of a class: OCP's, not FNUZ
+            by_class.setdefault(f.precision, f.name)
         hint = (f" ('{name}' is a precision class; its element format is '{by_class[name]}')"
                 if name in by_class else "")
         fix = by_class.get(name, next(iter(ELEMENT_FORMATS)))
