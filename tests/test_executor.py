@@ -1,5 +1,5 @@
-"""Where a run executes its checks (numcheck.check.executor) and what the checks of a case
-share (numcheck.check.case_cache): the seam the pytest items call, tested without pytest's
+"""Where a run executes its checks (numcheck.execute.executor) and what the checks of a case
+share (numcheck.execute.case_cache): the seam the pytest items call, tested without pytest's
 machinery. Everything an item reads back is on the CheckResult, the obtained file included."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from safetensors import safe_open
 
 from numcheck.cases import Case, Expectation, load_case_file
-from numcheck.check.case_cache import CaseCache
-from numcheck.check.executor import CheckRequest, InProcess, failed_outside_expectation
+from numcheck.execute.case_cache import CaseCache
+from numcheck.execute.executor import CheckRequest, InProcess, failed_outside_expectation
 from numcheck.goldens.files import GoldenMissing
 from numcheck.ops.registry import get_op
 

@@ -1,4 +1,4 @@
-"""Process isolation (numcheck/check/isolated.py): a check that crashes, hangs or runs out
+"""Process isolation (numcheck/execute/isolated.py): a check that crashes, hangs or runs out
 of memory fails alone, naming its phase; every other check gets the verdict it gets in a
 run without it. The crashers are tests/isolation_variants.py, run on the CPU."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from numcheck.check import phase
-from numcheck.check.aborted import (
+from numcheck.execute.aborted import (
     CRASH,
     OOM,
     Aborted,
@@ -20,7 +20,7 @@ from numcheck.check.aborted import (
     kind_of,
     root_error,
 )
-from numcheck.check.sanitizer import Sanitizer, parse_errors, parse_tools
+from numcheck.execute.sanitizer import Sanitizer, parse_errors, parse_tools
 
 TESTS = Path(__file__).parent
 DATA = TESTS / "data"
@@ -339,7 +339,7 @@ def test_sanitizer_tools_and_command() -> None:
 def test_a_closed_cast_ledger_travels_without_its_tensors_and_still_reads() -> None:
     import torch
 
-    from numcheck.check.worker import receive, send
+    from numcheck.execute.worker import receive, send
     from numcheck.overhead.casts import CastLedger
 
     x = torch.randn(64, 32)
@@ -392,11 +392,11 @@ def test_a_sanitized_check_fails_on_the_tool_s_errors_even_when_its_kernel_then_
     import sys
 
     from numcheck.cases import load_case_file
-    from numcheck.check.aborted import CheckAborted
-    from numcheck.check.case_cache import CaseCache
-    from numcheck.check.executor import CheckRequest
-    from numcheck.check.isolated import Isolated
-    from numcheck.check.worker import WorkerSetup
+    from numcheck.execute.aborted import CheckAborted
+    from numcheck.execute.case_cache import CaseCache
+    from numcheck.execute.executor import CheckRequest
+    from numcheck.execute.isolated import Isolated
+    from numcheck.execute.worker import WorkerSetup
 
     fake = tmp_path / "compute-sanitizer"
     fake.write_text(FAKE_SANITIZER.format(report=DATA / report))
@@ -440,7 +440,7 @@ def test_a_sanitized_check_fails_on_the_tool_s_errors_even_when_its_kernel_then_
 def test_the_first_call_has_its_own_allowance_and_the_rest_count_together() -> None:
     """The time limits on a fake clock: the check's limit counts every phase outside the
     first call together; the first call counts against its own."""
-    from numcheck.check.isolated import Limits, TimeUsed
+    from numcheck.execute.isolated import Limits, TimeUsed
 
     used = TimeUsed(Limits(check_s=10, first_call_s=100), now=0.0)
     used.enter("prepare", 2.0)  # 2 s of golden and inputs

@@ -1,5 +1,5 @@
 """The run's checks in a worker process (``--numcheck-isolate=process``, the default): the
-executor that does it (:class:`numcheck.check.isolated.Isolated`) made from the run's
+executor that does it (:class:`numcheck.execute.isolated.Isolated`) made from the run's
 options, and what the worker needs to register the same variants as this process.
 
 A worker is a new Python process: it imports numcheck, then each module whose
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from numcheck.check.isolated import Isolated, Limits
-from numcheck.check.sanitizer import Sanitizer, find_executable
-from numcheck.check.worker import WorkerSetup
+from numcheck.execute.isolated import Isolated, Limits
+from numcheck.execute.sanitizer import Sanitizer, find_executable
+from numcheck.execute.worker import WorkerSetup
 
 
 def hook_modules(config: pytest.Config) -> list[tuple[str, str | None]]:

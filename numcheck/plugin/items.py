@@ -4,7 +4,7 @@ A ``cases/*.toml`` file (:class:`CaseFile`) yields one collector per case (:clas
 which yields an item for the op's reference and one per variant on the run's device
 (:class:`CheckItem`). An item runs its check through the session's executor
 (:meth:`numcheck.plugin.session.NumcheckSession.execute`, the seam of
-:mod:`numcheck.check.executor`), keeps its record, and turns the result into a pytest outcome
+:mod:`numcheck.execute.executor`), keeps its record, and turns the result into a pytest outcome
 with one message layout: a pass, a :class:`NumcheckFailure` whose message is the whole
 report, an xfail for a known-bad variant caught as its case expects, or the error that left
 no verdict (a golden refused, a variant that raised, a timer that cannot time).
@@ -13,7 +13,6 @@ no verdict (a golden refused, a variant that raised, a timer that cannot time).
 from __future__ import annotations
 
 import itertools
-
 import shlex
 from collections.abc import Iterator
 from dataclasses import replace
@@ -25,9 +24,9 @@ import pytest
 from numcheck.calibrate.payloads import CheckRef, Payload
 from numcheck.cases import Case, CaseFileError, load_case_file
 from numcheck.check import cannot_run
-from numcheck.check.aborted import CheckAborted
-from numcheck.check.executor import CheckRequest
 from numcheck.check.result import CheckResult, Settled, display_id
+from numcheck.execute.aborted import CheckAborted
+from numcheck.execute.executor import CheckRequest
 from numcheck.goldens.files import GoldenError
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError

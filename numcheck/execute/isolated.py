@@ -1,17 +1,17 @@
 """Checks run in a worker process, so that a check that crashes, hangs or runs out of
 memory fails alone (docs/architecture.md, "Where a check is executed").
 
-:class:`Isolated` is an :class:`~numcheck.check.executor.Executor`: the run's items call it
-as they call :class:`~numcheck.check.executor.InProcess`. It keeps one worker process
-(:mod:`numcheck.check.worker`), started as soon as the run knows its checks and booting
+:class:`Isolated` is an :class:`~numcheck.execute.executor.Executor`: the run's items call it
+as they call :class:`~numcheck.execute.executor.InProcess`. It keeps one worker process
+(:mod:`numcheck.execute.worker`), started as soon as the run knows its checks and booting
 while pytest collects, and sends it one check at a time. A worker whose process dies, whose
 CUDA context is lost, that runs out of memory or passes the check's time limit is ended
-and replaced; the check it ran fails as :class:`~numcheck.check.aborted.CheckAborted`, with
+and replaced; the check it ran fails as :class:`~numcheck.execute.aborted.CheckAborted`, with
 the phase it was in, and every later check runs in the new worker.
 
 The time limit counts the check's time outside its first call; the first call (compile and
 warm-up) has an allowance of its own. Under ``sanitize`` each check runs in a worker of its
-own, under compute-sanitizer (:mod:`numcheck.check.sanitizer`), once per tool.
+own, under compute-sanitizer (:mod:`numcheck.execute.sanitizer`), once per tool.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from numcheck.check.aborted import CRASH, SANITIZER, TIMEOUT, Aborted, CheckAborted, exit_error
-from numcheck.check.case_cache import CaseCache
-from numcheck.check.executor import CheckRequest
 from numcheck.check.firstcall import Progress
 from numcheck.check.phase import FIRST_CALL
 from numcheck.check.result import CheckResult, display_id
-from numcheck.check.sanitizer import Sanitizer
-from numcheck.check.worker import Worker, WorkerSetup, receive, send
+from numcheck.execute.aborted import CRASH, SANITIZER, TIMEOUT, Aborted, CheckAborted, exit_error
+from numcheck.execute.case_cache import CaseCache
+from numcheck.execute.executor import CheckRequest
+from numcheck.execute.sanitizer import Sanitizer
+from numcheck.execute.worker import Worker, WorkerSetup, receive, send
 
 #: Seconds a new worker may take to import torch and register the variants.
 BOOT_LIMIT_S = 600.0
@@ -139,7 +139,7 @@ class _Process:
         self.listener.listen(1)
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [*prefix, sys.executable, "-m", "numcheck.check.worker", self.address],
+                [*prefix, sys.executable, "-m", "numcheck.execute.worker", self.address],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, **env}, start_new_session=True, cwd=os.getcwd())
         self.conn: Connection | None = None

@@ -1,7 +1,7 @@
 """A check that ended without a verdict of its numbers: its process crashed, it ran past its
 time limit, it ran out of memory, or the memory checker found errors in its kernels.
 
-An isolated run (:mod:`numcheck.check.isolated`) turns each of these into an
+An isolated run (:mod:`numcheck.execute.isolated`) turns each of these into an
 :class:`Aborted`: the kind, the phase the check was in (:mod:`numcheck.check.phase`), the
 error, and what it means for the run. The item raises it as :class:`CheckAborted`, whose
 message is the failure the user reads; the record keeps the kind as its ``error_kind``.

@@ -9,7 +9,7 @@ regen flag the golden is first regenerated from the reference, once per file, an
 did is kept for the run's summary (:attr:`CaseCache.regen_notes`).
 
 No pytest here: the pytest run holds one (:mod:`numcheck.plugin.session`), and the check's
-executor (:mod:`numcheck.check.executor`) reads from it.
+executor (:mod:`numcheck.execute.executor`) reads from it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The worker process of an isolated run: it runs checks one at a time for the pytest
-process that started it (:mod:`numcheck.check.isolated`) and answers with their results.
+process that started it (:mod:`numcheck.execute.isolated`) and answers with their results.
 
-Started as ``python -m numcheck.check.worker SOCKET`` (under compute-sanitizer when the
+Started as ``python -m numcheck.execute.worker SOCKET`` (under compute-sanitizer when the
 run asks for it), it connects to the pytest process's Unix socket and reads a :class:`WorkerSetup` first: the parent's import path,
 the modules whose ``pytest_numcheck_register`` hook (or import) registered variants, and
 what the run's executor needs. It registers the same ops and variants as the parent, builds
-an :class:`~numcheck.check.executor.InProcess` executor of its own, says it is ready, and
+an :class:`~numcheck.execute.executor.InProcess` executor of its own, says it is ready, and
 then runs the jobs it is sent. While a job runs it tells the parent each phase
 (:mod:`numcheck.check.phase`) and each progress line (a first call that runs long); a job
 ends with its value, the exception that left no verdict, or an :class:`Aborted` (the CUDA
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from numcheck.check import phase
-from numcheck.check.aborted import (
+from numcheck.execute.aborted import (
     CRASH,
     OOM,
     Aborted,
@@ -70,8 +70,8 @@ class Worker:
     """This process's executor, caches and connection to the parent."""
 
     def __init__(self, setup: WorkerSetup, send: Callable[..., None]) -> None:
-        from numcheck.check.case_cache import CaseCache
-        from numcheck.check.executor import InProcess
+        from numcheck.execute.case_cache import CaseCache
+        from numcheck.execute.executor import InProcess
         from numcheck.perf.sections import DeviceSections
 
         self.setup = setup

@@ -8,7 +8,7 @@ variant, the device) and call an :class:`Executor`; they read nothing back but t
 :class:`~numcheck.perf.timing.TimingError`), and decide the pytest outcome from it.
 
 :class:`InProcess` runs each check in the calling process, with the run's
-:class:`~numcheck.check.case_cache.CaseCache`: the case's golden, then
+:class:`~numcheck.execute.case_cache.CaseCache`: the case's golden, then
 :func:`numcheck.check.run_check`, then what the report keeps beyond the verdict (plot data,
 the tf32-on-CPU note) and, for a check that failed outside what its case expects, the
 obtained file (:attr:`CheckResult.obtained`). Everything the item needs is on the result,
@@ -27,10 +27,10 @@ from typing import Protocol
 
 from numcheck.cases import Case
 from numcheck.check import run_check
-from numcheck.check.case_cache import CaseCache
 from numcheck.check.extras import annotate, keep_failed
 from numcheck.check.firstcall import DEFAULT_NOTE_S, Progress
 from numcheck.check.result import CheckResult
+from numcheck.execute.case_cache import CaseCache
 from numcheck.ops.registry import get_op
 from numcheck.perf.sections import DeviceSections
 
