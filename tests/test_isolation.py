@@ -437,6 +437,60 @@ def test_a_sanitized_check_fails_on_the_tool_s_errors_even_when_its_kernel_then_
         assert "Invalid __global__ read of size 4 bytes at oob_read_kernel" in str(err.value)
 
 
+@pytest.mark.slow  # a worker interpreter (seconds)
+def test_a_calibration_measures_the_same_in_the_worker_as_in_this_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calibration goes through the executor seam the checks use: a measure request in, its
+    payloads out. The worker process answers it with the payloads this process's own
+    executor gives, its pool member measured there (``where`` writes the process id)."""
+    import sys
+
+    from numcheck.calibrate.measuring import MeasureRequest, Measuring
+    from numcheck.calibrate.payloads import CheckRef
+    from numcheck.cases import load_case_file
+    from numcheck.execute.case_cache import CaseCache
+    from numcheck.execute.executor import InProcess
+    from numcheck.execute.isolated import Isolated
+    from numcheck.execute.worker import WorkerSetup
+
+    where = tmp_path / "where.txt"
+    monkeypatch.setenv("WHERE_FILE", str(where))
+    hook = tmp_path / "register_crashers.py"
+    hook.write_text(CONFTEST)
+    (tmp_path / "mhc.toml").write_text(CASE.format(variants='"honest", "where"'))
+    import isolation_variants as v
+
+    import numcheck
+    from numcheck.ops import registry
+
+    how = Measuring(fresh=1, first_seed=1000, pools={"honest": ("honest", "where")})
+    check = CheckRef(op="mhc_pre", case="tiny-mhc", source="mhc.toml",
+                     path=str(tmp_path / "mhc.toml"), device="cpu", nodeid="tiny-mhc::honest")
+    with registry.isolated():  # the worker registers them from the hook's module
+        for name in ("honest", "where"):
+            registry.Registrar("test").add_variant(
+                "mhc_pre", numcheck.Variant(name, getattr(v, name), "bf16"))
+        case = load_case_file(tmp_path / "mhc.toml")[0]
+        request = MeasureRequest(case, "honest", check, how)
+        here = InProcess(CaseCache(tmp_path / "goldens", "cpu"), gates=frozenset(),
+                         obtained_dir=tmp_path / "obtained", root=tmp_path)(request)
+    assert where.read_text() == str(os.getpid())
+
+    def setup() -> WorkerSetup:
+        return WorkerSetup(list(sys.path), [("register_crashers", str(hook))], "cpu", None,
+                           tmp_path / "goldens", False, frozenset(), False, False, 5.0,
+                           tmp_path / "obtained", tmp_path)
+
+    iso = Isolated(setup, cases=CaseCache(tmp_path / "goldens", "cpu"))
+    try:
+        there = iso(request)
+    finally:
+        iso.close()
+    assert where.read_text() != str(os.getpid())  # the member ran in the worker
+    assert isinstance(here, list) and [p.variant for p in here] == ["honest", "where"]
+    assert there == here
+
+
 def test_the_first_call_has_its_own_allowance_and_the_rest_count_together() -> None:
     """The time limits on a fake clock: the check's limit counts every phase outside the
     first call together; the first call counts against its own."""

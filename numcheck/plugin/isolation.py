@@ -73,18 +73,3 @@ def isolated_executor(config: pytest.Config, session: Any,
                     limits=Limits(run.timeout_s, run.timeout_first_call_s),
                     progress=session.progress, sanitizer=sanitizer)
 
-
-class CalibrationJob:
-    """A calibration measurement (:meth:`CalibrationMode.measure`) run in the worker: the
-    mode's settings travel, its run state stays here; the worker keeps one copy of the mode
-    for all its jobs, so a case's references are made once."""
-
-    def __init__(self, mode: Any, case: Any, variant: str, check: Any) -> None:
-        self.mode = mode.portable()
-        self.case, self.variant, self.ref = case, variant, check
-
-    def __call__(self, worker: Any) -> Any:
-        mode = worker.memo.setdefault("calibration", self.mode)
-        case = worker.same_case(self.case)
-        return mode.measure(case, self.variant, self.ref, inputs=worker.cases.inputs,
-                            sections=worker.sections, progress=worker.executor.progress)

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from numcheck.calibrate.payloads import CheckRef, Payload
+from numcheck.calibrate.payloads import CheckRef
 from numcheck.cases import Case, CaseFileError, load_case_file
 from numcheck.check import cannot_run
 from numcheck.check.result import CheckResult, Settled, display_id
@@ -107,10 +107,10 @@ class CaseNode(pytest.Collector):
     def collect(self) -> Iterator[CheckItem]:
         device = session_of(self.config).device.kind
         op = get_op(self.case.op)
+        item = MeasureItem if CalibrationMode.KEY in self.config.stash else CheckItem
         for variant in (op.reference, *self.case.variants):
-            yield CheckItem.from_parent(
-                self, name=f"{variant}[{device}]", variant=variant, device=device
-            )
+            yield item.from_parent(self, name=f"{variant}[{device}]", variant=variant,
+                                   device=device)
 
 
 class CheckItem(pytest.Item):
@@ -126,8 +126,6 @@ class CheckItem(pytest.Item):
         #: The check's report record, once it has one; shipped once on a test report.
         self.record: Record | None = None
         self.record_shipped = False
-        #: In calibration mode, what the check measured (shipped on its call report).
-        self.numcheck_calibration: list[Payload] = []
 
     @property
     def display_id(self) -> str:
@@ -180,18 +178,6 @@ class CheckItem(pytest.Item):
 
     def runtest(self) -> None:
         state = session_of(self.config)
-        if CalibrationMode.KEY in self.config.stash:  # measure and suggest, never gate
-            mode = self.config.stash[CalibrationMode.KEY]
-            if state.isolated is None:
-                self.numcheck_calibration = mode.measure(
-                    self.case, self.variant, self.check_ref(), inputs=state.cases.inputs,
-                    sections=state.sections, progress=state.progress)
-            else:
-                from numcheck.plugin.isolation import CalibrationJob
-
-                job = CalibrationJob(mode, self.case, self.variant, self.check_ref())
-                self.numcheck_calibration = state.isolated.run(job, check=self.display_id)
-            return
         commands = self.commands()
         try:
             result = state.execute(CheckRequest(self.case, self.variant, self.device,
@@ -204,6 +190,7 @@ class CheckItem(pytest.Item):
             self._set_record(status="error", reason=f"{aborted.kind}: {aborted.error}",
                              error_kind=aborted.kind)
             raise
+        assert isinstance(result, CheckResult)
         state.keep(self.name, self.nodeid, result)
         self._set_record(result=result)
         settled = result.settled
@@ -228,14 +215,6 @@ class CheckItem(pytest.Item):
                 # The preparation's summary is already among the message's lines.
                 message += "\n\n" + "\n".join(overhead.lines(prepared=False))
             raise NumcheckFailure(message)
-
-    def check_ref(self) -> CheckRef:
-        """The check as a calibration payload names it."""
-        # A sweep's points are budgeted as one case: its table (Case.table), every point.
-        sweep = self.case.sweep
-        return CheckRef(op=self.case.op, case=self.case.table, source=self._source(),
-                        path=str(Path(self.path).resolve()), device=self.device,
-                        nodeid=self.nodeid, point=None if sweep is None else sweep.label)
 
     def _xpass_message(self, settled: Settled, commands: Commands) -> str:
         """A known-bad variant that an active gate expected to catch, and did not."""
@@ -289,3 +268,24 @@ class CheckItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, self.display_id
+
+
+class MeasureItem(CheckItem):
+    """One check of a calibration run (:mod:`numcheck.plugin.calibration`): measured, never
+    gated. It sends a measure request through the run's executor, as a gating check sends
+    its check request; what it measured (its payloads) travels on its call report."""
+
+    def runtest(self) -> None:
+        mode = self.config.stash[CalibrationMode.KEY]
+        request = mode.request(self.case, self.variant, self.check_ref())
+        measured = session_of(self.config).execute(request)
+        assert isinstance(measured, list)
+        self.numcheck_calibration = measured
+
+    def check_ref(self) -> CheckRef:
+        """The check as a calibration payload names it."""
+        # A sweep's points are budgeted as one case: its table (Case.table), every point.
+        sweep = self.case.sweep
+        return CheckRef(op=self.case.op, case=self.case.table, source=self._source(),
+                        path=str(Path(self.path).resolve()), device=self.device,
+                        nodeid=self.nodeid, point=None if sweep is None else sweep.label)

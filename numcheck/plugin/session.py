@@ -27,7 +27,7 @@ from numcheck.cases import CaseIds
 from numcheck.check.perf import PerfResult
 from numcheck.check.result import CheckResult
 from numcheck.execute.case_cache import CaseCache
-from numcheck.execute.executor import CheckRequest, Executor, InProcess, relative
+from numcheck.execute.executor import Answer, Executor, InProcess, Request, relative
 from numcheck.execute.isolated import Isolated
 from numcheck.perf.noise import reset_machine_noise
 from numcheck.perf.sections import DeviceSections
@@ -103,8 +103,9 @@ class NumcheckSession:
 
     # -- the checks -----------------------------------------------------------------------
 
-    def execute(self, request: CheckRequest) -> CheckResult:
-        """Run one check through the run's executor (the seam process isolation replaces)."""
+    def execute(self, request: Request) -> Answer:
+        """Run one check, or a calibration's measure request, through the run's executor
+        (the seam process isolation replaces)."""
         return self.executor(request)
 
     def keep(self, name: str, nodeid: str, result: CheckResult) -> None:
