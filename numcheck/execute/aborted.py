@@ -16,6 +16,8 @@ import re
 import signal
 from dataclasses import dataclass, field
 
+from numcheck.errors import reduce_whole
+
 #: The kinds, as the first word of the failure and the record's ``error_kind``.
 CRASH = "CRASH"
 TIMEOUT = "TIMEOUT"
@@ -82,6 +84,8 @@ class Aborted:
 
 class CheckAborted(Exception):
     """Raised by the item for an :class:`Aborted` check; the message is its lines."""
+
+    __reduce__ = reduce_whole
 
     def __init__(self, aborted: Aborted) -> None:
         super().__init__("\n".join(aborted.lines()))
