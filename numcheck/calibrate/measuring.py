@@ -169,9 +169,9 @@ def _speed(request: MeasureRequest, op: OpSpec, inputs: Callable[[OpSpec, Case],
     preparer = Preparations().at(case.seeds[0])
     points: list[SpeedRun] = []
     for _ in range(request.how.speed_runs or 0):
-        # The same call as a gated timing, K times; only the point speedups and their
-        # intervals are kept (``estimate``; ``speedup`` in timing layers that name it so).
-        # Timing holds the device alone.
+        # The same call as a gated timing, K times, holding the device alone; only the point
+        # speedups and their intervals are kept (``estimate``; ``speedup`` in timing layers
+        # that name it so).
         with sections.hold(exclusive=True) if sections else contextlib.nullcontext():
             result = measure_perf(op, case, variant, device, cpu_inputs, preparer=preparer)
         est = getattr(result, "estimate", None) or result.speedup

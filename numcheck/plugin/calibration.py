@@ -4,9 +4,9 @@ budgets and speed thresholds, and (on request) write them into the case files.
 Registered as a plugin by :mod:`numcheck.plugin` when a calibration option is on. The
 checks are collected and selected exactly as in a gating run (paths, ``-k``, the device,
 ops from conftest hooks and entry points); each check then measures instead of gating: its
-item sends a :class:`~numcheck.calibrate.measuring.MeasureRequest`
-(:meth:`CalibrationMode.request`) through the run's executor, in this process or its worker
-process, so a variant over its current budget does not fail the run. What a check measured (typed payloads,
+item (:class:`~numcheck.plugin.items.MeasureItem`) sends a measure request through the
+run's executor, in this process or its worker process, so a variant over its current budget
+does not fail the run. What a check measured (typed payloads,
 :mod:`numcheck.calibrate.payloads`) travels on its test report as plain data (as the gate's
 records do, so pytest-xdist works) and the controller prints the suggestions at the end:
 
@@ -25,14 +25,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from numcheck.calibrate import LOWER_IS_WORSE
 from numcheck.calibrate.casewriter import CaseWriteError, Change, Edit, write_edits
 from numcheck.calibrate.guard import SUSPECT, Finding, accepted_notes, blocking
-from numcheck.calibrate.measuring import MeasureRequest
 from numcheck.calibrate.payloads import (
     NumericsPayload,
     Payload,
@@ -52,10 +51,6 @@ from numcheck.plugin.options import (
     CALIBRATE_WRITE_OPTION,
 )
 from numcheck.plugin.session import NumcheckSession
-
-if TYPE_CHECKING:
-    from numcheck.calibrate.payloads import CheckRef
-    from numcheck.cases import Case
 
 #: ``report.user_properties`` name of a check's measurements (their plain form, a list of
 #: dicts: :func:`numcheck.calibrate.payloads.payload_to_data`).
@@ -78,11 +73,6 @@ class CalibrationMode:
         #: (case file, case) -> the variants of its selected checks: a pool member with a
         #: check of its own is measured there, any other by the check it is pooled with.
         self.selected: dict[tuple[Path, str], set[str]] = {}
-
-    def request(self, case: Case, variant: str, check: CheckRef) -> MeasureRequest:
-        """What the check of ``variant`` of ``case`` measures, sent through the run's executor."""
-        return MeasureRequest(case, variant, check, self.settings.measuring,
-                              checked=frozenset(self.selected.get((case.source, case.id), ())))
 
     # -- hooks: measurements travel on the reports to the controller ---------------------
 

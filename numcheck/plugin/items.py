@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from numcheck.calibrate.measuring import MeasureRequest
 from numcheck.calibrate.payloads import CheckRef
 from numcheck.cases import Case, CaseFileError, load_case_file
 from numcheck.check import cannot_run
@@ -277,8 +278,9 @@ class MeasureItem(CheckItem):
 
     def runtest(self) -> None:
         mode = self.config.stash[CalibrationMode.KEY]
-        request = mode.request(self.case, self.variant, self.check_ref())
-        measured = session_of(self.config).execute(request)
+        checked = frozenset(mode.selected.get((self.case.source, self.case.id), ()))
+        measured = session_of(self.config).execute(MeasureRequest(
+            self.case, self.variant, self.check_ref(), mode.settings.measuring, checked=checked))
         assert isinstance(measured, list)
         self.numcheck_calibration = measured
 
