@@ -40,6 +40,7 @@ from numcheck.caseparts.inputs import (
 from numcheck.caseparts.sweep import SWEEP_KEY, SweepError, SweepPoint, expand
 from numcheck.devices import class_key_problem, class_kind
 from numcheck.distributions import INPUTS_PARAM
+from numcheck.errors import NumcheckError
 from numcheck.gates import (
     BATCH_INVARIANCE_GATE,
     DETERMINISM_GATE,
@@ -99,46 +100,18 @@ CASES_INI_KEY = "numcheck_cases"
 OpLookup = Callable[[str], OpSpec]
 
 
-class CaseFileError(ValueError):
+class CaseFileError(NumcheckError):
     """A case file that cannot be used.
 
     The message reads ``<file>: case '<id>': key '<dotted.key>': <problem>. Fix: <fix>``;
     the case and key parts are left out when the error is about the whole file.
     """
 
-    def __init__(
-        self,
-        path: Path,
-        problem: str,
-        fix: str,
-        *,
-        case: str | None = None,
-        key: str | None = None,
-    ) -> None:
-        where = [str(path)]
-        if case is not None:
-            where.append(f"case '{case}'")
-        if key is not None:
-            where.append(f"key '{key}'")
-        super().__init__(f"{': '.join(where)}: {problem}. Fix: {fix}")
-        self.path = path
-        self.case = case
-        self.key = key
-        self.problem = problem
-        self.fix = fix
+    path: Path
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Keep the error picklable (pytest-xdist ships exceptions between processes).
-        return (
-            _rebuild_error,
-            (self.path, self.problem, self.fix, self.case, self.key),
-        )
-
-
-def _rebuild_error(
-    path: Path, problem: str, fix: str, case: str | None, key: str | None
-) -> CaseFileError:
-    return CaseFileError(path, problem, fix, case=case, key=key)
+    def __init__(self, path: Path, problem: str, fix: str, *, case: str | None = None,
+                 key: str | None = None) -> None:
+        super().__init__(key, problem, fix, path=path, case=case)
 
 
 @dataclass(frozen=True)

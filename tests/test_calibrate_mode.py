@@ -585,7 +585,7 @@ def test_a_long_calibration_check_says_how_far_it_got() -> None:
     """Issue 44: a family of seven over 22 seeds can take minutes; past PROGRESS_AFTER_S a
     check prints a line per variant measured (a fake clock: no test of the machine's
     speed), and nothing before."""
-    from numcheck.plugin import calibration
+    from numcheck.calibrate import measuring as calibration
 
     lines: list[str] = []
     said = calibration.Progressed("mlp_up::small::fp8[cpu]", 3, 22, lines.append)

@@ -1,6 +1,7 @@
-"""Where a run executes its checks (numcheck.check.executor) and what the checks of a case
-share (numcheck.check.case_cache): the seam the pytest items call, tested without pytest's
-machinery. Everything an item reads back is on the CheckResult, the obtained file included."""
+"""Where a run executes its checks (numcheck.execute.executor) and what the checks of a case
+share (numcheck.execute.case_cache): the seam the pytest items call, tested without pytest's
+machinery. Everything an item reads back is on the CheckResult, the obtained file included;
+a calibration's item sends a measure request through the same seam and reads back payloads."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
+from numcheck.calibrate.measuring import MeasureRequest, Measuring
+from numcheck.calibrate.payloads import CheckRef, NumericsPayload
 from numcheck.cases import Case, Expectation, load_case_file
-from numcheck.check.case_cache import CaseCache
-from numcheck.check.executor import CheckRequest, InProcess, failed_outside_expectation
+from numcheck.execute.case_cache import CaseCache
+from numcheck.execute.executor import CheckRequest, InProcess, failed_outside_expectation
 from numcheck.goldens.files import GoldenMissing
 from numcheck.ops.registry import get_op
 
@@ -87,3 +90,53 @@ def test_a_failed_check_keeps_its_outputs_and_an_expected_one_does_not(tmp_path:
     assert caught.settled is not None and caught.settled.xfail
     assert not failed_outside_expectation(caught) and caught.obtained is None
 
+
+
+def measure_request(case: Case, variant: str, how: Measuring, **kwargs: frozenset[str]
+                    ) -> MeasureRequest:
+    check = CheckRef(op=case.op, case=case.id, source="cases/mhc.toml", path=str(case.source),
+                     device="cpu", nodeid=f"cases/mhc.toml::{case.id}::{variant}[cpu]")
+    return MeasureRequest(case, variant, check, how, **kwargs)
+
+
+def test_a_measure_request_is_measured_on_references_made_once_for_the_case(
+        tmp_path: Path, tiny: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calibration through the executor: no golden read or written (its references are made
+    on the spot, once per seed for all the case's variants), payloads back, never a verdict."""
+    from numcheck.check import make_golden
+
+    made: list[tuple[int, ...]] = []
+    real = make_golden.fresh_golden
+
+    def counted(op: object, case: Case, device: str) -> object:
+        made.append(case.seeds)
+        return real(op, case, device)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(make_golden, "fresh_golden", counted)
+    cache = CaseCache(tmp_path / "goldens", "cpu")
+    run = executor(tmp_path, cache)
+    how = Measuring(fresh=1, first_seed=1000)
+    # bf16_roundtrip fails its gate (the cast ledger): measured all the same.
+    answers = [run(measure_request(tiny, v, how)) for v in ("bf16", "bf16_roundtrip")]
+    assert not (tmp_path / "goldens").exists()
+    for variant, answer in zip(("bf16", "bf16_roundtrip"), answers, strict=True):
+        assert isinstance(answer, list) and len(answer) == 1
+        (payload,) = answer
+        assert isinstance(payload, NumericsPayload) and payload.own_check
+        assert (payload.variant, payload.seeds) == (variant, (*tiny.seeds, 1000))
+        assert payload.table["y"]["rel_fro"].value > 0
+    assert made == [(seed,) for seed in (*tiny.seeds, 1000)]  # once per seed, not per variant
+
+
+def test_a_pool_member_with_a_check_of_its_own_is_measured_there(tmp_path: Path,
+                                                                 tiny: Case) -> None:
+    run = executor(tmp_path, CaseCache(tmp_path / "goldens", "cpu"))
+    how = Measuring(fresh=0, first_seed=1000, pools={"bf16": ("bf16", "bf16_roundtrip")})
+    alone = run(measure_request(tiny, "bf16", how))
+    assert isinstance(alone, list)
+    assert [(p.variant, p.own_check) for p in alone] == [("bf16", True),
+                                                        ("bf16_roundtrip", False)]
+    assert alone[0].pool == ("bf16", "bf16_roundtrip")  # type: ignore[union-attr]
+    checked = run(measure_request(tiny, "bf16", how, checked=frozenset({"bf16_roundtrip"})))
+    assert isinstance(checked, list)
+    assert [p.variant for p in checked] == ["bf16"]

@@ -1,4 +1,4 @@
-"""Process isolation (numcheck/check/isolated.py): a check that crashes, hangs or runs out
+"""Process isolation (numcheck/execute/isolated.py): a check that crashes, hangs or runs out
 of memory fails alone, naming its phase; every other check gets the verdict it gets in a
 run without it. The crashers are tests/isolation_variants.py, run on the CPU."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from numcheck.check import phase
-from numcheck.check.aborted import (
+from numcheck.execute.aborted import (
     CRASH,
     OOM,
     Aborted,
@@ -20,7 +20,7 @@ from numcheck.check.aborted import (
     kind_of,
     root_error,
 )
-from numcheck.check.sanitizer import Sanitizer, parse_errors, parse_tools
+from numcheck.execute.sanitizer import Sanitizer, parse_errors, parse_tools
 
 TESTS = Path(__file__).parent
 DATA = TESTS / "data"
@@ -339,7 +339,7 @@ def test_sanitizer_tools_and_command() -> None:
 def test_a_closed_cast_ledger_travels_without_its_tensors_and_still_reads() -> None:
     import torch
 
-    from numcheck.check.worker import receive, send
+    from numcheck.execute.worker import receive, send
     from numcheck.overhead.casts import CastLedger
 
     x = torch.randn(64, 32)
@@ -392,11 +392,11 @@ def test_a_sanitized_check_fails_on_the_tool_s_errors_even_when_its_kernel_then_
     import sys
 
     from numcheck.cases import load_case_file
-    from numcheck.check.aborted import CheckAborted
-    from numcheck.check.case_cache import CaseCache
-    from numcheck.check.executor import CheckRequest
-    from numcheck.check.isolated import Isolated
-    from numcheck.check.worker import WorkerSetup
+    from numcheck.execute.aborted import CheckAborted
+    from numcheck.execute.case_cache import CaseCache
+    from numcheck.execute.executor import CheckRequest
+    from numcheck.execute.isolated import Isolated
+    from numcheck.execute.worker import WorkerSetup
 
     fake = tmp_path / "compute-sanitizer"
     fake.write_text(FAKE_SANITIZER.format(report=DATA / report))
@@ -437,10 +437,64 @@ def test_a_sanitized_check_fails_on_the_tool_s_errors_even_when_its_kernel_then_
         assert "Invalid __global__ read of size 4 bytes at oob_read_kernel" in str(err.value)
 
 
+@pytest.mark.slow  # a worker interpreter (seconds)
+def test_a_calibration_measures_the_same_in_the_worker_as_in_this_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calibration goes through the executor seam the checks use: a measure request in, its
+    payloads out. The worker process answers it with the payloads this process's own
+    executor gives, its pool member measured there (``where`` writes the process id)."""
+    import sys
+
+    from numcheck.calibrate.measuring import MeasureRequest, Measuring
+    from numcheck.calibrate.payloads import CheckRef
+    from numcheck.cases import load_case_file
+    from numcheck.execute.case_cache import CaseCache
+    from numcheck.execute.executor import InProcess
+    from numcheck.execute.isolated import Isolated
+    from numcheck.execute.worker import WorkerSetup
+
+    where = tmp_path / "where.txt"
+    monkeypatch.setenv("WHERE_FILE", str(where))
+    hook = tmp_path / "register_crashers.py"
+    hook.write_text(CONFTEST)
+    (tmp_path / "mhc.toml").write_text(CASE.format(variants='"honest", "where"'))
+    import isolation_variants as v
+
+    import numcheck
+    from numcheck.ops import registry
+
+    how = Measuring(fresh=1, first_seed=1000, pools={"honest": ("honest", "where")})
+    check = CheckRef(op="mhc_pre", case="tiny-mhc", source="mhc.toml",
+                     path=str(tmp_path / "mhc.toml"), device="cpu", nodeid="tiny-mhc::honest")
+    with registry.isolated():  # the worker registers them from the hook's module
+        for name in ("honest", "where"):
+            registry.Registrar("test").add_variant(
+                "mhc_pre", numcheck.Variant(name, getattr(v, name), "bf16"))
+        case = load_case_file(tmp_path / "mhc.toml")[0]
+        request = MeasureRequest(case, "honest", check, how)
+        here = InProcess(CaseCache(tmp_path / "goldens", "cpu"), gates=frozenset(),
+                         obtained_dir=tmp_path / "obtained", root=tmp_path)(request)
+    assert where.read_text() == str(os.getpid())
+
+    def setup() -> WorkerSetup:
+        return WorkerSetup(list(sys.path), [("register_crashers", str(hook))], "cpu", None,
+                           tmp_path / "goldens", False, frozenset(), False, False, 5.0,
+                           tmp_path / "obtained", tmp_path)
+
+    iso = Isolated(setup, cases=CaseCache(tmp_path / "goldens", "cpu"))
+    try:
+        there = iso(request)
+    finally:
+        iso.close()
+    assert where.read_text() != str(os.getpid())  # the member ran in the worker
+    assert isinstance(here, list) and [p.variant for p in here] == ["honest", "where"]
+    assert there == here
+
+
 def test_the_first_call_has_its_own_allowance_and_the_rest_count_together() -> None:
     """The time limits on a fake clock: the check's limit counts every phase outside the
     first call together; the first call counts against its own."""
-    from numcheck.check.isolated import Limits, TimeUsed
+    from numcheck.execute.isolated import Limits, TimeUsed
 
     used = TimeUsed(Limits(check_s=10, first_call_s=100), now=0.0)
     used.enter("prepare", 2.0)  # 2 s of golden and inputs

@@ -376,7 +376,7 @@ def pytest_unconfigure(config):
 
 def test_every_check_runs_through_the_session_executor(pytester: pytest.Pytester) -> None:
     """The items run their checks only through NumcheckSession.executor (the seam process
-    isolation replaces, numcheck.check.executor): an executor put in its place sees every
+    isolation replaces, numcheck.execute.executor): an executor put in its place sees every
     check once, what it returns is the verdict, and what it raises is the check's error."""
     make_project(pytester, variants='"bf16", "far_flips"')
     pytester.makeconftest(SEAM_CONFTEST)

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from numcheck.distributions import DEFAULT, DISTRIBUTIONS
+from numcheck.errors import NumcheckError
 from numcheck.numerics.budgets import (
     TIE_BAND_KEYS,
     VariantBudget,
@@ -46,15 +47,9 @@ INPUTS_KEY = "inputs"
 INPUTS_KEYS = ("distribution", "file")
 
 
-class InputsError(ValueError):
+class InputsError(NumcheckError):
     """A case's ``inputs`` that cannot be used: ``key`` (dotted, from the case), the problem
     and the fix; :mod:`numcheck.cases` adds the file and the case."""
-
-    def __init__(self, key: str, problem: str, fix: str) -> None:
-        super().__init__(f"key '{key}': {problem}. Fix: {fix}")
-        self.key = key
-        self.problem = problem
-        self.fix = fix
 
 
 @dataclass(frozen=True)

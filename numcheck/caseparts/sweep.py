@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from numcheck.errors import NumcheckError
 from numcheck.numerics.budgets import describe
 from numcheck.ops.param_checks import check_params, check_value, describe_range
 from numcheck.ops.spec import OpSpec, ParamSpec
@@ -47,15 +48,9 @@ MAX_POINTS = 64
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9._+-]+")
 
 
-class SweepError(ValueError):
+class SweepError(NumcheckError):
     """A sweep that cannot be used: ``key`` (dotted, from the case: ``sweep.next_n``), the
     problem and the fix; :mod:`numcheck.cases` adds the file and the case."""
-
-    def __init__(self, key: str, problem: str, fix: str) -> None:
-        super().__init__(f"key '{key}': {problem}. Fix: {fix}")
-        self.key = key
-        self.problem = problem
-        self.fix = fix
 
 
 @dataclass(frozen=True)

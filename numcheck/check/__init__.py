@@ -7,13 +7,14 @@
                                                      (an output, a gate or metrics), or not
                     ==> one :class:`~numcheck.check.result.CheckResult`
 
-The pytest item (through :mod:`numcheck.check.executor`), the self-test
+The pytest item (through :mod:`numcheck.execute.executor`), the self-test
 (:mod:`numcheck.selftest`) and calibration (:mod:`numcheck.calibrate`) all call
 :func:`run_check`; they differ only in which gates they switch on and what they do with the
 result. No pytest here.
 
 This package is the room of the code that runs a check, on the floor above the measures it
-composes (docs/architecture.md, "Floors"); this module is its entry, and beside it:
+composes and below where a run executes it (:mod:`numcheck.execute`; docs/architecture.md,
+"Floors"); this module is its entry, and beside it:
 
 - :mod:`~numcheck.check.run`: a case's inputs made once per seed, a variant run and checked
   for what it returns, the rounding envelope of a precision class;
@@ -24,10 +25,6 @@ composes (docs/architecture.md, "Floors"); this module is its entry, and beside 
 - :mod:`~numcheck.check.result`: what a check gives (:class:`CheckResult`);
 - :mod:`~numcheck.check.firstcall`: the variant's first call, timed apart;
 - :mod:`~numcheck.check.make_golden`: a golden made by running the op's reference;
-- :mod:`~numcheck.check.case_cache`: what the checks of a case share in a run (its inputs,
-  its golden, regenerated first under the regen flag);
-- :mod:`~numcheck.check.executor`: where a run executes its checks (a request in, a result
-  out: the seam process isolation replaces);
 - what a check keeps for its readers: :mod:`~numcheck.check.plotdata`,
   :mod:`~numcheck.check.cpu_tf32` (the tf32-on-CPU note), :mod:`~numcheck.check.extras`.
 

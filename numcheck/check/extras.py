@@ -1,7 +1,7 @@
 """What a check keeps for its readers beyond the verdict: plot data, a row note, and, on a
 failure, the obtained file.
 
-Called by the run's executor (:mod:`numcheck.check.executor`) after
+Called by the run's executor (:mod:`numcheck.execute.executor`) after
 :func:`numcheck.check.run_check`; plain functions of the check's result, so they are tested
 without pytest.
 """

@@ -5,7 +5,7 @@ A check goes through phases: its golden and inputs, the variant's one-time prepa
 its first call (compile and warm-up), the numerics of each seed, the invariance gates, the
 timing, the cast and kernel ledger. The code that runs them says where it is with
 :func:`span`; a listener (the worker process of an isolated run,
-:mod:`numcheck.check.worker`) hears each change and tells the run, so that a check whose
+:mod:`numcheck.execute.worker`) hears each change and tells the run, so that a check whose
 process dies, or that never returns, is reported in the phase it was in.
 
 Pure: no torch, no pytest; with no listener, a phase change costs a function call.

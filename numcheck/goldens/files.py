@@ -27,6 +27,7 @@ import torch
 
 from numcheck.disk.atomic import atomic_write, remove_leftovers
 from numcheck.disk.locking import exclusive
+from numcheck.errors import reduce_whole
 
 __all__ = [
     "FORMAT_VERSION",
@@ -74,19 +75,12 @@ SHORT = 12  # hex digits of a hash shown in messages
 class GoldenError(Exception):
     """Base of every golden problem; ``str(err)`` names the file, the case and the fix."""
 
+    __reduce__ = reduce_whole  # an isolated run's worker sends it back
+
     def __init__(self, message: str, *, path: Path | None, case: str) -> None:
         super().__init__(message)
         self.path = path
         self.case = case
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Keyword-only fields: pickled whole (an isolated run's worker sends it back).
-        return (_rebuild_golden_error, (type(self), str(self), self.path, self.case))
-
-
-def _rebuild_golden_error(cls: type[GoldenError], message: str, path: Path | None,
-                          case: str) -> GoldenError:
-    return cls(message, path=path, case=case)
 
 
 class GoldenMissing(GoldenError):

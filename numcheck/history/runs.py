@@ -177,8 +177,8 @@ def _parse(data: bytes) -> Any:
 
 
 def _read(item: tuple[str, bool]) -> dict[str, Any]:
-    """One report file, trimmed (runs in a worker process: returns plain data or an error
-    message, since an exception with its own constructor does not cross processes)."""
+    """One report file, trimmed (runs in a worker process, whose ReportError the pool
+    raises here)."""
     with collector_paused():
         return _read_file(item)
 
@@ -197,18 +197,14 @@ def _read_file(item: tuple[str, bool]) -> dict[str, Any]:
     if not is_report_document(data):
         if data is not _UNREADABLE and not named:  # found in a folder: another tool's JSON
             return {"skipped": name}
-        try:  # the report reader's own words for what is wrong (missing, not JSON, not ours)
-            data = read_document(path, check_version=False)
-        except ReportError as exc:
-            return {"error": str(exc)}
+        # The report reader's own words for what is wrong (missing, not JSON, not ours).
+        data = read_document(path, check_version=False)
     try:
         check_version_of(path, data)
         records = [lean_record(r) for r in data["records"]]
-    except ReportError as exc:
-        return {"error": str(exc)}
     except (KeyError, TypeError, AttributeError) as exc:
-        return {"error": str(ReportError(path, f"malformed records ({exc})",
-                                         "pass a file written by --numcheck-report"))}
+        raise ReportError(path, f"malformed records ({exc})",
+                          "pass a file written by --numcheck-report") from None
     env = dict(data.get("environment") or {})
     env.pop("perf_noise", None)  # per-process timing noise: large, and not drawn here
     return {"run": Run(
@@ -223,14 +219,6 @@ def _read_file(item: tuple[str, bool]) -> dict[str, Any]:
         exitstatus=data.get("exitstatus"),
         gate=str(data.get("gate") or ""),
     )}
-
-
-class ReadError(ReportError):
-    """A :class:`ReportError` raised in a worker process, raised again here with its text."""
-
-    def __init__(self, text: str) -> None:
-        ValueError.__init__(self, text)
-        self.path = Path(text.partition(": ")[0])
 
 
 @dataclass
@@ -256,8 +244,6 @@ def load_runs(sources: Iterable[Path | str], *, repo: Path | None = None,
     runs: list[Run] = []
     skipped: list[Path] = []
     for result in results:
-        if "error" in result:
-            raise ReadError(result["error"])
         if "skipped" in result:
             skipped.append(Path(result["skipped"]))
         else:

@@ -268,7 +268,7 @@ class _SameAs(BaseException):
     A BaseException so that a site that catches ``Exception`` lets it through."""
 
     def __init__(self, key: tuple[Any, ...]) -> None:
-        super().__init__()
+        super().__init__(key)
         self.key = key
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from numcheck.devices import ONBOARD, class_key_problem, class_kind
+from numcheck.errors import NumcheckError
 from numcheck.gates import BATCH_INVARIANCE_GATE, DETERMINISM_GATE
 from numcheck.numerics.verdict import Violation
 
@@ -59,13 +60,9 @@ EVERY_CLASS = "every_class"
 INVARIANCE_CALIBRATION = f"{ONBOARD} --only invariance"
 
 
-class InvarianceError(ValueError):
+class InvarianceError(NumcheckError):
     """A value of ``deterministic`` or ``batch_invariant`` that cannot be used: the dotted
     ``key`` below the case, the ``problem`` and the ``fix``."""
-
-    def __init__(self, key: str, problem: str, fix: str) -> None:
-        super().__init__(f"{key}: {problem}. Fix: {fix}")
-        self.key, self.problem, self.fix = key, problem, fix
 
 
 @dataclass(frozen=True)

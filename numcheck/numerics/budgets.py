@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from numcheck.errors import NumcheckError
 from numcheck.numerics.budget_origin import Default, Given, NotMeasured, Origin
 from numcheck.numerics.metric_names import ERROR_METRICS, SIM_METRICS, TOPK_LIMITS
 from numcheck.precision import UNIT_ROUNDOFF, coarser
@@ -261,23 +262,13 @@ class Unmeasured:
     nowhere: bool = True
 
 
-class BudgetError(ValueError):
+class BudgetError(NumcheckError):
     """A budget value or key that cannot be used.
 
     ``key`` is dotted and relative to the variant (``"<output>.<metric>"``), so a caller that
     knows the file and variant can prefix it; ``problem`` says what is wrong, ``fix`` how to
     repair it.
     """
-
-    def __init__(self, key: str, problem: str, fix: str) -> None:
-        super().__init__(f"key '{key}': {problem}. Fix: {fix}")
-        self.key = key
-        self.problem = problem
-        self.fix = fix
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Keep the error picklable (pytest-xdist ships exceptions between processes).
-        return (type(self), (self.key, self.problem, self.fix))
 
 
 def complete_budget(

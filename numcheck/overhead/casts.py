@@ -376,7 +376,7 @@ class CastLedger:
 
     def __getstate__(self) -> dict[str, Any]:
         """What the ledger says, without the tensors and storages it watched: a closed
-        ledger travels from a worker process to the run (numcheck.check.isolated)."""
+        ledger travels from a worker process to the run (numcheck.execute.isolated)."""
         state = dict(self.__dict__)
         # Shapes and dtypes kept (input_bytes reads them), data dropped.
         state["inputs"] = {name: t.detach().to("meta") if isinstance(t, torch.Tensor) else t

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 import torch
 
+from numcheck.errors import NumcheckError
 from numcheck.gates import CASTS_GATE, KERNELS_GATE
 from numcheck.numerics.verdict import Violation
 from numcheck.overhead.casts import CastLedger, ledger_table
@@ -96,12 +97,8 @@ OVERHEAD_KEYS: dict[str, tuple[type, str]] = {
 KERNEL_LIMITS = ("cuda_core_gemm", "max_copy_share")
 
 
-class OverheadError(ValueError):
+class OverheadError(NumcheckError):
     """A bad ``overhead`` entry; ``key`` is relative to ``overhead.<variant>``."""
-
-    def __init__(self, key: str, problem: str, fix: str) -> None:
-        super().__init__(f"{key}: {problem}. Fix: {fix}")
-        self.key, self.problem, self.fix = key, problem, fix
 
 
 #: Default ``max_cast_bytes_ratio`` per precision class: a ceiling for a variant whose case

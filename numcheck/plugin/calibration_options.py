@@ -10,7 +10,7 @@ time, so a bad combination is a usage error before anything runs.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ from numcheck.plugin.options import (
 )
 
 if TYPE_CHECKING:
+    from numcheck.calibrate.measuring import Measuring
     from numcheck.calibrate.payloads import Payload
 
 #: The options that switch calibration on or change what it does (each needs --numcheck).
@@ -135,31 +136,21 @@ def add_options(group: Any) -> None:
 
 @dataclass(frozen=True)
 class Settings:
-    """What a calibration run does; None for a mode that is off."""
+    """What a calibration run does: what each check measures (sent with it to the executor),
+    and what the run does with the measurements."""
 
-    fresh: int | None
-    first_seed: int
-    pools: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: Per pool, the members its option names as removed (``-member``): recorded members a
-    #: pool may leave out (a pool that drops one unnamed is refused).
-    removed: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    measuring: Measuring
     write: bool = False
-    speed_runs: int | None = None
     margin: float = 0.05
     #: Where to save this run's measurements, and earlier runs' measurements to pool in.
     json_path: Path | None = None
     earlier: tuple[Payload, ...] = ()
-    #: Variants whose bug-sized measurements may be written anyway, and whether the tables
-    #: are set from this run alone (the records' pool, seeds and devices not asked for).
+    #: Variants whose bug-sized measurements may be written anyway.
     accepted: tuple[str, ...] = ()
-    renew: bool = False
-    #: Whether the run named its fresh seeds / first seed (else a record's are reused).
-    fresh_given: bool = False
-    first_seed_given: bool = False
 
     @property
     def on(self) -> bool:
-        return self.fresh is not None or self.speed_runs is not None
+        return self.measuring.fresh is not None or self.measuring.speed_runs is not None
 
 
 def parse_pools(values: list[str]) -> dict[str, tuple[str, ...]]:
@@ -211,6 +202,8 @@ def removed_members(values: list[str]) -> dict[str, tuple[str, ...]]:
 
 def settings_from_config(config: pytest.Config) -> Settings:
     """The run's calibration settings; a bad combination of options is a UsageError."""
+    from numcheck.calibrate.measuring import Measuring
+
     get = config.getoption
     fresh, speed = get(CALIBRATE_OPTION), get(CALIBRATE_SPEED_OPTION)
     try:
@@ -226,12 +219,13 @@ def settings_from_config(config: pytest.Config) -> Settings:
     accepted = tuple(dict.fromkeys(v.strip() for value in get(CALIBRATE_ACCEPT_OPTION)
                                    for v in value.split(",") if v.strip()))
     args = [str(a) for a in config.invocation_params.args]
-    settings = Settings(fresh, get(CALIBRATE_FIRST_SEED_OPTION), pools, removed,
-                        bool(get(CALIBRATE_WRITE_OPTION)), speed, get(CALIBRATE_MARGIN_OPTION),
-                        json_path, tuple(earlier), accepted, bool(get(CALIBRATE_RENEW_OPTION)),
-                        fresh_given=any(a.startswith(CALIBRATE_OPTION + "=") for a in args),
-                        first_seed_given=any(a.startswith(CALIBRATE_FIRST_SEED_OPTION)
-                                             for a in args))
+    measuring = Measuring(fresh, get(CALIBRATE_FIRST_SEED_OPTION), pools, removed, speed,
+                          bool(get(CALIBRATE_RENEW_OPTION)),
+                          fresh_given=any(a.startswith(CALIBRATE_OPTION + "=") for a in args),
+                          first_seed_given=any(a.startswith(CALIBRATE_FIRST_SEED_OPTION)
+                                               for a in args))
+    settings = Settings(measuring, bool(get(CALIBRATE_WRITE_OPTION)),
+                        get(CALIBRATE_MARGIN_OPTION), json_path, tuple(earlier), accepted)
     if not settings.on:
         for name in (CALIBRATE_WRITE_OPTION, CALIBRATE_POOL_OPTION, CALIBRATE_JSON_OPTION,
                      CALIBRATE_WITH_OPTION, CALIBRATE_ACCEPT_OPTION, CALIBRATE_RENEW_OPTION):

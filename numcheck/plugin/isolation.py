@@ -1,5 +1,5 @@
 """The run's checks in a worker process (``--numcheck-isolate=process``, the default): the
-executor that does it (:class:`numcheck.check.isolated.Isolated`) made from the run's
+executor that does it (:class:`numcheck.execute.isolated.Isolated`) made from the run's
 options, and what the worker needs to register the same variants as this process.
 
 A worker is a new Python process: it imports numcheck, then each module whose
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from numcheck.check.isolated import Isolated, Limits
-from numcheck.check.sanitizer import Sanitizer, find_executable
-from numcheck.check.worker import WorkerSetup
+from numcheck.execute.isolated import Isolated, Limits
+from numcheck.execute.sanitizer import Sanitizer, find_executable
+from numcheck.execute.worker import WorkerSetup
 
 
 def hook_modules(config: pytest.Config) -> list[tuple[str, str | None]]:
@@ -73,18 +73,3 @@ def isolated_executor(config: pytest.Config, session: Any,
                     limits=Limits(run.timeout_s, run.timeout_first_call_s),
                     progress=session.progress, sanitizer=sanitizer)
 
-
-class CalibrationJob:
-    """A calibration measurement (:meth:`CalibrationMode.measure`) run in the worker: the
-    mode's settings travel, its run state stays here; the worker keeps one copy of the mode
-    for all its jobs, so a case's references are made once."""
-
-    def __init__(self, mode: Any, case: Any, variant: str, check: Any) -> None:
-        self.mode = mode.portable()
-        self.case, self.variant, self.ref = case, variant, check
-
-    def __call__(self, worker: Any) -> Any:
-        mode = worker.memo.setdefault("calibration", self.mode)
-        case = worker.same_case(self.case)
-        return mode.measure(case, self.variant, self.ref, inputs=worker.cases.inputs,
-                            sections=worker.sections, progress=worker.executor.progress)

@@ -4,7 +4,7 @@ A ``cases/*.toml`` file (:class:`CaseFile`) yields one collector per case (:clas
 which yields an item for the op's reference and one per variant on the run's device
 (:class:`CheckItem`). An item runs its check through the session's executor
 (:meth:`numcheck.plugin.session.NumcheckSession.execute`, the seam of
-:mod:`numcheck.check.executor`), keeps its record, and turns the result into a pytest outcome
+:mod:`numcheck.execute.executor`), keeps its record, and turns the result into a pytest outcome
 with one message layout: a pass, a :class:`NumcheckFailure` whose message is the whole
 report, an xfail for a known-bad variant caught as its case expects, or the error that left
 no verdict (a golden refused, a variant that raised, a timer that cannot time).
@@ -13,7 +13,6 @@ no verdict (a golden refused, a variant that raised, a timer that cannot time).
 from __future__ import annotations
 
 import itertools
-
 import shlex
 from collections.abc import Iterator
 from dataclasses import replace
@@ -22,12 +21,13 @@ from typing import Any
 
 import pytest
 
-from numcheck.calibrate.payloads import CheckRef, Payload
+from numcheck.calibrate.measuring import MeasureRequest
+from numcheck.calibrate.payloads import CheckRef
 from numcheck.cases import Case, CaseFileError, load_case_file
 from numcheck.check import cannot_run
-from numcheck.check.aborted import CheckAborted
-from numcheck.check.executor import CheckRequest
 from numcheck.check.result import CheckResult, Settled, display_id
+from numcheck.execute.aborted import CheckAborted
+from numcheck.execute.executor import CheckRequest
 from numcheck.goldens.files import GoldenError
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError
@@ -108,10 +108,10 @@ class CaseNode(pytest.Collector):
     def collect(self) -> Iterator[CheckItem]:
         device = session_of(self.config).device.kind
         op = get_op(self.case.op)
+        item = MeasureItem if CalibrationMode.KEY in self.config.stash else CheckItem
         for variant in (op.reference, *self.case.variants):
-            yield CheckItem.from_parent(
-                self, name=f"{variant}[{device}]", variant=variant, device=device
-            )
+            yield item.from_parent(self, name=f"{variant}[{device}]", variant=variant,
+                                   device=device)
 
 
 class CheckItem(pytest.Item):
@@ -127,8 +127,6 @@ class CheckItem(pytest.Item):
         #: The check's report record, once it has one; shipped once on a test report.
         self.record: Record | None = None
         self.record_shipped = False
-        #: In calibration mode, what the check measured (shipped on its call report).
-        self.numcheck_calibration: list[Payload] = []
 
     @property
     def display_id(self) -> str:
@@ -181,18 +179,6 @@ class CheckItem(pytest.Item):
 
     def runtest(self) -> None:
         state = session_of(self.config)
-        if CalibrationMode.KEY in self.config.stash:  # measure and suggest, never gate
-            mode = self.config.stash[CalibrationMode.KEY]
-            if state.isolated is None:
-                self.numcheck_calibration = mode.measure(
-                    self.case, self.variant, self.check_ref(), inputs=state.cases.inputs,
-                    sections=state.sections, progress=state.progress)
-            else:
-                from numcheck.plugin.isolation import CalibrationJob
-
-                job = CalibrationJob(mode, self.case, self.variant, self.check_ref())
-                self.numcheck_calibration = state.isolated.run(job, check=self.display_id)
-            return
         commands = self.commands()
         try:
             result = state.execute(CheckRequest(self.case, self.variant, self.device,
@@ -205,6 +191,7 @@ class CheckItem(pytest.Item):
             self._set_record(status="error", reason=f"{aborted.kind}: {aborted.error}",
                              error_kind=aborted.kind)
             raise
+        assert isinstance(result, CheckResult)
         state.keep(self.name, self.nodeid, result)
         self._set_record(result=result)
         settled = result.settled
@@ -229,14 +216,6 @@ class CheckItem(pytest.Item):
                 # The preparation's summary is already among the message's lines.
                 message += "\n\n" + "\n".join(overhead.lines(prepared=False))
             raise NumcheckFailure(message)
-
-    def check_ref(self) -> CheckRef:
-        """The check as a calibration payload names it."""
-        # A sweep's points are budgeted as one case: its table (Case.table), every point.
-        sweep = self.case.sweep
-        return CheckRef(op=self.case.op, case=self.case.table, source=self._source(),
-                        path=str(Path(self.path).resolve()), device=self.device,
-                        nodeid=self.nodeid, point=None if sweep is None else sweep.label)
 
     def _xpass_message(self, settled: Settled, commands: Commands) -> str:
         """A known-bad variant that an active gate expected to catch, and did not."""
@@ -290,3 +269,25 @@ class CheckItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, self.display_id
+
+
+class MeasureItem(CheckItem):
+    """One check of a calibration run (:mod:`numcheck.plugin.calibration`): measured, never
+    gated. It sends a measure request through the run's executor, as a gating check sends
+    its check request; what it measured (its payloads) travels on its call report."""
+
+    def runtest(self) -> None:
+        mode = self.config.stash[CalibrationMode.KEY]
+        checked = frozenset(mode.selected.get((self.case.source, self.case.id), ()))
+        measured = session_of(self.config).execute(MeasureRequest(
+            self.case, self.variant, self.check_ref(), mode.settings.measuring, checked=checked))
+        assert isinstance(measured, list)
+        self.numcheck_calibration = measured
+
+    def check_ref(self) -> CheckRef:
+        """The check as a calibration payload names it."""
+        # A sweep's points are budgeted as one case: its table (Case.table), every point.
+        sweep = self.case.sweep
+        return CheckRef(op=self.case.op, case=self.case.table, source=self._source(),
+                        path=str(Path(self.path).resolve()), device=self.device,
+                        nodeid=self.nodeid, point=None if sweep is None else sweep.label)

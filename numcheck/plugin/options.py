@@ -24,7 +24,7 @@ DRIFT_INI = "numcheck_drift_rules"
 #: GPU models (device classes) case files may key settings by, beside numcheck's list.
 GPU_MODELS_INI = "numcheck_gpu_models"
 FIRST_CALL_INI = "numcheck_first_call_note_s"
-#: Where checks run (numcheck/check/isolated.py): a worker process (``process``), or the
+#: Where checks run (numcheck/execute/isolated.py): a worker process (``process``), or the
 #: pytest process (``off``); the ini key, then the environment variable, set the default.
 ISOLATE_OPTION = "--numcheck-isolate"
 ISOLATE_INI = "numcheck_isolate"
@@ -37,7 +37,7 @@ TIMEOUT_FIRST_CALL_OPTION = "--numcheck-timeout-first-call"
 TIMEOUT_FIRST_CALL_INI = "numcheck_timeout_first_call"
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_TIMEOUT_FIRST_CALL_S = 900.0
-#: Run the checks under compute-sanitizer (numcheck/check/sanitizer.py).
+#: Run the checks under compute-sanitizer (numcheck/execute/sanitizer.py).
 SANITIZE_OPTION = "--numcheck-sanitize"
 DEVICES = ("auto", "cpu", "cuda")
 #: The calibration mode (plugin/calibration.py): measure and suggest instead of gating.

@@ -167,7 +167,7 @@ def read_isolation(
     the ini keys and ``$NUMCHECK_ISOLATE``; a bad value is a :class:`pytest.UsageError`."""
     import os
 
-    from numcheck.check.sanitizer import parse_tools
+    from numcheck.execute.sanitizer import parse_tools
 
     where = "--numcheck-isolate"
     isolate = config.getoption(options.ISOLATE_OPTION)

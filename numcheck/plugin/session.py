@@ -8,8 +8,8 @@ It holds the parts of the run, each from the module that does that job, and dele
 - what the run was asked (:mod:`~numcheck.plugin.runconfig`) and its device
   (:mod:`~numcheck.plugin.device`);
 - the case's inputs and golden, made once and regenerated under the regen flag
-  (:class:`~numcheck.check.case_cache.CaseCache`), and the executor the items run their
-  checks through (:mod:`numcheck.check.executor`: the seam process isolation replaces);
+  (:class:`~numcheck.execute.case_cache.CaseCache`), and the executor the items run their
+  checks through (:mod:`numcheck.execute.executor`: the seam process isolation replaces);
 - the records shipped from the checks (:mod:`~numcheck.plugin.shipping`), the report, drift
   and files (:mod:`~numcheck.plugin.reporting`), the terminal's summary
   (:mod:`~numcheck.plugin.summary`).
@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 
 from numcheck.cases import CaseIds
-from numcheck.check.case_cache import CaseCache
-from numcheck.check.executor import CheckRequest, Executor, InProcess, relative
-from numcheck.check.isolated import Isolated
 from numcheck.check.perf import PerfResult
 from numcheck.check.result import CheckResult
+from numcheck.execute.case_cache import CaseCache
+from numcheck.execute.executor import Answer, Executor, InProcess, Request, relative
+from numcheck.execute.isolated import Isolated
 from numcheck.perf.noise import reset_machine_noise
 from numcheck.perf.sections import DeviceSections
 from numcheck.plugin import options
@@ -68,7 +68,7 @@ class NumcheckSession:
             enabled=self.device.kind == "cuda" or "perf" in self.run.active_gates)
         self.cases = CaseCache(self.run.goldens_dir, self.device.kind, regen=self.run.regen)
         self.progress = Progress(config, is_worker=self.is_worker)
-        #: Where the items run their checks: a worker process (numcheck.check.isolated),
+        #: Where the items run their checks: a worker process (numcheck.execute.isolated),
         #: or this process (the seam, docs/architecture.md).
         self.executor: Executor
         self.isolated: Isolated | None = None
@@ -103,8 +103,9 @@ class NumcheckSession:
 
     # -- the checks -----------------------------------------------------------------------
 
-    def execute(self, request: CheckRequest) -> CheckResult:
-        """Run one check through the run's executor (the seam process isolation replaces)."""
+    def execute(self, request: Request) -> Answer:
+        """Run one check, or a calibration's measure request, through the run's executor
+        (the seam process isolation replaces)."""
         return self.executor(request)
 
     def keep(self, name: str, nodeid: str, result: CheckResult) -> None:

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from numcheck.errors import reduce_whole
 from numcheck.precision import PureCache, one_thread, tensor_digest
 from numcheck.precision.quant_formats import (
     ELEMENT_FORMATS,
@@ -91,6 +92,8 @@ class Finding:
 
 class QuantizationError(ValueError):
     """A quantized operand that does not follow its declared scheme (the findings)."""
+
+    __reduce__ = reduce_whole
 
     def __init__(self, validation: Validation, where: str = "") -> None:
         head = f"{where}: " if where else ""

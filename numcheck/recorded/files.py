@@ -21,6 +21,8 @@ from typing import Any
 import safetensors.torch
 import torch
 
+from numcheck.errors import NumcheckError
+
 __all__ = ["FORMAT", "MAX_BYTES", "MAX_CALLS", "Recorded", "RecordedError", "call_key",
            "read_recorded", "save_recorded", "tensor_bytes"]
 
@@ -33,13 +35,11 @@ MAX_CALLS = 16
 _KEY = re.compile(r"c(\d+)/(.+)")
 
 
-class RecordedError(ValueError):
+class RecordedError(NumcheckError):
     """A recorded-inputs file that cannot be written or read: the problem and the fix."""
 
     def __init__(self, problem: str, fix: str) -> None:
-        super().__init__(f"{problem}. Fix: {fix}")
-        self.problem = problem
-        self.fix = fix
+        super().__init__(None, problem, fix)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from numcheck._version import __version__
 from numcheck.disk.atomic import atomic_write
+from numcheck.errors import NumcheckError
 from numcheck.numerics.budget_origin import NotMeasured, origin_to_dict
 from numcheck.numerics.metric_names import (
     ERROR_METRICS,
@@ -44,12 +45,11 @@ SCHEMA_VERSION = 1
 #: the check crashed); ``error_kind`` says which.
 STATUSES = ("pass", "fail", "xfail", "skip", "error")
 
-class ReportError(ValueError):
+class ReportError(NumcheckError):
     """A report file that cannot be read: names the file, the problem and the fix."""
 
     def __init__(self, path: Path | str, problem: str, fix: str) -> None:
-        super().__init__(f"{path}: {problem}. Fix: {fix}")
-        self.path = Path(path)
+        super().__init__(None, problem, fix, path=path)
 
 
 @dataclass

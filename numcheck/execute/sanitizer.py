@@ -3,7 +3,7 @@
 A kernel that reads past its input and masks the value away returns the right outputs, so
 no comparison with a golden can see it; compute-sanitizer's ``memcheck`` sees the read.
 ``--numcheck-sanitize[=memcheck,racecheck,initcheck,synccheck]`` runs each selected check in
-a worker process of its own under the tool (:mod:`numcheck.check.isolated`), once per tool,
+a worker process of its own under the tool (:mod:`numcheck.execute.isolated`), once per tool,
 with PyTorch's caching allocator off (``PYTORCH_NO_CUDA_MEMORY_CACHING=1``: every tensor is
 its own allocation, so a read one element past a tensor's end is outside any allocation
 rather than inside a pooled block). The tool writes its report to a log file per run; the

@@ -5,10 +5,12 @@ code that runs a check. The items build a :class:`CheckRequest` (plain data: the
 variant, the device) and call an :class:`Executor`; they read nothing back but the
 :class:`~numcheck.check.result.CheckResult` (or the error that left no verdict:
 :class:`~numcheck.goldens.files.GoldenError`, :class:`~numcheck.ops.spec.VariantError`,
-:class:`~numcheck.perf.timing.TimingError`), and decide the pytest outcome from it.
+:class:`~numcheck.perf.timing.TimingError`), and decide the pytest outcome from it. A
+calibration run's items send a :class:`~numcheck.calibrate.measuring.MeasureRequest` through
+the same call instead, and get back what the check measured (its payloads).
 
 :class:`InProcess` runs each check in the calling process, with the run's
-:class:`~numcheck.check.case_cache.CaseCache`: the case's golden, then
+:class:`~numcheck.execute.case_cache.CaseCache`: the case's golden, then
 :func:`numcheck.check.run_check`, then what the report keeps beyond the verdict (plot data,
 the tf32-on-CPU note) and, for a check that failed outside what its case expects, the
 obtained file (:attr:`CheckResult.obtained`). Everything the item needs is on the result,
@@ -25,12 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from numcheck.calibrate.measuring import MeasureRequest, measure_check
+from numcheck.calibrate.payloads import Payload
 from numcheck.cases import Case
 from numcheck.check import run_check
-from numcheck.check.case_cache import CaseCache
 from numcheck.check.extras import annotate, keep_failed
 from numcheck.check.firstcall import DEFAULT_NOTE_S, Progress
 from numcheck.check.result import CheckResult
+from numcheck.execute.case_cache import CaseCache
 from numcheck.ops.registry import get_op
 from numcheck.perf.sections import DeviceSections
 
@@ -46,10 +50,15 @@ class CheckRequest:
     regen_hint: str
 
 
-class Executor(Protocol):
-    """Runs one check and gives its result; raises only the errors that leave no verdict."""
+#: What an executor is asked, and what it answers: a check's result, or what it measured.
+Request = CheckRequest | MeasureRequest
+Answer = CheckResult | list[Payload]
 
-    def __call__(self, request: CheckRequest) -> CheckResult: ...
+
+class Executor(Protocol):
+    """Runs one request and gives its answer; raises only the errors that leave no verdict."""
+
+    def __call__(self, request: Request) -> Answer: ...
 
 
 def failed_outside_expectation(result: CheckResult) -> bool:
@@ -85,9 +94,13 @@ class InProcess:
         #: The obtained file names its golden relative to this folder (the rootdir).
         self.root = root
 
-    def __call__(self, request: CheckRequest) -> CheckResult:
+    def __call__(self, request: Request) -> Answer:
         case = request.case
         op = get_op(case.op)
+        if isinstance(request, MeasureRequest):  # calibration: measured, never gated
+            return measure_check(request, op, references=self.cases.references(op, case),
+                                 inputs=self.cases.inputs, sections=self.sections,
+                                 progress=self.progress)
         golden = None if case.perf_only else self.cases.golden(op, case,
                                                                regen_hint=request.regen_hint)
         inputs = self.cases.inputs(op, case)

@@ -1,4 +1,5 @@
-"""What the checks of one case share, made once per run: its inputs and its golden.
+"""What the checks of one case share, made once per run: its inputs and its golden (and in a
+calibration run, its references made on the spot).
 
 The checks of a case (the reference, then each variant) run back to back: the case's inputs
 are made once per seed (:class:`~numcheck.check.run.CaseInputs`) and kept until the next
@@ -9,13 +10,14 @@ regen flag the golden is first regenerated from the reference, once per file, an
 did is kept for the run's summary (:attr:`CaseCache.regen_notes`).
 
 No pytest here: the pytest run holds one (:mod:`numcheck.plugin.session`), and the check's
-executor (:mod:`numcheck.check.executor`) reads from it.
+executor (:mod:`numcheck.execute.executor`) reads from it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from numcheck.calibrate import References
 from numcheck.cases import Case
 from numcheck.check.make_golden import regenerate
 from numcheck.check.run import CaseInputs
@@ -37,6 +39,7 @@ class CaseCache:
         self.regen_notes: dict[Path, str] = {}
         self._goldens: dict[Path, CaseGolden | GoldenError] = {}
         self._inputs: tuple[Case, CaseInputs] | None = None
+        self._references: References | None = None
 
     def path(self, op: OpSpec, case: Case) -> Path:
         """Where the case's golden is stored."""
@@ -47,6 +50,13 @@ class CaseCache:
         if self._inputs is None or self._inputs[0] is not case:
             self._inputs = (case, CaseInputs(op, case))
         return self._inputs[1]
+
+    def references(self, op: OpSpec, case: Case) -> References:
+        """A calibration's goldens of the case, made on the spot per seed and shared by the
+        case's variants; only the current case's are kept."""
+        if self._references is None or self._references.case is not case:
+            self._references = References(op, case, self.device)
+        return self._references
 
     def golden(self, op: OpSpec, case: Case, *, regen_hint: str) -> CaseGolden:
         """The case's golden, read and validated for the case once (every check of the case

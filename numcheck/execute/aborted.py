@@ -1,7 +1,7 @@
 """A check that ended without a verdict of its numbers: its process crashed, it ran past its
 time limit, it ran out of memory, or the memory checker found errors in its kernels.
 
-An isolated run (:mod:`numcheck.check.isolated`) turns each of these into an
+An isolated run (:mod:`numcheck.execute.isolated`) turns each of these into an
 :class:`Aborted`: the kind, the phase the check was in (:mod:`numcheck.check.phase`), the
 error, and what it means for the run. The item raises it as :class:`CheckAborted`, whose
 message is the failure the user reads; the record keeps the kind as its ``error_kind``.
@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 import signal
 from dataclasses import dataclass, field
+
+from numcheck.errors import reduce_whole
 
 #: The kinds, as the first word of the failure and the record's ``error_kind``.
 CRASH = "CRASH"
@@ -82,6 +84,8 @@ class Aborted:
 
 class CheckAborted(Exception):
     """Raised by the item for an :class:`Aborted` check; the message is its lines."""
+
+    __reduce__ = reduce_whole
 
     def __init__(self, aborted: Aborted) -> None:
         super().__init__("\n".join(aborted.lines()))

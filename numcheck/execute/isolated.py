@@ -1,17 +1,17 @@
 """Checks run in a worker process, so that a check that crashes, hangs or runs out of
 memory fails alone (docs/architecture.md, "Where a check is executed").
 
-:class:`Isolated` is an :class:`~numcheck.check.executor.Executor`: the run's items call it
-as they call :class:`~numcheck.check.executor.InProcess`. It keeps one worker process
-(:mod:`numcheck.check.worker`), started as soon as the run knows its checks and booting
+:class:`Isolated` is an :class:`~numcheck.execute.executor.Executor`: the run's items call it
+as they call :class:`~numcheck.execute.executor.InProcess`. It keeps one worker process
+(:mod:`numcheck.execute.worker`), started as soon as the run knows its checks and booting
 while pytest collects, and sends it one check at a time. A worker whose process dies, whose
 CUDA context is lost, that runs out of memory or passes the check's time limit is ended
-and replaced; the check it ran fails as :class:`~numcheck.check.aborted.CheckAborted`, with
+and replaced; the check it ran fails as :class:`~numcheck.execute.aborted.CheckAborted`, with
 the phase it was in, and every later check runs in the new worker.
 
 The time limit counts the check's time outside its first call; the first call (compile and
 warm-up) has an allowance of its own. Under ``sanitize`` each check runs in a worker of its
-own, under compute-sanitizer (:mod:`numcheck.check.sanitizer`), once per tool.
+own, under compute-sanitizer (:mod:`numcheck.execute.sanitizer`), once per tool.
 """
 
 from __future__ import annotations
@@ -25,19 +25,19 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from numcheck.check.aborted import CRASH, SANITIZER, TIMEOUT, Aborted, CheckAborted, exit_error
-from numcheck.check.case_cache import CaseCache
-from numcheck.check.executor import CheckRequest
 from numcheck.check.firstcall import Progress
 from numcheck.check.phase import FIRST_CALL
-from numcheck.check.result import CheckResult, display_id
-from numcheck.check.sanitizer import Sanitizer
-from numcheck.check.worker import Worker, WorkerSetup, receive, send
+from numcheck.check.result import display_id
+from numcheck.execute.aborted import CRASH, SANITIZER, TIMEOUT, Aborted, CheckAborted, exit_error
+from numcheck.execute.case_cache import CaseCache
+from numcheck.execute.executor import Answer, Request
+from numcheck.execute.sanitizer import Sanitizer
+from numcheck.execute.worker import WorkerSetup, receive, send
 
 #: Seconds a new worker may take to import torch and register the variants.
 BOOT_LIMIT_S = 600.0
@@ -111,20 +111,6 @@ class TimeUsed:
                 f"(limits: {self.limits.describe()})")
 
 
-@dataclass(frozen=True)
-class CheckJob:
-    """Run one check in the worker with its executor."""
-
-    request: CheckRequest
-
-    def __call__(self, worker: Worker) -> CheckResult:
-        request = replace(self.request, case=worker.same_case(self.request.case))
-        result = worker.executor(request)
-        for seed in result.seeds:  # written to the obtained file already; not shipped
-            seed.outputs = None
-        return result
-
-
 class _Process:
     """One worker process: its connection (a Unix socket, which a wrapper such as
     compute-sanitizer passes through whatever it does with file descriptors) and its log."""
@@ -139,7 +125,7 @@ class _Process:
         self.listener.listen(1)
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [*prefix, sys.executable, "-m", "numcheck.check.worker", self.address],
+                [*prefix, sys.executable, "-m", "numcheck.execute.worker", self.address],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, **env}, start_new_session=True, cwd=os.getcwd())
         self.conn: Connection | None = None
@@ -289,23 +275,17 @@ class Isolated:
 
     # -- one check ------------------------------------------------------------------------
 
-    def __call__(self, request: CheckRequest) -> CheckResult:
-        job = CheckJob(request)
+    def __call__(self, request: Request) -> Answer:
+        """Run ``request`` in the worker; its answer, or the exception it raised (an
+        exception that leaves no verdict), or :class:`CheckAborted`."""
         check = display_id(request.case, request.variant, request.device)
         if self.sanitizer is not None:
-            return self._sanitized(job, check)
-        value = self.run(job, check=check)
-        assert isinstance(value, CheckResult)
-        return value
-
-    def run(self, job: Any, *, check: str) -> Any:
-        """Run ``job`` in the worker; its value, or the exception it raised (an exception
-        that leaves no verdict), or :class:`CheckAborted`."""
+            return self._sanitized(request, check)
         if self._proc is None:
             self._proc = self._spawn(())
         self._ready(self._proc)
         proc = self._proc
-        answer = self._answer(proc, job, check)
+        answer = self._answer(proc, request, check)
         if answer[0] == "done":
             self._merge_regen(answer[2])
             return answer[1]
@@ -317,10 +297,10 @@ class Isolated:
         self.start()
         raise CheckAborted(answer[1])
 
-    def _answer(self, proc: _Process, job: Any, check: str) -> tuple[Any, ...]:
-        """Send ``job`` and wait for its answer within the time limits; a dead or stuck
+    def _answer(self, proc: _Process, request: Request, check: str) -> tuple[Any, ...]:
+        """Send ``request`` and wait for its answer within the time limits; a dead or stuck
         worker becomes an ``("aborted", Aborted)`` answer."""
-        send(proc.connection, ("run", job))
+        send(proc.connection, ("run", request))
         used = TimeUsed(self.limits, self.clock())
         while True:
             now = self.clock()
@@ -367,18 +347,18 @@ class Isolated:
 
     # -- under compute-sanitizer ------------------------------------------------------------
 
-    def _sanitized(self, job: CheckJob, check: str) -> CheckResult:
+    def _sanitized(self, request: Request, check: str) -> Answer:
         """The check once per tool, each in a new worker under compute-sanitizer; the first
         run's result is the verdict of the numbers, every tool's errors are gathered."""
         assert self.sanitizer is not None
-        result: CheckResult | None = None
+        result: Answer | None = None
         found: list[str] = []
         for tool in self.sanitizer.tools:
             log = Path(tempfile.mkstemp(prefix=f"{tool}-", suffix=".log", dir=self.log_dir)[1])
             proc = self._spawn(self.sanitizer.command(tool, log), self.sanitizer.env)
             try:
                 self._ready(proc)
-                answer = self._answer(proc, job, check)
+                answer = self._answer(proc, request, check)
             finally:
                 if proc.proc.poll() is None:
                     proc.stop(wait_s=120.0)

@@ -1,14 +1,14 @@
 """The worker process of an isolated run: it runs checks one at a time for the pytest
-process that started it (:mod:`numcheck.check.isolated`) and answers with their results.
+process that started it (:mod:`numcheck.execute.isolated`) and answers with their results.
 
-Started as ``python -m numcheck.check.worker SOCKET`` (under compute-sanitizer when the
+Started as ``python -m numcheck.execute.worker SOCKET`` (under compute-sanitizer when the
 run asks for it), it connects to the pytest process's Unix socket and reads a :class:`WorkerSetup` first: the parent's import path,
 the modules whose ``pytest_numcheck_register`` hook (or import) registered variants, and
 what the run's executor needs. It registers the same ops and variants as the parent, builds
-an :class:`~numcheck.check.executor.InProcess` executor of its own, says it is ready, and
-then runs the jobs it is sent. While a job runs it tells the parent each phase
-(:mod:`numcheck.check.phase`) and each progress line (a first call that runs long); a job
-ends with its value, the exception that left no verdict, or an :class:`Aborted` (the CUDA
+an :class:`~numcheck.execute.executor.InProcess` executor of its own, says it is ready, and
+then runs the requests it is sent (checks, or a calibration's measure requests). While one
+runs it tells the parent each phase (:mod:`numcheck.check.phase`) and each progress line (a
+first call that runs long); a request ends with its answer, the exception that left no verdict, or an :class:`Aborted` (the CUDA
 context lost, out of memory), after which this process exits: a new one runs the next
 check. A crash or a hang needs no cooperation from here: the parent sees the socket close or
 the time limit pass.
@@ -24,13 +24,13 @@ import pickle
 import socket
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from numcheck.check import phase
-from numcheck.check.aborted import (
+from numcheck.execute.aborted import (
     CRASH,
     OOM,
     Aborted,
@@ -41,8 +41,8 @@ from numcheck.check.aborted import (
     root_error,
 )
 
-#: A job: called with the worker, returns what the parent receives.
-Job = Callable[["Worker"], Any]
+if TYPE_CHECKING:
+    from numcheck.execute.executor import Answer, Request
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,8 @@ class Worker:
     """This process's executor, caches and connection to the parent."""
 
     def __init__(self, setup: WorkerSetup, send: Callable[..., None]) -> None:
-        from numcheck.check.case_cache import CaseCache
-        from numcheck.check.executor import InProcess
+        from numcheck.execute.case_cache import CaseCache
+        from numcheck.execute.executor import InProcess
         from numcheck.perf.sections import DeviceSections
 
         self.setup = setup
@@ -83,16 +83,19 @@ class Worker:
             progress=lambda line: send(("progress", line), True),
             first_call_note_s=setup.first_call_note_s, obtained_dir=setup.obtained_dir,
             root=setup.root)
-        #: What jobs keep between calls (a calibration's references, say), by their key.
-        self.memo: dict[str, Any] = {}
         #: One Case object per case: the caches key on the object, and each request
         #: arrives as a new copy.
         self._cases: dict[tuple[str, str], Any] = {}
 
-    def same_case(self, case: Any) -> Any:
-        """The first copy received of ``case`` (so its inputs and envelopes are made once)."""
-        key = (str(case.source), case.id)
-        return self._cases.setdefault(key, case)
+    def run(self, request: Request) -> Answer:
+        """``request``'s answer from this process's executor, on the first copy received of
+        its case (so its inputs and envelopes are made once); a check's output tensors stay
+        here (a failed check's are in its obtained file already)."""
+        case = self._cases.setdefault((str(request.case.source), request.case.id), request.case)
+        answer = self.executor(replace(request, case=case))
+        for seed in getattr(answer, "seeds", ()):
+            seed.outputs = None
+        return answer
 
     def regen_shipment(self) -> dict[str, dict[str, Any]]:
         """The goldens this worker regenerated, for the parent's summary."""
@@ -174,12 +177,12 @@ def kind_in(exc: BaseException, device: str) -> str | None:
     return OOM if kind == OOM else None  # a CUDA error that left the context working
 
 
-def run_job(worker: Worker, job: Job) -> tuple[tuple[Any, ...], bool]:
-    """Run one job; the answer to send, and whether this process must end after it. An
+def run_job(worker: Worker, request: Request) -> tuple[tuple[Any, ...], bool]:
+    """Run one request; the answer to send, and whether this process must end after it. An
     aborted answer names no check: the pytest process knows which it sent."""
     try:
         with phase.listening(lambda name: worker.send(("phase", name), True)):
-            value = job(worker)
+            value = worker.run(request)
     except Exception as exc:  # every exception leaves this check; which ones end the worker
         device = worker.setup.device
         kind = kind_in(exc, device)
@@ -236,7 +239,7 @@ def receive(conn: Connection) -> Any:
 
 
 def serve(conn: Connection) -> int:
-    """Read the setup, then jobs until told to stop or a job ends this process."""
+    """Read the setup, then requests until told to stop or one ends this process."""
     setup: WorkerSetup = receive(conn)
     sys.path[:] = setup.sys_path
     os.environ.update(setup.env)
