@@ -59,6 +59,7 @@ from numcheck.cases import Case, load_cases
 from numcheck.check import run_check
 from numcheck.check.make_golden import fresh_golden
 from numcheck.honest.gemm_family import member_name, member_variants, members
+from numcheck.numerics.budget_origin import lender_of
 from numcheck.numerics.metric_names import ERROR_METRICS, SIM_METRICS
 from numcheck.ops import registry
 from numcheck.ops.registry import add_variant, get_op
@@ -271,8 +272,9 @@ def suggest(merged: dict[str, Any], cases: list[Case]) -> str:
         heads = merged["cases"].get(f"{case.op}::{case.id}", {})
         k = int(case.params.get("index_topk", 0) or 0)
         for head, res in heads.items():
-            if head in case.budget_like:
-                lines.append(f"# {case.id}: {head} takes {case.budget_like[head]}'s budgets")
+            lender = lender_of(case.budgets[head].origins)
+            if lender is not None:
+                lines.append(f"# {case.id}: {head} takes {lender}'s budgets")
                 continue
             quant = get_op(case.op).variants[head].quant
             for output, worst in res["worst"].items():
