@@ -54,7 +54,6 @@ from numcheck.honest.gemm_family import missing_envelope, yardstick
 from numcheck.invariance.gate import (
     BATCH_INVARIANT_KEY,
     DETERMINISTIC_KEY,
-    GATE_OF_KEY,
     InvarianceError,
     InvarianceSpec,
     parse_spec,
@@ -630,7 +629,7 @@ def _check_expect_can_fail(
     for gate, spec in invariance.items():
         if gate not in expected.targets():
             continue
-        case_key = next(k for k, g in GATE_OF_KEY.items() if g == gate)
+        case_key = GATES[gate].case_key
         if spec is None or not any(spec.holds(variant, d) for d in devices):
             raise where.error(
                 key, f"it expects the {gate} gate to fail, which holds '{variant}' only where "

@@ -58,10 +58,10 @@ from numcheck.check.perf import measure_perf
 from numcheck.check.result import CheckResult, Settled, display_id
 from numcheck.check.run import CaseInputs, run_variant
 from numcheck.devices import run_class
-from numcheck.gates import BATCH_INVARIANCE_GATE, DETERMINISM_GATE, QUANT_GATE
+from numcheck.gates import BATCH_INVARIANCE_GATE, DETERMINISM_GATE, INVARIANCE_GATES, QUANT_GATE
 from numcheck.goldens.case_golden import CaseGolden
 from numcheck.inputs import to_device
-from numcheck.invariance.gate import BATCH_INVARIANT_KEY, DETERMINISTIC_KEY, INVARIANCE_GATES
+from numcheck.invariance.gate import BATCH_INVARIANT_KEY, DETERMINISTIC_KEY
 from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import OpSpec

@@ -35,12 +35,9 @@ from numcheck.numerics.verdict import Violation
 if TYPE_CHECKING:
     from numcheck.invariance.bitwise import Difference
 
-#: Case keys, and the gate each turns on.
-DETERMINISTIC_KEY = "deterministic"
-BATCH_INVARIANT_KEY = "batch_invariant"
-GATE_OF_KEY = {DETERMINISTIC_KEY: DETERMINISM_GATE.name,
-               BATCH_INVARIANT_KEY: BATCH_INVARIANCE_GATE.name}
-INVARIANCE_GATES = (DETERMINISM_GATE.name, BATCH_INVARIANCE_GATE.name)
+#: The case keys that turn the gates on.
+DETERMINISTIC_KEY = DETERMINISM_GATE.case_key
+BATCH_INVARIANT_KEY = BATCH_INVARIANCE_GATE.case_key
 
 #: Calls of a variant on one seed's inputs the determinism gate makes and compares (each
 #: later one with the first). Two would be the least that can show anything; three give

@@ -7,7 +7,9 @@ class's default row (:class:`Default`), passed to the ``numcheck_golden`` fixtur
 (:class:`FixtureArg`), or not a limit at all because nothing can measure it
 (:class:`NotMeasured`). ``numcheck.cases`` and :func:`numcheck.numerics.budgets.complete_budget`
 record it in :attr:`VariantBudget.origins`; the failure message, calibration and the case
-writer read that record, never the case file's text again.
+writer read that record, never the case file's text again. The other limits of a case
+(speed, overhead, invariance) take the same kinds, or a gate's default
+(:class:`GateDefault`), from :func:`numcheck.cases.limits.limit_origin`.
 
 An origin may wrap another: a borrower's key is :class:`Lent` around the key's origin in the
 lent tables (given there, inherited, or a default), and an inherited key names the origin of
@@ -81,6 +83,17 @@ class Default:
 
 
 @dataclass(frozen=True)
+class GateDefault:
+    """A gate's own default limit (the casts and kernels gates': numcheck/overhead/gate.py),
+    set by no key of the case; ``table`` is where a key would override it
+    (``tiny.overhead.bf16``)."""
+
+    gate: str
+    table: str
+    kind: ClassVar[str] = "gate_default"
+
+
+@dataclass(frozen=True)
 class FixtureArg:
     """Passed in ``budget=`` of a ``numcheck_golden`` check, at ``where`` (``file:line`` of
     the call)."""
@@ -98,12 +111,13 @@ class NotMeasured:
     kind: ClassVar[str] = "unmeasured"
 
 
-Origin = Given | Lent | Inherited | Default | FixtureArg | NotMeasured
+Origin = Given | Lent | Inherited | Default | GateDefault | FixtureArg | NotMeasured
 #: A variant's origins: output -> budget key -> origin.
 Origins = Mapping[str, Mapping[str, Origin]]
 
 _KINDS: dict[str, type[Any]] = {cls.kind: cls for cls in
-                                (Given, Lent, Inherited, Default, FixtureArg, NotMeasured)}
+                                (Given, Lent, Inherited, Default, GateDefault, FixtureArg,
+                                 NotMeasured)}
 
 
 def root(origin: Origin) -> Origin:

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from numcheck.numerics.budget_origin import (
     DEFAULTS_SOURCE,
     FixtureArg,
+    GateDefault,
     Given,
     Inherited,
     Lent,
@@ -41,7 +42,7 @@ def origin_text(
     variant: str,
     output: str,
     key: str,
-    value: float,
+    value: float | bool | str | None,
     source: str,
     case_line: int | None = None,
 ) -> str:
@@ -52,7 +53,9 @@ def origin_text(
     or ``calc_diff = 0.0001: default for bf16 from numcheck/numerics/budgets.py (no key in
     cases/indexer.toml:12 [tiny]; set [tiny.budget.bf16.logits] calc_diff to override)``.
     ``source``: the case file as the message shows it; ``case_line``: the line of the
-    case's table (``Case.lines[()]``)."""
+    case's table (``Case.lines[()]``); ``value``: a number, a flag, a rule in words
+    (``holds 'x' on cpu: ...``) or None (the key alone: :func:`numcheck.cases.limits.
+    limit_origin` gives the key and value of every kind of limit)."""
     steps: list[str] = []
     table = variant  # the table a key set for this variant goes in: its own, or its lender's
     while isinstance(origin, Lent | Inherited):
@@ -67,17 +70,23 @@ def origin_text(
                          f"{origin.output}] overrides it)")
         origin = origin.source
     why = "".join(f"; {step}" for step in steps)
+    setting = (key if value is None else f"{key} {value}" if isinstance(value, str) else
+               f"{key} = {str(value).lower()}" if isinstance(value, bool) else
+               f"{key} = {value:g}")
     if isinstance(origin, Given):
-        return f"{_at(source, origin.line)} ([{origin.table}] {key} = {value:g}{why})"
+        return f"{_at(source, origin.line)} ([{origin.table}] {setting}{why})"
     if isinstance(origin, FixtureArg):
-        return f"{origin.where} (budget= of this check: {key} = {value:g}{why})"
+        return f"{origin.where} (budget= of this check: {setting}{why})"
     if isinstance(origin, NotMeasured):
         return f"{key}: no limit, not measured ({origin.why})"
+    if isinstance(origin, GateDefault):
+        return (f"{key}: default of the {origin.gate} gate (set [{origin.table}] {key} in "
+                f"{source} to override)")
     if origin.storage is not None:  # a Default, the one kind left
         steps.append(f"{output} is stored in {origin.storage}, coarser than {variant}'s class")
     row = (f"the simulated reference's default for {origin.sums} ({origin.precision})"
            if origin.sums else f"default for {origin.precision}")
-    return (f"{key} = {value:g}: {row} from {DEFAULTS_SOURCE} ("
+    return (f"{setting}: {row} from {DEFAULTS_SOURCE} ("
             + "".join(f"{step}; " for step in steps)
             + f"no key in {_at(source, case_line)} [{case}]; set [{case}.budget.{table}."
             f"{output}] {key} to override)")

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from numcheck.gates import BUILTIN_GATES
+from numcheck.gates import GATES, INVARIANCE_GATES
 from numcheck.numerics.metric_names import MAX_FLIPS, SIM_METRICS
 from numcheck.report.records import Record
 from numcheck.report.sweep_rows import fold_sweeps
@@ -72,7 +72,7 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
         title += (": known-bad, and it fails outside its expectation" if settled.outside
                   else ": known-bad, and its expectation is not met")
         notes += expectation_lines(settled)
-    invariance = top is not None and top.output in _INVARIANCE_KEYS
+    invariance = top is not None and top.output in INVARIANCE_GATES
     speed = top is not None and top.output == "perf"
     message = verdict_message(
         title, result.violations, worst_detail=detail,
@@ -109,14 +109,10 @@ def speed_steps(device_class: str, speed: str) -> list[str]:
     ]
 
 
-#: The determinism and batch-invariance gates, and the case key that turns each on.
-_INVARIANCE_KEYS = {"determinism": "deterministic", "batch_invariance": "batch_invariant"}
-
-
 def invariance_steps(gate: str, variant: str, source: str, case: str) -> list[str]:
     """The next steps of a determinism or batch-invariance failure: no budget to tune, the
     kernel is wrong or the case asks too much of it."""
-    key = _INVARIANCE_KEYS[gate]
+    key = GATES[gate].case_key
     fix = ("a reduction order fixed for every call: no float atomics, no split chosen by "
            "occupancy" if gate == "determinism" else
            "a split, tile and kernel that depend on the shape of a request, not on the batch")
@@ -207,41 +203,21 @@ def expectation_lines(settled: Settled) -> list[str]:
 
 
 def _budget_line(result: CheckResult, top: Violation | None, source: str) -> str:
-    """Where the worst violation's limit is set, as the budget's record says (its origin,
-    decided when the case was loaded): the case file and line, or the defaults row."""
+    """Where the worst violation's limit is set, as :func:`numcheck.cases.limits.
+    limit_origin` says (a budget's origin was decided when the case was loaded): the case
+    file and line, or the default it comes from; "" for a rule no key sets."""
+    from numcheck.cases.limits import limit_origin
     from numcheck.report.budget_source import origin_text
 
-    if top is None:
+    perf = getattr(result, "perf", None)
+    limit = None if top is None else limit_origin(
+        result.case, result.variant, top.output, top.metric,
+        cls=getattr(perf, "device_class", "") or result.device)
+    if top is None or limit is None:
         return ""
-    case, variant = result.case, result.variant
-    budget = case.budgets.get(variant)
-    origin = None if budget is None else budget.origin(top.output, top.metric)
-    limits: Mapping[str, float] = {}
-    if budget is not None and top.output in budget.outputs:
-        limits = budget.outputs[top.output].limits
-    elif budget is not None and budget.topk is not None:
-        limits = budget.topk.limits
-    if origin is not None and top.metric in limits:
-        return origin_text(origin, case=case.table, variant=variant, output=top.output,
-                           key=top.metric, value=limits[top.metric], source=source,
-                           case_line=case.lines.get(()))
-    if top.output in _INVARIANCE_KEYS:
-        key = _INVARIANCE_KEYS[top.output]
-        at = case.lines.get((key,))
-        where = f"{source}:{at}" if at is not None else source
-        return (f"{where} ([{case.table}] {key} holds '{variant}' on {result.device}: "
-                "bitwise equal, no tolerance)")
-    table = {"casts": "overhead", "kernels": "overhead", "perf": "perf"}.get(top.output)
-    if table is None:
-        return ""  # a rule, not a budget (a NaN, the -inf mask): nothing to tune
-    # The case-file key that sets the limit: casts.input_copies is max_input_copies.
-    gate = {g.name: g for g in BUILTIN_GATES}.get(top.output)
-    key = gate.limit_key(top.metric) if gate is not None else top.metric
-    line = case.lines.get((table, variant, key))
-    if line is not None:
-        return f"{source}:{line} ([{case.table}.{table}.{variant}] {key})"
-    return (f"{key}: default of the {top.output} gate (set [{case.table}.{table}.{variant}] "
-            f"{key} in {source} to override)")
+    return origin_text(limit.origin, case=result.case.table, variant=result.variant,
+                       output=top.output, key=limit.key, value=limit.value, source=source,
+                       case_line=result.case.lines.get(()))
 
 
 def verdict_message(
