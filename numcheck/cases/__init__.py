@@ -340,10 +340,6 @@ class _Where:
     def error(self, key: str | None, problem: str, fix: str) -> CaseFileError:
         return CaseFileError(self.path, problem, fix, case=self.case, key=key)
 
-    def line(self, *keys: str) -> int | None:
-        """The line that sets the case's key ``keys`` (a path below the case's table)."""
-        return self.lines.get((self.case, *keys))
-
     def case_lines(self) -> dict[tuple[str, ...], int]:
         """Every key of the case and its line, by the path below the case's table."""
         return {key[1:]: line for key, line in self.lines.items() if key[0] == self.case}
@@ -390,10 +386,10 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup, *,
             "tables would gate nothing",
             "remove them (a CPU-sized case of the op gates its numerics), or remove "
             "perf_only = true and make the case's golden")
-    runs_on = _runs_on(op, variants, devices)
+    runs_on, lines = _runs_on(op, variants, devices), where.case_lines()
     try:
-        budgets = parse_budgets(case_id, where.path, where.case_lines(), body, op, variants,
-                                runs_on, measuring=measuring)
+        budgets = parse_budgets(case_id, where.path, lines, body, op, variants, runs_on,
+                                measuring=measuring)
         deterministic, batch_invariant = (
             _parse_invariance(where, body, op, key, variants, devices, params, perf_only)
             for key in (DETERMINISTIC_KEY, BATCH_INVARIANT_KEY))
@@ -425,7 +421,7 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup, *,
         perf_only=perf_only,
         overhead=overhead,
         provenance=provenance,
-        lines=where.case_lines(),
+        lines=lines,
         inputs=inputs,
         deterministic=deterministic,
         batch_invariant=batch_invariant,

@@ -1,16 +1,12 @@
 """A case's budget tables: read, borrowed, completed, each key's origin decided once.
 
-``[<case>.budget.<variant>.<output>]`` tables give the keys a case cares about;
-``[<case>.budget.<variant>] budget_like = "<lender>"`` reads another variant's tables as the
-variant's own; an output stored in a coarser dtype than the variant computes takes the
+``[<case>.budget.<variant>.<output>]`` tables give the keys a case cares about; ``budget_like
+= "<lender>"`` reads another variant's tables as the variant's own; a coarse output takes the
 storage class's keys (:func:`numcheck.numerics.budgets.coarse_inheritance`); the rest comes
-from the precision's defaults row (:func:`numcheck.numerics.budgets.complete_budget`). Each
-key's origin (:mod:`numcheck.numerics.budget_origin`: given at a line, lent, inherited, a
-default, not measured) is decided here, with the values, and kept in the budget.
-
-Every mistake is a :class:`~numcheck.numerics.budgets.BudgetError` whose key is relative to
-the case (``budget.bf16.y.rel_fro``); the case loader (:mod:`numcheck.cases`) names the file
-and the case.
+from the defaults row (:func:`numcheck.numerics.budgets.complete_budget`). Each key's origin
+(:mod:`numcheck.numerics.budget_origin`) is decided here, with its value, and kept in the
+budget. A mistake is a :class:`~numcheck.numerics.budgets.BudgetError` keyed from the case
+(``budget.bf16.y.rel_fro``); the loader (:mod:`numcheck.cases`) adds the file and the case.
 """
 
 from __future__ import annotations
@@ -81,27 +77,18 @@ def parse_budgets(
     tables = {name: given.get(lenders.get(name, name), {}) for name in running}
     topk_output = op.topk.indices if op.topk is not None else None
     budgets: dict[str, VariantBudget] = {}
-    for name in op.variants:
-        if name not in running:
-            continue
-        checked = op.checked(name)
-        quant = op.variants[name].quant
+    for name in (v for v in op.variants if v in running):
+        checked, quant, lender = op.checked(name), op.variants[name].quant, lenders.get(name)
         sims = sim_default_row(quant.accumulation) if quant is not None else None
-        lender = lenders.get(name)
         try:
             precision = op.variants[name].precision
             own, origins = _own_tables(case, lines, op, name, precision, tables, lenders)
             budget = complete_budget(
-                precision,
-                {output: t for output, t in own.items()
-                 if output in checked or output not in op.outputs},
-                outputs=checked,
-                topk_output=topk_output if topk_output in checked else None,
-                output_precision=op.output_precision,
-                unmeasured=_unmeasured(op, name, runs_on[name], lender),
-                given_origins=origins,
-                sims=sims,
-            )
+                precision, {output: t for output, t in own.items()
+                            if output in checked or output not in op.outputs},
+                outputs=checked, topk_output=topk_output if topk_output in checked else None,
+                output_precision=op.output_precision, given_origins=origins, sims=sims,
+                unmeasured=_unmeasured(op, name, runs_on[name], lender))
         except BudgetError as exc:
             raise BudgetError(f"budget.{lender or name}.{exc.key}", exc.problem,
                               exc.fix) from None

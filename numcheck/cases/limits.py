@@ -2,12 +2,10 @@
 
 A check fails on a budget key (``y.rel_fro``), a speed threshold (``perf.speedup_min``), an
 overhead limit (``casts.cast_bytes_ratio``) or an invariance key (``determinism``).
-:func:`limit_origin` names the case-file key that sets it, its value and its origin
-(:mod:`numcheck.numerics.budget_origin`): a budget's as decided when the budget was completed
-(:attr:`~numcheck.numerics.budgets.VariantBudget.origins`), the others from the lines the
-loader read (``Case.lines``) and the gate's case key (:attr:`numcheck.gates.Gate.case_key`).
-The failure message's ``budget:`` line words what it returns
-(:func:`numcheck.report.budget_source.origin_text`), and nothing reads the file again.
+:func:`limit_origin` names the key that sets it, its value and its origin: a budget key's as
+recorded when the budget was completed, the others from the lines the loader read
+(``Case.lines``) and the gate's case key. Every failure's ``budget:`` line words what it
+returns (numcheck.report.budget_source), and nothing reads the file again.
 """
 
 from __future__ import annotations
@@ -23,9 +21,8 @@ from numcheck.numerics.budgets import TIE_BAND_KEYS
 
 @dataclass(frozen=True)
 class Limit:
-    """A limit of a case: the key that sets it, as written below its table
-    (``rel_fro``, ``speedup_min.H200``, ``max_input_copies``, ``deterministic``), its value
-    (in words for a key that turns a rule on; None for a table of values), and its origin."""
+    """A limit: the key that sets it below its table (``rel_fro``, ``speedup_min.H200``), its
+    value (in words for a key that turns a rule on; None for a table), and its origin."""
 
     key: str
     value: float | bool | str | None
@@ -42,18 +39,18 @@ def limit_origin(case: Case, variant: str, output: str, metric: str, *,
     budget = case.budgets.get(variant)
     gate = GATES.get(output)
     if gate is None:  # a budget key: its origin was decided when the budget was completed
-        origin = None if budget is None else budget.origin(output, metric)
+        recorded = None if budget is None else budget.origin(output, metric)
         part = None if budget is None else budget.outputs.get(output, budget.topk)
-        if origin is None or part is None:
+        if recorded is None or part is None:
             return None
         value = part.limits[metric] if metric in part.limits else getattr(
             part, "tie_band" if metric in TIE_BAND_KEYS else metric, None)
-        return Limit(metric, value, origin)
+        return Limit(metric, value, recorded)
     key, lines = gate.limit_key(metric), case.lines
     if gate.case_key == "perf":
         spec = case.perf.get(variant)
-        held = None if spec is None else (
-            cls if cls in spec.speedup_min else class_kind(cls) if spec.every_class else None)
+        held = cls if spec is None or cls in spec.speedup_min or not spec.every_class else (
+            class_kind(cls))
         if spec is None or held not in spec.speedup_min:
             return None
         own = ("perf", variant, key) in lines
