@@ -152,11 +152,11 @@ def measure_case(case: Case, seeds: list[int], device: str,
                         low = metric.startswith(("recall", "tie_"))
                         if best is None or (value < best[0] if low else value > best[0]):
                             res["worst_by"][output][metric] = (value, name, seed)
-                q = sr.quant or {}
+                q = sr.quant
                 mine = res["quant"].setdefault(name, {"sim_ratio": 0.0, "n_findings": 0})
-                if q.get("sim_ratio") is not None:
-                    mine["sim_ratio"] = max(mine["sim_ratio"], q["sim_ratio"])
-                mine["n_findings"] += int(q.get("n_findings") or 0)
+                if q is not None and q.sim_ratio is not None:
+                    mine["sim_ratio"] = max(mine["sim_ratio"], q.sim_ratio)
+                mine["n_findings"] += 0 if q is None else q.n_findings
                 if result.violations:
                     res["failures"].append({"member": name, "seed": seed, "violations": [
                         v.describe() for v in result.violations[:4]]})

@@ -215,6 +215,9 @@ class InvarianceReport:
     batch: int | None = None
     requests: tuple[int, ...] = ()
     request_differences: list[tuple[int, list[Difference]]] = field(default_factory=list)
+    #: Gates that measured and reported, not failing: their key names no ``device_class``.
+    ungated: dict[str, str] = field(default_factory=dict)
+    device_class: str | None = None
 
     def violations(self) -> list[Violation]:
         """The gates' violations: one per gate that saw a difference."""
@@ -257,4 +260,8 @@ class InvarianceReport:
                 "requests_differing": len(self.request_differences),
                 "differences": [{"request": r, "outputs": [d.as_dict() for d in diffs]}
                                 for r, diffs in self.request_differences[:MAX_SHOWN]]}
+        for gate, why in self.ungated.items():
+            out[gate].update(gated=False, why=why)
+        if self.device_class is not None:
+            out["device_class"] = self.device_class
         return out

@@ -31,7 +31,7 @@ from numcheck.check.result import CheckResult, Settled, display_id
 from numcheck.goldens.files import GoldenError
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError
-from numcheck.overhead.gate import OVERHEAD_GATES, OverheadReport
+from numcheck.overhead.gate import OVERHEAD_GATES
 from numcheck.perf.timing import TimingError
 from numcheck.plugin import options
 from numcheck.plugin.calibration import CalibrationMode
@@ -223,11 +223,10 @@ class CheckItem(pytest.Item):
             message = failure_message(result, commands, self._source())
             if result.obtained is not None:
                 message += f"\n  obtained:    {state.rel(result.obtained)}"
-            overhead = result.overhead
-            if isinstance(overhead, OverheadReport) and any(
+            if result.overhead is not None and any(
                     v.output in OVERHEAD_GATES for v in result.violations):
                 # The preparation's summary is already among the message's lines.
-                message += "\n\n" + "\n".join(overhead.lines(prepared=False))
+                message += "\n\n" + "\n".join(result.overhead.lines(prepared=False))
             raise NumcheckFailure(message)
 
     def check_ref(self) -> CheckRef:
