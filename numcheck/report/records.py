@@ -126,6 +126,9 @@ class Record:
     #: None for a variant without a declared quantization. Each output's metrics against
     #: the simulated reference are in ``metrics`` (``sim_rel_fro``, ``sim_calc_diff``).
     quant: dict[str, Any] | None = None
+    #: For a perf-only check skipped here: what it lacks, ``{"needs": "CUDA"}`` or
+    #: ``{"runs_with": "--numcheck-perf"}`` (the summaries count these: report/skips.py).
+    perf_only: dict[str, str] | None = None
 
     @property
     def passed(self) -> bool:
@@ -211,6 +214,7 @@ def record_without_verdict(
     *, id: str, nodeid: str, op: str, case: str, variant: str, device: str, status: str,
     reason: str, error_kind: str | None = None, source: str | None = None,
     worker: str | None = None, sweep: dict[str, Any] | None = None,
+    perf_only: dict[str, str] | None = None,
 ) -> Record:
     """The record of a check that was skipped or could not produce a verdict."""
     if status not in ("skip", "error"):
@@ -219,7 +223,7 @@ def record_without_verdict(
         id=id, nodeid=nodeid, op=op, case=case, variant=variant, device=device,
         status=status, reason=reason, error_kind=error_kind,
         precision=_precision(op, variant) if op else None, source=source, worker=worker,
-        sweep=sweep,
+        sweep=sweep, perf_only=perf_only,
     )
 
 
