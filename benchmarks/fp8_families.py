@@ -311,7 +311,8 @@ def _budgeted(merged: dict[str, Any], cases: list[Case],
     for case in cases:
         source = proxies.get(case.id, case.id)
         for head, res in merged["cases"].get(f"{case.op}::{source}", {}).items():
-            if res.get("expected") or head not in case.budgets or head in case.budget_like:
+            if (res.get("expected") or head not in case.budgets
+                    or lender_of(case.budgets[head].origins) is not None):
                 continue
             for output, worst in res["worst"].items():
                 budget = case.budgets[head].outputs.get(output)
