@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import re
 import sys
@@ -89,6 +90,11 @@ def limits(case: Any) -> Iterator[tuple[str, str, str, str]]:
                         for variant in spec.variants for cls in spec.devices)
 
 
+@functools.cache
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
 def misplaced(case: Any, variant: str, output: str, metric: str, cls: str) -> str | None:
     """What is wrong with where :func:`numcheck.cases.limits.limit_origin` says a limit of a
     shipped case is set, read against the file's text; None when it is right: a key given at
@@ -113,7 +119,7 @@ def misplaced(case: Any, variant: str, output: str, metric: str, cls: str) -> st
     if isinstance(origin, Given):
         if origin.line is None:
             return f"{origin.table}: no line"
-        text = case.source.read_text().splitlines()[origin.line - 1]
+        text = _lines(case.source)[origin.line - 1]
         name = limit.key.rpartition(".")[2]
         found = re.search(rf"(?:^|[\s{{,.]){re.escape(name)}\s*=\s*([^,}}#\s]+)", text)
         if found is None:
