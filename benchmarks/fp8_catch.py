@@ -84,9 +84,10 @@ def _one(op: Any, case: Any, name: str, head: str, device: str, inputs: Any,
         return {"error": str(exc).splitlines()[0], "violations": ["error"]}
     (sr,) = result.seeds
     m = sr.metrics["y"]
-    q = sr.quant or {}
+    q = sr.quant
     return {"rel_fro": m.rel_fro, "sim_rel_fro": m.sim_rel_fro,
-            "sim_ratio": q.get("sim_ratio"), "findings": int(q.get("n_findings") or 0),
+            "sim_ratio": None if q is None else q.sim_ratio,
+            "findings": 0 if q is None else q.n_findings,
             "violations": sorted({v.key for v in result.violations})}
 
 

@@ -59,6 +59,7 @@ from numcheck.cases import Case, load_cases
 from numcheck.check import run_check
 from numcheck.check.make_golden import fresh_golden
 from numcheck.honest.gemm_family import member_name, member_variants, members
+from numcheck.numerics.budget_origin import lender_of
 from numcheck.numerics.metric_names import ERROR_METRICS, SIM_METRICS
 from numcheck.ops import registry
 from numcheck.ops.registry import add_variant, get_op
@@ -151,11 +152,11 @@ def measure_case(case: Case, seeds: list[int], device: str,
                         low = metric.startswith(("recall", "tie_"))
                         if best is None or (value < best[0] if low else value > best[0]):
                             res["worst_by"][output][metric] = (value, name, seed)
-                q = sr.quant or {}
+                q = sr.quant
                 mine = res["quant"].setdefault(name, {"sim_ratio": 0.0, "n_findings": 0})
-                if q.get("sim_ratio") is not None:
-                    mine["sim_ratio"] = max(mine["sim_ratio"], q["sim_ratio"])
-                mine["n_findings"] += int(q.get("n_findings") or 0)
+                if q is not None and q.sim_ratio is not None:
+                    mine["sim_ratio"] = max(mine["sim_ratio"], q.sim_ratio)
+                mine["n_findings"] += 0 if q is None else q.n_findings
                 if result.violations:
                     res["failures"].append({"member": name, "seed": seed, "violations": [
                         v.describe() for v in result.violations[:4]]})
@@ -271,8 +272,9 @@ def suggest(merged: dict[str, Any], cases: list[Case]) -> str:
         heads = merged["cases"].get(f"{case.op}::{case.id}", {})
         k = int(case.params.get("index_topk", 0) or 0)
         for head, res in heads.items():
-            if head in case.budget_like:
-                lines.append(f"# {case.id}: {head} takes {case.budget_like[head]}'s budgets")
+            lender = lender_of(case.budgets[head].origins)
+            if lender is not None:
+                lines.append(f"# {case.id}: {head} takes {lender}'s budgets")
                 continue
             quant = get_op(case.op).variants[head].quant
             for output, worst in res["worst"].items():
@@ -309,7 +311,8 @@ def _budgeted(merged: dict[str, Any], cases: list[Case],
     for case in cases:
         source = proxies.get(case.id, case.id)
         for head, res in merged["cases"].get(f"{case.op}::{source}", {}).items():
-            if res.get("expected") or head not in case.budgets or head in case.budget_like:
+            if (res.get("expected") or head not in case.budgets
+                    or lender_of(case.budgets[head].origins) is not None):
                 continue
             for output, worst in res["worst"].items():
                 budget = case.budgets[head].outputs.get(output)

@@ -40,6 +40,9 @@ class Gate:
     #: (metric, case-file key) where the key that sets a metric's limit has another name:
     #: ``casts.input_copies`` is limited by ``max_input_copies`` (messages name the key).
     limit_keys: tuple[tuple[str, str], ...] = ()
+    #: The case key that holds the gate's limits (``overhead``: ``[<case>.overhead.<variant>]``
+    #: tables) or turns it on (``deterministic``); "" for a gate of rules only.
+    case_key: str = ""
 
     def limit_key(self, metric: str) -> str:
         """The case-file key that sets ``metric``'s limit."""
@@ -52,18 +55,19 @@ class Gate:
 #: satisfied by noise.
 PERF_GATE = Gate("perf", ("speedup_min", "speedup_undecided"),
                  doc="variant vs FP32 reference speedup, gated on the lower confidence bound",
-                 inconclusive=("speedup_undecided",))
+                 inconclusive=("speedup_undecided",),
+                 limit_keys=(("speedup_undecided", "speedup_min"),), case_key="perf")
 CASTS_GATE = Gate(
     "casts", ("round_trips", "repeated_casts", "no_op_casts", "cast_bytes_ratio",
               "input_copies"),
     doc="dtype conversions and copies recorded at the aten level while the variant runs",
     limit_keys=(("cast_bytes_ratio", "max_cast_bytes_ratio"),
-                ("input_copies", "max_input_copies")),
+                ("input_copies", "max_input_copies")), case_key="overhead",
 )
 KERNELS_GATE = Gate(
     "kernels", ("cuda_core_gemm", "copy_share"),
     doc="GPU kernels of the variant by class (torch.profiler), CUDA only",
-    limit_keys=(("copy_share", "max_copy_share"),),
+    limit_keys=(("copy_share", "max_copy_share"),), case_key="overhead",
 )
 #: A low-precision variant's GEMMs against the scheme it declares (numcheck.check.against_sim):
 #: ``sim_ratio``, the worst element of a recorded GEMM result past the bound an honest kernel
@@ -79,15 +83,19 @@ QUANT_GATE = Gate("quant", ("sim_ratio", "operands", "recorded"),
 DETERMINISM_GATE = Gate(
     "determinism", ("runs_differing",),
     doc="the variant run several times on one seed's inputs: bitwise-equal outputs",
+    case_key="deterministic",
 )
 #: ``batch_invariant = true`` in a case: a request's outputs computed alone are bitwise its
 #: rows of the whole batch's (``requests_differing``: requests whose rows differ).
 BATCH_INVARIANCE_GATE = Gate(
     "batch_invariance", ("requests_differing",),
     doc="a request computed alone: bitwise its rows of the whole batch's outputs",
+    case_key="batch_invariant",
 )
 BUILTIN_GATES = (PERF_GATE, CASTS_GATE, KERNELS_GATE, QUANT_GATE, DETERMINISM_GATE,
                  BATCH_INVARIANCE_GATE)
+#: The gates a case key turns on (numcheck.invariance): bitwise, no budget to tune.
+INVARIANCE_GATES = (DETERMINISM_GATE.name, BATCH_INVARIANCE_GATE.name)
 
 #: Every known gate by name: the built-in ones, then any registered.
 GATES: dict[str, Gate] = {gate.name: gate for gate in BUILTIN_GATES}

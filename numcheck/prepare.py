@@ -65,6 +65,11 @@ class Prepared:
     ledger: CastLedger
     replaced: dict[str, tuple[torch.dtype, tuple[int, ...]]] = field(default_factory=dict)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What it made without the data (shapes and dtypes kept): it travels from a worker."""
+        return {**self.__dict__, "tensors": {n: t.detach().to("meta")
+                                             for n, t in self.tensors.items()}}
+
     def call_inputs(self, inputs: Inputs) -> Inputs:
         """The inputs a call receives: the op's inputs with the prepared tensors on top."""
         return {**inputs, **self.tensors}

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
+import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +67,73 @@ def snapshot(cases_dir: Path = ROOT / "cases") -> dict[str, dict[str, Any]]:
             out[f"{name} - case"]["points"] = {
                 case.sweep.label: _plain(dict(case.sweep.values))}
     return out
+
+
+def limits(case: Any) -> Iterator[tuple[str, str, str, str]]:
+    """Every limit of a loaded case as a failure names it: ``(variant, output or gate,
+    metric, device class)``: each budget key, each class of each ``speedup_min``, each
+    overhead key, and each invariance key for the variants and classes it holds."""
+    from numcheck.gates import CASTS_GATE, GATES, KERNELS_GATE, INVARIANCE_GATES
+
+    for variant, budget in case.budgets.items():
+        for output, keys in budget.origins.items():
+            yield from ((variant, output, key, "cpu") for key in keys)
+    for variant, spec in case.perf.items():
+        yield from ((variant, "perf", "speedup_min", cls) for cls in spec.speedup_min)
+    for variant in case.overhead:
+        yield from ((variant, gate.name, metric, "cpu")
+                    for gate in (CASTS_GATE, KERNELS_GATE) for metric in gate.metrics)
+    for name in INVARIANCE_GATES:
+        spec = getattr(case, GATES[name].case_key)
+        if spec is not None:
+            yield from ((variant, name, GATES[name].metrics[0], cls)
+                        for variant in spec.variants for cls in spec.devices)
+
+
+@functools.cache
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def misplaced(case: Any, variant: str, output: str, metric: str, cls: str) -> str | None:
+    """What is wrong with where :func:`numcheck.cases.limits.limit_origin` says a limit of a
+    shipped case is set, read against the file's text; None when it is right: a key given at
+    a line is on that line with the loaded value, and a default is set by no key of the
+    variant's tables."""
+    from numcheck.cases.limits import limit_origin
+    from numcheck.numerics.budget_origin import (
+        Default,
+        GateDefault,
+        Given,
+        NotMeasured,
+        lender_of,
+        root,
+    )
+
+    limit = limit_origin(case, variant, output, metric, cls=cls)
+    if limit is None:
+        return "no origin"
+    origin = root(limit.origin)
+    if isinstance(origin, NotMeasured):
+        return None if limit.value is None else f"not measured, but a limit of {limit.value}"
+    if isinstance(origin, Given):
+        if origin.line is None:
+            return f"{origin.table}: no line"
+        text = _lines(case.source)[origin.line - 1]
+        name = limit.key.rpartition(".")[2]
+        found = re.search(rf"(?:^|[\s{{,.]){re.escape(name)}\s*=\s*([^,}}#\s]+)", text)
+        if found is None:
+            return f"line {origin.line} sets no {name}: {text!r}"
+        if isinstance(limit.value, float) and float(found[1]) != limit.value:
+            return f"line {origin.line} sets {name} = {found[1]}, loaded {limit.value!r}"
+        return None
+    if isinstance(origin, Default | GateDefault):
+        owner = lender_of(case.budgets[variant].origins) or variant
+        path = (("budget", owner, output, limit.key) if isinstance(origin, Default)
+                else ("overhead", variant, limit.key))
+        line = case.lines.get(path)
+        return None if line is None else f"a default, but line {line} sets it"
+    return f"unexpected origin {origin!r}"
 
 
 def _flat(entry: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import json
 
-from budget_snapshot import SNAPSHOT, differences, snapshot  # tests/budget_snapshot.py
+from budget_snapshot import (  # tests/budget_snapshot.py
+    ROOT,
+    SNAPSHOT,
+    differences,
+    limits,
+    misplaced,
+    snapshot,
+)
 
 
 def test_shipped_case_files_load_to_the_snapshot() -> None:
@@ -30,3 +37,44 @@ def test_the_comparison_sees_a_changed_value() -> None:
         f"{entry} limits.rel_fro: snapshot {new!r}, now {old!r}"]
     del stored[entry]
     assert f"{entry}: new" in differences(now, stored)
+
+
+def test_every_limit_of_every_shipped_case_says_where_it_is_set() -> None:
+    """Each key of each shipped case (budget keys, each GPU model's speedup_min, overhead
+    limits, invariance keys) goes through numcheck.cases.limits.limit_origin, the one
+    function every failure's ``budget:`` line comes from: a key it says is given sits on that
+    line of the file with the loaded value, and a default is set by no key of the case."""
+    from numcheck.cases import load_cases
+
+    walked, wrong = 0, []
+    for case in load_cases(ROOT / "cases"):
+        for variant, output, metric, cls in limits(case):
+            walked += 1
+            problem = misplaced(case, variant, output, metric, cls)
+            if problem is not None:
+                wrong.append(f"{case.id} {variant} {output}.{metric} [{cls}]: {problem}")
+    assert walked > 5000 and not wrong, wrong[:20]
+
+
+def test_the_walk_sees_a_wrong_line_and_a_wrong_value() -> None:
+    """The walk's check fails an origin one line off (the docs' old ``cases/mhc.toml:112``
+    for [v4flash-t64.budget.bf16.y] rel_fro) and a value the file does not hold."""
+    from dataclasses import replace
+
+    from numcheck.cases import load_cases
+    from numcheck.numerics.budget_origin import Given
+
+    (case,) = [c for c in load_cases(ROOT / "cases") if c.id == "v4flash-t64"]
+    assert misplaced(case, "bf16", "y", "rel_fro", "cpu") is None
+    given = case.budgets["bf16"].origins["y"]["rel_fro"]
+    assert isinstance(given, Given) and given.line is not None
+    for shifted, value in ((given.line - 1, 0.0069), (given.line, 0.007)):
+        origins = {**case.budgets["bf16"].origins,
+                   "y": {**case.budgets["bf16"].origins["y"], "rel_fro": Given(given.table,
+                                                                                shifted)}}
+        y = case.budgets["bf16"].outputs["y"]
+        budget = replace(case.budgets["bf16"], origins=origins, outputs={
+            **case.budgets["bf16"].outputs, "y": replace(y, limits={**y.limits,
+                                                                    "rel_fro": value})})
+        bad = replace(case, budgets={**case.budgets, "bf16": budget})
+        assert misplaced(bad, "bf16", "y", "rel_fro", "cpu") is not None

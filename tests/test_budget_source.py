@@ -111,6 +111,57 @@ def test_the_mhc_tf32_y_miss_names_the_bf16_y_key_it_inherits() -> None:
     assert "default" not in message
 
 
+#: A case with every kind of limit besides budgets: a shared speedup_min (its cuda value
+#: for every GPU model), a variant's own, a cast limit, and a key that turns a gate on.
+LIMITS = """[c]
+op = "indexer"
+devices = ["cpu", "cuda"]
+variants = ["bf16", "tf32"]
+deterministic = ["tf32"]
+[c.perf]
+speedup_min = { H200 = 1.2, cuda = 1.0, every_class = true }
+[c.perf.tf32]
+speedup_min = { H200 = 1.5 }
+[c.overhead.bf16]
+max_cast_bytes_ratio = 3.0
+"""
+
+
+@pytest.mark.parametrize(("variant", "miss", "cls", "line"), [
+    ("bf16", Violation("perf", "speedup_min", 1.1, 1.2, upper=False), "H200",
+     "cases/c.toml:7 ([c.perf] speedup_min.H200 = 1.2)"),
+    ("bf16", Violation("perf", "speedup_undecided", 1.0, 1.0, upper=False), "H100",
+     "cases/c.toml:7 ([c.perf] speedup_min.cuda = 1)"),
+    ("tf32", Violation("perf", "speedup_min", 1.4, 1.5, upper=False), "H200",
+     "cases/c.toml:9 ([c.perf.tf32] speedup_min.H200 = 1.5)"),
+    ("bf16", Violation("casts", "cast_bytes_ratio", 4.0, 3.0), "cpu",
+     "cases/c.toml:11 ([c.overhead.bf16] max_cast_bytes_ratio = 3)"),
+    ("bf16", Violation("casts", "round_trips", 1, 0), "cpu",
+     "round_trips: default of the casts gate (set [c.overhead.bf16] round_trips in "
+     "cases/c.toml to override)"),
+    ("tf32", Violation("determinism", "runs_differing", 2, 0), "cpu",
+     "cases/c.toml:5 ([c] deterministic holds 'tf32' on cpu: bitwise equal, no tolerance)"),
+    ("tf32", Violation("logits", "nan_mask", 3, 0), "cpu", None),  # a rule: no key sets it
+])
+def test_every_kind_of_limit_names_where_it_is_set(
+        tmp_path: Path, variant: str, miss: Violation, cls: str, line: str | None) -> None:
+    """Speed thresholds (by GPU model, shared or the variant's own), overhead limits (set,
+    or the gate's default) and invariance keys: the budget: line comes from the limit's
+    origin (numcheck.cases.limits.limit_origin), as a budget key's does."""
+    from types import SimpleNamespace
+
+    from numcheck.cases import load_case_file
+
+    path = tmp_path / "c.toml"
+    path.write_text(LIMITS)
+    (case,) = load_case_file(path)
+    result = CheckResult(case, variant, "cpu", seeds=[], violations=[miss])
+    result.perf = SimpleNamespace(device_class=cls)  # type: ignore[assignment]
+    message = failure_message(result, Commands("reproduce", "regenerate"), "cases/c.toml")
+    budget = [ln for ln in message.splitlines() if ln.startswith("  budget:")]
+    assert budget == ([] if line is None else [f"  budget:      {line}"])
+
+
 def _failing_run(pytester: pytest.Pytester, budget: str) -> pytest.RunResult:
     make_project(pytester, variants='"bf16"', extra=budget)
     write_goldens(pytester)

@@ -316,31 +316,29 @@ _GIVEN = {"bf16": {"y": {"rel_fro": 4.5e-3, "frac_outside": 1.3e-3, "max_err_rat
 
 
 def test_finer_variant_takes_the_coarse_class_budget_on_a_coarse_output() -> None:
-    tables = budgets.coarse_output_tables("fp32", _GIVEN["fp32"], _GIVEN, _COARSE, _REFS)
+    taken = budgets.coarse_inheritance("fp32", _GIVEN["fp32"], _GIVEN, _COARSE, _REFS)
     # max_err_ratio too: on y it is measured against the bf16 rounding envelope.
-    assert tables == {"mixes": {"rel_fro": 1e-6},
-                      "y": {"rel_fro": 4.5e-3, "frac_outside": 1.3e-3, "max_err_ratio": 5.0,
-                            "atol": 1e-2}}
+    assert taken == {"y": ("bf16", "bf16", ("rel_fro", "frac_outside", "max_err_ratio",
+                                            "atol"))}
     assert _GIVEN["fp32"] == {"mixes": {"rel_fro": 1e-6}}  # the input is left alone
 
 
 def test_a_key_the_variant_gives_itself_wins_over_the_inherited_one() -> None:
     own = {"y": {"rel_fro": 1e-4}}
-    tables = budgets.coarse_output_tables("tf32", own, {**_GIVEN, "tf32": own}, _COARSE, _REFS)
-    assert tables["y"] == {"rel_fro": 1e-4, "frac_outside": 1.3e-3, "max_err_ratio": 5.0,
-                           "atol": 1e-2}
+    taken = budgets.coarse_inheritance("tf32", own, {**_GIVEN, "tf32": own}, _COARSE, _REFS)
+    assert taken["y"] == ("bf16", "bf16", ("frac_outside", "max_err_ratio", "atol"))
 
 
 def test_a_variant_as_coarse_as_the_storage_keeps_its_own_budget() -> None:
-    assert budgets.coarse_output_tables("bf16", {}, _GIVEN, _COARSE, _REFS) == {}
-    assert budgets.coarse_output_tables("e4m3", {}, _GIVEN, _COARSE, _REFS) == {}
+    assert budgets.coarse_inheritance("bf16", {}, _GIVEN, _COARSE, _REFS) == {}
+    assert budgets.coarse_inheritance("e4m3", {}, _GIVEN, _COARSE, _REFS) == {}
     # fp16 keeps more bits than bf16: finer, so it takes the bf16 budget on y
-    assert "y" in budgets.coarse_output_tables("fp16", {}, _GIVEN, _COARSE, _REFS)
+    assert "y" in budgets.coarse_inheritance("fp16", {}, _GIVEN, _COARSE, _REFS)
 
 
 def test_nothing_to_inherit_without_the_coarse_class_budget() -> None:
-    assert budgets.coarse_output_tables("fp32", {}, {}, _COARSE, _REFS) == {}
-    assert budgets.coarse_output_tables("fp32", {}, _GIVEN, _COARSE, {}) == {}
+    assert budgets.coarse_inheritance("fp32", {}, {}, _COARSE, _REFS) == {}
+    assert budgets.coarse_inheritance("fp32", {}, _GIVEN, _COARSE, {}) == {}
 
 
 def test_max_outside_is_a_count_of_elements() -> None:
@@ -359,8 +357,8 @@ def test_max_outside_defaults_to_zero_for_fp32_only() -> None:
 
 def test_a_finer_variant_takes_max_outside_on_a_coarse_output_too() -> None:
     given = {"bf16": {"y": {"max_outside": 4}}}
-    tables = budgets.coarse_output_tables("fp32", {}, given, {"y": "bf16"}, {"bf16": "bf16"})
-    assert tables == {"y": {"max_outside": 4}}
+    taken = budgets.coarse_inheritance("fp32", {}, given, {"y": "bf16"}, {"bf16": "bf16"})
+    assert taken == {"y": ("bf16", "bf16", ("max_outside",))}
 
 
 def test_max_outside_rows_is_a_small_count_of_rows() -> None:
@@ -377,5 +375,5 @@ def test_max_outside_rows_is_a_small_count_of_rows() -> None:
 
 def test_a_finer_variant_takes_max_outside_rows_on_a_coarse_output_too() -> None:
     given = {"bf16": {"y": {"max_outside_rows": 1, "frac_outside": 0.001}}}
-    tables = budgets.coarse_output_tables("tf32", {}, given, {"y": "bf16"}, {"bf16": "bf16"})
-    assert tables == {"y": {"max_outside_rows": 1, "frac_outside": 0.001}}
+    taken = budgets.coarse_inheritance("tf32", {}, given, {"y": "bf16"}, {"bf16": "bf16"})
+    assert taken == {"y": ("bf16", "bf16", ("max_outside_rows", "frac_outside"))}

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from numcheck.cases import Case, CaseFileError, load_case_file, load_cases
+from numcheck.numerics.budget_origin import lender_of
 from numcheck.numerics.budgets import DEFAULT_BUDGETS, TopkBudget
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Params, ParamSpec, TopkSpec, Variant
 
@@ -483,7 +484,8 @@ def test_budget_like_reads_the_lenders_tables_as_copies_would(tmp_path: Path) ->
         '[c1.budget.tf32]\n    budget_like = "bf16"',
         "[c1.budget.tf32.scores]\n    calc_diff = 1e-5\n    max_abs = 0.5\n"
         "    [c1.budget.tf32.idx]\n    recall_min = 0.98\n    tie_band_abs = 0.25"))
-    assert borrowed.budget_like == {"tf32": "bf16"} and copied.budget_like == {}
+    assert lender_of(borrowed.budgets["tf32"].origins) == "bf16"
+    assert lender_of(copied.budgets["tf32"].origins) is None
     assert borrowed.budgets == copied.budgets
     tf32 = borrowed.budgets["tf32"].outputs["scores"]
     assert (tf32.limits["calc_diff"], tf32.limits["max_abs"]) == (1e-5, 0.5)
@@ -545,5 +547,6 @@ def test_the_shipped_round_trip_takes_bf16s_budgets() -> None:
              if "bf16_roundtrip" in c.variants and not c.perf_only]
     assert cases
     for case in cases:
-        assert case.budget_like == {"bf16_roundtrip": "bf16"}, case.id
+        assert {v: lender_of(b.origins) for v, b in case.budgets.items() if lender_of(b.origins)} == {
+            "bf16_roundtrip": "bf16"}, case.id
         assert case.budgets["bf16_roundtrip"] == case.budgets["bf16"]

@@ -23,6 +23,7 @@ from numcheck.distributions import (
     input_distribution,
 )
 from numcheck.inputs import rng
+from numcheck.numerics.budget_origin import lender_of
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import OpSpec, RegistrationError, Variant, isolated, register
 
@@ -252,7 +253,7 @@ def test_the_shipped_llm_cases_carry_calibrated_tables_for_every_variant() -> No
     assert {c.op for c in cases if c.inputs.distribution == "llm"} == {"indexer", "mhc_pre"}
     for case in cases:
         for variant in case.variants:
-            lender = case.budget_like.get(variant, variant)
+            lender = lender_of(case.budgets[variant].origins) or variant
             assert lender in case.provenance, f"{case.id} {variant}: no calibration record"
             assert case.provenance[lender].fresh_seeds >= 20
 

@@ -183,4 +183,4 @@ def test_a_perf_only_check_makes_its_first_call_before_any_timing(tmp_path) -> N
     # the timer: every timed sample comes after both.
     assert events[:3] == ["call", "call", "timer"]
     assert result.first_call_s is not None and result.first_call_s > 0
-    assert result.timing is not None
+    assert result.perf is not None

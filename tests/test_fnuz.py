@@ -115,5 +115,5 @@ def test_a_variant_declaring_e4m3fnuz_is_validated_and_simulated_like_e4m3fn(
         assert "quant.operands" in keys, keys
     else:
         assert keys == set(), [v.describe() for v in result.violations]
-        quant = result.seeds[0].quant or {}
-        assert quant.get("sim_ratio") is not None and quant["sim_ratio"] <= 1.0
+        quant = result.seeds[0].quant
+        assert quant is not None and quant.sim_ratio is not None and quant.sim_ratio <= 1.0

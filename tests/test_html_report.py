@@ -31,21 +31,21 @@ def test_error_histogram_bins_every_element_once() -> None:
     expected = torch.tensor([1.0, 2.0, 3.0, 4.0, float("-inf"), 5.0])
     actual = torch.tensor([1.0, 2.001, 3.1, 4.0, float("-inf"), 5.0 + 2e-6])
     h = plotdata.error_histogram(actual, expected, roundoff=2.0**-8)
-    assert h["n"] == 6 and h["zeros"] == 2 and h["nonfinite"] == 1
-    assert sum(h["counts"]) == 3
+    assert h.n == 6 and h.zeros == 2 and h.nonfinite == 1
+    assert sum(h.counts) == 3
     # |error| 1e-3 lands in bin floor(log10(1e-3) * 4) = -12 (float32 rounding aside: +-1).
-    bins = {h["k0"] + i for i, c in enumerate(h["counts"]) for _ in range(c)}
+    bins = {h.k0 + i for i, c in enumerate(h.counts) for _ in range(c)}
     assert any(abs(k - (-12)) <= 1 for k in bins)
-    assert min(bins) == h["k0"] and h["counts"][0] > 0
+    assert min(bins) == h.k0 and h.counts[0] > 0
 
 
 def test_histograms_of_seeds_add_up_on_one_grid() -> None:
     a = plotdata.error_histogram(torch.tensor([1.0001]), torch.tensor([1.0]), roundoff=1e-7)
     b = plotdata.error_histogram(torch.tensor([1.1]), torch.tensor([1.0]), roundoff=1e-7)
     m = plotdata.merge_histograms([a, b])
-    assert m is not None and m["n"] == 2 and sum(m["counts"]) == 2
-    assert m["k0"] == min(a["k0"], b["k0"])
-    assert len(m["counts"]) == max(a["k0"] + 1, b["k0"] + 1) - m["k0"]
+    assert m is not None and m.n == 2 and sum(m.counts) == 2
+    assert m.k0 == min(a.k0, b.k0)
+    assert len(m.counts) == max(a.k0 + 1, b.k0 + 1) - m.k0
 
 
 def test_flip_histogram_measures_margins_in_tie_bands() -> None:
@@ -53,11 +53,11 @@ def test_flip_histogram_measures_margins_in_tie_bands() -> None:
     golden = torch.tensor([[0, 1]])  # k-th golden score 9
     variant = torch.tensor([[0, 4]])  # 1 dropped (at the k-th score), 4 added (margin -8)
     f = plotdata.flip_histogram(golden, variant, scores, band=0.5, band_kind="abs")
-    assert f["n_flips"] == 2
-    assert f["out"][0] == 1  # exactly at the k-th score
+    assert f.n_flips == 2
+    assert f.counts["out"][0] == 1  # exactly at the k-th score
     # margin -8 = 16 tie bands below: the bin starting at 16.
-    assert f["in_neg"][plotdata.FLIP_EDGES.index(16.0)] == 1
-    assert sum(f["out"] + f["in"] + f["out_neg"] + f["in_neg"]) + f["masked"] == 2
+    assert f.counts["in_neg"][plotdata.FLIP_EDGES.index(16.0)] == 1
+    assert sum(sum(c) for c in f.counts.values()) + f.masked == 2
 
 
 def test_unit_roundoff_is_the_coarser_of_precision_and_dtype() -> None:
@@ -85,9 +85,9 @@ def _record(id_: str, status: str = "pass", **extra: object) -> Record:
         "metrics": {"logits": {"rel_fro": 1.0e-3}},
         "topk": {"recall_min": 0.995, "tie_recall_min": 1.0},
         "closest": {"output": "logits", "metric": "rel_fro", "value": 1.0e-3, "limit": 4e-3},
-        "plots": {"errors": {"logits": hist}, "flips": {"topk": plotdata.flip_histogram(
+        "plots": plotdata.Plots({"logits": hist}, {"topk": plotdata.flip_histogram(
             torch.tensor([[0, 1]]), torch.tensor([[0, 2]]), torch.tensor([[3.0, 2.0, 1.9]]),
-            band=0.1, band_kind="rel")}},
+            band=0.1, band_kind="rel")}).as_dict(),
     }
     base.update(extra)
     return Record(**base)  # type: ignore[arg-type]

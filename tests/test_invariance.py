@@ -243,7 +243,7 @@ def test_an_atomic_style_reduction_fails_determinism_alone(tmp_path: Path, plant
         assert top.value == DEFAULT_RUNS - 1 and top.limit == 0 and top.seed == 0
         assert "differs from run 1:" in top.detail and "not deterministic" in top.detail
         assert result.invariance is not None
-        assert result.invariance["determinism"]["runs_differing"] == DEFAULT_RUNS - 1
+        assert len(result.invariance.run_differences) == DEFAULT_RUNS - 1
         # Off (the default), the same variant passes: nothing else sees it.
         off = load(tmp_path, template, f'"{variant}"', "")
         assert run_check(op, off, variant, "cpu", inputs, golden, gates=GATES).passed
@@ -260,10 +260,10 @@ def test_split_k_chosen_by_batch_size_fails_batch_invariance(tmp_path: Path, pla
         assert [v.key for v in result.violations] == ["batch_invariance.requests_differing"]
         v = result.violations[0]
         assert v.value >= 1 and "alone differs from its rows in the batch of" in v.detail
-        section = result.invariance
-        assert section is not None and section["determinism"]["runs_differing"] == 0
-        assert section["batch_invariance"]["requests"] == list(
-            default_requests(section["batch_invariance"]["batch"]))
+        report = result.invariance
+        assert report is not None and report.runs and not report.run_differences
+        assert report.batch is not None
+        assert report.requests == tuple(default_requests(report.batch))
 
 
 def test_correct_variants_pass_both_gates_on_the_cpu(tmp_path: Path) -> None:
@@ -277,8 +277,8 @@ def test_correct_variants_pass_both_gates_on_the_cpu(tmp_path: Path) -> None:
         result = run_check(op, case, variant, "cpu", inputs, golden, gates=GATES)
         assert result.passed, (variant, [v.describe() for v in result.violations])
         assert result.invariance is not None
-        assert result.invariance["compared"] == ["logits", "topk"]
-        assert result.invariance["batch_invariance"]["requests"] == [0, 2, 3]
+        assert result.invariance.compared == ("logits", "topk")
+        assert result.invariance.requests == (0, 2, 3)
 
 
 def test_a_gate_the_case_turns_on_for_another_device_does_not_run(tmp_path: Path,

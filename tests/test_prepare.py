@@ -167,6 +167,36 @@ def _checked(tmp_path: Path, *variants: str, gates: tuple[str, ...] = ()) -> lis
     return [run_check(op, case, v, "cpu", inputs, golden, gates=gates) for v in variants]
 
 
+def test_a_typed_result_travels_whole_through_torch_save(tmp_path: Path) -> None:
+    """A check runs in a worker process, which sends its result as torch.save's bytes
+    (numcheck/check/worker.py): every typed part (the speed gate's, the ledger, the
+    preparation, the invariance report, the plot data) comes back and makes the same
+    record, and a preparation's tensors travel as their shapes and dtypes, not their data."""
+    import io
+
+    from numcheck.check.extras import annotate
+
+    path = tmp_path / "mhc.toml"
+    path.write_text(TINY.format(variants='"prepared_bf16"') + "deterministic = true\n")
+    (case,) = load_case_file(path)
+    op = get_op("mhc_pre")
+    golden, inputs = fresh_golden(op, case)
+    with timing.override(lambda request: FakePairTimer(1.0)):
+        result = run_check(op, case, "prepared_bf16", "cpu", inputs, golden, keep_outputs=True,
+                           gates={"casts", "perf", "determinism"})
+    annotate(result, op, golden, inputs)
+    for seed in result.seeds:  # as the worker does: written to the obtained file already
+        seed.outputs = None
+    buffer = io.BytesIO()
+    torch.save(result, buffer)
+    back = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
+    assert None not in (back.perf, back.overhead, back.prepared, back.invariance, back.plots)
+    # (as JSON: a metric not measured is NaN, which equals nothing)
+    assert record_to_dict(record_from_result(back)) == record_to_dict(record_from_result(result))
+    assert back.prepared is not None and back.prepared.tensors["hc_fn"].is_meta
+    assert back.prepared.bytes_held == result.prepared.bytes_held  # type: ignore[union-attr]
+
+
 def test_the_numerics_judge_what_the_preparation_did(tmp_path: Path) -> None:
     good, bad = _checked(tmp_path, "prepared_bf16", "coarse_prepare")
     assert good.passed
@@ -183,14 +213,16 @@ def test_a_check_prepares_once_per_seed_whatever_gates_run(tmp_path: Path) -> No
                            gates={"casts", "perf"})
     assert result.passed, result.violations
     assert len(prepared_variants.PREPARE_CALLS) == 2  # seeds 0 and 1; perf and casts reuse 0's
-    assert result.prepared is not None and result.prepared["tensors"]["hc_fn"]["dtype"] == "bf16"
+    assert result.prepared is not None and result.prepared.tensors["hc_fn"].dtype == torch.bfloat16
     assert result.overhead is not None and result.overhead.prepared is not None
     # The per-call ledger holds the call only: no copy of hc_fn.
     assert "hc_fn" not in result.overhead.ledger.input_passes()
     # The record's two ledgers list their entries alike (docs/report.md).
-    assert result.casts is not None and result.casts["entries"]
-    assert result.prepared["entries"][0].keys() == result.casts["entries"][0].keys()
-    assert result.prepared["entries"][0]["op"] == "clone"
+    record = record_from_result(result)
+    assert record.casts is not None and record.casts["entries"]
+    assert record.prepared is not None and record.prepared["tensors"]["hc_fn"]["dtype"] == "bf16"
+    assert record.prepared["entries"][0].keys() == record.casts["entries"][0].keys()
+    assert record.prepared["entries"][0]["op"] == "clone"
 
 
 def test_the_per_call_ledger_names_prepared_tensors_as_inputs(tmp_path: Path) -> None:
@@ -382,7 +414,7 @@ def test_failure_message_record_and_page_carry_the_preparation(tmp_path: Path) -
     assert ("\n  prepared once: hc_fn bf16 [256, 24] (was fp32 [24, 256]), 12.3 kB held; "
             "3 casts, 1 copy, 147.5 kB moved (fp32 copy of [256, 24] at ") in message
     record = record_from_result(result)
-    assert record.prepared == result.prepared and record.prepared is not None
+    assert result.prepared is not None and record.prepared == result.prepared.as_dict()
     assert (record.prepared["casts"], record.prepared["copies"]) == (3, 1)
     assert record_from_dict(record_to_dict(record)) == record
     old = {k: v for k, v in record_to_dict(record).items() if k != "prepared"}

@@ -15,6 +15,7 @@ from numcheck.check.make_golden import write_golden
 from numcheck.check.result import CheckResult
 from numcheck.check.run import CaseInputs
 from numcheck.goldens.case_golden import load_for_case
+from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import get_op
 from numcheck.report.environment import environment
 from numcheck.report.markdown import headline, to_markdown
@@ -79,20 +80,27 @@ def test_record_of_a_pass_and_a_fail(results: dict[str, CheckResult]) -> None:
 
 
 def test_timing_and_casts_sections_come_from_the_result(results: dict[str, CheckResult]) -> None:
-    @dataclass
-    class Timing:
-        speedup: float
-        ci_low: float
-        ci_high: float
+    """The record's sections are made at the edge, from the typed parts the gates left."""
 
-    result = results["tf32"]
-    result.timing = Timing(1.5, 1.4, 1.6)  # type: ignore[attr-defined]
-    result.casts = {"copies": 2, "bytes": 1024}  # type: ignore[attr-defined]
-    try:
-        rec = record_from_result(result)
-    finally:
-        del result.timing, result.casts  # type: ignore[attr-defined]
-    assert rec.timing == {"speedup": 1.5, "ci_low": 1.4, "ci_high": 1.6}
+    @dataclass
+    class Perf:
+        device_class: str = "cpu"
+
+        def violations(self) -> list[Violation]:
+            return []
+
+        def record_section(self) -> dict[str, float]:
+            return {"speedup": 1.5, "ci_low": 1.4, "ci_high": 1.6}
+
+    @dataclass
+    class Overhead:
+        def as_dict(self) -> dict[str, int]:
+            return {"copies": 2, "bytes": 1024}
+
+    result = replace(results["tf32"], perf=Perf(), overhead=Overhead(), numerics_lock_wait_s=0.5)
+    rec = record_from_result(result)
+    assert rec.timing == {"speedup": 1.5, "ci_low": 1.4, "ci_high": 1.6,
+                          "numerics_lock_wait_s": 0.5}
     assert rec.casts == {"copies": 2, "bytes": 1024}
     header, rows = summary_table([rec])
     assert "speedup" in header and rows[0][header.index("speedup")] == "1.50x [1.40, 1.60]"

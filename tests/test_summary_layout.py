@@ -9,25 +9,31 @@ from test_plugin import TINY_INDEXER, TINY_MHC, make_project, write_goldens
 from numcheck.report.markdown import headline, to_markdown
 from numcheck.report.records import Record, Report
 from numcheck.report.render import summary_table
-from numcheck.report.skips import collapse, perf_only_reason
+from numcheck.report.skips import collapse, perf_only_skip
 
 
-def _skip(case: str, variant: str, reason: str) -> Record:
+def _skip(case: str, variant: str, reason: str | tuple[str, dict[str, str]]) -> Record:
+    text, perf_only = (reason, None) if isinstance(reason, str) else reason
     return Record(id=f"indexer::{case}::{variant}[cpu]", nodeid=f"n::{case}::{variant}",
                   op="indexer", case=case, variant=variant, device="cpu", status="skip",
-                  reason=reason)
+                  reason=text, perf_only=perf_only)
 
 
 def test_perf_only_skips_collapse_into_one_line_per_kind() -> None:
+    """The summary counts perf-only skips by the fact their records carry, never by their
+    reasons' words: a skip that only reads like one stays a row."""
     records = [
-        *(_skip(c, v, perf_only_reason(c, ["cuda"], "cpu", "--numcheck-perf"))
+        *(_skip(c, v, perf_only_skip(c, ["cuda"], "cpu", "--numcheck-perf"))
           for c in ("p1", "p2") for v in ("fp32", "bf16", "tf32")),
-        _skip("p3", "fp32", "perf-only case 'p3' (no golden): runs with --numcheck-perf"),
-        _skip("p3", "bf16", "perf-only case 'p3' (no golden): runs with --numcheck-perf"),
+        *(_skip("p3", v, perf_only_skip("p3", ["cpu"], "cpu", "--numcheck-perf"))
+          for v in ("fp32", "bf16")),
         _skip("tiny", "fused", "variant 'fused': triton not installed (No module named 'triton')"),
+        _skip("p4", "bf16", "perf-only case 'p4' needs CUDA (a reason alone)"),
     ]
+    assert records[0].reason == ("perf-only case 'p1' needs CUDA (it only times the variants "
+                                 "at a production shape; no golden)")
     kept, lines = collapse(records)
-    assert [r.case for r in kept] == ["tiny"]
+    assert [r.case for r in kept] == ["tiny", "p4"]
     assert lines == ["6 perf-only checks need CUDA (2 cases; skipped)",
                      "2 perf-only checks run only with --numcheck-perf (1 case; skipped)"]
 
@@ -43,7 +49,7 @@ def test_markdown_headline_counts_xfailed_and_lists_collapsed_skips() -> None:
                 status="pass")
     xfail = Record(id="b", nodeid="b", op="mhc_pre", case="c", variant="bf16_roundtrip",
                    device="cpu", status="xfail", reason="expected failure")
-    perf = _skip("p1", "bf16", perf_only_reason("p1", ["cuda"], "cpu", "--numcheck-perf"))
+    perf = _skip("p1", "bf16", perf_only_skip("p1", ["cuda"], "cpu", "--numcheck-perf"))
     report = Report(records=[ok, xfail, perf], exitstatus=0)
     assert headline(report) == "numcheck: PASS (1 passed, 1 xfailed, 1 skipped)"
     text = to_markdown(report)

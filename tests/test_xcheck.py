@@ -220,5 +220,5 @@ def test_library_quantizers_pass_the_gate_in_their_family_on_fresh_seeds(name: s
                                inputs, golden)
             assert result.violations == [], [v.describe() for v in result.violations]
             (sr,) = result.seeds
-            assert sr.quant is not None and sr.quant["operands"] == "recorded"
-            assert sr.quant["n_findings"] == 0
+            assert sr.quant is not None and sr.quant.operands == "recorded"
+            assert sr.quant.n_findings == 0

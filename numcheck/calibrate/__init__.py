@@ -47,6 +47,7 @@ from numcheck.numerics.metric_names import ERROR_METRICS, SIM_METRICS, TOPK_LIMI
 
 if TYPE_CHECKING:
     from numcheck.cases import Case
+    from numcheck.check.against_sim import SimCheck
     from numcheck.check.result import SeedResult
     from numcheck.check.run import CaseInputs
     from numcheck.goldens.case_golden import CaseGolden
@@ -189,13 +190,13 @@ def seed_rows(op: OpSpec, golden: CaseGolden, measured: SeedResult) -> dict[str,
 QUANT_RULES = ("sim_ratio", "operand_findings")
 
 
-def quant_row(quant: Mapping[str, Any] | None) -> Row:
-    """The rules' measurements of one seed's ``quant`` section (empty without one)."""
-    if not quant:
+def quant_row(quant: SimCheck | None) -> Row:
+    """The rules' measurements of one seed's second reference (empty without one)."""
+    if quant is None:
         return {}
-    row = {"operand_findings": float(quant.get("n_findings") or 0)}
-    if quant.get("sim_ratio") is not None:
-        row["sim_ratio"] = float(quant["sim_ratio"])
+    row = {"operand_findings": float(quant.n_findings)}
+    if quant.sim_ratio is not None:
+        row["sim_ratio"] = quant.sim_ratio
     return row
 
 

@@ -30,12 +30,8 @@ import torch
 
 from numcheck.distributions import DEFAULT, DISTRIBUTIONS
 from numcheck.errors import NumcheckError
-from numcheck.numerics.budgets import (
-    TIE_BAND_KEYS,
-    VariantBudget,
-    coarse_output_tables,
-    describe,
-)
+from numcheck.numerics.budget_origin import Default, lender_of, root
+from numcheck.numerics.budgets import TIE_BAND_KEYS, VariantBudget, describe
 from numcheck.ops.spec import Inputs, OpSpec
 from numcheck.recorded.files import Recorded, RecordedError, read_recorded
 
@@ -219,42 +215,33 @@ def _read(path: Path) -> Recorded:
     return _READ[path][1]
 
 
-def defaults_left(
-    op: OpSpec, spec: InputSpec, given: Mapping[str, Any], lenders: Mapping[str, str],
-    variants: Sequence[str], budgets: Mapping[str, VariantBudget], *, case: str,
-) -> InputsError | None:
+def defaults_left(spec: InputSpec, variants: Sequence[str],
+                  budgets: Mapping[str, VariantBudget], *, case: str) -> InputsError | None:
     """For a case on inputs other than the op's default draw: the first limit of a checked
-    variant's budget that no table of the case sets (it would come from a default row,
-    measured on normal inputs), as an error naming it and the calibration that sets it;
-    None when every limit is the case's own (or the inputs are the default)."""
+    variant's budget that no table of the case sets (its origin is a default row, measured
+    on normal inputs), as an error naming it and the calibration that sets it; None when
+    every limit is the case's own (or the inputs are the default)."""
     if spec.default:
         return None
-    tables = {name: given.get(lenders.get(name, name), {}) for name in (op.reference, *variants)}
-    topk_output = op.topk.indices if op.topk is not None else None
     for name in variants:
-        precision = op.variants[name].precision
-        own = coarse_output_tables(precision, tables[name], tables, op.output_precision,
-                                   op.rounding_reference)
         budget = budgets[name]
-        limits: dict[str, Mapping[str, float]] = {
-            output: b.limits for output, b in budget.outputs.items()}
-        if budget.topk is not None and topk_output is not None:
-            limits[topk_output] = budget.topk.limits
-        for output, keys in limits.items():
-            table = own.get(output, {})
-            left = [k for k in keys if not isinstance(table, Mapping) or k not in table]
-            if output == topk_output and not any(k in table for k in TIE_BAND_KEYS):
-                left.append("tie_band_rel")  # the near-tie band is measured too
+        limits = {output: b.limits for output, b in budget.outputs.items()}
+        for output, keys in budget.origins.items():
+            held = limits.get(output, budget.topk.limits if budget.topk is not None else {})
+            # The near-tie band is measured too: it counts as a limit of the top-k output.
+            left = {k: row for k, o in keys.items() if isinstance(row := root(o), Default)
+                    and (k in held or (output not in limits and k in TIE_BAND_KEYS))}
             if left:
-                table_name = lenders.get(name, name)
+                key, row = next(iter(left.items()))
+                table = lender_of(budget.origins) or name
                 return InputsError(
-                    f"budget.{table_name}.{output}",
-                    f"the case runs on {spec.describe()}, and {name}'s limit {left[0]} on "
+                    f"budget.{table}.{output}",
+                    f"the case runs on {spec.describe()}, and {name}'s limit {key} on "
                     f"'{output}' is not set by the case: it would come from the default row "
-                    f"of {precision}, measured on normal inputs, which need not hold on "
+                    f"of {row.precision}, measured on normal inputs, which need not hold on "
                     f"these", f"calibrate the case's honest families on its own inputs and "
                     f"write their tables (pytest --numcheck --numcheck-calibrate "
                     f"--numcheck-calibrate-write -k {case}; docs/budgets.md), or set "
-                    f"{', '.join(left)} in [{case}.budget.{table_name}.{output}] from a "
+                    f"{', '.join(left)} in [{case}.budget.{table}.{output}] from a "
                     "measurement on these inputs")
     return None

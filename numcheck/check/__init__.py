@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import Any
 
 from numcheck.cases import Case, Expectation
 from numcheck.check import phase
@@ -55,10 +54,10 @@ from numcheck.check.perf import measure_perf
 from numcheck.check.result import CheckResult, Settled, display_id
 from numcheck.check.run import CaseInputs, run_variant
 from numcheck.devices import run_class
-from numcheck.gates import BATCH_INVARIANCE_GATE, DETERMINISM_GATE, QUANT_GATE
+from numcheck.gates import BATCH_INVARIANCE_GATE, DETERMINISM_GATE, INVARIANCE_GATES, QUANT_GATE
 from numcheck.goldens.case_golden import CaseGolden
 from numcheck.inputs import to_device
-from numcheck.invariance.gate import BATCH_INVARIANT_KEY, DETERMINISTIC_KEY, INVARIANCE_GATES
+from numcheck.invariance.gate import BATCH_INVARIANT_KEY, DETERMINISTIC_KEY, InvarianceReport
 from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import OpSpec
@@ -139,25 +138,23 @@ def held_gates(case: Case, variant: str, device: str, gates: Collection[str]) ->
     return held
 
 
-def _gated_on_class(case: Case, device: str, section: dict[str, Any],
-                    found: Sequence[Violation]) -> tuple[list[Violation], set[str]]:
+def _gated_on_class(case: Case, device: str,
+                    report: InvarianceReport) -> tuple[list[Violation], set[str]]:
     """The invariance gates' violations that fail the check on this device's class, and
     the gates that do not: a gate whose key does not name the class (a GPU model nobody
-    measured it on) measures and reports (``section``: the record's ``invariance``, told
-    why), and never fails."""
+    measured it on) measures and reports (the report is told why), and never fails."""
     cls = run_class(device)
-    kept, ungated = list(found), set()
+    kept = report.violations()
     for gate, key, spec in ((DETERMINISM_GATE.name, DETERMINISTIC_KEY, case.deterministic),
                             (BATCH_INVARIANCE_GATE.name, BATCH_INVARIANT_KEY,
                              case.batch_invariant)):
-        if gate not in section or spec is None or spec.gates_on(cls, device):
+        ran = report.runs if gate == DETERMINISM_GATE.name else report.batch
+        if ran is None or spec is None or spec.gates_on(cls, device):
             continue
-        section[gate]["gated"] = False
-        section[gate]["why"] = spec.unset(cls, key)
-        section["device_class"] = cls
+        report.ungated[gate] = spec.unset(cls, key)
+        report.device_class = cls
         kept = [v for v in kept if v.output != gate]
-        ungated.add(gate)
-    return kept, ungated
+    return kept, set(report.ungated)
 
 
 #: Why a variant that computes part of the op is not timed by the perf gate (its row's
@@ -246,8 +243,8 @@ def run_check(
                 op, case, variant, device, first_seed, preparer=preparer,
                 determinism=DETERMINISM_GATE.name in gates,
                 batch=BATCH_INVARIANCE_GATE.name in gates)
-        result.invariance = report.as_dict()
-        kept, ungated = _gated_on_class(case, device, result.invariance, report.violations())
+        result.invariance = report
+        kept, ungated = _gated_on_class(case, device, report)
         result.violations += kept
         gates -= ungated  # measured and reported: no expectation counts on them here
     if "perf" in gates:
@@ -256,8 +253,7 @@ def run_check(
         perf.lock_wait_s = waited
         result.perf = perf
         result.violations += perf.violations()
-        result.timing = perf.record_section()
-        result.timing["numerics_lock_wait_s"] = numerics_wait
+        result.numerics_lock_wait_s = numerics_wait
         if perf.decision.threshold is None:
             gates.discard("perf")  # no threshold on this class: reported, expects nothing
     audited = gates & set(OVERHEAD_GATES)
@@ -268,13 +264,10 @@ def run_check(
             overhead, found = check_overhead(op, case, variant, device, first_seed,
                                              gates=set() if explain else audited,
                                              kernels=profile, preparer=preparer)
+        overhead.lock_wait_s = waited if profile else None
         result.overhead = overhead
-        result.casts = overhead.as_dict()
-        if profile:
-            result.casts["lock_wait_s"] = waited
         result.violations += found
-    first = preparations.first(variant)
-    result.prepared = None if first is None else first.as_dict()
+    result.prepared = preparations.first(variant)
     if partial:
         result.not_produced = op.not_produced(variant)
     if not_timed:

@@ -96,9 +96,7 @@ def check(
     result = CheckResult(
         case, variant_name, device, results, [v for r in results for v in r.violations],
         first_call_s=None if first_call is None else first_call.seconds,
-    )
-    first = preparations.first(variant_name)
-    result.prepared = None if first is None else first.as_dict()
+        prepared=preparations.first(variant_name))
     return result
 
 
@@ -173,7 +171,7 @@ def _check_seed(
             result.ungated[f"{name}.max_err_ratio"] = (
                 missing.problem if missing is not None else f"no {cls} rounding envelope")
     if sim is not None:
-        result.quant = sim.as_dict()
+        result.quant = replace(sim, outputs={})  # the simulated outputs stay here
         result.violations += sim.violations
     if op.topk is not None and budget.topk is not None and op.topk.indices in checked:
         spec, tb = op.topk, budget.topk

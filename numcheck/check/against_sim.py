@@ -33,7 +33,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import torch
 
@@ -81,13 +80,6 @@ class SimCheck:
     findings: list[str] = field(default_factory=list)
     n_findings: int = 0
     violations: list[Violation] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The record's ``quant`` entries of one seed."""
-        return {"scheme": self.scheme, "operands": self.operands, "calls": self.calls,
-                "recorded": self.recorded,
-                "sim_ratio": self.sim_ratio, "sim_ratio_at": self.sim_ratio_at,
-                "findings": list(self.findings), "n_findings": self.n_findings}
 
 
 def take_rows(q: Quantized, rows: torch.Tensor) -> Quantized:

@@ -20,7 +20,8 @@ docs/report.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -49,32 +50,68 @@ def unit_roundoff(precision: str | None, dtype: torch.dtype) -> float:
     return torch.finfo(dtype).eps / 2 if dtype.is_floating_point else 0.0
 
 
+@dataclass
+class ErrorHistogram:
+    """``errors`` of one output (module docstring): ``counts[i]`` errors in bin ``k0 + i``."""
+
+    n: int
+    zeros: int
+    nonfinite: int
+    k0: int
+    counts: list[int]
+    per_decade: int
+    golden_abs: list[float]
+    unit_roundoff: float
+    sampled: bool
+
+
+@dataclass
+class FlipHistogram:
+    """``flips`` of a top-k output (module docstring): per direction (``out``, ``in``,
+    ``out_neg``, ``in_neg``) the count in each bin of ``edges``."""
+
+    edges: list[float]
+    counts: dict[str, list[int]]
+    masked: int
+    n_flips: int
+    band: float
+    band_kind: str
+
+
+@dataclass
+class Plots:
+    """A check's plot data: per output its error histogram, per top-k output its flips."""
+
+    errors: dict[str, ErrorHistogram]
+    flips: dict[str, FlipHistogram] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record's ``plots`` section (docs/report.md): a flip histogram's counts by
+        direction beside its edges; no ``flips`` without a top-k output."""
+        out: dict[str, Any] = {"errors": {name: asdict(h) for name, h in self.errors.items()}}
+        if self.flips:
+            out["flips"] = {name: {**{k: v for k, v in asdict(f).items() if k != "counts"},
+                                   **f.counts} for name, f in self.flips.items()}
+        return out
+
+
 def error_histogram(
     actual: torch.Tensor, expected: torch.Tensor, *, roundoff: float, sampled: bool = False
-) -> dict[str, Any]:
+) -> ErrorHistogram:
     """Log-binned ``|actual - expected|`` of one output of one seed (both any float dtype)."""
     a = actual.detach().to("cpu", torch.float64).reshape(-1)
     e = expected.detach().to("cpu", torch.float64).reshape(-1)
     finite = torch.isfinite(a) & torch.isfinite(e)
     err = (a[finite] - e[finite]).abs()
     positive = err[err > 0]
-    out: dict[str, Any] = {
-        "n": int(a.numel()),
-        "zeros": int((err == 0).sum()),
-        "nonfinite": int((~finite).sum()),
-        "k0": 0,
-        "counts": [],
-        "per_decade": BINS_PER_DECADE,
-        "golden_abs": _quantiles(e[finite].abs()),
-        "unit_roundoff": roundoff,
-        "sampled": sampled,
-    }
+    k0, counts = 0, []
     if positive.numel():
         k = torch.floor(torch.log10(positive) * BINS_PER_DECADE).to(torch.int64)
         k0 = int(k.min())
-        out["k0"] = k0
-        out["counts"] = [int(c) for c in torch.bincount(k - k0).tolist()]
-    return out
+        counts = [int(c) for c in torch.bincount(k - k0).tolist()]
+    return ErrorHistogram(int(a.numel()), int((err == 0).sum()), int((~finite).sum()), k0,
+                          counts, BINS_PER_DECADE, _quantiles(e[finite].abs()), roundoff,
+                          sampled)
 
 
 def _quantiles(values: torch.Tensor) -> list[float]:
@@ -86,31 +123,23 @@ def _quantiles(values: torch.Tensor) -> list[float]:
     return [float(x) for x in q.tolist()]
 
 
-def merge_histograms(hists: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def merge_histograms(hists: Sequence[ErrorHistogram]) -> ErrorHistogram | None:
     """Add the seeds' histograms of one output bin by bin (same grid); None for none."""
     if not hists:
         return None
-    first = hists[0]
-    filled = [h for h in hists if h["counts"]]
-    out = dict(first)
-    for key in ("n", "zeros", "nonfinite"):
-        out[key] = sum(int(h[key]) for h in hists)
-    out["sampled"] = any(h.get("sampled") for h in hists)
-    # Percentiles of |golden| do not add up; the widest range over seeds is the honest one.
-    out["golden_abs"] = [min(h["golden_abs"][0] for h in hists),
-                         sorted(h["golden_abs"][1] for h in hists)[len(hists) // 2],
-                         max(h["golden_abs"][2] for h in hists)]
-    if not filled:
-        out["k0"], out["counts"] = 0, []
-        return out
-    k0 = min(int(h["k0"]) for h in filled)
-    k1 = max(int(h["k0"]) + len(h["counts"]) for h in filled)
-    counts = [0] * (k1 - k0)
+    filled = [h for h in hists if h.counts]
+    k0 = min((h.k0 for h in filled), default=0)
+    counts = [0] * (max((h.k0 + len(h.counts) for h in filled), default=0) - k0)
     for h in filled:
-        for i, c in enumerate(h["counts"]):
-            counts[int(h["k0"]) - k0 + i] += int(c)
-    out["k0"], out["counts"] = k0, counts
-    return out
+        for i, c in enumerate(h.counts):
+            counts[h.k0 - k0 + i] += c
+    # Percentiles of |golden| do not add up; the widest range over seeds is the honest one.
+    golden_abs = [min(h.golden_abs[0] for h in hists),
+                  sorted(h.golden_abs[1] for h in hists)[len(hists) // 2],
+                  max(h.golden_abs[2] for h in hists)]
+    return replace(hists[0], n=sum(h.n for h in hists), zeros=sum(h.zeros for h in hists),
+                   nonfinite=sum(h.nonfinite for h in hists), k0=k0, counts=counts,
+                   golden_abs=golden_abs, sampled=any(h.sampled for h in hists))
 
 
 def flip_histogram(
@@ -120,7 +149,7 @@ def flip_histogram(
     *,
     band: float,
     band_kind: str,
-) -> dict[str, Any]:
+) -> FlipHistogram:
     """Every flipped token's distance to its row's k-th golden score, in tie bands.
 
     Uses :func:`numcheck.numerics.topk.topk_agreement` with a zero band, which lists every flip not
@@ -133,55 +162,42 @@ def flip_histogram(
     report = topk_agreement(golden_idx, variant_idx, scores, band=0.0, band_kind="abs",
                             max_flips=golden_idx.numel() + variant_idx.numel())
     tol = row_tolerance(scores, band, band_kind)
-    out: dict[str, Any] = {
-        "edges": list(FLIP_EDGES),
-        "out": [0] * len(FLIP_EDGES),
-        "in": [0] * len(FLIP_EDGES),
-        "out_neg": [0] * len(FLIP_EDGES),
-        "in_neg": [0] * len(FLIP_EDGES),
-        "masked": 0,
-        "n_flips": report.n_flips,
-        "band": band,
-        "band_kind": band_kind,
-    }
-    at_kth = report.n_flips - report.n_unexplained  # margin exactly 0
+    counts = {key: [0] * len(FLIP_EDGES) for key in ("out", "in", "out_neg", "in_neg")}
     # A flip exactly at the k-th score: "out" by convention (its direction is not kept).
-    out["out"][0] += at_kth
+    counts["out"][0] += report.n_flips - report.n_unexplained  # margin exactly 0
+    masked = 0
     for f in report.unexplained:
         if not math.isfinite(f.margin):
-            out["masked"] += 1
+            masked += 1
             continue
         width = float(tol[f.row])
         m = abs(f.margin) / width if width > 0 else math.inf
         i = max(j for j, edge in enumerate(FLIP_EDGES) if m >= edge)
-        key = f.direction + ("_neg" if f.margin < 0 else "")
-        out[key][i] += 1
-    return out
+        counts[f.direction + ("_neg" if f.margin < 0 else "")][i] += 1
+    return FlipHistogram(list(FLIP_EDGES), counts, masked, report.n_flips, band, band_kind)
 
 
-def merge_flips(flips: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def merge_flips(flips: Sequence[FlipHistogram]) -> FlipHistogram | None:
     """Add the seeds' flip histograms (same edges); None for none."""
     if not flips:
         return None
-    out = dict(flips[0])
-    for key in ("out", "in", "out_neg", "in_neg"):
-        out[key] = [sum(f[key][i] for f in flips) for i in range(len(FLIP_EDGES))]
-    for key in ("masked", "n_flips"):
-        out[key] = sum(int(f[key]) for f in flips)
-    return out
+    return replace(flips[0], counts={key: [sum(f.counts[key][i] for f in flips)
+                                           for i in range(len(FLIP_EDGES))]
+                                     for key in flips[0].counts},
+                   masked=sum(f.masked for f in flips), n_flips=sum(f.n_flips for f in flips))
 
 
 def check_plots(
     op: Any, precision: str | None, seeds: Sequence[Any], golden: CaseGolden
-) -> dict[str, Any] | None:
-    """The ``plots`` section of a check's record, from the outputs each seed kept.
+) -> Plots | None:
+    """The plot data of a check, from the outputs each seed kept.
 
     ``seeds`` are the runner's seed results (with ``outputs``); ``golden`` the case's golden
     as validated for the check (:class:`numcheck.goldens.case_golden.CaseGolden`). None when
     no seed kept its outputs (e.g. a perf-only check).
     """
-    errors: dict[str, list[dict[str, Any]]] = {}
-    flips: list[dict[str, Any]] = []
+    errors: dict[str, list[ErrorHistogram]] = {}
+    flips: list[FlipHistogram] = []
     for s in seeds:
         outputs = getattr(s, "outputs", None)
         if not outputs:
@@ -202,10 +218,8 @@ def check_plots(
                 golden.output(s.seed, op.topk.scores).values,
                 band=s.topk.band, band_kind=s.topk.band_kind,
             ))
-    if not errors and not flips:
+    merged = {name: m for name, h in errors.items() if (m := merge_histograms(h)) is not None}
+    flip = merge_flips(flips)
+    if not errors and flip is None:
         return None
-    merged = {name: merge_histograms(h) for name, h in errors.items()}
-    result: dict[str, Any] = {"errors": merged}
-    if flips:
-        result["flips"] = {op.topk.indices: merge_flips(flips)}
-    return result
+    return Plots(merged, {} if flip is None else {op.topk.indices: flip})

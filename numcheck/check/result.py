@@ -6,9 +6,11 @@ the overhead audit measured and how a known-bad variant's expectation settled
 (:class:`Settled`); the report (:mod:`numcheck.report.records`) reads it into a record.
 
 It sits below every module of the check that fills a result, and the rooms that read one
-(:mod:`numcheck.report`, the plugin) sit above the check: it names the speed gate's and the
-overhead audit's parts by the little it needs of them (:class:`PerfPart`,
-:class:`OverheadPart`), never by importing the modules that make them.
+(:mod:`numcheck.report`, the plugin) sit above the check; it names the speed gate's part by
+the little it needs of it (:class:`PerfPart`): the module that makes it imports this one.
+Every part is typed as its gate made it: the record's plain sections are made from them
+once, at the edge (numcheck.report.records), and a result travels whole from a worker
+process (``torch.save``; what the gates watched, without its tensors).
 """
 
 from __future__ import annotations
@@ -19,13 +21,18 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from numcheck.cases import Case
+from numcheck.check.against_sim import SimCheck
+from numcheck.check.plotdata import Plots
+from numcheck.invariance.gate import InvarianceReport
 from numcheck.localize.findings import Localization
 from numcheck.numerics.metrics import ErrorMetrics
 from numcheck.numerics.topk import TopkReport
 from numcheck.numerics.verdict import Violation, worst
 from numcheck.ops.spec import Outputs
+from numcheck.overhead.gate import OverheadReport
+from numcheck.prepare import Prepared
 
-__all__ = ["CheckResult", "OverheadPart", "PerfPart", "SeedResult", "Settled", "display_id"]
+__all__ = ["CheckResult", "PerfPart", "SeedResult", "Settled", "display_id"]
 
 
 def display_id(case: Case, variant: str, device: str) -> str:
@@ -35,18 +42,13 @@ def display_id(case: Case, variant: str, device: str) -> str:
 
 class PerfPart(Protocol):
     """What the speed gate leaves in a result (a :class:`numcheck.check.perf.PerfResult`):
-    its violations and the record's ``timing`` section."""
+    its violations, the device class it held, and the record's ``timing`` section."""
+
+    device_class: str
 
     def violations(self) -> list[Violation]: ...
 
     def record_section(self) -> dict[str, Any]: ...
-
-
-class OverheadPart(Protocol):
-    """What the overhead audit leaves in a result (a
-    :class:`numcheck.overhead.gate.OverheadReport`): the record's ``casts`` section."""
-
-    def as_dict(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -89,10 +91,9 @@ class SeedResult:
     #: ``max_err_ratio`` where the op's rounding envelope cannot run on this device or
     #: install. Not gated, and the record says so rather than listing them as limits.
     ungated: dict[str, str] = field(default_factory=dict)
-    #: A low-precision variant's second reference on this seed
-    #: (:meth:`numcheck.check.against_sim.SimCheck.as_dict`); None without a declared
-    #: quantization.
-    quant: dict[str, Any] | None = None
+    #: A low-precision variant's second reference on this seed, without the simulated
+    #: outputs; None without a declared quantization.
+    quant: SimCheck | None = None
 
 
 @dataclass
@@ -104,30 +105,26 @@ class CheckResult:
     device: str
     seeds: list[SeedResult]
     violations: list[Violation]
-    #: Filled by the perf gate (speedup with its interval) and the cast ledger, when run:
-    #: the record's sections, and the measurements they come from.
-    timing: dict[str, Any] | None = None
-    casts: dict[str, Any] | None = None
+    #: What the perf gate (speedup with its interval) and the cast ledger measured, when run.
     perf: PerfPart | None = None
-    overhead: OverheadPart | None = None
+    overhead: OverheadReport | None = None
+    #: Seconds the numerics waited for the device lock (shared), reported with the timing.
+    numerics_lock_wait_s: float = 0.0
     #: A known-bad variant's expected failures, settled (None for an ordinary check).
     settled: Settled | None = None
     #: The record's compact plot data (numcheck.check.plotdata) and a note shown in its row.
-    plots: dict[str, Any] | None = None
+    plots: Plots | None = None
     note: str | None = None
     #: Seconds of the check's first call of its variant (compile, warm-up), timed apart
     #: (numcheck.check.firstcall); None when the check made no call of its own.
     first_call_s: float | None = None
-    #: The variant's one-time preparation on the case's first seed, as the record's
-    #: ``prepared`` section (:meth:`numcheck.prepare.Prepared.as_dict`); None without one.
-    prepared: dict[str, Any] | None = None
+    #: The variant's one-time preparation on the case's first seed; None without one.
+    prepared: Prepared | None = None
     #: Where a failed check's outputs were written for diffing against the golden (its
     #: obtained file, numcheck.goldens.obtained); None when none was kept.
     obtained: Path | None = None
-    #: What the determinism and batch-invariance gates measured, as the record's
-    #: ``invariance`` section (numcheck.invariance.gate.InvarianceReport.as_dict); None
-    #: when neither ran.
-    invariance: dict[str, Any] | None = None
+    #: What the determinism and batch-invariance gates measured; None when neither ran.
+    invariance: InvarianceReport | None = None
     #: The op's outputs the variant does not compute (``Variant.produces``); empty for a
     #: variant that computes them all.
     not_produced: tuple[str, ...] = ()
@@ -160,27 +157,23 @@ class CheckResult:
             found.update(s.ungated)
         return found
 
-    def quant_summary(self) -> dict[str, Any] | None:
+    def quant_summary(self) -> SimCheck | None:
         """The second reference over seeds (None for a variant without a declared
         quantization): the worst ``sim_ratio`` and where, the operands' findings, where the
         operands came from."""
         per_seed = [(s.seed, s.quant) for s in self.seeds if s.quant is not None]
         if not per_seed:
             return None
-        ratios = [(q["sim_ratio"], seed, q["sim_ratio_at"]) for seed, q in per_seed
-                  if q["sim_ratio"] is not None]
+        ratios = [(q.sim_ratio, seed, q.sim_ratio_at) for seed, q in per_seed
+                  if q.sim_ratio is not None]
         worst = max(ratios, key=lambda r: r[0], default=None)
-        findings = [f"seed {seed}: {f}" for seed, q in per_seed for f in q["findings"]]
-        return {
-            "scheme": per_seed[0][1]["scheme"],
-            "operands": per_seed[0][1]["operands"],
-            "calls": per_seed[0][1]["calls"],
-            "recorded": per_seed[0][1]["recorded"],
-            "sim_ratio": None if worst is None else worst[0],
-            "sim_ratio_at": "" if worst is None else f"seed {worst[1]}, {worst[2]}",
-            "n_findings": sum(q["n_findings"] for _, q in per_seed),
-            "findings": findings[:6],
-        }
+        first = per_seed[0][1]
+        return SimCheck(
+            {}, first.scheme, first.operands, first.calls, first.recorded,
+            sim_ratio=None if worst is None else worst[0],
+            sim_ratio_at="" if worst is None else f"seed {worst[1]}, {worst[2]}",
+            findings=[f"seed {seed}: {f}" for seed, q in per_seed for f in q.findings][:6],
+            n_findings=sum(q.n_findings for _, q in per_seed))
 
     def topk_value(self, name: str) -> float | None:
         """Worst (lowest) value of a top-k statistic over seeds."""

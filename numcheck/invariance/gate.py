@@ -36,12 +36,9 @@ from numcheck.numerics.verdict import Violation
 if TYPE_CHECKING:
     from numcheck.invariance.bitwise import Difference
 
-#: Case keys, and the gate each turns on.
-DETERMINISTIC_KEY = "deterministic"
-BATCH_INVARIANT_KEY = "batch_invariant"
-GATE_OF_KEY = {DETERMINISTIC_KEY: DETERMINISM_GATE.name,
-               BATCH_INVARIANT_KEY: BATCH_INVARIANCE_GATE.name}
-INVARIANCE_GATES = (DETERMINISM_GATE.name, BATCH_INVARIANCE_GATE.name)
+#: The case keys that turn the gates on.
+DETERMINISTIC_KEY = DETERMINISM_GATE.case_key
+BATCH_INVARIANT_KEY = BATCH_INVARIANCE_GATE.case_key
 
 #: Calls of a variant on one seed's inputs the determinism gate makes and compares (each
 #: later one with the first). Two would be the least that can show anything; three give
@@ -215,6 +212,9 @@ class InvarianceReport:
     batch: int | None = None
     requests: tuple[int, ...] = ()
     request_differences: list[tuple[int, list[Difference]]] = field(default_factory=list)
+    #: Gates that measured and reported, not failing: their key names no ``device_class``.
+    ungated: dict[str, str] = field(default_factory=dict)
+    device_class: str | None = None
 
     def violations(self) -> list[Violation]:
         """The gates' violations: one per gate that saw a difference."""
@@ -257,4 +257,8 @@ class InvarianceReport:
                 "requests_differing": len(self.request_differences),
                 "differences": [{"request": r, "outputs": [d.as_dict() for d in diffs]}
                                 for r, diffs in self.request_differences[:MAX_SHOWN]]}
+        for gate, why in self.ungated.items():
+            out[gate].update(gated=False, why=why)
+        if self.device_class is not None:
+            out["device_class"] = self.device_class
         return out

@@ -7,7 +7,8 @@ class's default row (:class:`Default`), passed to the ``numcheck_golden`` fixtur
 (:class:`FixtureArg`), or not a limit at all because nothing can measure it
 (:class:`NotMeasured`). ``numcheck.cases`` and :func:`numcheck.numerics.budgets.complete_budget`
 record it in :attr:`VariantBudget.origins`; the failure message, calibration and the case
-writer read that record, never the case file's text again.
+writer read that record, never the case file's text again. A case's other limits take the
+same kinds, or a gate's default (:class:`GateDefault`): numcheck.cases.limits.
 
 An origin may wrap another: a borrower's key is :class:`Lent` around the key's origin in the
 lent tables (given there, inherited, or a default), and an inherited key names the origin of
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
 #: Where the per-precision default budgets live, as messages name it.
 DEFAULTS_SOURCE = "numcheck/numerics/budgets.py"
@@ -81,6 +82,17 @@ class Default:
 
 
 @dataclass(frozen=True)
+class GateDefault:
+    """A gate's own default limit (the casts and kernels gates': numcheck/overhead/gate.py),
+    set by no key of the case; ``table`` is where a key would override it
+    (``tiny.overhead.bf16``)."""
+
+    gate: str
+    table: str
+    kind: ClassVar[str] = "gate_default"
+
+
+@dataclass(frozen=True)
 class FixtureArg:
     """Passed in ``budget=`` of a ``numcheck_golden`` check, at ``where`` (``file:line`` of
     the call)."""
@@ -98,12 +110,11 @@ class NotMeasured:
     kind: ClassVar[str] = "unmeasured"
 
 
-Origin = Given | Lent | Inherited | Default | FixtureArg | NotMeasured
+Origin = Given | Lent | Inherited | Default | GateDefault | FixtureArg | NotMeasured
 #: A variant's origins: output -> budget key -> origin.
 Origins = Mapping[str, Mapping[str, Origin]]
 
-_KINDS: dict[str, type[Any]] = {cls.kind: cls for cls in
-                                (Given, Lent, Inherited, Default, FixtureArg, NotMeasured)}
+_KINDS: dict[str, type[Any]] = {cls.kind: cls for cls in get_args(Origin)}
 
 
 def root(origin: Origin) -> Origin:

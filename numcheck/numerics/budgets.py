@@ -370,39 +370,12 @@ def _origins(name: str, budget: OutputBudget | TopkBudget, given: Mapping[str, A
 
 
 #: Keys a finer variant's coarse output takes from the coarse class's budget (see
-#: :func:`coarse_output_tables`). ``max_err_ratio`` too: on such an output it is measured
+#: :func:`coarse_inheritance`). ``max_err_ratio`` too: on such an output it is measured
 #: against the coarse class's rounding envelope (numcheck.check.run), as the coarse
 #: class's is.
 INHERITED_KEYS = ("rel_fro", "calc_diff", "frac_outside", "max_band_ratio", "max_err_ratio",
                   OUTSIDE_KEY, OUTSIDE_ROWS_KEY, *BAND_KEYS)
 # (Never the simulated reference's keys: they belong to a variant's own declared scheme.)
-
-
-def coarse_output_tables(
-    precision: str,
-    given: Mapping[str, Any],
-    given_by_variant: Mapping[str, Mapping[str, Any]],
-    output_precision: Mapping[str, str],
-    rounding_reference: Mapping[str, str],
-) -> dict[str, Any]:
-    """A variant's budget tables with its coarse outputs completed from the coarse class.
-
-    An output stored in a coarser dtype than the variant computes in (mHC's ``y`` is bf16 for
-    every variant) differs from the golden by whole steps of that dtype wherever the two
-    round a value on either side of a rounding boundary, and how many do depends on the
-    inputs, not on the variant's own precision: an fp32 path measured at 6e-5 ``rel_fro`` on
-    one seed reaches 4x that on another. Such an output is held to the budget the case gives
-    the op's honest implementation at the coarse class (``rounding_reference``: ``bf16`` for
-    mHC ``y``), key by key, where the variant's own table leaves a key out; a key the case
-    gives the variant itself wins. ``given`` is the variant's tables by output,
-    ``given_by_variant`` every variant's; returns the variant's tables (a new mapping).
-    """
-    tables = dict(given)
-    for output, (variant, _, keys) in coarse_inheritance(
-            precision, given, given_by_variant, output_precision, rounding_reference).items():
-        source = given_by_variant[variant][output]
-        tables[output] = {**{k: source[k] for k in keys}, **tables.get(output, {})}
-    return tables
 
 
 def coarse_inheritance(
@@ -412,9 +385,20 @@ def coarse_inheritance(
     output_precision: Mapping[str, str],
     rounding_reference: Mapping[str, str],
 ) -> dict[str, tuple[str, str, tuple[str, ...]]]:
-    """What :func:`coarse_output_tables` takes from the coarse class, per output: ``(the
-    variant whose table it comes from, the output's storage class, the keys taken)``;
-    outputs that take nothing are left out."""
+    """What a variant's coarse outputs take from the coarse class's budget, per output:
+    ``(the variant whose table it comes from, the output's storage class, the keys taken)``;
+    outputs that take nothing are left out.
+
+    An output stored in a coarser dtype than the variant computes in (mHC's ``y`` is bf16 for
+    every variant) differs from the golden by whole steps of that dtype wherever the two
+    round a value on either side of a rounding boundary, and how many do depends on the
+    inputs, not on the variant's own precision: an fp32 path measured at 6e-5 ``rel_fro`` on
+    one seed reaches 4x that on another. Such an output is held to the budget the case gives
+    the op's honest implementation at the coarse class (``rounding_reference``: ``bf16`` for
+    mHC ``y``), key by key, where the variant's own table leaves a key out; a key the case
+    gives the variant itself wins. ``given`` is the variant's tables by output,
+    ``given_by_variant`` every variant's (numcheck.cases.budget_tables applies it, to the
+    values and their origins at once)."""
     out: dict[str, tuple[str, str, tuple[str, ...]]] = {}
     for output, storage in output_precision.items():
         if coarser(precision, storage) == precision:

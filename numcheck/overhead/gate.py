@@ -263,6 +263,8 @@ class OverheadReport:
     #: :func:`numcheck.check.overhead.check_overhead` only when a variant reads an input more
     #: than once.
     reference_passes: dict[str, float] | None = None
+    #: Seconds the kernel audit waited for the device alone (None: no kernel audit).
+    lock_wait_s: float | None = None
 
     @property
     def cast_bytes_ratio(self) -> float:
@@ -348,6 +350,7 @@ class OverheadReport:
             ],
             "entries": [e.as_dict() for e in led.entries],
             "kernels": self.kernels.as_dict() if self.kernels is not None else None,
+            **({} if self.lock_wait_s is None else {"lock_wait_s": self.lock_wait_s}),
         }
 
 

@@ -44,13 +44,14 @@ from numcheck.goldens.freshness import check_fresh
 from numcheck.goldens.packing import StoredOutput, pack_output, stored_output
 from numcheck.localize import failure as localize
 from numcheck.localize.findings import Localization
-from numcheck.numerics.budget_origin import DEFAULTS_SOURCE, Default, FixtureArg, Origin
+from numcheck.numerics.budget_origin import FixtureArg, Origin
 from numcheck.numerics.budgets import Unmeasured, VariantBudget, complete_budget
 from numcheck.numerics.metrics import ErrorMetrics
 from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement
 from numcheck.numerics.verdict import Violation, check_topk, worst
 from numcheck.ops.spec import TopkSpec
 from numcheck.precision import precision_of
+from numcheck.report.budget_source import origin_text
 from numcheck.report.render import Commands, failure_detail, verdict_message
 
 #: Sub-folder of the goldens folder that holds fixture goldens (no op name starts with "_").
@@ -175,7 +176,7 @@ class GoldenCheck:
             where = _localize(None, {name: actual}, {name: stored}, violations, full)
             raise GoldenCheckFailure(self._message(
                 name, violations, golden.path, metrics=metrics, localization=where,
-                budget=_budget_line(violations, ob.limits, full, precision, caller),
+                budget=_budget_line(violations, ob.limits, full, caller),
             ))
         return metrics
 
@@ -236,7 +237,7 @@ class GoldenCheck:
             where = _localize(TopkSpec(name, scores), {name: indices}, held, violations, full)
             message = self._message(
                 name, violations, golden.path, report, localization=where,
-                budget=_budget_line(violations, tb.limits, full, precision, caller),
+                budget=_budget_line(violations, tb.limits, full, caller),
             )
             raise GoldenCheckFailure(message)
         return report
@@ -365,20 +366,17 @@ def _fixture_origins(name: str, budget: Mapping[str, Any] | None,
 
 def _budget_line(
     violations: list[Violation], limits: Mapping[str, float], budget: VariantBudget,
-    precision: str, caller: str,
+    caller: str,
 ) -> str:
-    """Where the worst violation's limit is set, as the budget's record says: the
-    ``budget=`` of the call, or the precision's defaults row (and the key that would
-    override it in the call at ``caller``); "" for a rule (a NaN, the -inf mask), which no
-    budget sets."""
+    """Where the worst violation's limit is set, as the budget's record says, worded as a
+    case's is: the ``budget=`` of the call, or the precision's defaults row (and the key
+    that would override it in the call at ``caller``); "" for a rule (a NaN, the -inf
+    mask), which no budget sets."""
     top = worst(violations)
-    if top is None or top.metric not in limits:
+    origin = None if top is None else budget.origin(top.output, top.metric)
+    if top is None or origin is None or top.metric not in limits:
         return ""
-    value = limits[top.metric]
-    origin = budget.origin(top.output, top.metric)
-    if isinstance(origin, FixtureArg):
-        return f"{origin.where} (budget= of this check: {top.metric} = {value:g})"
-    row = origin.precision if isinstance(origin, Default) else precision
-    return (f"{top.metric} = {value:g}: default for {row} from {DEFAULTS_SOURCE} (no "
-            f"such key in budget= at {caller}; pass budget={{{top.metric!r}: ...}} to "
-            "override)")
+    return origin_text(origin, case="", variant="", output=top.output, key=top.metric,
+                       value=limits[top.metric], source=caller, override=(
+                           f"no such key in budget= at {caller}; pass budget="
+                           f"{{{top.metric!r}: ...}} to override"))

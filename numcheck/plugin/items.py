@@ -31,7 +31,7 @@ from numcheck.execute.executor import CheckRequest
 from numcheck.goldens.files import GoldenError
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError
-from numcheck.overhead.gate import OVERHEAD_GATES, OverheadReport
+from numcheck.overhead.gate import OVERHEAD_GATES
 from numcheck.perf.timing import TimingError
 from numcheck.plugin import options
 from numcheck.plugin.calibration import CalibrationMode
@@ -43,7 +43,7 @@ from numcheck.report.records import (
     record_without_verdict,
 )
 from numcheck.report.render import Commands, failure_message, footer
-from numcheck.report.skips import perf_only_reason
+from numcheck.report.skips import perf_only_skip
 
 #: The errors that leave a check without a verdict: reported as errors, with the case.
 NO_VERDICT = (GoldenError, VariantError, TimingError)
@@ -165,16 +165,17 @@ class CheckItem(pytest.Item):
     def setup(self) -> None:
         gates = session_of(self.config).run.active_gates
         reason: str | None
+        perf_only = None
         if self.case.perf_only and (self.device not in self.case.devices or "perf" not in gates):
-            reason = perf_only_reason(self.case.id, self.case.devices, self.device,
-                                      options.PERF_OPTION)
+            reason, perf_only = perf_only_skip(self.case.id, self.case.devices, self.device,
+                                               options.PERF_OPTION)
         else:
             reason = cannot_run(get_op(self.case.op), self.case, self.variant, self.device,
                                 gates=gates, perf_switch=options.PERF_OPTION)
         if reason is None:
             reason = session_of(self.config).sanitize_skip
         if reason is not None:
-            self._set_record(status="skip", reason=reason)
+            self._set_record(status="skip", reason=reason, perf_only=perf_only)
             pytest.skip(reason)
 
     def runtest(self) -> None:
@@ -210,11 +211,10 @@ class CheckItem(pytest.Item):
             message = failure_message(result, commands, self._source())
             if result.obtained is not None:
                 message += f"\n  obtained:    {state.rel(result.obtained)}"
-            overhead = result.overhead
-            if isinstance(overhead, OverheadReport) and any(
+            if result.overhead is not None and any(
                     v.output in OVERHEAD_GATES for v in result.violations):
                 # The preparation's summary is already among the message's lines.
-                message += "\n\n" + "\n".join(overhead.lines(prepared=False))
+                message += "\n\n" + "\n".join(result.overhead.lines(prepared=False))
             raise NumcheckFailure(message)
 
     def _xpass_message(self, settled: Settled, commands: Commands) -> str:

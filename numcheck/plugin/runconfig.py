@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from numcheck.devices import set_gpu_models
+from numcheck.gates import INVARIANCE_GATES
 from numcheck.goldens.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
 from numcheck.history.store import save_folder
-from numcheck.invariance.gate import INVARIANCE_GATES
 from numcheck.overhead.gate import default_gates
 from numcheck.plugin import options
 from numcheck.plugin.selection import collect_cases_folder, narrowing

@@ -75,7 +75,6 @@ class OverheadTable:
         overhead = result.overhead
         if overhead is None:
             return
-        assert isinstance(overhead, OverheadReport)  # what run_check's audit leaves
         prepared = overhead.prepared
         case = result.case
         self.rows.append([

@@ -1,20 +1,15 @@
-"""Where a budget comes from, and what to do when a check misses it.
+"""Where a limit comes from, and what to do when a check misses it.
 
 A budget miss has three usual causes, each with its own next step: the change under test is
 wrong (fix the variant), the budget is too tight for a correct variant (calibrate the honest
 family of its class, never the variant alone), or the reference itself changed (regenerate
-the golden). When it is not clear which, the variant is the suspect. The failure message names the budget's
-location so the reader can tell which: the case file and line of the key
-(``cases/indexer.toml:24``), or, for a value nobody wrote, the defaults row it comes from
-(``default for bf16 from numcheck/numerics/budgets.py``), and why that is the place: a
-variant whose table says ``budget_like = "bf16"`` is held to bf16's tables (the message names
-the ``budget_like`` line too, since that is where the two are tied), and a finer variant's
-output stored in a coarser dtype (mHC's bf16 ``y``) is held to the storage class's table on it.
-
-None of that is worked out here: the case loader records each key's origin once, when it
-completes the budget (:attr:`numcheck.numerics.budgets.VariantBudget.origins`, with the lines
-it read from the file), and :func:`origin_text` only words that record. Nothing here imports
-torch or pytest.
+the golden). When it is not clear which, the variant is the suspect. The failure message
+names where the limit is set so the reader can tell which: the case file and line of the key
+(``cases/indexer.toml:24``), or the default it comes from, and why that is the place (a
+``budget_like`` lender and its line, a coarse output's storage class). None of that is
+worked out here: :func:`numcheck.cases.limits.limit_origin` gives each limit's origin, as
+recorded when the case was loaded, and :func:`origin_text` only words it. Nothing here
+imports torch or pytest.
 """
 
 from __future__ import annotations
@@ -25,6 +20,7 @@ from collections.abc import Sequence
 from numcheck.numerics.budget_origin import (
     DEFAULTS_SOURCE,
     FixtureArg,
+    GateDefault,
     Given,
     Inherited,
     Lent,
@@ -41,9 +37,10 @@ def origin_text(
     variant: str,
     output: str,
     key: str,
-    value: float,
+    value: float | bool | str | None,
     source: str,
     case_line: int | None = None,
+    override: str = "",
 ) -> str:
     """Where the limit ``key = value`` of ``output`` of ``variant`` is set, for a message:
     ``cases/indexer.toml:24 ([tiny.budget.bf16.logits] calc_diff = 3.8e-06)``, then why that
@@ -52,7 +49,11 @@ def origin_text(
     or ``calc_diff = 0.0001: default for bf16 from numcheck/numerics/budgets.py (no key in
     cases/indexer.toml:12 [tiny]; set [tiny.budget.bf16.logits] calc_diff to override)``.
     ``source``: the case file as the message shows it; ``case_line``: the line of the
-    case's table (``Case.lines[()]``)."""
+    case's table (``Case.lines[()]``); ``value``: a number, a flag, a rule in words
+    (``holds 'x' on cpu: ...``) or None (the key alone: :func:`numcheck.cases.limits.
+    limit_origin` gives the key and value of every kind of limit); ``override``: how to
+    override a default, where it is not a key of the case (the ``numcheck_golden``
+    fixture's ``budget=``)."""
     steps: list[str] = []
     table = variant  # the table a key set for this variant goes in: its own, or its lender's
     while isinstance(origin, Lent | Inherited):
@@ -67,20 +68,25 @@ def origin_text(
                          f"{origin.output}] overrides it)")
         origin = origin.source
     why = "".join(f"; {step}" for step in steps)
+    setting = (key if value is None else f"{key} {value}" if isinstance(value, str) else
+               f"{key} = {str(value).lower()}" if isinstance(value, bool) else
+               f"{key} = {value:g}")
     if isinstance(origin, Given):
-        return f"{_at(source, origin.line)} ([{origin.table}] {key} = {value:g}{why})"
+        return f"{_at(source, origin.line)} ([{origin.table}] {setting}{why})"
     if isinstance(origin, FixtureArg):
-        return f"{origin.where} (budget= of this check: {key} = {value:g}{why})"
+        return f"{origin.where} (budget= of this check: {setting}{why})"
     if isinstance(origin, NotMeasured):
         return f"{key}: no limit, not measured ({origin.why})"
+    if isinstance(origin, GateDefault):
+        return (f"{key}: default of the {origin.gate} gate (set [{origin.table}] {key} in "
+                f"{source} to override)")
     if origin.storage is not None:  # a Default, the one kind left
         steps.append(f"{output} is stored in {origin.storage}, coarser than {variant}'s class")
     row = (f"the simulated reference's default for {origin.sums} ({origin.precision})"
            if origin.sums else f"default for {origin.precision}")
-    return (f"{key} = {value:g}: {row} from {DEFAULTS_SOURCE} ("
-            + "".join(f"{step}; " for step in steps)
-            + f"no key in {_at(source, case_line)} [{case}]; set [{case}.budget.{table}."
-            f"{output}] {key} to override)")
+    override = override or (f"no key in {_at(source, case_line)} [{case}]; set "
+                            f"[{case}.budget.{table}.{output}] {key} to override")
+    return f"{setting}: {row} from {DEFAULTS_SOURCE} ({''.join(f'{s}; ' for s in steps)}{override})"
 
 
 def _at(source: str, line: int | None) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -126,6 +126,9 @@ class Record:
     #: None for a variant without a declared quantization. Each output's metrics against
     #: the simulated reference are in ``metrics`` (``sim_rel_fro``, ``sim_calc_diff``).
     quant: dict[str, Any] | None = None
+    #: For a perf-only check skipped here: what it lacks, ``{"needs": "CUDA"}`` or
+    #: ``{"runs_with": "--numcheck-perf"}`` (the summaries count these: report/skips.py).
+    perf_only: dict[str, str] | None = None
 
     @property
     def passed(self) -> bool:
@@ -165,23 +168,15 @@ def record_from_result(
     device_index: int | None = None,
     worker: str | None = None,
 ) -> Record:
-    """The record of a check that produced a verdict.
-
-    ``timing`` / ``casts`` are taken from attributes of the same name on ``result`` when
-    present (a dataclass or a mapping), so measuring them needs no change here.
-    """
+    """The record of a check that produced a verdict: the one place a result's typed parts
+    (its speed gate, ledger, plot data, preparation, invariance, second reference) become
+    the record's plain sections."""
     case, variant = result.case, result.variant
     budget = case.budgets[variant]
-    per_seed = []
-    for s in result.seeds:
-        per_seed.append(
-            {
-                "seed": s.seed,
-                "metrics": {name: _plain(asdict(m)) for name, m in s.metrics.items()},
-                "topk": None if s.topk is None else _topk_dict(s.topk),
-                "violations": len(s.violations),
-            }
-        )
+    per_seed = [{"seed": s.seed,
+                 "metrics": {name: _plain(asdict(m)) for name, m in s.metrics.items()},
+                 "topk": None if s.topk is None else _topk_dict(s.topk),
+                 "violations": len(s.violations)} for s in result.seeds]
     metrics: dict[str, dict[str, float]] = {}
     for name in budget.outputs:
         worst = {m: result.metric(name, m) for m in (*ERROR_METRICS, *SIM_METRICS)}
@@ -189,62 +184,37 @@ def record_from_result(
     metrics = {k: v for k, v in metrics.items() if v}
     top = result.worst()
     closest = _violation_dict(top) if top is not None else _headroom(budget, metrics)
+    perf, quant = result.perf, result.quant_summary()
     return Record(
-        id=result.id,
-        nodeid=nodeid,
-        op=case.op,
-        case=case.id,
-        variant=variant,
-        device=result.device,
-        status="pass" if result.passed else "fail",
-        reason="" if top is None else top.describe(),
-        precision=_precision(case.op, variant),
-        source=source,
-        seeds=list(case.seeds),
-        budget=_budget_dict(budget, result.ungated),
-        metrics=metrics,
-        topk=_worst_topk([s.topk for s in result.seeds if s.topk is not None]),
-        per_seed=per_seed,
-        violations=[_violation_dict(v) for v in result.violations],
-        closest=closest,
-        timing=_section(getattr(result, "timing", None)),
-        casts=_section(getattr(result, "casts", None)),
-        plots=_section(getattr(result, "plots", None)),
-        note=_note(getattr(result, "note", None), result.ungated),
-        device_name=device_name,
-        device_index=device_index,
-        worker=worker,
-        localization=[loc.as_dict() for loc in getattr(result, "localization", [])] or None,
-        first_call_s=getattr(result, "first_call_s", None),
-        prepared=_section(getattr(result, "prepared", None)),
+        id=result.id, nodeid=nodeid, op=case.op, case=case.id, variant=variant,
+        device=result.device, status="pass" if result.passed else "fail",
+        reason="" if top is None else top.describe(), precision=_precision(case.op, variant),
+        source=source, seeds=list(case.seeds), budget=_budget_dict(budget, result.ungated),
+        metrics=metrics, topk=_worst_topk([s.topk for s in result.seeds if s.topk is not None]),
+        per_seed=per_seed, violations=[_violation_dict(v) for v in result.violations],
+        closest=closest, note=_note(result.note, result.ungated), device_name=device_name,
+        device_index=device_index, worker=worker, first_call_s=result.first_call_s,
+        localization=[loc.as_dict() for loc in result.localization] or None,
         budget_origin=_budget_origin(budget, result.ungated),
-        invariance=_section(getattr(result, "invariance", None)),
-        not_produced=list(getattr(result, "not_produced", ())),
-        sweep=_sweep_of(case),
-        quant=_section(result.quant_summary() if hasattr(result, "quant_summary") else None),
+        not_produced=list(result.not_produced),
+        sweep=None if case.sweep is None else case.sweep.as_dict(),
+        # The typed parts the gates left, as the record's plain sections: made here, once.
+        timing=None if perf is None else _plain(
+            {**perf.record_section(), "numerics_lock_wait_s": result.numerics_lock_wait_s}),
+        casts=None if result.overhead is None else _plain(result.overhead.as_dict()),
+        plots=None if result.plots is None else _plain(result.plots.as_dict()),
+        prepared=None if result.prepared is None else _plain(result.prepared.as_dict()),
+        invariance=None if result.invariance is None else _plain(result.invariance.as_dict()),
+        quant=None if quant is None else _plain(
+            {k: v for k, v in vars(quant).items() if k not in ("outputs", "violations")}),
     )
 
 
-def _sweep_of(case: Any) -> dict[str, Any] | None:
-    """A sweep point's place (``Case.sweep``) as plain data; None for another case."""
-    point = getattr(case, "sweep", None)
-    return None if point is None else point.as_dict()
-
-
 def record_without_verdict(
-    *,
-    id: str,
-    nodeid: str,
-    op: str,
-    case: str,
-    variant: str,
-    device: str,
-    status: str,
-    reason: str,
-    error_kind: str | None = None,
-    source: str | None = None,
-    worker: str | None = None,
-    sweep: dict[str, Any] | None = None,
+    *, id: str, nodeid: str, op: str, case: str, variant: str, device: str, status: str,
+    reason: str, error_kind: str | None = None, source: str | None = None,
+    worker: str | None = None, sweep: dict[str, Any] | None = None,
+    perf_only: dict[str, str] | None = None,
 ) -> Record:
     """The record of a check that was skipped or could not produce a verdict."""
     if status not in ("skip", "error"):
@@ -253,7 +223,7 @@ def record_without_verdict(
         id=id, nodeid=nodeid, op=op, case=case, variant=variant, device=device,
         status=status, reason=reason, error_kind=error_kind,
         precision=_precision(op, variant) if op else None, source=source, worker=worker,
-        sweep=sweep,
+        sweep=sweep, perf_only=perf_only,
     )
 
 
@@ -378,16 +348,6 @@ def _headroom(budget: Any, metrics: Mapping[str, Mapping[str, float]]) -> dict[s
             if best is None or ratio > best[0]:
                 best = (ratio, {"output": name, "metric": metric, "value": value, "limit": limit})
     return None if best is None else best[1]
-
-
-def _section(value: Any) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    if is_dataclass(value) and not isinstance(value, type):
-        return dict(_plain(asdict(value)))
-    if isinstance(value, Mapping):
-        return dict(_plain(dict(value)))
-    raise TypeError(f"a record section must be a dataclass or a mapping, got {type(value)}")
 
 
 def _plain(value: Any) -> Any:

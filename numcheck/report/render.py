@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from numcheck.gates import BUILTIN_GATES
+from numcheck.gates import GATES, INVARIANCE_GATES
 from numcheck.numerics.metric_names import MAX_FLIPS, SIM_METRICS
 from numcheck.report.records import Record
 from numcheck.report.sweep_rows import fold_sweeps
 
 if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports without torch
+    from numcheck.check.against_sim import SimCheck
     from numcheck.check.result import CheckResult, Settled
     from numcheck.localize.findings import Localization
     from numcheck.numerics.metrics import ErrorMetrics
@@ -50,11 +51,9 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
     """The message of a failed case check."""
     top = result.worst()
     metrics = None if top is None else _metrics_of(result, top.output, top.seed)
-    detail = failure_detail(getattr(result, "localization", []),
-                            None if top is None else top.output, metrics)
+    detail = failure_detail(result.localization, None if top is None else top.output, metrics)
     # What the variant did once, at load time: part of what was checked, not of a call.
-    prepared = getattr(result, "prepared", None)
-    notes = [f"  {prepared['text']}"] if prepared else []
+    notes = [] if result.prepared is None else [f"  {result.prepared.summary()}"]
     # A limit of the budget nothing measured here is no part of the verdict: said so.
     notes += [f"  not measured here: {key} ({why})" for key, why in result.ungated.items()]
     quant = result.quant_summary()
@@ -72,22 +71,21 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
         title += (": known-bad, and it fails outside its expectation" if settled.outside
                   else ": known-bad, and its expectation is not met")
         notes += expectation_lines(settled)
-    invariance = top is not None and top.output in _INVARIANCE_KEYS
+    invariance = top is not None and top.output in INVARIANCE_GATES
     speed = top is not None and top.output == "perf"
+    cls = (result.perf.device_class if result.perf is not None else "") or result.device
     message = verdict_message(
         title, result.violations, worst_detail=detail,
         topk=result.worst_topk(), where=("case:", f"{source} [{result.case.id}]"),
         commands=replace(commands, calibrate="") if invariance or speed else commands,
-        budget=_budget_line(result, top, source), notes=notes,
+        budget=_budget_line(result, top, source, cls), notes=notes,
     )
     if invariance:
         assert top is not None
         message += "\n" + "\n".join(invariance_steps(top.output, result.variant, source,
                                                       result.case.table))
     if speed:
-        perf = getattr(result, "perf", None)
-        message += "\n" + "\n".join(speed_steps(getattr(perf, "device_class", "") or
-                                                 result.device, commands.speed))
+        message += "\n" + "\n".join(speed_steps(cls, commands.speed))
     return message
 
 
@@ -109,14 +107,10 @@ def speed_steps(device_class: str, speed: str) -> list[str]:
     ]
 
 
-#: The determinism and batch-invariance gates, and the case key that turns each on.
-_INVARIANCE_KEYS = {"determinism": "deterministic", "batch_invariance": "batch_invariant"}
-
-
 def invariance_steps(gate: str, variant: str, source: str, case: str) -> list[str]:
     """The next steps of a determinism or batch-invariance failure: no budget to tune, the
     kernel is wrong or the case asks too much of it."""
-    key = _INVARIANCE_KEYS[gate]
+    key = GATES[gate].case_key
     fix = ("a reduction order fixed for every call: no float atomics, no split chosen by "
            "occupancy" if gate == "determinism" else
            "a split, tile and kernel that depend on the shape of a request, not on the batch")
@@ -137,39 +131,38 @@ def _against(metrics: Mapping[str, float], limits: Mapping[str, float], name: st
     return f"{name}.{key} {value:.3g}" + ("" if limit is None else f" (budget {limit:.3g})")
 
 
-def reference_lines(quant: Mapping[str, Any], metrics: Mapping[str, Mapping[str, float]],
+def reference_lines(quant: SimCheck, metrics: Mapping[str, Mapping[str, float]],
                     limits: Mapping[str, Mapping[str, float]]) -> list[str]:
     """The two references of a low-precision check (numcheck/check/against_sim.py), for
     the failure message: each output's error against the FP32 golden and against the
     simulated reference (with their limits), the GEMM results' bound and the operands.
-    ``quant`` is a record's ``quant`` section; ``metrics`` and ``limits`` its worst metrics
-    and budget limits per output."""
+    ``quant`` is the check's second reference over its seeds
+    (:meth:`~numcheck.check.result.CheckResult.quant_summary`); ``metrics`` and ``limits``
+    its worst metrics and budget limits per output."""
     golden, sim = [], []
     for name, ms in metrics.items():
         lim = limits.get(name, {})
         golden += [t for t in (_against(ms, lim, name, "rel_fro"),) if t]
         sim += [t for t in (_against(ms, lim, name, "sim_rel_fro"),
                             _against(ms, lim, name, "sim_calc_diff")) if t]
-    lines = [f"  {'references:':<12} the variant declares {quant.get('scheme', '?')}",
+    lines = [f"  {'references:':<12} the variant declares {quant.scheme}",
              f"    golden (FP32, what the precision costs): {'; '.join(golden) or '-'}",
              (f"    simulated (the op on {_operands(quant)}, exact, float64): "
               f"{'; '.join(sim) or '-'}")]
-    ratio = quant.get("sim_ratio")
-    if ratio is not None:
-        lines.append(f"    GEMM results against their own operands: {ratio:.3g} of the bound an "
-                     f"honest kernel stays within (at most 1; worst at "
-                     f"{quant.get('sim_ratio_at')})")
-    n = int(quant.get("n_findings") or 0)
-    if n:
-        lines.append(f"    operands against the declared scheme: {n} finding(s)")
-        lines += [f"      {f}" for f in list(quant.get("findings") or [])[:3]]
-    elif quant.get("operands") == "recorded":
+    if quant.sim_ratio is not None:
+        lines.append(f"    GEMM results against their own operands: {quant.sim_ratio:.3g} of "
+                     f"the bound an honest kernel stays within (at most 1; worst at "
+                     f"{quant.sim_ratio_at})")
+    if quant.n_findings:
+        lines.append(f"    operands against the declared scheme: {quant.n_findings} finding(s)")
+        lines += [f"      {f}" for f in quant.findings[:3]]
+    elif quant.operands == "recorded":
         lines.append("    operands against the declared scheme: they follow it")
     return lines
 
 
-def _operands(quant: Mapping[str, Any]) -> str:
-    if quant.get("operands") == "recorded":
+def _operands(quant: SimCheck) -> str:
+    if quant.operands == "recorded":
         return "the operands the variant's own quantizer produced, dequantized"
     return ("numcheck's quantization of the op's operands (the variant records none: "
             "numcheck.record_gemm)")
@@ -206,42 +199,21 @@ def expectation_lines(settled: Settled) -> list[str]:
     return lines
 
 
-def _budget_line(result: CheckResult, top: Violation | None, source: str) -> str:
-    """Where the worst violation's limit is set, as the budget's record says (its origin,
-    decided when the case was loaded): the case file and line, or the defaults row."""
+def _budget_line(result: CheckResult, top: Violation | None, source: str, cls: str) -> str:
+    """Where the worst violation's limit is set on device class ``cls``, as
+    :func:`numcheck.cases.limits.limit_origin` says (a budget's origin was decided when the
+    case was loaded): the case file and line, or the default it comes from; "" for a rule
+    no key sets."""
+    from numcheck.cases.limits import limit_origin
     from numcheck.report.budget_source import origin_text
 
-    if top is None:
+    limit = None if top is None else limit_origin(
+        result.case, result.variant, top.output, top.metric, cls=cls)
+    if top is None or limit is None:
         return ""
-    case, variant = result.case, result.variant
-    budget = case.budgets.get(variant)
-    origin = None if budget is None else budget.origin(top.output, top.metric)
-    limits: Mapping[str, float] = {}
-    if budget is not None and top.output in budget.outputs:
-        limits = budget.outputs[top.output].limits
-    elif budget is not None and budget.topk is not None:
-        limits = budget.topk.limits
-    if origin is not None and top.metric in limits:
-        return origin_text(origin, case=case.table, variant=variant, output=top.output,
-                           key=top.metric, value=limits[top.metric], source=source,
-                           case_line=case.lines.get(()))
-    if top.output in _INVARIANCE_KEYS:
-        key = _INVARIANCE_KEYS[top.output]
-        at = case.lines.get((key,))
-        where = f"{source}:{at}" if at is not None else source
-        return (f"{where} ([{case.table}] {key} holds '{variant}' on {result.device}: "
-                "bitwise equal, no tolerance)")
-    table = {"casts": "overhead", "kernels": "overhead", "perf": "perf"}.get(top.output)
-    if table is None:
-        return ""  # a rule, not a budget (a NaN, the -inf mask): nothing to tune
-    # The case-file key that sets the limit: casts.input_copies is max_input_copies.
-    gate = {g.name: g for g in BUILTIN_GATES}.get(top.output)
-    key = gate.limit_key(top.metric) if gate is not None else top.metric
-    line = case.lines.get((table, variant, key))
-    if line is not None:
-        return f"{source}:{line} ([{case.table}.{table}.{variant}] {key})"
-    return (f"{key}: default of the {top.output} gate (set [{case.table}.{table}.{variant}] "
-            f"{key} in {source} to override)")
+    return origin_text(limit.origin, case=result.case.table, variant=result.variant,
+                       output=top.output, key=limit.key, value=limit.value, source=source,
+                       case_line=result.case.lines.get(()))
 
 
 def verdict_message(

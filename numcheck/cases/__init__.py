@@ -38,6 +38,7 @@ from numcheck.caseparts.inputs import (
     parse_inputs,
 )
 from numcheck.caseparts.sweep import SWEEP_KEY, SweepError, SweepPoint, expand
+from numcheck.cases.budget_tables import parse_budgets, require_checked
 from numcheck.devices import class_key_problem, class_kind
 from numcheck.distributions import INPUTS_PARAM
 from numcheck.errors import NumcheckError
@@ -50,29 +51,17 @@ from numcheck.gates import (
     QUANT_GATE,
     TOPK_METRICS,
 )
-from numcheck.honest.gemm_family import member_name, members, missing_envelope, yardstick
+from numcheck.honest.gemm_family import missing_envelope, yardstick
 from numcheck.invariance.gate import (
     BATCH_INVARIANT_KEY,
     DETERMINISTIC_KEY,
-    GATE_OF_KEY,
     InvarianceError,
     InvarianceSpec,
     parse_spec,
 )
-from numcheck.numerics.budget_origin import Given, Inherited, Lent, NotMeasured, Origin
 from numcheck.numerics.budget_provenance import PROVENANCE, CalibrationRecord, parse_record
-from numcheck.numerics.budgets import (
-    BUDGET_LIKE,
-    BudgetError,
-    Unmeasured,
-    VariantBudget,
-    coarse_inheritance,
-    coarse_output_tables,
-    complete_budget,
-    describe,
-    sim_default_row,
-)
-from numcheck.numerics.metric_names import NONFINITE_METRICS, SIM_METRICS
+from numcheck.numerics.budgets import BudgetError, VariantBudget, describe
+from numcheck.numerics.metric_names import NONFINITE_METRICS
 from numcheck.ops import registry
 from numcheck.ops.param_checks import check_params
 from numcheck.ops.registry import OpSpec
@@ -145,9 +134,6 @@ class Case:
     #: Cast/copy and kernel limits per variant (``[<case>.overhead.<variant>]``), complete
     #: for every variant the case runs; see :mod:`numcheck.overhead.gate`.
     overhead: Mapping[str, OverheadBudget] = field(default_factory=dict)
-    #: Variants whose budget tables are another variant's (``budget_like``): borrower ->
-    #: the variant it names (which does not borrow in turn).
-    budget_like: Mapping[str, str] = field(default_factory=dict)
     #: How calibration set each variant's budget tables (``[<case>.provenance.<variant>]``,
     #: written by --numcheck-calibrate-write, read by the next calibration; never gated).
     provenance: Mapping[str, CalibrationRecord] = field(default_factory=dict)
@@ -327,10 +313,6 @@ class _Where:
     def error(self, key: str | None, problem: str, fix: str) -> CaseFileError:
         return CaseFileError(self.path, problem, fix, case=self.case, key=key)
 
-    def line(self, *keys: str) -> int | None:
-        """The line that sets the case's key ``keys`` (a path below the case's table)."""
-        return self.lines.get((self.case, *keys))
-
     def case_lines(self) -> dict[tuple[str, ...], int]:
         """Every key of the case and its line, by the path below the case's table."""
         return {key[1:]: line for key, line in self.lines.items() if key[0] == self.case}
@@ -377,21 +359,23 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup, *,
             "tables would gate nothing",
             "remove them (a CPU-sized case of the op gates its numerics), or remove "
             "perf_only = true and make the case's golden")
-    runs_on = _runs_on(op, variants, devices)
-    budgets, budget_like = _parse_budgets(where, body, op, variants, runs_on,
-                                          measuring=measuring)
-    deterministic, batch_invariant = (
-        _parse_invariance(where, body, op, key, variants, devices, params, perf_only)
-        for key in (DETERMINISTIC_KEY, BATCH_INVARIANT_KEY))
-    expect = _parse_expect(where, body, op, variants, budgets, runs_on, perf_only,
-                           {DETERMINISM_GATE.name: deterministic,
-                            BATCH_INVARIANCE_GATE.name: batch_invariant})
+    runs_on, lines = _runs_on(op, variants, devices), where.case_lines()
+    try:
+        budgets = parse_budgets(case_id, where.path, lines, body, op, variants, runs_on,
+                                measuring=measuring)
+        deterministic, batch_invariant = (
+            _parse_invariance(where, body, op, key, variants, devices, params, perf_only)
+            for key in (DETERMINISTIC_KEY, BATCH_INVARIANT_KEY))
+        expect = _parse_expect(where, body, op, variants, budgets, runs_on, perf_only,
+                               {DETERMINISM_GATE.name: deterministic,
+                                BATCH_INVARIANCE_GATE.name: batch_invariant})
+    except BudgetError as exc:
+        raise where.error(exc.key, exc.problem, exc.fix) from None
     perf = _parse_perf(where, body, op, variants, runs_on)
     overhead = _parse_overhead(where, body, op, variants, runs_on)
     provenance = _parse_provenance(where, body, op)
     inputs = _parse_inputs(where, body, op, seeds, params)
-    left = defaults_left(op, inputs, body.get("budget", {}), budget_like, variants, budgets,
-                         case=case_id)
+    left = defaults_left(inputs, variants, budgets, case=case_id)
     if left is not None and not measuring:
         raise where.error(left.key, left.problem, left.fix)
     return Case(
@@ -409,9 +393,8 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup, *,
         perf=perf,
         perf_only=perf_only,
         overhead=overhead,
-        budget_like=budget_like,
         provenance=provenance,
-        lines=where.case_lines(),
+        lines=lines,
         inputs=inputs,
         deterministic=deterministic,
         batch_invariant=batch_invariant,
@@ -565,7 +548,7 @@ def _parse_expect(
                 fix = (f"'{name}' is a gate: write gates = [\"{name}\"]" if name in GATES
                        else f"use outputs of op '{op.name}': {', '.join(op.outputs)}")
                 raise where.error(f"{key}.outputs", f"unknown output '{name}'", fix)
-            _require_checked(where, f"{key}.outputs", op, variant, name)
+            require_checked(f"{key}.outputs", op, variant, name)
         for name in gates:
             if name not in GATES:
                 fix = (f"'{name}' is an output: write outputs = [\"{name}\"]"
@@ -589,7 +572,7 @@ def _parse_expect(
                                   tuple(dict.fromkeys(gates)))
         for item in metrics:
             if item.partition(".")[0] in op.outputs:
-                _require_checked(where, f"{key}.{listed}", op, variant, item.partition(".")[0])
+                require_checked(f"{key}.{listed}", op, variant, item.partition(".")[0])
         _check_expect_can_fail(where, key, op, variant, expectation, budgets[variant],
                                runs_on[variant], perf_only, invariance)
         out[variant] = expectation
@@ -605,18 +588,6 @@ def _expect_list(where: _Where, key: str, value: Any, example: str) -> list[str]
     return value
 
 
-def _require_checked(where: _Where, key: str, op: OpSpec, variant: str, output: str) -> None:
-    """``output`` is one the checks of ``variant`` hold to the golden: a budget or an
-    expectation of an output it does not produce would gate nothing."""
-    if output in op.checked(variant):
-        return
-    produced = ", ".join(op.produced(variant))
-    raise where.error(
-        key, f"variant '{variant}' does not produce output '{output}' (it computes part of "
-        f"op '{op.name}': produces {produced}), so this would gate nothing",
-        f"remove it, or name outputs it produces: {produced}")
-
-
 def _check_expect_can_fail(
     where: _Where, key: str, op: OpSpec, variant: str, expected: Expectation,
     budget: VariantBudget, devices: tuple[str, ...], perf_only: bool,
@@ -627,7 +598,7 @@ def _check_expect_can_fail(
     for gate, spec in invariance.items():
         if gate not in expected.targets():
             continue
-        case_key = next(k for k, g in GATE_OF_KEY.items() if g == gate)
+        case_key = GATES[gate].case_key
         if spec is None or not any(spec.holds(variant, d) for d in devices):
             raise where.error(
                 key, f"it expects the {gate} gate to fail, which holds '{variant}' only where "
@@ -981,251 +952,6 @@ def _runs_on(op: OpSpec, variants: tuple[str, ...],
         spec = op.variants[name]
         out[name] = tuple(d for d in devices if d in spec.devices or spec.unavailable)
     return out
-
-
-def _unmeasured(op: OpSpec, name: str, devices: tuple[str, ...],
-                lender: str | None) -> dict[str, dict[str, Unmeasured]]:
-    """Per output, the metrics no check of variant ``name`` can measure on ``devices``:
-    ``max_err_ratio`` where the op has no rounding envelope for the output's class (its
-    rounding reference or ``gemm_site`` members; numcheck.honest.gemm_family), and the
-    simulated reference's metrics for a variant that declares no quantization."""
-    variant = op.variants[name]
-    precision = variant.precision
-    whose = f"variant '{name}'" + (f" (held to {lender}'s budgets)" if lender else "")
-    out: dict[str, dict[str, Unmeasured]] = {}
-    for output in op.outputs:
-        if op.topk is not None and output == op.topk.indices:
-            continue
-        cls = yardstick(op, precision, output)
-        missing = missing_envelope(op, cls, devices, installed=False,
-                                   quant=variant.quant if cls == precision else None)
-        if missing is not None:
-            problem = (f"max_err_ratio (the worst element against honest rounding on the "
-                       f"same inputs) cannot be measured for {whose} on output '{output}', "
-                       f"so this limit would gate nothing: {missing.problem}")
-            out[output] = {"max_err_ratio": Unmeasured(problem, missing.fix, missing.nowhere)}
-        if variant.quant is None:
-            for metric in SIM_METRICS:
-                out.setdefault(output, {})[metric] = Unmeasured(
-                    f"{metric} (against the simulated reference: the op recomputed on the "
-                    f"variant's own quantized operands) cannot be measured for {whose}, which "
-                    "declares no quantization, so this limit would gate nothing",
-                    "declare the variant's quantization (Variant(quant=GemmQuant(...)), "
-                    "docs/fp8.md), or remove the key")
-    return out
-
-
-def _parse_budgets(
-    where: _Where, body: Mapping[str, Any], op: OpSpec, variants: tuple[str, ...],
-    runs_on: Mapping[str, tuple[str, ...]], *, measuring: bool = False,
-) -> tuple[dict[str, VariantBudget], dict[str, str]]:
-    """Every running variant's complete budget, and the variants that borrow theirs.
-
-    A key for a metric the variant's checks cannot measure on the case's devices is an
-    error naming the fix; a default of one that is measured nowhere is left out. A variant
-    with a declared quantization always has its ``sim_*`` limits: the case's, or the
-    simulated reference's default row of its sums; where its sums have no measured row and
-    the case sets none, the case does not load (unless ``measuring``: calibration sets them)."""
-    given = body.get("budget", {})
-    if not isinstance(given, dict):
-        raise where.error(
-            "budget",
-            f"expected a table, got {describe(given)}",
-            f"write budgets as tables: [{where.case}.budget.<variant>.<output>]",
-        )
-    running = {op.reference, *variants}
-    for name, outputs in given.items():
-        key = f"budget.{name}"
-        if name not in op.variants:
-            raise where.error(
-                key,
-                f"unknown variant '{name}' for op '{op.name}'",
-                f"use one of: {', '.join(op.variants)}",
-            )
-        if name not in running:
-            raise where.error(
-                key,
-                f"a budget for variant '{name}', which the case does not run "
-                f"(variants = {list(variants)})",
-                f"add '{name}' to variants, or remove this budget",
-            )
-        if not isinstance(outputs, dict):
-            raise where.error(
-                key,
-                f"expected a table of outputs, got {describe(outputs)}",
-                f"write [{where.case}.budget.{name}.<output>] tables, outputs among: "
-                f"{', '.join(op.outputs)}",
-            )
-    lenders = _budget_lenders(where, given, op, running)
-    for name, outputs in given.items():
-        for output in outputs:
-            if output != BUDGET_LIKE and output in op.outputs:
-                _require_checked(where, f"budget.{name}.{output}", op, name, output)
-    # A borrower reads its lender's tables as its own: the same as copies kept in step, so
-    # the missing keys still come from the borrower's own precision row (a variant that
-    # computes part of the op reads those of the outputs it produces).
-    tables = {name: given.get(lenders.get(name, name), {}) for name in running}
-    topk_output = op.topk.indices if op.topk is not None else None
-    budgets: dict[str, VariantBudget] = {}
-    for name in op.variants:
-        if name not in running:
-            continue
-        checked = op.checked(name)
-        quant = op.variants[name].quant
-        sims = sim_default_row(quant.accumulation) if quant is not None else None
-        try:
-            precision = op.variants[name].precision
-            own = coarse_output_tables(precision, tables[name], tables,
-                                       op.output_precision, op.rounding_reference)
-            budget = complete_budget(
-                precision,
-                {output: t for output, t in own.items()
-                 if output in checked or output not in op.outputs},
-                outputs=checked,
-                topk_output=topk_output if topk_output in checked else None,
-                output_precision=op.output_precision,
-                unmeasured=_unmeasured(op, name, runs_on[name], lenders.get(name)),
-                given_origins=_given_origins(where, op, name, precision, tables, lenders),
-                sims=sims,
-            )
-        except BudgetError as exc:
-            key = f"budget.{lenders.get(name, name)}.{exc.key}"
-            raise where.error(key, exc.problem, exc.fix) from None
-        if quant is not None and sims is None and not measuring:
-            _require_sim_limits(where, op, name, budget, lenders.get(name, name), runs_on[name])
-        lender = lenders.get(name)
-        if lender is not None:
-            tie = where.line("budget", name, BUDGET_LIKE)
-            budget = replace(budget, origins={
-                output: {key: o if isinstance(o, NotMeasured) else Lent(name, lender, tie, o)
-                         for key, o in keys.items()}
-                for output, keys in budget.origins.items()})
-        budgets[name] = budget
-    return budgets, lenders
-
-
-def _require_sim_limits(where: _Where, op: OpSpec, name: str, budget: VariantBudget,
-                        table: str, devices: tuple[str, ...]) -> None:
-    """A variant whose declared sums have no measured default of the simulated reference
-    (numcheck.numerics.budgets.sim_default_row) must have the case's ``sim_*`` limits on
-    every ordinary output it produces: never an unbudgeted second reference."""
-    variant = op.variants[name]
-    assert variant.quant is not None
-    for output, ob in budget.outputs.items():
-        missing = [k for k in SIM_METRICS if k not in ob.limits]
-        if not missing:
-            continue
-        device = devices[0] if devices else "cpu"
-        family = [member_name(g) for g in members(op, variant.precision, variant.quant)
-                  if device in g.devices and not g.unavailable]
-        pool = f" --numcheck-calibrate-pool {table}={','.join([table, *family])}"
-        node = f"{_shown(where.path)}::{where.case}::{table}[{device}]"
-        raise where.error(
-            f"budget.{table}.{output}.{missing[0]}",
-            f"variant '{name}' declares {variant.quant.accumulation.label} sums, for which "
-            f"numcheck measured no default of the simulated reference, and the case sets no "
-            f"{', '.join(missing)} on '{output}': its second reference would go unbudgeted",
-            f"calibrate its scheme's honest family and write the tables (numcheck."
-            f"add_gemm_members('{op.name}', ['{variant.precision}']) registers it): pytest "
-            f"--numcheck --numcheck-calibrate --numcheck-device {device} '{node}'{pool} "
-            "--numcheck-calibrate-write")
-
-
-def _shown(path: Path) -> str:
-    """``path`` relative to the working directory when under it (as a node id names it)."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def _given_origins(where: _Where, op: OpSpec, name: str, precision: str,
-                   tables: Mapping[str, Any], lenders: Mapping[str, str],
-                   ) -> dict[str, dict[str, Origin]]:
-    """Where each key of variant ``name``'s tables (its own, or those it borrows, which
-    :func:`_parse_budgets` wraps as lent) is written: in the tables themselves at their
-    line, or, on a coarse output, inherited from the storage class's table
-    (numcheck.numerics.budgets.coarse_inheritance), itself given or lent."""
-
-    def given_at(variant: str, output: str, key: str) -> Origin:
-        """The key as written in the tables ``variant`` reads: its own, or lent to it."""
-        owner = lenders.get(variant, variant)
-        at: Origin = Given(f"{where.case}.budget.{owner}.{output}",
-                           where.line("budget", owner, output, key))
-        if owner != variant and variant != name:  # name's own lending is wrapped later
-            at = Lent(variant, owner, where.line("budget", variant, BUDGET_LIKE), at)
-        return at
-
-    own = tables[name]
-    out: dict[str, dict[str, Origin]] = {
-        output: {key: given_at(name, output, key) for key in keys}
-        for output, keys in own.items() if isinstance(keys, Mapping)}
-    inherited = coarse_inheritance(precision, own, tables, op.output_precision,
-                                   op.rounding_reference)
-    for output, (variant, storage, keys) in inherited.items():
-        out.setdefault(output, {}).update(
-            {key: Inherited(variant, output, storage, given_at(variant, output, key))
-             for key in keys})
-    return out
-
-
-def _budget_lenders(
-    where: _Where, given: Mapping[str, Mapping[str, Any]], op: OpSpec, running: set[str]
-) -> dict[str, str]:
-    """``[<case>.budget.<variant>] budget_like = "<lender>"`` tables: borrower -> lender.
-
-    The borrower takes every budget table of the lender, a variant the case runs that does not
-    borrow in turn: a key beside ``budget_like``, a lender that borrows (a chain or a cycle),
-    the variant itself, or a variant the case does not run is an error.
-    """
-    ordered = [v for v in op.variants if v in running]
-    lenders: dict[str, str] = {}
-    for name, table in given.items():
-        if BUDGET_LIKE not in table:
-            continue
-        key = f"budget.{name}.{BUDGET_LIKE}"
-        lender = table[BUDGET_LIKE]
-        others = [v for v in ordered if v != name]
-        if not isinstance(lender, str):
-            raise where.error(key, f"expected a variant name, got {describe(lender)}",
-                              f'write {BUDGET_LIKE} = "<variant>" with one of: '
-                              f"{', '.join(others)}")
-        beside = [k for k in table if k != BUDGET_LIKE]
-        if beside:
-            raise where.error(
-                f"budget.{name}.{beside[0]}",
-                f"'{name}' takes {lender}'s budgets ({BUDGET_LIKE} = \"{lender}\"), so its "
-                f"table cannot also set {', '.join(repr(k) for k in beside)}",
-                f"set it in [{where.case}.budget.{lender}.{beside[0]}] (it then holds for "
-                f"both), or remove {BUDGET_LIKE} and give '{name}' budget tables of its own")
-        if lender == name:
-            raise where.error(key, f"'{name}' names itself",
-                              f"name the variant whose budgets it takes, one of: "
-                              f"{', '.join(others)}")
-        if lender not in op.variants:
-            raise where.error(key, f"unknown variant '{lender}' for op '{op.name}'",
-                              f"use one of: {', '.join(others)}")
-        if lender not in running:
-            raise where.error(key, f"'{lender}' is not a variant this case runs",
-                              f"add '{lender}' to variants, or give '{name}' budget tables "
-                              "of its own")
-        lenders[name] = lender
-    for name, lender in lenders.items():
-        if lender not in lenders:
-            continue
-        chain = [name, lender]
-        while chain[-1] in lenders and chain[-1] not in chain[:-1]:
-            chain.append(lenders[chain[-1]])
-        path = " -> ".join(chain)
-        if chain[-1] in chain[:-1]:
-            raise where.error(f"budget.{name}.{BUDGET_LIKE}",
-                              f"{BUDGET_LIKE} goes round in a cycle: {path}",
-                              "give one of them budget tables of its own")
-        raise where.error(f"budget.{name}.{BUDGET_LIKE}",
-                          f"'{lender}' takes its budgets from another variant in turn: {path}",
-                          f'write {BUDGET_LIKE} = "{chain[-1]}": borrow from the variant that '
-                          "sets the tables")
-    return lenders
 
 
 def _string_list(where: _Where, key: str, value: Any, fix: str) -> list[str]:
