@@ -248,7 +248,8 @@ def test_a_hook_that_raises_is_one_line_naming_its_line_and_the_fix(
     result.stderr.fnmatch_lines([
         ("ERROR: numcheck: a pytest_numcheck_register hook raised ValueError at conftest.py:10 "
          "(pytest_numcheck_register): OperandScheme: unknown element format 'e4m3' ('e4m3' is a "
-         "precision class; its element format is 'e4m3fn'); known: e4m3fn, e5m2, e2m1, e4m3fnuz, e5m2fnuz. Fix: "
+         "precision class; its element format is 'e4m3fn'); known: e4m3fn, e5m2, e2m1, "
+         "e4m3fnuz, e5m2fnuz. Fix: "
          "OperandScheme(element='e4m3fn', ...)"),
     ])
     assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()
