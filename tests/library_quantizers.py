@@ -18,12 +18,12 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 
-import quant_kernels
 import torch
 
 from numcheck import Quantized, as_quantized
 from numcheck.precision.quant_formats import unpack_fp4x2
 from numcheck.precision.quant_scheme import QUANT_PRESETS, OperandScheme
+from tests import quant_kernels
 
 Quantizer = Callable[[torch.Tensor, OperandScheme], Quantized]
 #: How to get the libraries.

@@ -24,7 +24,6 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-import quant_kernels
 import torch
 
 import numcheck
@@ -39,6 +38,7 @@ from numcheck import (
     Quantized,
     Variant,
 )
+from tests import quant_kernels
 
 #: DeepSeek V3's recipe, and V3.1's UE8M0 form, and one scale per token and channel.
 BLOCK = GemmQuant(DEEPSEEK_ACT, DEEPSEEK_WEIGHT, PROMOTED_128, "bf16")

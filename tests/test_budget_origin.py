@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cases import PLAIN, lookup
 
 from numcheck.calibrate.payloads import NumericsPayload, payload_from_data
 from numcheck.cases import Case, load_case_file, load_cases
@@ -40,6 +39,7 @@ from numcheck.numerics.budgets import (
 )
 from numcheck.numerics.metric_names import SIM_METRICS
 from numcheck.ops.registry import get_op
+from tests.test_cases import PLAIN, lookup
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -5,7 +5,6 @@ against the evidence behind the shipped budgets (they must refuse nothing honest
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import tomllib
@@ -13,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_calibrate_mode import needs_tomlkit, project
 
 from numcheck.calibrate import main as calibrate_main
 from numcheck.calibrate import suggestion_findings
@@ -24,18 +22,16 @@ from numcheck.calibrate.plan import RunInfo, plan_numerics
 from numcheck.cases import CaseFileError, load_case_file, load_cases
 from numcheck.numerics.budget_origin import Default, Given, origin_to_dict
 from numcheck.ops.registry import get_op
+from tests.test_calibrate_mode import needs_tomlkit, project
 
 ROOT = Path(__file__).resolve().parent.parent
-HERE = Path(__file__).parent
 
 # -- issue 33's scenario: a shipped mHC case, y 2% off, borrowing bf16's budgets ----------
 
-Y_OFF_CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(HERE)!r})
+Y_OFF_CONFTEST = """
 
 def pytest_numcheck_register(registry):
-    import calibration_op
+    from tests import calibration_op
     calibration_op.register_y_off(registry)
 """
 
@@ -124,9 +120,8 @@ def test_calibration_refuses_to_budget_a_borrowed_bug_and_records_an_override(
     assert "--numcheck-calibrate-accept y_off" in record["command"]
     # The loader reads the record back (and the gate, which ignores it, now passes the bug:
     # what the override says, in the file for review to see).
-    import calibration_op
-
     from numcheck.ops import registry
+    from tests import calibration_op
 
     with registry.isolated():
         calibration_op.register_y_off(registry)
@@ -139,12 +134,9 @@ def test_calibration_refuses_to_budget_a_borrowed_bug_and_records_an_override(
 
 
 def _honest_calibration() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "honest_calibration", ROOT / "benchmarks" / "honest_calibration.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from benchmarks.numerics import honest_calibration
+
+    return honest_calibration
 
 
 EVIDENCE = ROOT / "docs" / "evidence"
@@ -302,9 +294,8 @@ def test_a_rerun_that_misses_a_recorded_device_is_refused(pytester: pytest.Pytes
 
 
 def test_a_malformed_record_is_a_case_file_error(tmp_path: Path) -> None:
-    import calibration_op
-
     from numcheck.ops import registry
+    from tests import calibration_op
 
     registry.register(calibration_op.DOT)
     path = tmp_path / "dot.toml"

@@ -201,7 +201,7 @@ def test_every_evidence_folder_says_when_where_and_how_it_was_made() -> None:
 def test_the_readmes_failure_is_what_the_gate_prints(pytester: pytest.Pytester) -> None:
     """The failure the README reads line by line, produced for real: the same case file and
     planted bug, the message compared line for line."""
-    from test_plugin import CONFTEST, write_goldens
+    from tests.test_plugin import CONFTEST, write_goldens
 
     block = re.search(r"```\n(numcheck FAIL .*?)```",
                       _section(README.read_text(), "A failure, line by line"), re.DOTALL)

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_plugin import CONFTEST, write_goldens
 
 from numcheck.cases import CaseFileError, Expectation, load_case_file
 from numcheck.check import run_check, settle_expected
 from numcheck.gates import GATES, Gate, gate_registered, register_gate
 from numcheck.numerics.verdict import Violation
+from tests.test_plugin import CONFTEST, write_goldens
 
 CASE = """
 [tiny-mhc]
@@ -269,10 +269,9 @@ SEED0_METRICS = 'metrics = ["y.rel_fro", "y.calc_diff", "y.frac_outside", "y.max
 
 def test_a_seed_dependent_bug_is_xfail_on_every_seed_when_its_output_is_named(
         tmp_path: Path) -> None:
-    import planted
-
     from numcheck.check.make_golden import fresh_golden
     from numcheck.ops import registry
+    from tests import planted
 
     with registry.isolated():
         planted.register_all()

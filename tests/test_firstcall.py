@@ -8,9 +8,9 @@ import threading
 from types import SimpleNamespace
 
 import pytest
-from test_plugin import CONFTEST, write_goldens
 
 from numcheck.check.firstcall import FirstCallWatch, first_call_lines
+from tests.test_plugin import CONFTEST, write_goldens
 
 
 def clock(*values: float):  # type: ignore[no-untyped-def]
@@ -150,14 +150,13 @@ def test_a_bad_first_call_threshold_is_a_usage_error(pytester: pytest.Pytester) 
 def test_a_perf_only_check_makes_its_first_call_before_any_timing(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """No numerics come first in a perf-only check: its first call is made, and timed apart,
     before the speed gate's timer exists, so compile time never reaches a timed sample."""
-    from faketimer import factory
-
     from numcheck.cases import load_case_file
     from numcheck.check import run_check
     from numcheck.check.run import CaseInputs
     from numcheck.ops import mhc
     from numcheck.ops.registry import Variant, add_variant, get_op, isolated
     from numcheck.perf import timing
+    from tests.faketimer import factory
 
     events: list[str] = []
 

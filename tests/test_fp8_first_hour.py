@@ -19,20 +19,16 @@ import shlex
 import tomllib
 from pathlib import Path
 
-import fp8_mlp
 import pytest
-from test_calibrate_mode import needs_tomlkit
 
 from numcheck.__main__ import main as numcheck_main
+from tests import fp8_mlp
+from tests.test_calibrate_mode import needs_tomlkit
 
-HERE = Path(__file__).parent
-
-CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(HERE)!r})
+CONFTEST = """
 
 def pytest_numcheck_register(registry):
-    import fp8_mlp
+    from tests import fp8_mlp
     fp8_mlp.register(registry)
 """
 

@@ -11,14 +11,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fleet import GPU_REPORT
-from test_html_report import CHROMIUM, external_references, png_colours, render
 
 from numcheck.__main__ import main
 from numcheck.history.merge import result_fields
 from numcheck.history.runs import load_runs
 from numcheck.history.series import build_history
 from numcheck.report.records import load_report
+from tests.fleet import GPU_REPORT
+from tests.test_html_report import CHROMIUM, external_references, png_colours, render
 
 CASE = """
 [tiny-mhc]

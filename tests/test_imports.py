@@ -30,13 +30,21 @@ import re
 from pathlib import Path
 
 import pytest
-from fresh import FreshPython
-from importgraph import (
-    PACKAGE, import_graph, importable_up_front, module_names, needing, room_arrows, room_graph,
-    source_of, triton_importers,
-)
 
 from numcheck.ops.fused import KERNEL_MODULES
+from tests.fresh import FreshPython
+from tests.importgraph import (
+    PACKAGE,
+    import_graph,
+    importable_up_front,
+    module_names,
+    needing,
+    room_arrows,
+    room_graph,
+    source_of,
+    triton_importers,
+)
+
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One import cycle as a path ``[a, b, ..., a]``, or None."""

@@ -37,11 +37,9 @@ shape = {{ tokens = 4, hidden = 64 }}
 variants = ["honest"]
 """
 
-CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
+CONFTEST = """
 import numcheck
-import isolation_variants as v
+from tests import isolation_variants as v
 
 def pytest_numcheck_register(registry):
     for name in v.NAMES:
@@ -52,7 +50,7 @@ def pytest_numcheck_register(registry):
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     monkeypatch.setenv("NUMCHECK_ISOLATE", "process")
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
+    pytester.makeini(f"[pytest]\npythonpath = {TESTS.parent}\naddopts = --numcheck-device cpu\n")
     pytester.makeconftest(CONFTEST)
     (pytester.path / "cases").mkdir()
     return pytester
@@ -404,10 +402,9 @@ def test_a_sanitized_check_fails_on_the_tool_s_errors_even_when_its_kernel_then_
     hook = tmp_path / "register_crashers.py"
     hook.write_text(CONFTEST)
     (tmp_path / "mhc.toml").write_text(CASE.format(variants=f'"{variant}"'))
-    import isolation_variants as v
-
     import numcheck
     from numcheck.ops import registry
+    from tests import isolation_variants as v
 
     with registry.isolated():  # the worker registers them from the hook's module
         for name in {variant, "honest"}:

@@ -206,20 +206,19 @@ def test_other_limits_that_would_gate_nothing(tmp_path: Path, body: str, key: st
     assert fragment in str(err) and fix in err.fix
 
 
-def test_the_shipped_cases_and_the_examples_load() -> None:
+def test_the_shipped_cases_and_the_examples_load(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_cases(ROOT / "cases")
     for example, module in (("my_kernels", "my_kernels.numcheck_ops"),
                             ("liger_mhc", "liger_mhc.numcheck_ops"),
                             ("crashing_kernels", "crashing_kernels.numcheck_ops")):
         folder = ROOT / "examples" / example
-        sys.path.insert(0, str(folder))
+        monkeypatch.syspath_prepend(folder)  # each example project's own package
         try:
             with registry.isolated():
                 __import__(module)
                 sys.modules[module].register(registry.Registrar(f"examples/{example}"))
                 assert load_cases(folder / "checks" / "cases")
         finally:
-            sys.path.remove(str(folder))
             for name in [m for m in sys.modules if m.split(".")[0] == example]:
                 del sys.modules[name]
 

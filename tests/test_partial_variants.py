@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import planted
 import pytest
 import torch
 
@@ -22,8 +21,7 @@ from numcheck.ops.registry import Inputs, Outputs, Params, RegistrationError, Va
 from numcheck.ops.spec import VariantError
 from numcheck.report.records import record_from_result
 from numcheck.report.render import summary_table
-
-TESTS = Path(__file__).parent
+from tests import planted
 
 
 def post_comb_y(inputs: Inputs, p: Params) -> Outputs:
@@ -239,11 +237,9 @@ def test_the_summary_and_the_report_show_what_is_not_produced(pytester: pytest.P
     (pytester.path / "cases").mkdir()
     (pytester.path / "cases" / "mhc.toml").write_text(
         MHC.format(variants='"subset"', extra=""))
-    pytester.makeconftest(f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
+    pytester.makeconftest("""
 import numcheck
-import test_partial_variants as t
+from tests import test_partial_variants as t
 
 def pytest_numcheck_register(registry):
     registry.add_variant("mhc_pre", numcheck.Variant(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from faketimer import factory
-from test_plugin import CONFTEST, write_goldens
 
 from numcheck.perf import timing
+from tests.faketimer import factory
+from tests.test_plugin import CONFTEST, write_goldens
 
 # Tiny shapes, and a fake timer (tests/faketimer.py): these tests check the plumbing and the
 # messages, never the machine's speed. Its speedups by variant name:
@@ -29,7 +30,8 @@ warmup = 1
 
 def project(pytester: pytest.Pytester, variants: str = '"slowed"', perf: str = "",
             extra: str = "", regen: bool = True) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
+    pytester.makeini(f"[pytest]\npythonpath = {Path(__file__).parent.parent}\n"
+                     "addopts = --numcheck-device cpu -p no:cacheprovider\n")
     (pytester.path / "cases").mkdir(exist_ok=True)
     (pytester.path / "cases" / "mhc.toml").write_text(
         CASE.format(variants=variants, perf=perf, extra=extra)

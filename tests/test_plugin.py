@@ -27,10 +27,8 @@ seeds = [0]
 variants = ["tf32"]
 """
 
-CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
-import planted
+CONFTEST = """
+from tests import planted
 planted.register_all()
 """
 
@@ -68,14 +66,12 @@ def write_goldens(pytester: pytest.Pytester) -> None:
     that session: each case's golden, written by the call the plugin makes
     (numerics.write_golden). For tests whose subject is a later run; the regeneration runs
     themselves are tested here (test_golden_workflow...) and in test_regen.py."""
-    import planted
-    import planted_located
-
     from numcheck.cases import load_cases
     from numcheck.check.make_golden import write_golden
     from numcheck.check.run import CaseInputs
     from numcheck.goldens.files import golden_path
     from numcheck.ops import registry
+    from tests import planted, planted_located
 
     with registry.isolated():  # case files may name planted variants; the runs add their own
         planted.register_all()
@@ -207,12 +203,10 @@ def test_reference_drift_is_checked(pytester: pytest.Pytester) -> None:
     write_goldens(pytester)
     # The reference itself changes (same inputs, same op version): the fp32 item fails.
     pytester.makeconftest(
-        f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
+        """
 from dataclasses import replace
 from numcheck.ops import registry
-import planted
+from tests import planted
 ref = replace(registry.get_op("indexer").variants["fp32"], fn=planted.indexer_no_kv_scale)
 registry.set_variant("indexer", ref)
 """

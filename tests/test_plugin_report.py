@@ -8,17 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_plugin import TESTS, TINY_INDEXER, golden, make_project, write_goldens
 
 from numcheck.report.records import SCHEMA_VERSION, load_report
+from tests.test_plugin import TESTS, TINY_INDEXER, golden, make_project, write_goldens
 
 # A variant whose logits carry a controlled relative noise (NOISE) and whose top-k is the
 # exact one: its calc_diff moves with NOISE (about NOISE**2 / 2) while recall stays 1.
 NOISY_CONFTEST = """
-import sys
-sys.path.insert(0, {tests!r})
 import torch
-import planted
+from tests import planted
 from numcheck.ops import indexer, registry
 
 NOISE = {noise!r}

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
-import prepared_variants
 import pytest
-from faketimer import factory
 
 from numcheck.perf import timing
 from numcheck.perf.timing import TimerRequest
 from numcheck.report.htmlpage import render_html
 from numcheck.report.records import load_report
-
-TESTS = Path(__file__).parent
+from tests import prepared_variants
+from tests.faketimer import factory
 
 CASE = """
 [tiny-mhc]
@@ -27,10 +24,8 @@ variants = [{variants}]
 {extra}
 """
 
-CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
-import prepared_variants
+CONFTEST = """
+from tests import prepared_variants
 
 def pytest_numcheck_register(registry):
     for variant in prepared_variants.VARIANTS.values():

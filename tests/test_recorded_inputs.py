@@ -5,9 +5,8 @@ be wrong, each with the fix."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import hashlib
+import importlib.util
 import json
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from numcheck.cases import CaseFileError, load_case_file
 from numcheck.ops import mhc
 from numcheck.recorded.files import MAX_CALLS, RecordedError, read_recorded, save_recorded
 
-TESTS = Path(__file__).parent
 HIDDEN, STREAMS, TOKENS = 64, 4, 6
 
 
@@ -237,10 +235,8 @@ def test_a_file_case_without_its_own_budgets_does_not_gate(tmp_path: Path) -> No
     assert "runs on inputs recorded in model.safetensors" in str(info.value)
 
 
-CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
-import planted
+CONFTEST = """
+from tests import planted
 planted.register_all()
 """
 

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
-from fresh import FreshPython
 
 import numcheck
 from numcheck.ops import registry
 from numcheck.ops.registry import OpSpec, ParamSpec, RegistrationError, TopkSpec, Variant
+from tests.fresh import FreshPython
 
 # -- a tiny op of our own ----------------------------------------------------------------
 
@@ -174,16 +173,14 @@ op = "double"
 shape = { n = 16 }
 """
 
-HOOK = f"""
-import sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
-import test_registration as t
+HOOK = """
+from tests import test_registration as t
 from numcheck import Variant
 
 def pytest_numcheck_register(registry):
     registry.register(t.make_op())
     registry.add_variant("double", Variant("tf32", t.double_fp32, "tf32"))
-{{extra}}
+{extra}
 """
 
 
@@ -222,7 +219,7 @@ def test_hook_clash_is_a_usage_error_naming_both(pytester: pytest.Pytester) -> N
     result.stderr.fnmatch_lines([
         ("ERROR: numcheck: op 'indexer' already has a variant 'bf16' (from module "
         "numcheck.ops.indexer); this one comes from a pytest_numcheck_register hook at "
-        "conftest.py:9. Fix: give your variant another name"),
+        "conftest.py:7. Fix: give your variant another name"),
     ])
 
 
@@ -231,7 +228,7 @@ def test_hook_wrong_signature_is_a_usage_error(pytester: pytest.Pytester) -> Non
     result = pytester.runpytest("--numcheck")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([("ERROR: numcheck: op 'double' (from a pytest_numcheck_register "
-                                 "hook at conftest.py:9): variant 'bad': one_arg(inputs) cannot be called as "
+                                 "hook at conftest.py:7): variant 'bad': one_arg(inputs) cannot be called as "
                                  "one_arg(inputs, params) (too many positional arguments). "
                                  "Fix: define it as def one_arg(inputs, params): ...")])
 
@@ -246,7 +243,7 @@ def test_a_hook_that_raises_is_one_line_naming_its_line_and_the_fix(
     result = pytester.runpytest("--numcheck")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
-        ("ERROR: numcheck: a pytest_numcheck_register hook raised ValueError at conftest.py:10 "
+        ("ERROR: numcheck: a pytest_numcheck_register hook raised ValueError at conftest.py:8 "
          "(pytest_numcheck_register): OperandScheme: unknown element format 'e4m3' ('e4m3' is a "
          "precision class; its element format is 'e4m3fn'); known: e4m3fn, e5m2, e2m1, e4m3fnuz, e5m2fnuz. Fix: "
          "OperandScheme(element='e4m3fn', ...)"),
@@ -372,7 +369,7 @@ def test_entry_point_and_hook_clash_names_both(pytester: pytest.Pytester) -> Non
     result.stderr.fnmatch_lines([
         ("ERROR: numcheck: an op named 'clash' is already registered (by entry point 'clash = "
         "clash_pkg:register' of clash_pkg at *clash_pkg*__init__.py:6); this one comes from a "
-        "pytest_numcheck_register hook at conftest.py:9.*"),
+        "pytest_numcheck_register hook at conftest.py:7.*"),
     ])
 
 

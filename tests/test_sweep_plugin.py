@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).parent
-
 SWEEP = """
 [tile]
 op = "indexer"
@@ -23,14 +21,12 @@ seeds = [0]
 variants = ["bf16", "tile_count_off_by_one"]
 """
 
-CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
-from variant_tables import register_table
-import planted_sweeps
+CONFTEST = """
+from tests.variant_tables import register_table
+from tests import planted_sweeps
 
 def pytest_numcheck_register(registry):
-    register_table({{"indexer": dict(planted_sweeps.SWEEP_PLANTED_TABLE)}})
+    register_table({"indexer": dict(planted_sweeps.SWEEP_PLANTED_TABLE)})
 """
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import library_quantizers as lib
 import pytest
 import torch
-from quant_kernels import nvfp4_style, operand
 
 import numcheck
 from numcheck.precision.quant_scheme import QUANT_PRESETS
+from tests import library_quantizers as lib
+from tests.quant_kernels import nvfp4_style, operand
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Data a quantizer meets: plain, outliers, zero and tiny blocks, magnitudes under 1e-4.

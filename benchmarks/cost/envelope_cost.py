@@ -1,6 +1,6 @@
 """CPU cost of the rounding envelope: one check with and without the envelope's members.
 
-    python benchmarks/envelope_cost.py [--reps 4]
+    python -m benchmarks.cost.envelope_cost [--reps 4]
 
 Times ``numcheck.check.against_golden.check`` of the shipped ``bf16`` and ``tf32`` variants
 on one fresh seed, once with the op as shipped (rounding reference plus the members derived from
@@ -15,19 +15,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from numcheck.cases import load_cases
 from numcheck.check.against_golden import check
 from numcheck.check.run import CaseInputs
 from numcheck.ops.registry import get_op
 from numcheck.selftest import fresh_golden
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CASES = ("mhc_pre::v4pro-t32", "mhc_pre::v4flash-t64", "indexer::v4flash-b4-l2k",
          "indexer::v4flash-b2-l1k-contiguous")

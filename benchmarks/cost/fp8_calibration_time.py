@@ -8,8 +8,8 @@ lender and the borrower, 20 fresh seeds) is then run as printed, ``--runs`` time
 fresh process. Printed: each run's wall and CPU seconds, their min / median / max, and the
 load average before and after (other processes share the machine's cores: say so)::
 
-    python benchmarks/fp8_calibration_time.py --runs 3
-    python benchmarks/fp8_calibration_time.py --runs 3 --shape 16,1024,512
+    python -m benchmarks.cost.fp8_calibration_time --runs 3
+    python -m benchmarks.cost.fp8_calibration_time --runs 3 --shape 16,1024,512
 """
 
 from __future__ import annotations
@@ -25,15 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-TESTS = ROOT / "tests"
+ROOT = Path(__file__).resolve().parents[2]
 
-CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
-
+CONFTEST = """
 def pytest_numcheck_register(registry):
-    import fp8_mlp
+    from tests import fp8_mlp
     fp8_mlp.register(registry)
 """
 
@@ -66,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "cases").mkdir()
-        (folder / "pytest.ini").write_text(
-            "[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
+        (folder / "pytest.ini").write_text(  # the root on sys.path: tests.fp8_mlp
+            f"[pytest]\npythonpath = {ROOT}\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
         (folder / "conftest.py").write_text(CONFTEST)
         (folder / "cases" / "mlp.toml").write_text(
             f'[small]\nop = "mlp_up"\nshape = {{ tokens = {tokens}, hidden = {hidden}, '

@@ -1,6 +1,6 @@
 """history and matrix at scale: 500 reports of 100 checks each (issue 28, "Scale").
 
-    PYTHONPATH=. python benchmarks/history_scale.py [--kind worst|gate|perf] [--reports 500]
+    python -m benchmarks.cost.history_scale [--kind worst|gate|perf] [--reports 500]
         [--checks 100] [--out DIR [--reuse]] [--repeat N] [--phases]
 
 Writes a history folder of synthetic but full-size reports, then times, as a user would run
@@ -47,7 +47,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GATE = ROOT / "docs/evidence/2026-11-29-h200-gate-and-perf/gate-cuda-report.json"
 TIMED = ROOT / "docs/evidence/2026-12-01-h200-speed-gate/calibration/calib-1.json"
 CLASSES = ("NVIDIA H200", "NVIDIA B200")
@@ -169,7 +169,6 @@ def _cpu() -> tuple[float, float]:
 def phases(reports: Path, n_parse: int = 40) -> list[tuple[str, float, float]]:
     """``(phase, CPU s of workers, CPU s here)`` of ``history --html`` on ``reports``, each
     phase called as the command calls it; then the reader's cut parse against a whole one."""
-    sys.path.insert(0, str(ROOT))
     from numcheck.history.page import render_history
     from numcheck.history.runs import _parse, load_runs
     from numcheck.history.series import build_history

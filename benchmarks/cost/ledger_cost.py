@@ -1,8 +1,8 @@
 """What the cast ledger costs: a variant's call time bare, under the ledger without and with
 round trips by value (docs/overhead.md).
 
-    PYTHONPATH=. python benchmarks/ledger_cost.py [--repeats 15] [--cpu-time] [--out DIR]
-    PYTHONPATH=. python benchmarks/ledger_cost.py --per-call [--repeats 15]
+    python -m benchmarks.cost.ledger_cost [--repeats 15] [--cpu-time] [--out DIR]
+    python -m benchmarks.cost.ledger_cost --per-call [--repeats 15]
 
 For a few shipped (case, variant) pairs, on the CPU: the median wall time of the variant
 alone, under ``CastLedger(by_value=False)`` (storage-path round trips only) and under
@@ -18,7 +18,8 @@ another dtype and size (no result can be a copy of it: the common case), and giv
 [64, 64] fp32 tensor as its input (every fp32 result is compared with it by value, the most
 the copy-by-value check can cost). Prints microseconds per aten call each way. Only
 ``CastLedger`` is used, so it also runs against an older tree:
-``PYTHONPATH=<that tree> python benchmarks/ledger_cost.py --per-call``.
+``PYTHONPATH=<that tree> python benchmarks/cost/ledger_cost.py --per-call`` (as a script: ``-m``
+would put this tree first).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """How fast this machine's CPU is running right now: a fixed pure-Python workload, in CPU
 seconds (process time, so waiting for the CPU does not count, but a slower one does).
 
-    python benchmarks/machine_speed.py [--repeats 3]
+    python -m benchmarks.cost.machine_speed [--repeats 3]
 
 The README quotes it beside the test command's wall time: on a shared VM the same workload
 takes a third longer at some minutes than at others, which is most of the spread between

@@ -1,6 +1,6 @@
 """Calibrate budgets for one implementation scheme (a variant) and check them on held-out seeds.
 
-    PYTHONPATH=. python benchmarks/calibrate_scheme.py --variants bf16_folded [-k CASE] \\
+    python -m benchmarks.numerics.calibrate_scheme --variants bf16_folded [-k CASE] \\
         [--seeds 24 --first-seed 1000] [--holdout 10 --holdout-first 2000] [--out DIR]
 
 For every case of the variant's op (``-k``: ids containing this), it measures the variant

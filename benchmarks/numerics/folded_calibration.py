@@ -2,9 +2,11 @@
 indexer case over fresh seeds, against a fresh CPU reference, held to its own budget (the way
 numcheck.calibrate.honest measures a family, with the scheme as a family of one).
 
-    python benchmarks/folded_calibration.py FIRST_SEED N OUT.json [cpu|cuda]
-    python benchmarks/folded_calibration.py 4000 100 docs/evidence/2026-12-01-cpu-honest-families/bf16-folded-calibration-cpu.json   # calibration
-    python benchmarks/folded_calibration.py 8000 50 docs/evidence/2026-12-01-cpu-honest-families/bf16-folded-heldout-cpu.json        # held out
+    python -m benchmarks.numerics.folded_calibration FIRST_SEED N OUT.json [cpu|cuda]
+    python -m benchmarks.numerics.folded_calibration 4000 100 \
+        docs/evidence/2026-12-01-cpu-honest-families/bf16-folded-calibration-cpu.json  # calibration
+    python -m benchmarks.numerics.folded_calibration 8000 50 \
+        docs/evidence/2026-12-01-cpu-honest-families/bf16-folded-heldout-cpu.json      # held out
     python -m numcheck.heldout docs/evidence/2026-12-01-cpu-honest-families/bf16-folded-heldout-cpu.json
 
 docs/budgets.md ("Not in the bf16 family: the folded-scale indexer") has the policy.
@@ -16,11 +18,10 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 from numcheck.calibrate.honest import measure_family
 from numcheck.cases import load_cases
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main(argv: list[str]) -> int:

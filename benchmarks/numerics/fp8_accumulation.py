@@ -1,7 +1,7 @@
 """FP8 GEMMs against their simulated reference: numcheck's accumulation model and, on CUDA,
 the real kernels, each held to the bound of the model it declares.
 
-    PYTHONPATH=. python benchmarks/fp8_accumulation.py [--device cuda] [--seeds 10] [--out DIR]
+    python -m benchmarks.numerics.fp8_accumulation [--device cuda] [--seeds 10] [--out DIR]
                                                        [--quick] [--alternatives]
 
 For each row it quantizes ``a`` and ``b`` (numcheck.precision.quantize), computes the GEMM

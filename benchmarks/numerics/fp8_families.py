@@ -1,11 +1,11 @@
 """The honest FP8 and FP4 families of the shipped low-precision variants, and budgets from them.
 
-    python benchmarks/fp8_families.py [--seeds 20] [--first-seed 4000] [--device cpu]
+    python -m benchmarks.numerics.fp8_families [--seeds 20] [--first-seed 4000] [--device cpu]
         [-k CASE_SUBSTRING] [--json out.json]
-    python benchmarks/fp8_families.py --suggest A.json [B.json ...]
-    python benchmarks/fp8_families.py --table A.json [B.json ...]
-    python benchmarks/fp8_families.py --tails A.json [B.json ...] [--proxy CASE=PROXY ...]
-    python benchmarks/fp8_families.py --margins A.json [B.json ...]
+    python -m benchmarks.numerics.fp8_families --suggest A.json [B.json ...]
+    python -m benchmarks.numerics.fp8_families --table A.json [B.json ...]
+    python -m benchmarks.numerics.fp8_families --tails A.json [B.json ...] [--proxy CASE=PROXY ...]
+    python -m benchmarks.numerics.fp8_families --margins A.json [B.json ...]
 
 A budget of a low-precision variant belongs to its scheme (how each operand is quantized),
 so its family is its scheme's: for every variant that declares its quantization
@@ -47,9 +47,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 import torch
 
 from numcheck.calibrate import suggest_values, topk_row
@@ -64,6 +61,8 @@ from numcheck.ops import registry
 from numcheck.ops.registry import add_variant, get_op
 from numcheck.ops.spec import VariantError
 from numcheck.selftest import held_to
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Error metrics the suggested tables hold (both references).
 SUGGESTED = ("rel_fro", "calc_diff", "frac_outside", "max_err_ratio", "max_band_ratio",
@@ -101,7 +100,7 @@ def register_members(op_name: str) -> None:
     op = get_op(op_name)
     for v in member_variants(op, ("e4m3", "e5m2", "e2m1")):
         if v.name not in get_op(op_name).variants:
-            add_variant(op_name, v, origin="benchmarks/fp8_families.py")
+            add_variant(op_name, v, origin="benchmarks/numerics/fp8_families.py")
 
 
 def _row(op: Any, golden: Any, seed_result: Any) -> dict[str, dict[str, float]]:
@@ -210,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": args.device, "torch": torch.__version__, "machine": platform.machine(),
         "processor": platform.processor(), "cpus": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
-        "seeds": seeds, "command": " ".join(["python", "benchmarks/fp8_families.py",
+        "seeds": seeds, "command": " ".join(["python", "-m", "benchmarks.numerics.fp8_families",
                                              *sys.argv[1:]])}, "cases": {}}
     with registry.isolated():
         for op_name in {c.op for c in cases}:

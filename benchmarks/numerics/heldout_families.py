@@ -9,7 +9,7 @@ benchmarks/honest_members.py) is held to the budget of the case's variant named 
 class (bf16, tf32). Prints one line per failure and a count per case (the JSON: passed/run
 per case and variant, and every failure); exits 1 on a failure::
 
-    PYTHONPATH=. python benchmarks/heldout_families.py cases/sweeps.toml \\
+    python -m benchmarks.numerics.heldout_families cases/sweeps.toml \\
         --seeds 10 --first-seed 5000 --json out.json
 """
 
@@ -17,12 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,10 @@
 """Two-sided calibration: the honest family's worst error per shipped case, and budgets from it.
 
-    python benchmarks/honest_calibration.py [--seeds 40] [--first-seed 4000] [--device cpu]
+    python -m benchmarks.numerics.honest_calibration [--seeds 40] [--first-seed 4000] [--device cpu]
         [-k CASE_SUBSTRING] [--ops mhc_pre indexer] [--json out.json]
-    python benchmarks/honest_calibration.py --suggest A.json [B.json ...]
-    python benchmarks/honest_calibration.py --apply A.json [B.json ...] --note "60 CPU seeds"
+    python -m benchmarks.numerics.honest_calibration --suggest A.json [B.json ...]
+    python -m benchmarks.numerics.honest_calibration --apply A.json [B.json ...] \
+        --note "60 CPU seeds"
 
 (the calibration files behind the shipped budgets are under docs/evidence/; cases/*.toml's
 headers name the --apply commands that wrote them)
@@ -15,7 +16,7 @@ gate measures (numcheck.calibrate.honest). The families hold the members derived
 op's GEMM site (numcheck.honest.gemm_family: TF32 rounded or truncated, bf16 out or fp32 out,
 one pass, K-blocks, split-K; with ``--device cuda`` also cuBLAS and a Triton tl.dot kernel).
 The FP8 / FP4 variants (those that declare ``Variant.quant``) have their schemes' families,
-measured the same way by benchmarks/fp8_families.py (docs/fp8.md); this script leaves them
+measured the same way by benchmarks/numerics/fp8_families.py (docs/fp8.md); this script leaves them
 out and says so.
 ``--suggest`` prints the budget tables (docs/budgets.md has the policy); ``--apply`` writes
 them into cases/*.toml: bf16 and tf32 ``max_err_ratio`` set to 1.25x the worst pooled over
@@ -26,7 +27,8 @@ other family value only raised (tomlkit, the calibrate extra). Where the values 
 said once per case file: ``--apply`` names its command in the header (``# set by: ...``) and
 prints each change with its old value and why; a variant that takes another's budgets
 (``budget_like``) is covered by its lender's tables. Seeds 4000+ are the calibration seeds;
-the held-out checks (benchmarks/reliability_report.py, ``python -m numcheck.heldout``) use
+the held-out checks (benchmarks/reliability/reliability_report.py,
+``python -m numcheck.heldout``) use
 5000+ and later ranges (docs/reliability.md lists which).
 """
 
@@ -42,10 +44,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 import torch
 
@@ -63,6 +61,8 @@ from numcheck.calibrate.honest import (
 from numcheck.cases import load_cases
 from numcheck.numerics.budget_origin import lender_of
 from numcheck.ops.registry import get_op
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Classes whose ``max_err_ratio`` --apply sets from the family (both have a rounding
 #: envelope: the rounding reference and the members derived from the GEMM site).
@@ -118,14 +118,14 @@ def main(argv: list[str] | None = None) -> int:
         print(suggest(merged, cases))
         return 0
     if args.apply:
-        command = shlex.join(["python", "benchmarks/honest_calibration.py", "--apply",
-                              *(_shown(p) for p in args.apply), "--note", args.note,
+        command = shlex.join(["python", "-m", "benchmarks.numerics.honest_calibration",
+                              "--apply", *(_shown(p) for p in args.apply), "--note", args.note,
                               *(f"--accept={m}" for m in accepted)])
         for change in apply(merged, cases, args.note, command=command):
             print(change)
         return 0
 
-    import honest
+    from tests import honest
 
     honest.register_all()
     report: dict[str, Any] = {"meta": {"torch": torch.__version__, "device": args.device,
@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
                     if getattr(get_op(c.op).variants.get(v), "quant", None) is not None})
     if quant:
         print(f"honest_calibration: the FP8 / FP4 variants ({', '.join(quant)}) are "
-              "calibrated on their schemes' families: benchmarks/fp8_families.py", file=sys.stderr)
+              "calibrated on their schemes' families: benchmarks/numerics/fp8_families.py",
+              file=sys.stderr)
     for case in cases:
         seeds = list(case.seeds) + list(range(args.first_seed, args.first_seed + args.seeds))
         for op_name, precision in honest.FAMILIES:
@@ -207,7 +208,7 @@ def describe_pool(key: tuple[Any, ...]) -> str:
 
 
 def apply(merged: dict[str, Any], cases: list[Any], note: str,
-          command: str = "benchmarks/honest_calibration.py --apply") -> list[str]:
+          command: str = "benchmarks/numerics/honest_calibration.py --apply") -> list[str]:
     """Write the family budgets into the case files (the policy in the module docstring),
     through numcheck.calibrate.casewriter. Where the values come from is said once per file, in its
     header (``# set by: <command> (<date>)``); a changed line loses its own comment, which

@@ -1,6 +1,6 @@
 """Every aten op the shipped variants call, and how the cast ledger classifies it.
 
-    PYTHONPATH=. python benchmarks/aten_ops.py [--device cpu] [--out DIR]
+    python -m benchmarks.overhead.aten_ops [--device cpu] [--out DIR]
 
 Runs every shipped variant (reference included) on the first seed of every shipped case
 of the device under a logging ``TorchDispatchMode``, and prints one row per aten overload:

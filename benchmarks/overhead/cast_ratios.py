@@ -9,9 +9,9 @@ The measurement behind the ``max_cast_bytes_ratio`` and ``max_input_copies`` lim
 cases/*.toml, and behind :data:`numcheck.overhead.gate.DEFAULT_CAST_BYTES_RATIO`
 (docs/overhead.md)::
 
-    PYTHONPATH=. python benchmarks/cast_ratios.py --full-context [--device cuda] [--out DIR]
-    PYTHONPATH=. python benchmarks/cast_ratios.py --perf --device cuda --full-context
-    PYTHONPATH=. python benchmarks/cast_ratios.py --perf --device meta --full-context
+    python -m benchmarks.overhead.cast_ratios --full-context [--device cuda] [--out DIR]
+    python -m benchmarks.overhead.cast_ratios --perf --device cuda --full-context
+    python -m benchmarks.overhead.cast_ratios --perf --device meta --full-context
 
 ``--perf`` measures the perf-only cases (cases/perf.toml, production shapes) instead of
 the CPU-sized ones. ``--device meta`` runs the variants on meta tensors: shapes only, so

@@ -1,7 +1,7 @@
 """Planted copies made by data-movement ops, against every shipped case (docs/overhead.md).
 
-    PYTHONPATH=. python benchmarks/copy_evidence.py [--out DIR]
-    PYTHONPATH=. python benchmarks/copy_evidence.py --ratios
+    python -m benchmarks.overhead.copy_evidence [--out DIR]
+    python -m benchmarks.overhead.copy_evidence --ratios
 
 Each planted copy of tests/planted.py (``DATA_MOVEMENT_COPIES``: ``torch.cat`` of x's
 streams, a flip flipped back, ``torch.where(isfinite(x), x, 0)``, an ``index_select`` of all
@@ -22,18 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
 from numcheck.cases import load_cases
 from numcheck.ops.registry import get_op
 from numcheck.overhead.gate import audit_variant, overhead_violations
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def shipped_cases() -> Iterator[tuple[Any, Any, Any, int | None]]:
@@ -54,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ratios", action="store_true",
                         help="the bytes ratio of bf16 and of its planted extra copy instead")
     args = parser.parse_args(argv)
-    import planted
+    from tests import planted
 
     planted.register_all()
     if args.ratios:

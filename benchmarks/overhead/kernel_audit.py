@@ -5,8 +5,8 @@ goes, by kernel class, with the bf16 copy kernel of mHC ``bf16_roundtrip`` and t
 GEMM of the fp32 indexer reference named. No goldens: only the ledger, the profiler and
 device timings.
 
-    python benchmarks/kernel_audit.py --out "$OUT"                   # on a CUDA machine
-    python benchmarks/kernel_audit.py --device cpu --tiny --out DIR  # the plumbing, on a CPU
+    python -m benchmarks.overhead.kernel_audit --out "$OUT"                   # on a CUDA machine
+    python -m benchmarks.overhead.kernel_audit --device cpu --tiny --out DIR  # the plumbing (CPU)
 
 Writes ``audit-<device>.json`` (everything) and ``audit-<device>.txt`` (the ledgers and kernel
 tables) under ``--out`` and prints a short table last. On the CPU there are no kernels to

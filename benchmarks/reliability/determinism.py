@@ -1,6 +1,7 @@
 """Is every variant bit-identical run to run on one device?
 
-    python benchmarks/determinism.py [--device cuda] [--runs 20] [-k CASE] [--json out.json]
+    python -m benchmarks.reliability.determinism [--device cuda] [--runs 20] [-k CASE] \
+        [--json out.json]
 
 For every shipped case (its first seed) and every variant that runs on ``--device``, runs the
 variant ``--runs`` times on the same inputs and compares each output's raw bytes with the
@@ -13,12 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 import torch
 
@@ -26,6 +23,8 @@ from numcheck.cases import load_cases
 from numcheck.inputs import to_device
 from numcheck.ops.registry import get_op
 from numcheck.prepare import prepare
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

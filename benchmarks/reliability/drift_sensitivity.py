@@ -1,6 +1,6 @@
 """What the drift rules catch: calc_diff growth of the bf16 indexer under a small weight scale.
 
-    python benchmarks/drift_sensitivity.py
+    python -m benchmarks.reliability.drift_sensitivity
 
 Scales the bf16 indexer's head weights by 1 + e (a plausible bug: a folded constant off by
 a rounding) on the shipped case v4flash-b4-l2k (CPU, seeds 0 and 1), and prints the worst
@@ -13,13 +13,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 from numcheck.cases import load_cases
 from numcheck.numerics.metrics import calc_diff
 from numcheck.ops.registry import get_op
 from numcheck.report.drift_result import Rules
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> int:

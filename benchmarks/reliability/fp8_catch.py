@@ -1,9 +1,9 @@
 """The FP8 planted bugs' catch table, and the honest alternatives' false failures, on fresh seeds.
 
-    python benchmarks/fp8_catch.py [--seeds 50] [--first-seed 5000] [--device cpu]
+    python -m benchmarks.reliability.fp8_catch [--seeds 50] [--first-seed 5000] [--device cpu]
         [--json out.json]
-    python benchmarks/fp8_catch.py --table A.json [B.json ...]
-    python benchmarks/fp8_catch.py --recheck A.json [B.json ...]
+    python -m benchmarks.reliability.fp8_catch --table A.json [B.json ...]
+    python -m benchmarks.reliability.fp8_catch --recheck A.json [B.json ...]
 
 Every bug of tests/quant_planted.py (issue 35's kinds, planted through numcheck's public
 API) runs on ``--seeds`` fresh seeds of its shipped case, held to the budget of the shipped
@@ -43,11 +43,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-import quant_planted
 import torch
 
 from numcheck.calibrate.headroom import BUG_FACTOR
@@ -59,6 +54,9 @@ from numcheck.ops import registry
 from numcheck.ops.registry import add_variant, get_op
 from numcheck.ops.spec import VariantError
 from numcheck.selftest import held_to
+from tests import quant_planted
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Each bug's case and the shipped variant whose budget it is held to (its scheme's).
 PLAN = {
@@ -291,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
             "device": args.device, "torch": torch.__version__, "machine": platform.machine(),
             "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
             "seeds": seeds, "finished": finished, "seconds": round(time.monotonic() - t0, 1),
-            "command": " ".join(["python", "benchmarks/fp8_catch.py", *sys.argv[1:]])}
+            "command": " ".join(["python", "-m", "benchmarks.reliability.fp8_catch",
+                                 *sys.argv[1:]])}
         if args.json:
             args.json.write_text(json.dumps(data, indent=1, default=float) + "\n")
 

@@ -1,6 +1,7 @@
 """Which shipped variants are deterministic and batch-invariant on a device, measured.
 
-    python benchmarks/invariance.py [--device cuda] [--runs 10] [--requests first-middle-last]
+    python -m benchmarks.reliability.invariance [--device cuda] [--runs 10] \
+        [--requests first-middle-last]
         [-k SUBSTRING] [--json out.json]
 
 For every shipped case with numerics (every point of a sweep) and every variant that runs on
@@ -22,14 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 import torch
 
@@ -40,6 +37,8 @@ from numcheck.invariance.gate import InvarianceSpec
 from numcheck.ops.batch import batch_size
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: ``--requests all`` computes at most this many requests of one batch alone.
 MAX_REQUESTS = 64

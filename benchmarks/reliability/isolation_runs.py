@@ -1,7 +1,8 @@
 """Crash isolation, end to end: examples/crashing_kernels run serially, under ``-n 2`` and
 under compute-sanitizer, each check's verdict against the one it must get.
 
-    python3 benchmarks/isolation_runs.py --out DIR [--device cpu|cuda] [--modes serial,xdist,memcheck]
+    python3 -m benchmarks.reliability.isolation_runs --out DIR [--device cpu|cuda] \
+        [--modes serial,xdist,memcheck]
         [--shipped] [--run-timeout-s 240]
 
 Each mode is one ``pytest --numcheck --numcheck-device DEV --numcheck-report R.json`` in
@@ -44,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "crashing_kernels"
 CASE_FILE = "checks/cases/row_scale.toml"
 CASE = "r8-c64"

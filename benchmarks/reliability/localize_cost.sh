@@ -4,11 +4,11 @@
 # checks fail and are localized), timed with localization on and off (NUMCHECK_LOCALIZE=0),
 # alternating, RUNS times each.
 #
-#   bash benchmarks/localize_cost.sh            # OUT=/tmp/localize_cost RUNS=2 by default
+#   bash benchmarks/reliability/localize_cost.sh   # OUT=/tmp/localize_cost RUNS=2 by default
 #
 # Prints one line per run and the median of each, then the relative cost.
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 OUT="${OUT:-/tmp/localize_cost}"
 RUNS="${RUNS:-2}"
 PROJ="$OUT/proj"
@@ -16,9 +16,7 @@ rm -rf "$PROJ" && mkdir -p "$PROJ"
 cp -r "$ROOT/cases" "$ROOT/goldens" "$PROJ/"
 printf '[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n' > "$PROJ/pytest.ini"
 cat > "$PROJ/conftest.py" <<PY
-import sys
-sys.path.insert(0, "$ROOT/tests")
-import planted_located
+from tests import planted_located
 planted_located.register_all()
 PY
 cd "$PROJ"

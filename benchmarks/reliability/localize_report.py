@@ -1,6 +1,6 @@
 """The localization figures of docs/reliability.md: does a failure name the right place first?
 
-    python benchmarks/localize_report.py [--seeds 5] [--device cpu] [--json out.json]
+    python -m benchmarks.reliability.localize_report [--seeds 5] [--device cpu] [--json out.json]
 
 1. **shipped**: every planted bug with a known place (tests/planted_located.py ``EXPECTED``,
    which also covers the bugs of tests/planted.py that sit somewhere) against every shipped
@@ -19,16 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 import torch
 
@@ -43,6 +38,8 @@ from numcheck.selftest.localization import (
     located_table,
     named_first_fraction,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Cheap cases for the fresh seeds; the MTP case is the only one where MTP row 1 exists.
 FRESH_CASES = ("indexer::v4pro-b2-l4k-mtp2", "indexer::v4flash-b2-l1k-contiguous",
@@ -59,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-cost", action="store_true", help="skip the on/off timing")
     args = ap.parse_args(argv)
 
-    import planted
-    import planted_located
+    from tests import planted, planted_located
 
     planted.register_all()
     planted_located.register_all()

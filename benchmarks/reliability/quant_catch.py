@@ -1,6 +1,6 @@
 """The FP8/FP4 catch table: honest kernels and quantizers against planted bugs of each kind.
 
-    PYTHONPATH=. python benchmarks/quant_catch.py [--seeds 50] [--out DIR]
+    python -m benchmarks.reliability.quant_catch [--seeds 50] [--out DIR]
 
 Two tables, over ``--seeds`` seeds (CPU; tests/quant_kernels.py holds every kernel and
 quantizer, honest and buggy):
@@ -23,29 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from quant_kernels import (
-    DATA,
-    HONEST_KERNELS,
-    HONEST_QUANTIZERS,
-    KERNEL_BUGS,
-    QUANTIZER_BUG_ELEMENTS,
-    QUANTIZER_BUGS,
-    model,
-    no_promotion,
-    operand,
-)
 
 from numcheck.precision.quant_accumulate import PROMOTED_128
 from numcheck.precision.quant_bound import compare_to_simulated
@@ -60,6 +43,17 @@ from numcheck.precision.quant_scheme import (
 )
 from numcheck.precision.quant_validate import validate
 from numcheck.precision.quantize import quantize
+from tests.quant_kernels import (
+    DATA,
+    HONEST_KERNELS,
+    HONEST_QUANTIZERS,
+    KERNEL_BUGS,
+    QUANTIZER_BUG_ELEMENTS,
+    QUANTIZER_BUGS,
+    model,
+    no_promotion,
+    operand,
+)
 
 SHAPES = ((1, 7, 5), (3, 40, 128), (17, 33, 300), (8, 24, 1000), (4, 16, 2048))
 

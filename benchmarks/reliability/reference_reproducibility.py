@@ -1,7 +1,7 @@
 """How far does the FP32 reference move between machines? (the regen tolerance's evidence)
 
-    python benchmarks/reference_reproducibility.py --json OUT.json          # one setting
-    benchmarks/reference_reproducibility.sh                                 # every setting
+    python -m benchmarks.reliability.reference_reproducibility --json OUT.json   # one setting
+    benchmarks/reliability/reference_reproducibility.sh                          # every setting
 
 Runs the reference of every shipped case (every seed) in this process's setting (thread
 count, ``ATEN_CPU_CAPABILITY``) and compares its outputs with the stored goldens at the
@@ -19,9 +19,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 import torch
 
 from numcheck.cases import load_cases
@@ -30,6 +27,8 @@ from numcheck.goldens.packing import seed_key, unpack_pair
 from numcheck.goldens.reproducibility import difference
 from numcheck.inputs import to_device
 from numcheck.ops.registry import get_op
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main(argv: list[str] | None = None) -> int:

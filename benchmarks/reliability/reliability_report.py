@@ -1,6 +1,7 @@
 """The figures of docs/reliability.md: catch rate of planted bugs, false-failure rate of good variants.
 
-    python benchmarks/reliability_report.py [--seeds 50] [--device cpu|cuda] [--json out.json]
+    python -m benchmarks.reliability.reliability_report [--seeds 50] [--device cpu|cuda] \
+        [--json out.json]
 
 1. **catch rate, shipped**: every planted bug of tests/planted.py (SELF_TEST) against every
    shipped case of its op, on the shipped golden and seeds, held to the shipped budget of the
@@ -23,15 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 import torch
 
@@ -45,6 +41,8 @@ from numcheck.selftest import (
     fresh_seed_outcomes,
     held_to,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: One cheap case per op for the fresh-seed catch rate (the CI self-test uses the same ones).
 CATCH_CASES = ("indexer::v4flash-b2-l1k-contiguous", "mhc_pre::v4pro-t32")
@@ -75,8 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
     shipped = {name: set(op.variants) for name, op in all_ops().items()}
     cases = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases") if not c.perf_only}
-    import honest
-    import planted
+    from tests import honest, planted
 
     planted.register_all()
     honest.register_all()

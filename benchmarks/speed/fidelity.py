@@ -10,8 +10,8 @@ For production shapes, the variant-over-reference speedup is measured
 and the differences are reported. Targets: within 5% of the independent timers; spread
 across 5 repeats under 3%. Usage (GPU machine, repo root)::
 
-    python benchmarks/fidelity.py --repeats 5 --json $OUT/fidelity.json
-    python benchmarks/fidelity.py --device cpu --tiny --repeats 2 --json OUT.json  # plumbing
+    python -m benchmarks.speed.fidelity --repeats 5 --json $OUT/fidelity.json
+    python -m benchmarks.speed.fidelity --device cpu --tiny --repeats 2 --json OUT.json  # plumbing
 
 On the CPU (``--device cpu``; ``--tiny``: small shapes, the CPU plumbing test of
 tests/test_benchmark_plumbing.py) there is no do_bench and no kernel time: numcheck's figure

@@ -3,8 +3,8 @@
 One run, from the repository root (docs/fused.md):
 
     pip install --no-deps --no-build-isolation -e .
-    OUT=/some/dir python benchmarks/fused_roofline.py    # ~3-4 minutes on an H200; --budget-s
-    python benchmarks/fused_roofline.py --device cpu --tiny --out DIR   # the plumbing, on a CPU
+    OUT=/some/dir python -m benchmarks.speed.fused_roofline    # ~3-4 minutes on an H200; --budget-s
+    python -m benchmarks.speed.fused_roofline --device cpu --tiny --out DIR   # the plumbing (CPU)
 
 It does, each step guarded so one failure does not lose the rest, within a time budget:
 
@@ -43,10 +43,9 @@ from typing import Any
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 from numcheck.ops.registry import get_op
+
+ROOT = Path(__file__).resolve().parents[2]
 
 get_op("indexer")  # runs numcheck's Triton probe before anything imports triton
 

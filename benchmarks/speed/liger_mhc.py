@@ -3,9 +3,10 @@ interpreter) or on CUDA: the first call (on a GPU, the kernels compile for the s
 the median of the next ones, per variant and case shape. Preparations are made first and
 not timed, as the gate does.
 
-    pip install liger-kernel                    # once; the example's variants need it
-    python benchmarks/liger_mhc.py              # CPU, under the interpreter (both shapes)
-    OUT=/some/dir python benchmarks/liger_mhc.py --device cuda --repeats 20
+    pip install liger-kernel        # once; the example's variants need it
+    export PYTHONPATH=examples/liger_mhc                     # the example's package, liger_mhc
+    python -m benchmarks.speed.liger_mhc                     # CPU, under the interpreter
+    OUT=/some/dir python -m benchmarks.speed.liger_mhc --device cuda --repeats 20
 
 Shapes: the example's t8-c512 (8 tokens, C = 512) and numcheck's v4flash-t64 (64 tokens,
 C = 4096). Writes $OUT/liger_mhc.json when OUT is set; prints a table last. On CUDA each
@@ -18,12 +19,8 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "examples" / "liger_mhc")]
 
 SHAPES = {"t8-c512": (None, {"tokens": 8, "hidden": 512}),
           "v4flash-t64": ("v4flash", {"tokens": 64})}

@@ -4,7 +4,7 @@ One markdown row per (case, variant): median and IQR of the device time, the ref
 median, the speedup with its interval, achieved TFLOP/s and GB/s, % of the memory floor
 and the gate's verdict; then the measured peaks and versions. Usage::
 
-    python benchmarks/perf_table.py $OUT/bench.json
+    python -m benchmarks.speed.perf_table $OUT/bench.json
 """
 
 from __future__ import annotations

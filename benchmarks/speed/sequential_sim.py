@@ -1,6 +1,6 @@
 """The stopping rule's error rates on synthetic paired samples (docs/speed.md's table).
 
-    PYTHONPATH=. python benchmarks/sequential_sim.py --trials 1000
+    python -m benchmarks.speed.sequential_sim --trials 1000
 
 Pure and seeded (numcheck.perf.sequential.simulate): no clock, no device. Each row: a true
 speedup, a threshold, the per-sample noise (lognormal, relative) and the share of samples hit

@@ -1,6 +1,6 @@
 """A test-only mHC variant about 5% slower than ``bf16``, for the speed gate's evidence.
 
-Loaded as a pytest plugin (``-p benchmarks.slowed_variant``, repo root on PYTHONPATH), never
+Loaded as a pytest plugin (``-p benchmarks.speed.slowed_variant``, repo root on PYTHONPATH), never
 shipped: it registers ``bf16_slowed`` on ``mhc_pre`` through numcheck's registration hook.
 
 How it is slowed, realistically: the shipped ``bf16`` variant plus one extra elementwise

@@ -1,11 +1,11 @@
 """Evidence for the speedup gate (GPU): fresh runs, thresholds, an independent timer, -n 4.
 
-Subcommands (run from the repo root with PYTHONPATH=.; ``benchmarks/gpu_regression.py``'s
-``independent``, ``speed-evidence`` and ``speed-xdist`` steps string them together):
+Subcommands (``python -m benchmarks.speed.speed_gate ...`` from the repo root; the regression
+run's ``independent``, ``speed-evidence`` and ``speed-xdist`` steps string them together):
 
     runs DIR --runs K [-n N] [--device cuda] [--slowed-min X]
         K fresh pytest processes of the perf suite (cases/perf.toml plus the evidence-only
-        case with the ~5%-slowed variant, benchmarks/slowed_variant.py), each writing
+        case with the ~5%-slowed variant, benchmarks/speed/slowed_variant.py), each writing
         DIR/<tag>-<i>.json (--numcheck-report) and .txt; one line per run: wall time,
         failed checks, slowed caught, round trip caught.
     table DIR [--tag run]
@@ -35,12 +35,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SLOWED_CASE = """
 [perf-mhc-v4pro-t4k-slowed]
 op = "mhc_pre"
-description = "evidence only: bf16 and bf16 slowed by ~5% (benchmarks/slowed_variant.py)"
+description = "evidence only: bf16 and bf16 slowed by ~5% (benchmarks/speed/slowed_variant.py)"
 preset = "{preset}"
 shape = {{ tokens = {tokens} }}
 devices = ["{device}"]
@@ -82,7 +82,7 @@ def pytest_command(cases: Path, report: Path, *, device: str, workers: int) -> l
     cmd = [sys.executable, "-m", "pytest", "--numcheck", "--numcheck-perf",
            "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
            "--numcheck-device", device, "-p", "no:cacheprovider", "-p",
-           "benchmarks.slowed_variant", "-o", f"numcheck_cases={cases}", "-rxXs",
+           "benchmarks.speed.slowed_variant", "-o", f"numcheck_cases={cases}", "-rxXs",
            "--numcheck-report", str(report), str(cases)]
     if workers:
         cmd[3:3] = ["-n", str(workers)]
@@ -223,8 +223,7 @@ def cmd_independent(args: argparse.Namespace) -> int:
     from numcheck.ops.registry import get_op, load_entry_points
 
     load_entry_points()
-    sys.path.insert(0, str(ROOT))
-    from benchmarks import slowed_variant
+    from benchmarks.speed import slowed_variant
     from numcheck.ops import registry
 
     slowed_variant.pytest_numcheck_register(registry.Registrar("speed_gate.py"))
