@@ -20,7 +20,7 @@ from numcheck.numerics.budget_origin import (
 from numcheck.numerics.verdict import Violation
 from numcheck.report.budget_source import origin_text
 from numcheck.report.render import Commands, failure_message
-from tests.test_plugin import make_project, write_goldens
+from tests.caseproject import make_project, write_goldens
 
 ROOT = Path(__file__).resolve().parent.parent
 

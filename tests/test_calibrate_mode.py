@@ -16,12 +16,13 @@ from typing import Any
 
 import pytest
 
+from tests.caseproject import NO_CACHE, case_project
+
 needs_tomlkit = pytest.mark.skipif(
     importlib.util.find_spec("tomlkit") is None,
     reason="tomlkit (the calibrate extra) writes case files: pip install 'numcheck[calibrate]'")
 
 CONFTEST = """
-
 def pytest_numcheck_register(registry):
     from tests import calibration_op
     calibration_op.register(registry)
@@ -56,12 +57,8 @@ variants = ["tf32"]
 
 
 def project(pytester: pytest.Pytester, case: str = CASE) -> Path:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
-    pytester.mkdir("cases")
-    path = pytester.path / "cases" / "dot.toml"
-    path.write_text(case)
-    pytester.makeconftest(CONFTEST)
-    return path
+    return case_project(pytester, {"dot.toml": case}, conftest=CONFTEST,
+                        addopts=NO_CACHE) / "dot.toml"
 
 
 def test_user_op_is_calibrated_without_goldens(pytester: pytest.Pytester) -> None:

@@ -22,6 +22,7 @@ from numcheck.calibrate.plan import RunInfo, plan_numerics
 from numcheck.cases import CaseFileError, load_case_file, load_cases
 from numcheck.numerics.budget_origin import Default, Given, origin_to_dict
 from numcheck.ops.registry import get_op
+from tests.caseproject import NO_CACHE, case_project
 from tests.test_calibrate_mode import needs_tomlkit, project
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,15 +47,13 @@ def mhc_project(pytester: pytest.Pytester) -> Path:
     text = (ROOT / "cases" / "mhc.toml").read_text()
     header = text[:text.index("\n[")]
     case = text[text.index("[v4pro-t32]"):text.index("[v4pro-t512-sampled]")]
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
-    (pytester.path / "cases").mkdir()
-    path = pytester.path / "cases" / "mhc.toml"
-    path.write_text(f"{header}\n\n{case.rstrip()}\n\n[v4pro-t32.budget.y_off]\n"
-                    'budget_like = "bf16"\n')
+    text = (f"{header}\n\n{case.rstrip()}\n\n[v4pro-t32.budget.y_off]\n"
+            'budget_like = "bf16"\n')
+    path = case_project(pytester, {"mhc.toml": text}, conftest=Y_OFF_CONFTEST,
+                        addopts=NO_CACHE) / "mhc.toml"
     (pytester.path / "goldens" / "mhc_pre").mkdir(parents=True)
     shutil.copy(ROOT / "goldens" / "mhc_pre" / "v4pro-t32.safetensors",
                 pytester.path / "goldens" / "mhc_pre")
-    pytester.makeconftest(Y_OFF_CONFTEST)
     return path
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from numcheck.plugin import options
+from tests.caseproject import NO_CACHE, PLANTED, case_project, write_goldens
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -231,18 +232,13 @@ def test_every_evidence_folder_says_when_where_and_how_it_was_made() -> None:
 def test_the_readmes_failure_is_what_the_gate_prints(pytester: pytest.Pytester) -> None:
     """The failure the README reads line by line, produced for real: the same case file and
     planted bug, the message compared line for line."""
-    from tests.test_plugin import CONFTEST, write_goldens
-
     block = re.search(r"```\n(numcheck FAIL .*?)```",
                       _section(README.read_text(), "A failure, line by line"), re.DOTALL)
     assert block
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    pytester.mkdir("cases")
-    (pytester.path / "cases" / "indexer.toml").write_text(
+    case_project(pytester, {"indexer.toml": (
         '[tiny]\nop = "indexer"\nshape = { batch = 2, heads = 4, head_dim = 32, '
         'max_context = 256, index_topk = 32, next_n = 1 }\nseeds = [0]\n'
-        'variants = ["far_flips"]\n')
-    pytester.makeconftest(CONFTEST)
+        'variants = ["far_flips"]\n')}, conftest=PLANTED)
     write_goldens(pytester)
     result = pytester.runpytest("--numcheck")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -322,13 +318,11 @@ def test_the_fp8_recording_pattern_of_the_docs_passes_every_gate(
     section = _section(text, "10. An FP8 or FP4 variant: declare how it quantizes")
     snippet = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert snippet and "numcheck.as_quantized(xq, xs, DEEPSEEK_ACT)" in snippet.group(1)
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
     pytester.makepyfile(my_lib=MY_LIB)
-    pytester.makeconftest("import my_lib\n" + snippet.group(1) + TWICE)
-    pytester.mkdir("cases")
-    (pytester.path / "cases" / "linear.toml").write_text(
+    case_project(pytester, {"linear.toml": (
         '[small]\nop = "linear"\nshape = { tokens = 8, in_features = 384, out_features = 256 }\n'
-        'seeds = [9411, 9412]\nvariants = ["my_fp8", "my_fp8_twice"]\n')
+        'seeds = [9411, 9412]\nvariants = ["my_fp8", "my_fp8_twice"]\n')},
+        conftest="import my_lib\n" + snippet.group(1) + TWICE, addopts=NO_CACHE)
     pytester.runpytest("--numcheck", "--numcheck-regen", "-k", "fp32")
     result = pytester.runpytest("--numcheck", "--numcheck-report", "r.json")
     result.assert_outcomes(passed=2, failed=1)

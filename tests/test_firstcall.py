@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from numcheck.check.firstcall import FirstCallWatch, first_call_lines
-from tests.test_plugin import CONFTEST, write_goldens
+from tests.caseproject import NO_CACHE, PLANTED, case_project, write_goldens
 
 
 def clock(*values: float):  # type: ignore[no-untyped-def]
@@ -120,11 +120,8 @@ variants = ["bf16"]
 def test_the_gate_records_and_summarises_each_first_call(pytester: pytest.Pytester) -> None:
     """Through pytest: with the note threshold at 0 every first call is announced; the
     summary and the JSON report carry the figure."""
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n"
-                     "numcheck_first_call_note_s = 0\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "mhc.toml").write_text(CASE)
-    pytester.makeconftest(CONFTEST)
+    case_project(pytester, {"mhc.toml": CASE}, conftest=PLANTED, addopts=NO_CACHE,
+                 ini="numcheck_first_call_note_s = 0\n")
     write_goldens(pytester)
     result = pytester.runpytest("--numcheck", "--numcheck-report", "out.json")
     result.assert_outcomes(passed=2)
@@ -138,9 +135,8 @@ def test_the_gate_records_and_summarises_each_first_call(pytester: pytest.Pytest
 
 
 def test_a_bad_first_call_threshold_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\nnumcheck_first_call_note_s = soon\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "mhc.toml").write_text(CASE)
+    case_project(pytester, {"mhc.toml": CASE}, addopts="",
+                 ini="numcheck_first_call_note_s = soon\n")
     result = pytester.runpytest("--numcheck", "--numcheck-device", "cpu")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: numcheck_first_call_note_s = 'soon': expected a number "

@@ -23,10 +23,10 @@ import pytest
 
 from numcheck.__main__ import main as numcheck_main
 from tests import fp8_mlp
+from tests.caseproject import NO_CACHE, case_project
 from tests.test_calibrate_mode import needs_tomlkit
 
 CONFTEST = """
-
 def pytest_numcheck_register(registry):
     from tests import fp8_mlp
     fp8_mlp.register(registry)
@@ -38,11 +38,8 @@ FRESH = [9401, 9402, 9403]
 
 def project(pytester: pytest.Pytester, case: str) -> Path:
     """A user project: the op's conftest, one case file, its goldens made."""
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
-    pytester.mkdir("cases")
-    path = pytester.path / "cases" / "mlp.toml"
-    path.write_text(case)
-    pytester.makeconftest(CONFTEST)
+    path = case_project(pytester, {"mlp.toml": case}, conftest=CONFTEST,
+                        addopts=NO_CACHE) / "mlp.toml"
     made = pytester.runpytest("--numcheck", "--numcheck-regen", "-k", "fp32")
     assert (pytester.path / "goldens" / "mlp_up").is_dir(), made.stdout.str()
     return path
@@ -169,10 +166,8 @@ def test_sums_no_row_was_measured_for_need_tables_and_say_the_command(
     """A declared accumulation less accurate than any honest member measured (promoted every
     256 of K): no default row, so a case without its sim_* tables does not load, naming the
     calibrate command; calibration reads it (it sets them)."""
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
-    pytester.mkdir("cases")
-    (pytester.path / "cases" / "mlp.toml").write_text(case(["fp8_rare"], [0]))
-    pytester.makeconftest(CONFTEST + """
+    case_project(pytester, {"mlp.toml": case(["fp8_rare"], [0])}, addopts=NO_CACHE,
+                 conftest=CONFTEST + """
     import numcheck
     from dataclasses import replace
     quant = replace(fp8_mlp.FP8, accumulation=numcheck.Accumulation("promoted", 256))

@@ -12,8 +12,8 @@ import torch
 
 from numcheck.goldens.files import GoldenStale
 from numcheck.goldens.freshness import GoldenNote, check_fresh
+from tests.caseproject import TINY_MHC, golden, make_project, write_goldens
 from tests.test_goldens import CASE, FP, HINT, _load, _save
-from tests.test_plugin import TINY_MHC, golden, make_project, write_goldens
 
 PARAMS = {"tokens": 8, "sinkhorn_iters": 20, "eps": 1e-6}
 

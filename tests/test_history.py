@@ -504,7 +504,7 @@ def test_bad_inputs_give_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_save_keeps_the_run_in_the_history_folder(pytester: pytest.Pytester) -> None:
-    from tests.test_plugin import make_project, write_goldens
+    from tests.caseproject import make_project, write_goldens
 
     make_project(pytester)
     write_goldens(pytester)

@@ -21,8 +21,8 @@ from numcheck.check import plotdata
 from numcheck.report import htmlpage as htmlreport
 from numcheck.report import svgplots
 from numcheck.report.records import Record, Report, load_report, record_from_dict, record_to_dict
+from tests.caseproject import make_project, write_goldens
 from tests.fleet import quiet_history
-from tests.test_plugin import make_project, write_goldens
 
 # -- plot data ---------------------------------------------------------------------------
 

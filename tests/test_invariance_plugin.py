@@ -8,9 +8,10 @@ import json
 
 import pytest
 
+from tests.caseproject import case_project
+
 #: The project's conftest: numcheck's hook, numcheck's public API, the planted variants.
 CONFTEST = """
-
 import numcheck
 
 
@@ -39,10 +40,7 @@ def project(pytester: pytest.Pytester, keys: str) -> None:
     from numcheck.ops import registry
     from tests import planted_invariance
 
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "indexer.toml").write_text(CASE.format(keys=keys))
-    pytester.makeconftest(CONFTEST)
+    case_project(pytester, {"indexer.toml": CASE.format(keys=keys)}, conftest=CONFTEST)
     with registry.isolated():  # the case names planted variants: load it with them
         for op, variants in planted_invariance.PLANTED.items():
             for name, (fn, precision, _) in variants.items():

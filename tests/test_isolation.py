@@ -21,6 +21,7 @@ from numcheck.check.aborted import (
     root_error,
 )
 from numcheck.check.sanitizer import Sanitizer, parse_errors, parse_tools
+from tests.caseproject import case_project, project_ini
 
 TESTS = Path(__file__).parent
 DATA = TESTS / "data"
@@ -50,9 +51,7 @@ def pytest_numcheck_register(registry):
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     monkeypatch.setenv("NUMCHECK_ISOLATE", "process")
-    pytester.makeini(f"[pytest]\npythonpath = {TESTS.parent}\naddopts = --numcheck-device cpu\n")
-    pytester.makeconftest(CONFTEST)
-    (pytester.path / "cases").mkdir()
+    case_project(pytester, conftest=CONFTEST)
     return pytester
 
 
@@ -204,7 +203,7 @@ def test_checks_run_in_a_worker_process_unless_isolation_is_off(
     project.runpytest("--numcheck", "--numcheck-isolate=off").assert_outcomes(passed=4)
     assert int(where.read_text()) == os.getpid()
     # The ini key, then the environment, set the default.
-    project.makeini("[pytest]\naddopts = --numcheck-device cpu\nnumcheck_isolate = off\n")
+    project_ini(project, ini="numcheck_isolate = off\n")
     project.runpytest("--numcheck").assert_outcomes(passed=4)
     assert int(where.read_text()) == os.getpid()
 

@@ -30,7 +30,7 @@ from numcheck.ops.registry import (
     register,
 )
 from numcheck.ops.structure import Grouping, Structure, groupings_of
-from tests.test_plugin import write_goldens
+from tests.caseproject import case_project, write_goldens
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -380,10 +380,7 @@ planted_located.register_all()
 
 
 def test_the_failure_message_and_report_say_where(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "indexer.toml").write_text(PROJECT_CASE)
-    pytester.makeconftest(PROJECT_CONFTEST)
+    case_project(pytester, {"indexer.toml": PROJECT_CASE}, conftest=PROJECT_CONFTEST)
     write_goldens(pytester)
     result = pytester.runpytest("--numcheck", "--numcheck-report", "r.json")
     result.assert_outcomes(passed=1, failed=1)

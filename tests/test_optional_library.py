@@ -17,6 +17,7 @@ from numcheck.cases import load_cases
 from numcheck.check import cannot_run
 from numcheck.ops import registry
 from numcheck.ops.spec import optional_library
+from tests.caseproject import NO_CACHE, case_project
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -123,10 +124,7 @@ SKIP = ("variant 'needs_lib': numcheck_absent_lib is not installed (it runs on c
 
 
 def _project(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "mhc.toml").write_text(CASE)
-    pytester.makeconftest(CONFTEST)
+    case_project(pytester, {"mhc.toml": CASE}, conftest=CONFTEST, addopts=NO_CACHE)
 
 
 def _skipped_not_erred(pytester: pytest.Pytester, *args: str) -> None:

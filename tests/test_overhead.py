@@ -27,7 +27,7 @@ from numcheck.overhead.gate import (
 )
 from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, ELEMENTWISE, KernelAudit, KernelRecord
 from tests import planted
-from tests.test_plugin import CONFTEST, write_goldens
+from tests.caseproject import PLANTED, case_project, write_goldens
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = """
@@ -200,10 +200,8 @@ def test_report_lines_show_ledger_and_kernels() -> None:
 
 
 def project(pytester: pytest.Pytester, extra: str = "", variants: str = '"bf16_roundtrip"') -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    (pytester.path / "cases").mkdir(exist_ok=True)
-    (pytester.path / "cases" / "mhc.toml").write_text(CASE.format(variants=variants, extra=extra))
-    pytester.makeconftest(CONFTEST)
+    case_project(pytester, {"mhc.toml": CASE.format(variants=variants, extra=extra)},
+                 conftest=PLANTED)
     write_goldens(pytester)
 
 

@@ -22,6 +22,7 @@ from numcheck.ops.spec import VariantError
 from numcheck.report.records import record_from_result
 from numcheck.report.render import summary_table
 from tests import planted
+from tests.caseproject import case_project
 
 
 def post_comb_y(inputs: Inputs, p: Params) -> Outputs:
@@ -233,11 +234,7 @@ def test_speed_limits_for_a_partial_variant_are_errors_a_lender_s_tables_are_not
 
 
 def test_the_summary_and_the_report_show_what_is_not_produced(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "mhc.toml").write_text(
-        MHC.format(variants='"subset"', extra=""))
-    pytester.makeconftest("""
+    case_project(pytester, {"mhc.toml": MHC.format(variants='"subset"', extra="")}, conftest="""
 import numcheck
 from tests import test_partial_variants as t
 

@@ -13,6 +13,7 @@ from numcheck.perf.timing import TimerRequest
 from numcheck.report.htmlpage import render_html
 from numcheck.report.records import load_report
 from tests import prepared_variants
+from tests.caseproject import NO_CACHE, case_project
 from tests.faketimer import factory
 
 CASE = """
@@ -43,11 +44,8 @@ def project(pytester: pytest.Pytester, variants: str, *, seeds: str = "0",
     from numcheck.goldens.files import golden_path
     from numcheck.ops import registry
 
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
-    (pytester.path / "cases").mkdir(exist_ok=True)
-    (pytester.path / "cases" / "mhc.toml").write_text(
-        CASE.format(variants=variants, seeds=seeds, extra=extra))
-    pytester.makeconftest(CONFTEST)
+    case_project(pytester, {"mhc.toml": CASE.format(variants=variants, seeds=seeds, extra=extra)},
+                 conftest=CONFTEST, addopts=NO_CACHE)
     with registry.isolated():
         prepared_variants.register_all()
         (case,) = load_cases(pytester.path / "cases")

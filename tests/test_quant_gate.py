@@ -17,6 +17,7 @@ from numcheck.ops import registry
 from numcheck.ops.registry import add_variant, get_op
 from numcheck.selftest import held_to, shipped_golden
 from tests import quant_planted
+from tests.caseproject import case_project
 
 ROOT = Path(__file__).resolve().parent.parent
 LINEAR = {c.id: c for c in load_case_file(ROOT / "cases" / "linear.toml")}
@@ -105,10 +106,7 @@ budget_like = "fp8_block"
 
 def test_a_scale_bug_fails_the_second_reference_where_the_first_is_loose(
         pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "linear.toml").write_text(PROJECT_CASE)
-    pytester.makeconftest(PROJECT_CONFTEST)
+    case_project(pytester, {"linear.toml": PROJECT_CASE}, conftest=PROJECT_CONFTEST)
     pytester.runpytest("--numcheck", "--numcheck-regen", "-p", "no:cacheprovider")
     assert (pytester.path / "goldens" / "linear" / "small.safetensors").exists()
     report, page = pytester.path / "r.json", pytester.path / "r.html"

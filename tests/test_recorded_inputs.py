@@ -17,6 +17,7 @@ import numcheck
 from numcheck.cases import CaseFileError, load_case_file
 from numcheck.ops import mhc
 from numcheck.recorded.files import MAX_CALLS, RecordedError, read_recorded, save_recorded
+from tests.caseproject import case_project
 
 HIDDEN, STREAMS, TOKENS = 64, 4, 6
 
@@ -249,10 +250,7 @@ def test_record_calibrate_regenerate_gate_from_a_running_model(
     """The whole workflow on a model built here: record two calls of its mHC module,
     calibrate the case's budgets on them, make the golden from them, gate a variant (and
     catch a planted bug); recording again from other weights makes the golden stale."""
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    pytester.makeconftest(CONFTEST)
-    cases = pytester.path / "cases"
-    cases.mkdir()
+    cases = case_project(pytester, conftest=CONFTEST)
     inputs = cases / "inputs" / "model.safetensors"
     record(inputs)
     case_file(cases, extra='expect.y_seed_dependent = { outputs = ["y"], reason = "planted" }\n'

@@ -16,7 +16,7 @@ from numcheck.goldens.regen import GoldenRefused
 from numcheck.goldens.reproducibility import REFERENCE_EPS_FACTOR, difference, stats_difference
 from numcheck.ops import registry
 from numcheck.ops.registry import Variant, get_op
-from tests.test_plugin import TINY_MHC, golden, make_project
+from tests.caseproject import TINY_MHC, golden, make_project
 from tests.test_registration import make_op
 
 EPS = torch.finfo(torch.float32).eps

@@ -10,6 +10,7 @@ import torch
 import numcheck
 from numcheck.ops import registry
 from numcheck.ops.registry import OpSpec, ParamSpec, RegistrationError, TopkSpec, Variant
+from tests.caseproject import case_project
 from tests.fresh import FreshPython
 
 # -- a tiny op of our own ----------------------------------------------------------------
@@ -185,10 +186,7 @@ def pytest_numcheck_register(registry):
 
 
 def project(pytester: pytest.Pytester, extra: str = "", case: str = CASE) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    pytester.mkdir("cases")
-    (pytester.path / "cases" / "double.toml").write_text(case)
-    pytester.makeconftest(HOOK.format(extra=extra))
+    case_project(pytester, {"double.toml": case}, conftest=HOOK.format(extra=extra))
 
 
 def test_hook_registers_ops_and_variants(pytester: pytest.Pytester) -> None:
@@ -348,9 +346,7 @@ def install_dist(pytester: pytest.Pytester, pkg: str, entry_points: str) -> None
 def test_entry_points_register_ops(pytester: pytest.Pytester) -> None:
     # A fresh package name per test: the module stays imported in this process.
     install_dist(pytester, "expo_pkg", "expo = expo_pkg:register\nexpo-more = expo_pkg.more")
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    pytester.mkdir("cases")
-    (pytester.path / "cases" / "expo.toml").write_text('[tiny]\nop = "expo"\n')
+    case_project(pytester, {"expo.toml": '[tiny]\nop = "expo"\n'})
     result = pytester.runpytest("--numcheck", "--collect-only", "-q")
     result.stdout.fnmatch_lines([
         "cases/expo.toml::tiny::fp32[[]cpu[]]",
@@ -375,9 +371,7 @@ def test_entry_point_and_hook_clash_names_both(pytester: pytest.Pytester) -> Non
 
 def test_broken_entry_point_is_a_usage_error(pytester: pytest.Pytester) -> None:
     install_dist(pytester, "broken_pkg", "broken = broken_pkg:no_such_function")
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    pytester.mkdir("cases")
-    (pytester.path / "cases" / "broken.toml").write_text('[tiny]\nop = "broken"\n')
+    case_project(pytester, {"broken.toml": '[tiny]\nop = "broken"\n'})
     result = pytester.runpytest("--numcheck")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([

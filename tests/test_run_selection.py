@@ -7,7 +7,7 @@ import json
 import pytest
 
 from numcheck.plugin.rootdir_repair import space_separated_values
-from tests.test_plugin import make_project, write_goldens
+from tests.caseproject import make_project, write_goldens
 
 
 @pytest.mark.parametrize("where", ["outside", "inside"])

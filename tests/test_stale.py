@@ -8,7 +8,7 @@ import pytest
 
 from numcheck.cases import CaseFileError
 from numcheck.goldens.stale import find_stale, golden_files, prune
-from tests.test_plugin import TINY_INDEXER, golden, make_project, write_goldens
+from tests.caseproject import TINY_INDEXER, golden, make_project, write_goldens
 
 
 def _write(path: Path, data: bytes = b"x") -> Path:

@@ -9,7 +9,7 @@ from numcheck.report.markdown import headline, to_markdown
 from numcheck.report.records import Record, Report
 from numcheck.report.render import summary_table
 from numcheck.report.skips import collapse, perf_only_reason
-from tests.test_plugin import TINY_INDEXER, TINY_MHC, make_project, write_goldens
+from tests.caseproject import TINY_INDEXER, TINY_MHC, make_project, write_goldens
 
 
 def _skip(case: str, variant: str, reason: str) -> Record:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.caseproject import case_project
+
 SWEEP = """
 [tile]
 op = "indexer"
@@ -31,10 +33,7 @@ def pytest_numcheck_register(registry):
 
 
 def make_project(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "sweeps.toml").write_text(SWEEP)
-    pytester.makeconftest(CONFTEST)
+    case_project(pytester, {"sweeps.toml": SWEEP}, conftest=CONFTEST)
 
 
 def point_golden(pytester: pytest.Pytester, length: int) -> Path:

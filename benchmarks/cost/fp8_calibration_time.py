@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(tmp)
         (folder / "cases").mkdir()
         (folder / "pytest.ini").write_text(  # the root on sys.path: tests.fp8_mlp
-            f"[pytest]\npythonpath = {ROOT}\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
+            f"[pytest]\npythonpath = {shlex.quote(str(ROOT))}\n"
+            "addopts = --numcheck-device cpu -p no:cacheprovider\n")
         (folder / "conftest.py").write_text(CONFTEST)
         (folder / "cases" / "mlp.toml").write_text(
             f'[small]\nop = "mlp_up"\nshape = {{ tokens = {tokens}, hidden = {hidden}, '
