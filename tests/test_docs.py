@@ -313,11 +313,12 @@ def test_the_fp8_recording_pattern_of_the_docs_passes_every_gate(
     missing line, ``import my_lib``, added), with a quantizer and kernel of the user's own
     in float8: an honest variant passes every gate (the golden, the simulated reference,
     the operand checks, the GEMM bound, the cast ledger: recording its float8 operands
-    with numcheck.as_quantized costs it nothing) on fresh seeds and no tables of its own."""
+    with as_quantized costs it nothing) on fresh seeds and no tables of its own."""
     text = (DOCS / "extending.md").read_text()
     section = _section(text, "10. An FP8 or FP4 variant: declare how it quantizes")
     snippet = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert snippet and "numcheck.as_quantized(xq, xs, DEEPSEEK_ACT)" in snippet.group(1)
+    assert snippet and "record_gemm(as_quantized(xq, xs, DEEPSEEK_ACT)" in snippet.group(1)
+    assert "from numcheck.fp8 import" in snippet.group(1)  # the FP8 names' own namespace
     pytester.makepyfile(my_lib=MY_LIB)
     case_project(pytester, {"linear.toml": (
         '[small]\nop = "linear"\nshape = { tokens = 8, in_features = 384, out_features = 256 }\n'

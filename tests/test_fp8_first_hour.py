@@ -170,7 +170,7 @@ def test_sums_no_row_was_measured_for_need_tables_and_say_the_command(
                  conftest=CONFTEST + """
     import numcheck
     from dataclasses import replace
-    quant = replace(fp8_mlp.FP8, accumulation=numcheck.Accumulation("promoted", 256))
+    quant = replace(fp8_mlp.FP8, accumulation=numcheck.fp8.Accumulation("promoted", 256))
     registry.add_variant(fp8_mlp.OP, fp8_mlp.variant("fp8_rare", quant))
 """)
     refused = pytester.runpytest("--numcheck", "--collect-only")

@@ -249,7 +249,7 @@ def test_a_hook_that_raises_is_one_line_naming_its_line_and_the_fix(
     assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()
     assert len([ln for ln in result.stderr.lines if ln.strip()]) == 1
     with pytest.raises(ValueError, match=r"^AsStored: unknown element format 'e5m3'; known"):
-        numcheck.AsStored("e5m3")
+        numcheck.fp8.AsStored("e5m3")
 
 
 # -- outputs of the wrong shape, dtype or device ----------------------------------------
