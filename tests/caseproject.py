@@ -24,6 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PLANTED = "from tests import planted\nplanted.register_all()\n"
 #: ``addopts`` for a project that leaves no .pytest_cache behind (it runs pytest many times).
 NO_CACHE = "--numcheck-device cpu -p no:cacheprovider"
+#: The ini line that puts the repository root on ``sys.path`` (the ini reads a path list as
+#: shell words: quoted).
+ROOT_ON_PATH = f"pythonpath = {shlex.quote(str(ROOT))}\n"
 
 TINY_INDEXER = """
 [tiny]
@@ -47,8 +50,7 @@ def project_ini(pytester: pytest.Pytester, addopts: str = "--numcheck-device cpu
                 ini: str = "") -> None:
     """The project's ini: the repository root on ``sys.path``, ``addopts``, then ``ini``'s
     lines (more keys of its ``[pytest]`` section)."""
-    root = shlex.quote(str(ROOT))  # the ini reads a path list as shell words
-    pytester.makeini(f"[pytest]\npythonpath = {root}\naddopts = {addopts}\n{ini}")
+    pytester.makeini(f"[pytest]\n{ROOT_ON_PATH}addopts = {addopts}\n{ini}")
 
 
 def case_project(pytester: pytest.Pytester, cases: Mapping[str, str] | None = None, *,

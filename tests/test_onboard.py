@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.caseproject import ROOT_ON_PATH
+
 ROOT = Path(__file__).resolve().parent.parent
 
 pytest.importorskip("tomlkit")
@@ -24,7 +26,6 @@ pytest.importorskip("tomlkit")
 #: The project's conftest: the planted nondeterministic variant, and a fake timer for the
 #: speed part's pytest process (the speedups by variant name; no machine speed).
 CONFTEST = """
-
 import numcheck
 from tests.faketimer import factory
 from numcheck.perf import timing
@@ -85,7 +86,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (cases / "perf.toml").write_text(PERF)
     (cases / "indexer.toml").write_text(INDEXER)
     (tmp_path / "conftest.py").write_text(CONFTEST)
-    (tmp_path / "tox.ini").write_text("[pytest]\n")
+    (tmp_path / "tox.ini").write_text(f"[pytest]\n{ROOT_ON_PATH}")  # the speed part's pytest
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("NUMCHECK_DEVICE_NAME", "NVIDIA B200")
     with registry.isolated():
