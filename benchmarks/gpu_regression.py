@@ -17,7 +17,7 @@ each in a fresh process, each writing its log and report under DIR:
   each in a fresh process: 0 failed checks in each.
 - ``unit``: numcheck's own tests with ``-n --workers`` on the GPU: 0 failed.
 - ``independent``: every gated speedup of the last perf run timed again by an independent
-  graph-replay timer (``benchmarks/speed_gate.py independent``: triton's
+  graph-replay timer (``benchmarks/speed/speed_gate.py independent``: triton's
   ``do_bench_cudagraph``): check, numcheck's speedup, the independent one, the difference.
   Off when numcheck's speedup exceeds the independent one by more than ``--tolerance`` (3%),
   or the two fall on opposite sides of the check's ``speedup_min``. A numcheck speedup
@@ -263,8 +263,8 @@ def step_independent(run: Run, report: Path | None, tolerance: float) -> None:
         run.record("independent", False, 0, "no perf report to re-time")
         return
     out = run.work / "independent.json"
-    rc, text, s = run.sh("independent", [PY, "benchmarks/speed_gate.py", "independent",
-                                         str(report), "--json", str(out)], run.left())
+    rc, text, s = run.sh("independent", _bench("speed.speed_gate", "independent", str(report),
+                                                "--json", str(out)), run.left())
     if rc != 0 or not out.exists():
         run.record("independent", False, s, f"rc {rc}: {_tail(text)}")
         return
@@ -355,8 +355,9 @@ def _pytest(*args: str) -> list[str]:
     return [PY, "-m", "pytest", "-p", "no:cacheprovider", *args]
 
 
-def _bench(script: str, *args: str) -> list[str]:
-    return [PY, f"benchmarks/{script}", *args]
+def _bench(module: str, *args: str) -> list[str]:
+    """``python -m benchmarks.<module>`` (``<group>.<script>``), from the repository root."""
+    return [PY, "-m", f"benchmarks.{module}", *args]
 
 
 def _judge_rc(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
@@ -532,8 +533,8 @@ def _judge_html(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
 
 def _judge_isolation(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
                      text: str) -> tuple[bool, str]:
-    """benchmarks/isolation_runs.py: ok when it exits 0 (every check's verdict in every mode
-    the expected one); its table printed, the verdicts that are off named."""
+    """benchmarks/reliability/isolation_runs.py: ok when it exits 0 (every check's verdict in
+    every mode the expected one); its table printed, the verdicts that are off named."""
     path = run.work / "isolation" / "isolation_runs.json"
     if not path.is_file():
         return False, f"rc {rc}, isolation/isolation_runs.json not written: {_tail(text)}"
@@ -556,7 +557,7 @@ def _judge_bench(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
     ok, detail = _judge_report("bench-report.json")(run, extra, opts, rc, text)
     if (run.work / "bench.json").exists():
         _, table, _ = run.sh("bench-table",
-                             _bench("perf_table.py", str(run.work / "bench.json")), 60)
+                             _bench("speed.perf_table", str(run.work / "bench.json")), 60)
         print(table.strip())
     return ok, detail
 
@@ -589,13 +590,13 @@ def _judge_speed_runs(tag: str) -> Judge:
             if serial is None:
                 return False, detail + "; no serial run to compare with (speed-evidence first)"
             _, table, _ = run.sh("speed-xdist-compare", _bench(
-                "speed_gate.py", "xdist", str(serial), str(run.work / "speed" / "xdist-1.json")),
+                "speed.speed_gate", "xdist", str(serial), str(run.work / "speed" / "xdist-1.json")),
                 60)
             print(table.strip())
             detail += "; " + _tail(table, 1)
         else:
             _, table, _ = run.sh(f"{extra.name}-table", _bench(
-                "speed_gate.py", "table", str(run.work / "speed"), "--tag", tag), 60)
+                "speed.speed_gate", "table", str(run.work / "speed"), "--tag", tag), 60)
             print(table.strip())
         return clean == slowed == trip == n, detail
     return judge
@@ -625,37 +626,37 @@ EXTRAS: tuple[Extra, ...] = (
           _heldout("calibration-heldout.json")),
     Extra("honest", "the honest families (tests/honest.py, the derived GEMM members, cuBLAS and "
           "Triton on CUDA) on calibration seeds 4000.. (--seeds; -k --select), mHC first", 270,
-          lambda o, w: _bench("honest_calibration.py", "--device", o.device, "--ops", "mhc_pre",
-                              "indexer", *_seeds(o), "--first-seed", "4000", *_select(o),
-                              "--json", str(w / "honest-calibration.json")),
+          lambda o, w: _bench("numerics.honest_calibration", "--device", o.device, "--ops",
+                              "mhc_pre", "indexer", *_seeds(o), "--first-seed", "4000",
+                              *_select(o), "--json", str(w / "honest-calibration.json")),
           _judge_written("honest-calibration.json", _judge_honest)),
     Extra("honest-heldout", "the honest families on held-out seeds, judged by python -m "
           "numcheck.heldout against the case files", 130,
-          lambda o, w: _bench("honest_calibration.py", "--device", o.device, "--ops", "mhc_pre",
-                              "indexer", *_seeds(o, held_out=True), *_select(o), "--json",
-                              str(w / "honest-heldout.json")),
+          lambda o, w: _bench("numerics.honest_calibration", "--device", o.device, "--ops",
+                              "mhc_pre", "indexer", *_seeds(o, held_out=True), *_select(o),
+                              "--json", str(w / "honest-heldout.json")),
           _heldout("honest-heldout.json")),
     Extra("false-fail", "the two-sided self-test's false failures: shipped variants and honest "
           "families on held-out seeds, every case", 200,
-          lambda o, w: _bench("reliability_report.py", "--device", o.device,
+          lambda o, w: _bench("reliability.reliability_report", "--device", o.device,
                               *_seeds(o, held_out=True), "--skip", "shipped", "fresh",
                               "--json", str(w / "false-failures.json")),
           _judge_written("false-failures.json", _judge_false_failures)),
     Extra("catch", "every planted bug on the shipped goldens and --catch-seeds fresh seeds, with "
           "its own error against its class's honest family", 100,
-          lambda o, w: _bench("reliability_report.py", "--device", o.device, "--seeds",
+          lambda o, w: _bench("reliability.reliability_report", "--device", o.device, "--seeds",
                               str(o.catch_seeds), "--first-seed", str(o.heldout_first_seed),
                               "--skip", "false", "--json", str(w / "catch.json")),
           _judge_written("catch.json", _judge_catch)),
     Extra("determinism", "the FP32 reference and every variant run 10 times: bit-identical?",
-          60, lambda o, w: _bench("determinism.py", "--device", o.device, "--runs", "10",
+          60, lambda o, w: _bench("reliability.determinism", "--device", o.device, "--runs", "10",
                                   "--json", str(w / "determinism.json")),
           _judge_written("determinism.json")),
     Extra("invariance", "determinism (10 runs) and batch invariance (every request alone, up "
           "to 64 a case) of the reference and every variant of every shipped case: the table, "
           "the keys it supports; off when a key the case files turn on fails "
-          "(benchmarks/invariance.py)", 180,
-          lambda o, w: _bench("invariance.py", "--device", o.device, "--runs", "10",
+          "(benchmarks/reliability/invariance.py)", 180,
+          lambda o, w: _bench("reliability.invariance", "--device", o.device, "--runs", "10",
                               "--requests", "all", "--json", str(w / "invariance.json")),
           _judge_written("invariance.json", _judge_invariance)),
     Extra("xdist", "the gate with one pytest-xdist worker per GPU (at least 2), against the "
@@ -670,16 +671,17 @@ EXTRAS: tuple[Extra, ...] = (
                                "-q", "-k", "v4flash-t64 or v4flash-b2-l1k-contiguous"),
           _judge_rc),
     Extra("audit", "the kernel audit and cast ledger at production shapes "
-          "(benchmarks/kernel_audit.py)", 120,
-          lambda o, w: _bench("kernel_audit.py", "--device", o.device, "--out", str(w / "audit")),
+          "(benchmarks/overhead/kernel_audit.py)", 120,
+          lambda o, w: _bench("overhead.kernel_audit", "--device", o.device, "--out",
+                              str(w / "audit")),
           _judge_written("audit/audit-*.json")),
     Extra("casts", "cast ratios, input passes and copy shares of the CPU-sized cases, every "
-          "request at max_context (benchmarks/cast_ratios.py)", 90,
-          lambda o, w: _bench("cast_ratios.py", "--device", o.device, "--full-context",
+          "request at max_context (benchmarks/overhead/cast_ratios.py)", 90,
+          lambda o, w: _bench("overhead.cast_ratios", "--device", o.device, "--full-context",
                               "--out", str(w / "casts")),
           _judge_written("casts/cast_ratios-*.json")),
     Extra("casts-perf", "the same for the perf cases at production shapes", 150,
-          lambda o, w: _bench("cast_ratios.py", "--device", o.device, "--perf",
+          lambda o, w: _bench("overhead.cast_ratios", "--device", o.device, "--perf",
                               "--full-context", "--out", str(w / "casts-perf")),
           _judge_written("casts-perf/cast_ratios-*.json")),
     Extra("html", "the HTML report of a timed run of three cases, with plots and obtained files",
@@ -696,14 +698,14 @@ EXTRAS: tuple[Extra, ...] = (
     Extra("isolation", "crash isolation: examples/crashing_kernels' crashing, hanging, OOM and "
           "out-of-bounds variants serially, with -n 2 and (CUDA, compute-sanitizer found) "
           "under --numcheck-sanitize=memcheck, each check's verdict against the expected one "
-          "(benchmarks/isolation_runs.py; on CUDA also the shipped fused mHC kernel under "
-          "memcheck)", 300,
-          lambda o, w: _bench("isolation_runs.py", "--device", o.device, "--out",
+          "(benchmarks/reliability/isolation_runs.py; on CUDA also the shipped fused mHC kernel "
+          "under memcheck)", 300,
+          lambda o, w: _bench("reliability.isolation_runs", "--device", o.device, "--out",
                               str(w / "isolation"), "--run-timeout-s", "150",
                               *(["--shipped"] if o.device == "cuda" else [])),
           _judge_isolation),
     Extra("bench", "the perf cases with pytest-benchmark's JSON and its table "
-          "(benchmarks/perf_table.py)", 250,
+          "(benchmarks/speed/perf_table.py)", 250,
           lambda o, w: _pytest("--numcheck", "--numcheck-perf", "--numcheck-device", o.device,
                                "-rxXs", "cases/perf.toml", "--benchmark-json",
                                str(w / "bench.json"), "--numcheck-report",
@@ -711,21 +713,22 @@ EXTRAS: tuple[Extra, ...] = (
                                "--benchmark-columns=median,iqr,min,max,rounds"),
           _judge_bench),
     Extra("fidelity", "numcheck's speedups against triton's do_bench and the profiler's kernel "
-          "sums, 5 repeats (benchmarks/fidelity.py)", 90,
-          lambda o, w: _bench("fidelity.py", "--repeats", "5", "--json", str(w / "fidelity.json")),
+          "sums, 5 repeats (benchmarks/speed/fidelity.py)", 90,
+          lambda o, w: _bench("speed.fidelity", "--repeats", "5", "--json",
+                              str(w / "fidelity.json")),
           _judge_written("fidelity.json")),
     Extra("fused", "the fused Triton kernels at production shapes against the HBM floor "
-          "(benchmarks/fused_roofline.py)", 150,
-          lambda o, w: _bench("fused_roofline.py", "--device", o.device, "--budget-s", "110",
+          "(benchmarks/speed/fused_roofline.py)", 150,
+          lambda o, w: _bench("speed.fused_roofline", "--device", o.device, "--budget-s", "110",
                               "--out", str(w)),
           _judge_written("fused_roofline.json")),
     Extra("folded", "bf16_folded against the rounding envelope on calibration seeds 4000.. "
-          "(--seeds; benchmarks/folded_calibration.py)", 240,
-          lambda o, w: _bench("folded_calibration.py", "4000", str(o.seeds),
+          "(--seeds; benchmarks/numerics/folded_calibration.py)", 240,
+          lambda o, w: _bench("numerics.folded_calibration", "4000", str(o.seeds),
                               str(w / "bf16-folded-calibration.json"), o.device),
           _judge_written("bf16-folded-calibration.json")),
     Extra("folded-heldout", "bf16_folded on held-out seeds, judged by python -m numcheck.heldout",
-          120, lambda o, w: _bench("folded_calibration.py", str(o.heldout_first_seed),
+          120, lambda o, w: _bench("numerics.folded_calibration", str(o.heldout_first_seed),
                                    str(o.heldout_seeds), str(w / "bf16-folded-heldout.json"),
                                    o.device),
           _heldout("bf16-folded-heldout.json")),
@@ -738,15 +741,16 @@ EXTRAS: tuple[Extra, ...] = (
                                "--numcheck-calibrate-write"),
           _judge_speed_calibration, rewrites="cases/perf.toml"),
     Extra("speed-evidence", "--evidence-runs fresh runs of the perf suite with a ~5%-slowed "
-          "variant (benchmarks/slowed_variant.py): failed checks, slowed and round trip caught",
-          545, lambda o, w: _bench("speed_gate.py", "runs", str(w / "speed"), "--tag",
+          "variant (benchmarks/speed/slowed_variant.py): failed checks, slowed and round trip "
+          "caught",
+          545, lambda o, w: _bench("speed.speed_gate", "runs", str(w / "speed"), "--tag",
                                    "evidence", "--runs", str(o.evidence_runs), "--device",
                                    o.device, "--slowed-min", str(o.slowed_min), "--budget-s",
                                    "480"),
           _judge_speed_runs("evidence")),
     Extra("speed-xdist", "one run of that suite with -n 4 on one GPU, against a serial one "
           "(speed-evidence's first run): same verdicts, overlapping intervals, lock waits", 150,
-          lambda o, w: _bench("speed_gate.py", "runs", str(w / "speed"), "--tag", "xdist",
+          lambda o, w: _bench("speed.speed_gate", "runs", str(w / "speed"), "--tag", "xdist",
                               "--runs", "1", "-n", "4", "--device", o.device, "--slowed-min",
                               str(o.slowed_min)),
           _judge_speed_runs("xdist")),
@@ -760,9 +764,9 @@ EXTRAS: tuple[Extra, ...] = (
                                "--numcheck-html", str(w / "liger.html")),
           _judge_report("liger.json"), cwd="examples/liger_mhc"),
     Extra("liger-times", "liger-kernel's kernels per call, first call apart "
-          "(benchmarks/liger_mhc.py)", 100,
-          lambda o, w: _bench("liger_mhc.py", "--device", o.device, "--repeats", "20"),
-          _judge_rc),
+          "(benchmarks/speed/liger_mhc.py)", 100,
+          lambda o, w: _bench("speed.liger_mhc", "--device", o.device, "--repeats", "20"),
+          _judge_rc, cwd="examples/liger_mhc"),  # there: the example's package, liger_mhc
 )
 
 
@@ -786,10 +790,10 @@ def _judge_fp8_families(run: Run, extra: Extra, opts: argparse.Namespace, rc: in
     proxies: cases/linear.toml says which)."""
     path = run.work / "fp8-families.json"
     data = json.loads(path.read_text())
-    _, table, _ = run.sh("fp8-families-table", _bench("fp8_families.py", "--table", str(path)),
-                         60)
+    _, table, _ = run.sh("fp8-families-table",
+                         _bench("numerics.fp8_families", "--table", str(path)), 60)
     _, suggested, _ = run.sh("fp8-families-suggest",
-                             _bench("fp8_families.py", "--suggest", str(path)), 60)
+                             _bench("numerics.fp8_families", "--suggest", str(path)), 60)
     print(table.strip())
     print("suggested budgets (2x the families' worst on this device):")
     print(suggested.strip())
@@ -814,7 +818,7 @@ def _judge_fp8_catch(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
     """Every FP8 planted bug whose own error is at least 2x its family's worst caught, no
     honest member or alternative failed; the catch table printed."""
     data = json.loads((run.work / "fp8-catch.json").read_text())
-    _, table, _ = run.sh("fp8-catch-table", _bench("fp8_catch.py", "--table",
+    _, table, _ = run.sh("fp8-catch-table", _bench("reliability.fp8_catch", "--table",
                                                    str(run.work / "fp8-catch.json")), 60)
     print(table.strip())
     bugs, honest = data["bugs"], data["honest"]
@@ -843,7 +847,7 @@ EXTRAS += (
           "accumulation on and off, Triton tl.dot on e4m3, the block-scaled Triton kernel, "
           "torchao where installed) on held-out seeds (--fp8-seeds from --fp8-first-seed), "
           "held to the shipped budgets; prints the budgets this device suggests", 360,
-          lambda o, w: _bench("fp8_families.py", "--device", o.device, *_fp8_seeds(o),
+          lambda o, w: _bench("numerics.fp8_families", "--device", o.device, *_fp8_seeds(o),
                               *_select(o), "--json",
                               str(w / "fp8-families.json")),
           _judge_written("fp8-families.json", _judge_fp8_families)),
@@ -851,25 +855,25 @@ EXTRAS += (
           "--fp8-seeds fresh seeds, each bug's own error against its family's worst, with "
           "the honest members and alternatives on the same seeds (its JSON written after each "
           "seed)", 330,
-          lambda o, w: _bench("fp8_catch.py", "--device", o.device, *_fp8_seeds(o),
+          lambda o, w: _bench("reliability.fp8_catch", "--device", o.device, *_fp8_seeds(o),
                               "--json", str(w / "fp8-catch.json")),
           _judge_written("fp8-catch.json", _judge_fp8_catch)),
     Extra("fp8-casts", "cast bytes and input passes of the FP8 / FP4 cases on CUDA "
-          "(benchmarks/cast_ratios.py): the limits cases/linear.toml and cases/fp8.toml set "
-          "from the CPU's ledger, measured on the GPU's code path", 120,
-          lambda o, w: _bench("cast_ratios.py", "--device", o.device, "--full-context",
+          "(benchmarks/overhead/cast_ratios.py): the limits cases/linear.toml and cases/fp8.toml "
+          "set from the CPU's ledger, measured on the GPU's code path", 120,
+          lambda o, w: _bench("overhead.cast_ratios", "--device", o.device, "--full-context",
                               "--only", ",".join(FP8_CASES), "--out", str(w / "fp8-casts")),
           _judge_written("fp8-casts/cast_ratios-*.json")),
     Extra("fp8-casts-perf", "the same for the linear op's perf cases at DeepSeek V3's real "
           "shapes", 120,
-          lambda o, w: _bench("cast_ratios.py", "--device", o.device, "--perf",
+          lambda o, w: _bench("overhead.cast_ratios", "--device", o.device, "--perf",
                               "--full-context", "--only", ",".join(FP8_PERF_CASES), "--out",
                               str(w / "fp8-casts-perf")),
           _judge_written("fp8-casts-perf/cast_ratios-*.json")),
     Extra("fp8-accumulation", "cuBLAS's FP8 accumulation (torch._scaled_mm, fast accumulation "
           "on and off) and Triton's tl.dot on e4m3 against numcheck's model "
-          "(benchmarks/fp8_accumulation.py, one seed)", 150,
-          lambda o, w: _bench("fp8_accumulation.py", "--device", o.device, "--seeds", "1"),
+          "(benchmarks/numerics/fp8_accumulation.py, one seed)", 150,
+          lambda o, w: _bench("numerics.fp8_accumulation", "--device", o.device, "--seeds", "1"),
           _judge_written("fp8_accumulation.json"), out_env=True),
 )
 EXTRA_NAMES = tuple(e.name for e in EXTRAS)

@@ -1,29 +1,22 @@
 """The honest families as variants of a ``pytest --numcheck`` run, for calibrating there.
 
-Loaded as a pytest plugin (``-p benchmarks.honest_members``, the repo root on PYTHONPATH),
+Loaded as a pytest plugin (``-p benchmarks.honest_members``, from the repository root),
 never shipped: its registration hook adds tests/honest.py's honest variants and the GEMM
 members numcheck derives from each op's GEMM site (``gemm_<label>``), so that
 ``--numcheck-calibrate-pool`` can pool a case's variant with its whole honest family, as
 docs/budgets.md ("Honest families") calibrates the shipped cases. Run as a script, it prints
 the pool options of each op::
 
-    python benchmarks/honest_members.py            # --numcheck-calibrate-pool ... per class
+    python -m benchmarks.honest_members            # --numcheck-calibrate-pool ... per class
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parent.parent
-TESTS = ROOT / "tests"
 
 
 def _honest() -> Any:
-    if str(TESTS) not in sys.path:
-        sys.path.insert(0, str(TESTS))
-    import honest
+    from tests import honest
 
     return honest
 
@@ -56,7 +49,6 @@ def pools(op: str, variants: dict[str, str] | None = None) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     for name in ("indexer", "mhc_pre"):
         print(f"# {name}")
         for option in pools(name):

@@ -17,13 +17,15 @@ from typing import Any
 
 
 def lazy_exports(
-    package: str, namespace: dict[str, Any], exports: Mapping[str, str]
+    package: str, namespace: dict[str, Any], exports: Mapping[str, str],
+    also: Mapping[str, str] | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """A module ``__getattr__`` that imports ``exports[name]`` on first use and keeps the
-    value in ``namespace`` (later lookups skip it), and the matching ``__dir__``."""
+    """A module ``__getattr__`` that imports ``exports[name]`` (or ``also[name]``: names found
+    but not listed, a moved name's old spelling) on first use and keeps the value in
+    ``namespace`` (later lookups skip it), and the ``__dir__`` that lists ``exports``."""
 
     def __getattr__(name: str) -> Any:
-        module = exports.get(name)
+        module = exports.get(name) or (also or {}).get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(module), name)

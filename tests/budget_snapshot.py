@@ -7,8 +7,10 @@ compares the shipped case files with tests/data/shipped-budgets.json, so that a 
 case file's layout (comments, ``budget_like`` instead of copies) provably changes nothing the
 gate checks, and a budget change on purpose shows as a diff of that file in review.
 
-    python tests/budget_snapshot.py            # compare; exit 1 and list what differs
-    python tests/budget_snapshot.py --write    # after changing budgets on purpose
+    python -m tests.budget_snapshot            # compare; exit 1 and list what differs
+    python -m tests.budget_snapshot --write    # after changing budgets on purpose
+
+(from the repository root: this tree's numcheck, whatever else is installed)
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import dataclasses
 import functools
 import json
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -166,7 +167,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="write the snapshot from cases/")
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
     now = snapshot()
     if args.write:
         SNAPSHOT.parent.mkdir(exist_ok=True)

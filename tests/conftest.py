@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fresh import HOME_ENV, FreshPython, make_home, stop
-from importgraph import importable_up_front
+
+from tests.fresh import HOME_ENV, FreshPython, make_home, stop
+from tests.importgraph import importable_up_front
 
 #: Set by pytest_configure when this run gave the test processes one thread (see there).
 _ONE_THREAD = False

@@ -14,8 +14,8 @@ lines the guide quotes. tests/test_doc_messages.py compares every marked block w
 rendering, so a case file whose lines move, or a message whose wording changes, fails until
 the guides follow:
 
-    python tests/doc_messages.py            # compare; exit 1 and list what differs
-    python tests/doc_messages.py --write    # rewrite the marked blocks
+    python -m tests.doc_messages            # compare; exit 1 and list what differs
+    python -m tests.doc_messages --write    # rewrite the marked blocks
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ The op is an MLP's up-projection, ``h = silu(x Wg^T) * (x Wu^T)``: two GEMMs and
 declared with its ``gemm_site``. Its variants quantize as DeepSeek V3 does (x in 1x128
 groups, W in 128x128 blocks, e4m3, float32 scales; the weights once, at load time) or as
 NVFP4, multiply with their own kernel (a block-scaled GEMM summed in float32, as a CPU or
-CUDA-core kernel does), and record what they multiplied with ``numcheck.record_gemm`` on
-``numcheck.as_quantized`` views of their own float8 tensors. Each has a twin that scales its
+CUDA-core kernel does), and record what they multiplied with ``numcheck.fp8.record_gemm`` on
+``numcheck.fp8.as_quantized`` views of their own float8 tensors. Each has a twin that scales its
 output by :data:`BUG_SCALE` (a bug of the size FP8's quantization error hides); the honest
 FP8 variant's output is scaled by the factor in the environment variable :data:`DRIFT_ENV`
 when set (a small kernel change between two runs, for drift).
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 import numcheck
-from numcheck import (
+from numcheck.fp8 import (
     DEEPSEEK_ACT,
     DEEPSEEK_WEIGHT,
     FP32_ACCUMULATION,
@@ -77,7 +77,7 @@ def my_quantize(t: torch.Tensor, scheme: OperandScheme) -> tuple[torch.Tensor, .
     """An e4m3 quantizer of the user's own: float8 elements and float32 scales (``amax /
     448`` per block), for 1x128 groups or 128x128 blocks; NVFP4 through numcheck's."""
     if scheme.element != "e4m3fn":
-        q = numcheck.quantize(t, scheme)
+        q = numcheck.fp8.quantize(t, scheme)
         assert q.global_scale is not None
         return q.values, q.scales, q.global_scale
     rows, k = t.shape
@@ -120,8 +120,8 @@ def variant(name: str, quant: GemmQuant, scale: float = 1.0) -> numcheck.Variant
                 out[f"{w}_{i}"] = part
         return out
 
-    def wrap(q: tuple[torch.Tensor, ...], scheme: OperandScheme) -> numcheck.Quantized:
-        return numcheck.as_quantized(q[0], q[1], scheme, q[2] if len(q) > 2 else None)
+    def wrap(q: tuple[torch.Tensor, ...], scheme: OperandScheme) -> numcheck.fp8.Quantized:
+        return numcheck.fp8.as_quantized(q[0], q[1], scheme, q[2] if len(q) > 2 else None)
 
     def fn(inputs: numcheck.Inputs, params: numcheck.Params) -> numcheck.Outputs:
         xq = my_quantize(inputs["x"], sa)
@@ -129,7 +129,7 @@ def variant(name: str, quant: GemmQuant, scale: float = 1.0) -> numcheck.Variant
         for w in ("wg", "wu"):
             wq = tuple(inputs[k] for k in sorted(inputs) if k.startswith(f"{w}_"))
             y = my_gemm(xq, wq, sa, sb)
-            numcheck.record_gemm(wrap(xq, sa), wrap(wq, sb), y)  # a no-op outside a check
+            numcheck.fp8.record_gemm(wrap(xq, sa), wrap(wq, sb), y)  # a no-op outside a check
             ys.append(y)
         h = torch.nn.functional.silu(ys[0]) * ys[1]
         return {"h": h * scale if scale != 1.0 else h}

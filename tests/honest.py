@@ -24,7 +24,6 @@ Registered by tests and benchmarks only, never shipped.
 from __future__ import annotations
 
 import torch
-from variant_tables import register_table
 
 from numcheck.honest.gemm_family import add_gemm_members, member_name, members
 from numcheck.numerics.topk import select_topk
@@ -32,6 +31,7 @@ from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import Inputs, Outputs, Params, get_op
 from numcheck.ops.splitk import split_k_matmul
 from numcheck.precision import matmul_precision
+from tests.variant_tables import register_table
 
 # --- indexer ------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ compressed-tensors' (NVFP4, FP8 per channel), and Transformer Engine's NVFP4 ref
 
 Each wrapper is ``(x, scheme) -> Quantized``: the library quantizes ``x`` (2-D ``[rows, K]``,
 K a whole number of blocks) its own way, and the wrapper hands numcheck what it produced as a
-user's variant would (``numcheck.as_quantized``), under the scheme the caller declares: the
+user's variant would (``numcheck.fp8.as_quantized``), under the scheme the caller declares: the
 library's preset (numcheck.precision.quant_scheme.QUANT_PRESETS) to pass, another to show
 what an undeclared convention looks like. :data:`LIBRARIES` says which preset each one
 follows; :func:`missing` why a library cannot run here (the ``numcheck[xcheck]`` extra
@@ -18,12 +18,12 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 
-import quant_kernels
 import torch
 
-from numcheck import Quantized, as_quantized
+from numcheck.fp8 import Quantized, as_quantized
 from numcheck.precision.quant_formats import unpack_fp4x2
 from numcheck.precision.quant_scheme import QUANT_PRESETS, OperandScheme
+from tests import quant_kernels
 
 Quantizer = Callable[[torch.Tensor, OperandScheme], Quantized]
 #: How to get the libraries.

@@ -8,12 +8,12 @@ from __future__ import annotations
 import time
 
 import torch
-from variant_tables import register_table
 
 from numcheck.numerics.topk import select_topk
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import Inputs, Outputs, Params
 from numcheck.precision import matmul_precision
+from tests.variant_tables import register_table
 
 
 def indexer_no_kv_scale(inputs: Inputs, p: Params) -> Outputs:

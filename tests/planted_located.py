@@ -4,7 +4,7 @@ Each is a copy of a shipped variant with one mistake that sits somewhere a kerne
 would look: the tail page, one MTP row, a few tokens, an output written one row off, a
 transposed or permuted write, a global scale. :data:`EXPECTED` pairs every planted bug used
 to measure localization (these and those of ``planted.py``) with the place its failure
-message must name first; ``benchmarks/localize_report.py`` measures how often it does.
+message must name first; ``benchmarks/reliability/localize_report.py`` measures how often it does.
 
 Registered by tests and the benchmark only, never shipped.
 """
@@ -12,11 +12,11 @@ Registered by tests and the benchmark only, never shipped.
 from __future__ import annotations
 
 import torch
-from variant_tables import register_table
 
 from numcheck.numerics.topk import select_topk
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import Inputs, Outputs, Params
+from tests.variant_tables import register_table
 
 
 def _with_logits(logits: torch.Tensor, p: Params) -> Outputs:

@@ -1,10 +1,10 @@
 """FP8 linear variants a user could write, planted through numcheck's public API: honest
 alternatives that must pass, and the bugs of issue 35 that must be caught.
 
-Each is a variant of the shipped ``linear`` op declaring a scheme (``numcheck.GemmQuant``),
+Each is a variant of the shipped ``linear`` op declaring a scheme (``numcheck.fp8.GemmQuant``),
 quantizing its weight once (``prepare``) and its activation per call, multiplying with
-``numcheck.emulated_gemm`` or another honest kernel (tests/quant_kernels.py), and handing
-numcheck what it believes it multiplied (``numcheck.record_gemm``). A bug sits where such
+``numcheck.fp8.emulated_gemm`` or another honest kernel (tests/quant_kernels.py), and handing
+numcheck what it believes it multiplied (``numcheck.fp8.record_gemm``). A bug sits where such
 bugs live:
 
 - in the **kernel**, which multiplies correct operands wrongly: one scale for every weight
@@ -24,11 +24,11 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-import quant_kernels
 import torch
 
 import numcheck
-from numcheck import (
+from numcheck import Variant
+from numcheck.fp8 import (
     DEEPSEEK_ACT,
     DEEPSEEK_WEIGHT,
     FAST_ACCUMULATION,
@@ -37,8 +37,8 @@ from numcheck import (
     GemmQuant,
     OperandScheme,
     Quantized,
-    Variant,
 )
+from tests import quant_kernels
 
 #: DeepSeek V3's recipe, and V3.1's UE8M0 form, and one scale per token and channel.
 BLOCK = GemmQuant(DEEPSEEK_ACT, DEEPSEEK_WEIGHT, PROMOTED_128, "bf16")
@@ -52,11 +52,11 @@ Kernel = Callable[[Quantized, Quantized, GemmQuant], torch.Tensor]
 
 def honest_kernel(qa: Quantized, qb: Quantized, quant: GemmQuant) -> torch.Tensor:
     """numcheck's emulation of the declared model."""
-    return numcheck.emulated_gemm(qa, qb, quant.accumulation, quant.out)
+    return numcheck.fp8.emulated_gemm(qa, qb, quant.accumulation, quant.out)
 
 
-def quant_variant(name: str, quant: GemmQuant, *, weight: Quantizer = numcheck.quantize,
-                  act: Quantizer = numcheck.quantize, kernel: Kernel = honest_kernel,
+def quant_variant(name: str, quant: GemmQuant, *, weight: Quantizer = numcheck.fp8.quantize,
+                  act: Quantizer = numcheck.fp8.quantize, kernel: Kernel = honest_kernel,
                   doc: str = "") -> Variant:
     """A linear variant of ``quant``: the weight quantized at load time by ``weight``, x per
     call by ``act``, multiplied by ``kernel``, recorded as multiplied."""
@@ -69,7 +69,7 @@ def quant_variant(name: str, quant: GemmQuant, *, weight: Quantizer = numcheck.q
         qa = act(inputs["x"], quant.a)
         qb = Quantized(inputs["w_q"], inputs["w_s"], quant.b)
         y = kernel(qa, qb, quant)
-        numcheck.record_gemm(qa, qb, y)
+        numcheck.fp8.record_gemm(qa, qb, y)
         return {"y": y.to(torch.bfloat16)}
 
     fn.__name__ = fn.__qualname__ = name
@@ -102,7 +102,7 @@ def _skips_promotion(qa: Quantized, qb: Quantized, quant: GemmQuant) -> torch.Te
     """Declares promotion every 128 and keeps the whole K in the tensor core's accumulator."""
     if qa.scheme.granularity.varies_along_k(qa.shape[1]):
         return quant_kernels.no_promotion(qa, qb, quant.accumulation, quant.out)
-    return numcheck.emulated_gemm(qa, qb, FAST_ACCUMULATION, quant.out)
+    return numcheck.fp8.emulated_gemm(qa, qb, FAST_ACCUMULATION, quant.out)
 
 
 # -- quantizer bugs: operands that do not follow the declared scheme ------------------------
@@ -110,8 +110,8 @@ def _skips_promotion(qa: Quantized, qb: Quantized, quant: GemmQuant) -> torch.Te
 
 def _per_tensor(x: torch.Tensor, scheme: OperandScheme) -> Quantized:
     """One scale by the declared rule from the whole tensor's amax, stored in every block."""
-    right = numcheck.quantize(x, scheme)
-    whole = numcheck.quantize(x, replace(scheme, granularity=numcheck.PER_TENSOR))
+    right = numcheck.fp8.quantize(x, scheme)
+    whole = numcheck.fp8.quantize(x, replace(scheme, granularity=numcheck.fp8.PER_TENSOR))
     return Quantized(whole.values, whole.scales.expand_as(right.scales).contiguous(), scheme)
 
 
@@ -125,7 +125,7 @@ def _cast_e4m3(t: torch.Tensor, *, clamp: bool) -> torch.Tensor:
 
 def _ue8m0_down(x: torch.Tensor, scheme: OperandScheme) -> Quantized:
     """Power-of-two scales rounded down from amax / 448 (floor of log2), elements clamped."""
-    right = numcheck.quantize(x, scheme)
+    right = numcheck.fp8.quantize(x, scheme)
     from numcheck.precision.quant_scheme import block_amax, expand_to_elements
 
     amax = block_amax(x, scheme.granularity).clamp(min=scheme.floor)
@@ -147,7 +147,7 @@ def _no_clamp(x: torch.Tensor, scheme: OperandScheme) -> Quantized:
 
 def _e5m2(x: torch.Tensor, scheme: OperandScheme) -> Quantized:
     """e5m2 elements (and scales for e5m2's range) where e4m3fn is declared."""
-    q = numcheck.quantize(x, replace(scheme, element="e5m2"))
+    q = numcheck.fp8.quantize(x, replace(scheme, element="e5m2"))
     return Quantized(q.values, q.scales, scheme)
 
 
@@ -162,7 +162,7 @@ class StaleScales:
     def __call__(self, x: torch.Tensor, scheme: OperandScheme) -> Quantized:
         from numcheck.precision.quant_scheme import expand_to_elements
 
-        right = numcheck.quantize(x, scheme)
+        right = numcheck.fp8.quantize(x, scheme)
         s = self.cache.setdefault((*x.shape, id(scheme)), right.scales)
         full = expand_to_elements(s, right.shape, scheme.granularity)
         return Quantized(_cast_e4m3(x.float() / full, clamp=True), s, scheme)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import numcheck
-from numcheck import DEEPSEEK_ACT, DEEPSEEK_WEIGHT, PROMOTED_128, AsStored, GemmQuant
 from numcheck.check.against_sim import simulate, take_rows
+from numcheck.fp8 import DEEPSEEK_ACT, DEEPSEEK_WEIGHT, PROMOTED_128, AsStored, GemmQuant
 from numcheck.ops.fp8_variants import INDEXER_FP8
 from numcheck.ops.linear import QUANTS
 from numcheck.ops.registry import get_op
@@ -52,7 +52,7 @@ def test_a_kernel_that_reads_the_wrong_scales_lands_far_past_the_bound() -> None
     (call,) = calls
     qa, qb = call.a[0], call.b[0]
     shifted = replace(qb, scales=torch.cat([qb.scales[:, 1:], qb.scales[:, -1:]], 1))
-    bad_y = numcheck.emulated_gemm(qa, shifted, PROMOTED_128, torch.bfloat16)
+    bad_y = numcheck.fp8.emulated_gemm(qa, shifted, PROMOTED_128, torch.bfloat16)
     sim = simulate(op, QUANTS["fp8_block"], inputs, p, [RecordedGemm((qa,), (qb,), bad_y)],
                    seed=3)
     (v,) = sim.violations
@@ -81,9 +81,9 @@ def test_without_a_recording_numchecks_quantization_stands_in_and_nothing_is_bou
     sim = simulate(op, QUANTS["fp8_block"], inputs, p, [])
     assert (sim.operands, sim.recorded, sim.sim_ratio, sim.violations) == ("numcheck", 0, None,
                                                                           [])
-    qa = numcheck.quantize(inputs["x"], DEEPSEEK_ACT)
-    qb = numcheck.quantize(inputs["w"], DEEPSEEK_WEIGHT)
-    exact = (numcheck.dequantize(qa) @ numcheck.dequantize(qb).T).float().to(torch.bfloat16)
+    qa = numcheck.fp8.quantize(inputs["x"], DEEPSEEK_ACT)
+    qb = numcheck.fp8.quantize(inputs["w"], DEEPSEEK_WEIGHT)
+    exact = (numcheck.fp8.dequantize(qa) @ numcheck.fp8.dequantize(qb).T).float().to(torch.bfloat16)
     assert torch.equal(sim.outputs["y"], exact)
 
 
@@ -111,9 +111,9 @@ def test_a_stored_operand_must_be_the_ops_own() -> None:
 
 
 def test_take_rows_keeps_every_elements_scale() -> None:
-    q = numcheck.quantize(torch.randn(300, 256), DEEPSEEK_WEIGHT)
+    q = numcheck.fp8.quantize(torch.randn(300, 256), DEEPSEEK_WEIGHT)
     rows = torch.tensor([0, 127, 128, 299])
     part = take_rows(q, rows)
-    assert torch.equal(numcheck.dequantize(part), numcheck.dequantize(q)[rows])
+    assert torch.equal(numcheck.fp8.dequantize(part), numcheck.fp8.dequantize(q)[rows])
     declared = GemmQuant(AsStored(), AsStored())
     assert declared.schemes[1].scale_shape((5, 7)) == (1, 1)

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import safetensors.torch
 import torch
-from test_plugin import CONFTEST, TINY_INDEXER, golden, make_project
 
 from numcheck.cases import load_case_file
 from numcheck.check.make_golden import write_golden
@@ -25,6 +24,7 @@ from numcheck.check.run import CaseInputs
 from numcheck.goldens import files as goldens
 from numcheck.goldens.files import load_golden, save_golden
 from numcheck.ops.registry import get_op
+from tests.caseproject import PLANTED, TINY_INDEXER, golden, make_project
 
 Edit = Callable[[dict[str, torch.Tensor], dict[str, object]], None]
 
@@ -323,7 +323,7 @@ def _variant_fails(
     pytester: pytest.Pytester, tiny_golden: Path, variant: str
 ) -> pytest.RunResult:
     path = _project(pytester, tiny_golden, variants=f'"{variant}"')
-    pytester.makeconftest(CONFTEST)
+    pytester.makeconftest(PLANTED)
     result = pytester.runpytest("--numcheck", "-k", variant)
     result.assert_outcomes(failed=1, deselected=1)
     assert path.read_bytes() == tiny_golden.read_bytes()

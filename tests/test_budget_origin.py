@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cases import PLAIN, lookup
 
 from numcheck.calibrate.payloads import NumericsPayload, payload_from_data
 from numcheck.cases import Case, load_case_file, load_cases
@@ -40,6 +39,8 @@ from numcheck.numerics.budgets import (
 )
 from numcheck.numerics.metric_names import SIM_METRICS
 from numcheck.ops.registry import get_op
+from tests.caseproject import NO_CACHE, case_project
+from tests.test_cases import PLAIN, lookup
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -257,9 +258,7 @@ def test_calibration_never_writes_an_inherited_key_into_the_finer_variants_table
 def test_a_tf32_calibration_says_y_belongs_to_bf16s_table(pytester: pytest.Pytester) -> None:
     """End to end on the shipped op: the suggestion for tf32's y names bf16's table for the
     keys it inherits, and sets none of them under tf32's y."""
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
-    pytester.mkdir("cases")
-    (pytester.path / "cases" / "mhc.toml").write_text(MHC)
+    case_project(pytester, {"mhc.toml": MHC}, addopts=NO_CACHE)
     result = pytester.runpytest("--numcheck", "--numcheck-calibrate=1", "-k", "tf32")
     result.stdout.fnmatch_lines([
         "[[]t.budget.tf32.y[]]",

@@ -3,14 +3,14 @@
 The snapshot was made from the case files before they took ``budget_like`` and lost their
 per-line provenance comments: every (case, variant, output, key) the gate checks is the same
 after that rewrite. A budget changed on purpose (a re-calibration) is written again with
-``python tests/budget_snapshot.py --write`` and reviewed as a diff of that file.
+``python -m tests.budget_snapshot --write`` and reviewed as a diff of that file.
 """
 
 from __future__ import annotations
 
 import json
 
-from budget_snapshot import (  # tests/budget_snapshot.py
+from tests.budget_snapshot import (  # tests/budget_snapshot.py
     ROOT,
     SNAPSHOT,
     differences,
@@ -23,7 +23,7 @@ from budget_snapshot import (  # tests/budget_snapshot.py
 def test_shipped_case_files_load_to_the_snapshot() -> None:
     diff = differences(snapshot(), json.loads(SNAPSHOT.read_text()))
     assert not diff, ("the loaded budgets differ from tests/data/shipped-budgets.json "
-                      "(if on purpose: python tests/budget_snapshot.py --write):\n"
+                      "(if on purpose: python -m tests.budget_snapshot --write):\n"
                       + "\n".join(diff[:20]))
 
 

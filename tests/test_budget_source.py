@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_plugin import make_project, write_goldens
 
 from numcheck.cases import load_cases
 from numcheck.check.result import CheckResult
@@ -21,6 +20,7 @@ from numcheck.numerics.budget_origin import (
 from numcheck.numerics.verdict import Violation
 from numcheck.report.budget_source import origin_text
 from numcheck.report.render import Commands, failure_message
+from tests.caseproject import make_project, write_goldens
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,17 +16,15 @@ from typing import Any
 
 import pytest
 
-HERE = Path(__file__).parent
+from tests.caseproject import NO_CACHE, case_project
+
 needs_tomlkit = pytest.mark.skipif(
     importlib.util.find_spec("tomlkit") is None,
     reason="tomlkit (the calibrate extra) writes case files: pip install 'numcheck[calibrate]'")
 
-CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(HERE)!r})
-
+CONFTEST = """
 def pytest_numcheck_register(registry):
-    import calibration_op
+    from tests import calibration_op
     calibration_op.register(registry)
 """
 
@@ -59,16 +57,12 @@ variants = ["tf32"]
 
 
 def project(pytester: pytest.Pytester, case: str = CASE) -> Path:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
-    pytester.mkdir("cases")
-    path = pytester.path / "cases" / "dot.toml"
-    path.write_text(case)
-    pytester.makeconftest(CONFTEST)
-    return path
+    return case_project(pytester, {"dot.toml": case}, conftest=CONFTEST,
+                        addopts=NO_CACHE) / "dot.toml"
 
 
 def test_user_op_is_calibrated_without_goldens(pytester: pytest.Pytester) -> None:
-    import calibration_op as cal
+    from tests import calibration_op as cal
 
     project(pytester)
     result = pytester.runpytest("--numcheck", "--numcheck-calibrate=2", "-k", "small")
@@ -425,10 +419,9 @@ def test_speed_proposals_printed_and_written(
     data = tomllib.loads(after)
     assert data["small"]["perf"]["bf16"]["speedup_min"] == {"cpu": 1.14}
     assert data["small"]["perf"]["off"]["speedup_min"] == {"cpu": 1.08}
-    import calibration_op
-
     from numcheck.cases import load_case_file
     from numcheck.ops import registry
+    from tests import calibration_op
 
     with registry.isolated():
         registry.register(calibration_op.DOT)
@@ -545,7 +538,7 @@ def _boom(inputs, params):
     raise RuntimeError("kernel launch failed")
 
 def pytest_numcheck_register(registry):
-    import calibration_op
+    from tests import calibration_op
     calibration_op.register(registry)
     registry.add_variant("dot", Variant("boom", _boom, "bf16"))
 """

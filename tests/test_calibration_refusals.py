@@ -5,7 +5,6 @@ against the evidence behind the shipped budgets (they must refuse nothing honest
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import tomllib
@@ -13,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_calibrate_mode import needs_tomlkit, project
 
 from numcheck.calibrate import main as calibrate_main
 from numcheck.calibrate import suggestion_findings
@@ -24,18 +22,17 @@ from numcheck.calibrate.plan import RunInfo, plan_numerics
 from numcheck.cases import CaseFileError, load_case_file, load_cases
 from numcheck.numerics.budget_origin import Default, Given, origin_to_dict
 from numcheck.ops.registry import get_op
+from tests.caseproject import NO_CACHE, case_project
+from tests.test_calibrate_mode import needs_tomlkit, project
 
 ROOT = Path(__file__).resolve().parent.parent
-HERE = Path(__file__).parent
 
 # -- issue 33's scenario: a shipped mHC case, y 2% off, borrowing bf16's budgets ----------
 
-Y_OFF_CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(HERE)!r})
+Y_OFF_CONFTEST = """
 
 def pytest_numcheck_register(registry):
-    import calibration_op
+    from tests import calibration_op
     calibration_op.register_y_off(registry)
 """
 
@@ -50,15 +47,13 @@ def mhc_project(pytester: pytest.Pytester) -> Path:
     text = (ROOT / "cases" / "mhc.toml").read_text()
     header = text[:text.index("\n[")]
     case = text[text.index("[v4pro-t32]"):text.index("[v4pro-t512-sampled]")]
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
-    (pytester.path / "cases").mkdir()
-    path = pytester.path / "cases" / "mhc.toml"
-    path.write_text(f"{header}\n\n{case.rstrip()}\n\n[v4pro-t32.budget.y_off]\n"
-                    'budget_like = "bf16"\n')
+    text = (f"{header}\n\n{case.rstrip()}\n\n[v4pro-t32.budget.y_off]\n"
+            'budget_like = "bf16"\n')
+    path = case_project(pytester, {"mhc.toml": text}, conftest=Y_OFF_CONFTEST,
+                        addopts=NO_CACHE) / "mhc.toml"
     (pytester.path / "goldens" / "mhc_pre").mkdir(parents=True)
     shutil.copy(ROOT / "goldens" / "mhc_pre" / "v4pro-t32.safetensors",
                 pytester.path / "goldens" / "mhc_pre")
-    pytester.makeconftest(Y_OFF_CONFTEST)
     return path
 
 
@@ -124,9 +119,8 @@ def test_calibration_refuses_to_budget_a_borrowed_bug_and_records_an_override(
     assert "--numcheck-calibrate-accept y_off" in record["command"]
     # The loader reads the record back (and the gate, which ignores it, now passes the bug:
     # what the override says, in the file for review to see).
-    import calibration_op
-
     from numcheck.ops import registry
+    from tests import calibration_op
 
     with registry.isolated():
         calibration_op.register_y_off(registry)
@@ -139,12 +133,9 @@ def test_calibration_refuses_to_budget_a_borrowed_bug_and_records_an_override(
 
 
 def _honest_calibration() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "honest_calibration", ROOT / "benchmarks" / "honest_calibration.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from benchmarks.numerics import honest_calibration
+
+    return honest_calibration
 
 
 EVIDENCE = ROOT / "docs" / "evidence"
@@ -302,9 +293,8 @@ def test_a_rerun_that_misses_a_recorded_device_is_refused(pytester: pytest.Pytes
 
 
 def test_a_malformed_record_is_a_case_file_error(tmp_path: Path) -> None:
-    import calibration_op
-
     from numcheck.ops import registry
+    from tests import calibration_op
 
     registry.register(calibration_op.DOT)
     path = tmp_path / "dot.toml"

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import torch
-from test_plugin import TINY_INDEXER, make_project, write_goldens
 
 from numcheck.cases import Case, load_case_file
 from numcheck.check.against_golden import check
@@ -28,6 +27,7 @@ from numcheck.goldens.files import Golden, GoldenFormatError, GoldenStale
 from numcheck.goldens.packing import pack_output
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import OpSpec
+from tests.caseproject import TINY_INDEXER, make_project, write_goldens
 
 Made = tuple[OpSpec, Case, CaseInputs, dict[str, torch.Tensor], dict[str, Any]]
 Edit = Callable[[dict[str, torch.Tensor], dict[str, Any]], None]

@@ -9,7 +9,13 @@ import pytest
 
 pytest.importorskip("tomlkit", reason="tomlkit (the calibrate extra) writes case files")
 
-from numcheck.calibrate.casewriter import CaseWriteError, Edit, apply_edits, with_provenance, write_edits
+from numcheck.calibrate.casewriter import (
+    CaseWriteError,
+    Edit,
+    apply_edits,
+    with_provenance,
+    write_edits,
+)
 from numcheck.cases import Case, load_case_file
 from numcheck.numerics.budget_origin import Lent
 

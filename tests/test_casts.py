@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 import torch
-from fresh import FreshPython
 
 from numcheck.ops import mhc
 from numcheck.ops.registry import get_op
 from numcheck.overhead.casts import CastLedger, dtype_name, ledger_table, user_frame
-from numcheck.overhead.units import megabytes
 from numcheck.overhead.movement import classify
+from numcheck.overhead.units import megabytes
+from tests.fresh import FreshPython
 
 HERE = "tests/test_casts.py"
 

@@ -1,22 +1,19 @@
-"""The planted bugs' recorded catches stay caught: benchmarks/fp8_catch.py --recheck holds
-every catch recorded in the evidence folders (fp8-catch*.json, on the CPU and the H200) to
-the limits the case files ship now, so a limit raised later (new seeds, another device)
+"""The planted bugs' recorded catches stay caught: benchmarks/reliability/fp8_catch.py
+--recheck holds every catch recorded in the evidence folders (fp8-catch*.json, on the CPU and
+the H200) to the limits the case files ship now, so a limit raised later (new seeds, another device)
 cannot quietly let a recorded bug through."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks.reliability import fp8_catch
+from numcheck.cases import load_cases
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import fp8_catch  # noqa: E402
-
-from numcheck.cases import load_cases  # noqa: E402
 
 RECORDS = sorted((ROOT / "docs" / "evidence").rglob("fp8-catch*.json"))
 CASES = {c.id: c for c in load_cases(ROOT / "cases")}

@@ -7,7 +7,6 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import planted
 import pytest
 
 from numcheck.cases import load_cases
@@ -19,6 +18,7 @@ from numcheck.overhead.gate import (
     default_overhead,
     overhead_violations,
 )
+from tests import planted
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [c for c in load_cases(ROOT / "cases") if not c.perf_only]

@@ -3,7 +3,7 @@
 Run to run, in one process and at one thread count, every reference is bit-identical: the
 goldens can be compared with exact tools. Across thread counts MKL may split the mHC GEMM's
 long reduction differently; that difference must stay inside the case's fp32 budget, which is
-what the reference-drift check holds it to. benchmarks/determinism.py checks CUDA.
+what the reference-drift check holds it to. benchmarks/reliability/determinism.py checks CUDA.
 """
 
 from __future__ import annotations

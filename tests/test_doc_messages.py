@@ -2,18 +2,18 @@
 
 tests/doc_messages.py renders each block a guide marks (``<!-- numcheck message: NAME -->``
 before its fence) from the shipped case files through the failure message the gate prints;
-after a change on purpose, ``python tests/doc_messages.py --write`` rewrites the blocks.
+after a change on purpose, ``python -m tests.doc_messages --write`` rewrites the blocks.
 """
 
 from __future__ import annotations
 
-from doc_messages import GUIDES, MESSAGES, blocks, differences, rendered  # tests/doc_messages.py
+from tests.doc_messages import GUIDES, MESSAGES, blocks, differences, rendered  # tests/doc_messages.py
 
 
 def test_every_marked_block_is_what_numcheck_prints() -> None:
     diff = differences()
     assert not diff, ("the guides' messages differ from what numcheck prints (if on "
-                      "purpose: python tests/doc_messages.py --write):\n" + "\n".join(diff))
+                      "purpose: python -m tests.doc_messages --write):\n" + "\n".join(diff))
 
 
 def test_every_message_is_quoted_and_the_comparison_sees_a_stale_line() -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from importgraph import importable_up_front
+from tests.importgraph import importable_up_front
 
 from numcheck.errors import NumcheckError, reduce_whole
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_plugin import CONFTEST, write_goldens
 
 from numcheck.cases import CaseFileError, Expectation, load_case_file
 from numcheck.check import run_check, settle_expected
 from numcheck.gates import GATES, Gate, gate_registered, register_gate
 from numcheck.numerics.verdict import Violation
+from tests.caseproject import PLANTED, case_project, write_goldens
 
 CASE = """
 [tiny-mhc]
@@ -77,12 +77,8 @@ def test_registered_gates_are_accepted(tmp_path: Path) -> None:
 
 
 def project(pytester: pytest.Pytester, variants: str, expect: str) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    (pytester.path / "cases").mkdir(exist_ok=True)
-    (pytester.path / "cases" / "mhc.toml").write_text(
-        CASE.format(variants=variants, expect=expect)
-    )
-    pytester.makeconftest(CONFTEST)
+    case_project(pytester, {"mhc.toml": CASE.format(variants=variants, expect=expect)},
+                 conftest=PLANTED)
     write_goldens(pytester)
 
 
@@ -269,10 +265,9 @@ SEED0_METRICS = 'metrics = ["y.rel_fro", "y.calc_diff", "y.frac_outside", "y.max
 
 def test_a_seed_dependent_bug_is_xfail_on_every_seed_when_its_output_is_named(
         tmp_path: Path) -> None:
-    import planted
-
     from numcheck.check.make_golden import fresh_golden
     from numcheck.ops import registry
+    from tests import planted
 
     with registry.isolated():
         planted.register_all()
@@ -301,13 +296,10 @@ def test_a_seed_dependent_bug_is_xfail_on_every_seed_when_its_output_is_named(
 
 def test_the_message_shows_the_expectation_and_what_it_leaves_out(
         pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "mhc.toml").write_text("".join(
+    case_project(pytester, {"mhc.toml": "".join(
         SEED_CASE.format(name=f"{kind}-s{seed}", seed=seed, what=what)
         for kind, what in (("out", 'outputs = ["y"]'), ("met", SEED0_METRICS))
-        for seed in (SCALE_SEEDS[0], ELEMENT_SEEDS[0])))
-    pytester.makeconftest(CONFTEST)
+        for seed in (SCALE_SEEDS[0], ELEMENT_SEEDS[0]))}, conftest=PLANTED)
     write_goldens(pytester)
     result = pytester.runpytest("--numcheck", "-rx")
     result.assert_outcomes(passed=4, xfailed=3, failed=1)

@@ -8,9 +8,9 @@ import threading
 from types import SimpleNamespace
 
 import pytest
-from test_plugin import CONFTEST, write_goldens
 
 from numcheck.check.firstcall import FirstCallWatch, first_call_lines
+from tests.caseproject import NO_CACHE, PLANTED, case_project, write_goldens
 
 
 def clock(*values: float):  # type: ignore[no-untyped-def]
@@ -120,11 +120,8 @@ variants = ["bf16"]
 def test_the_gate_records_and_summarises_each_first_call(pytester: pytest.Pytester) -> None:
     """Through pytest: with the note threshold at 0 every first call is announced; the
     summary and the JSON report carry the figure."""
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n"
-                     "numcheck_first_call_note_s = 0\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "mhc.toml").write_text(CASE)
-    pytester.makeconftest(CONFTEST)
+    case_project(pytester, {"mhc.toml": CASE}, conftest=PLANTED, addopts=NO_CACHE,
+                 ini="numcheck_first_call_note_s = 0\n")
     write_goldens(pytester)
     result = pytester.runpytest("--numcheck", "--numcheck-report", "out.json")
     result.assert_outcomes(passed=2)
@@ -138,9 +135,8 @@ def test_the_gate_records_and_summarises_each_first_call(pytester: pytest.Pytest
 
 
 def test_a_bad_first_call_threshold_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\nnumcheck_first_call_note_s = soon\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "mhc.toml").write_text(CASE)
+    case_project(pytester, {"mhc.toml": CASE}, addopts="",
+                 ini="numcheck_first_call_note_s = soon\n")
     result = pytester.runpytest("--numcheck", "--numcheck-device", "cpu")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: numcheck_first_call_note_s = 'soon': expected a number "
@@ -150,14 +146,13 @@ def test_a_bad_first_call_threshold_is_a_usage_error(pytester: pytest.Pytester) 
 def test_a_perf_only_check_makes_its_first_call_before_any_timing(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """No numerics come first in a perf-only check: its first call is made, and timed apart,
     before the speed gate's timer exists, so compile time never reaches a timed sample."""
-    from faketimer import factory
-
     from numcheck.cases import load_case_file
     from numcheck.check import run_check
     from numcheck.check.run import CaseInputs
     from numcheck.ops import mhc
     from numcheck.ops.registry import Variant, add_variant, get_op, isolated
     from numcheck.perf import timing
+    from tests.faketimer import factory
 
     events: list[str] = []
 

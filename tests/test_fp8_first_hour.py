@@ -19,20 +19,16 @@ import shlex
 import tomllib
 from pathlib import Path
 
-import fp8_mlp
 import pytest
-from test_calibrate_mode import needs_tomlkit
 
 from numcheck.__main__ import main as numcheck_main
+from tests import fp8_mlp
+from tests.caseproject import NO_CACHE, case_project
+from tests.test_calibrate_mode import needs_tomlkit
 
-HERE = Path(__file__).parent
-
-CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(HERE)!r})
-
+CONFTEST = """
 def pytest_numcheck_register(registry):
-    import fp8_mlp
+    from tests import fp8_mlp
     fp8_mlp.register(registry)
 """
 
@@ -42,11 +38,8 @@ FRESH = [9401, 9402, 9403]
 
 def project(pytester: pytest.Pytester, case: str) -> Path:
     """A user project: the op's conftest, one case file, its goldens made."""
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
-    pytester.mkdir("cases")
-    path = pytester.path / "cases" / "mlp.toml"
-    path.write_text(case)
-    pytester.makeconftest(CONFTEST)
+    path = case_project(pytester, {"mlp.toml": case}, conftest=CONFTEST,
+                        addopts=NO_CACHE) / "mlp.toml"
     made = pytester.runpytest("--numcheck", "--numcheck-regen", "-k", "fp32")
     assert (pytester.path / "goldens" / "mlp_up").is_dir(), made.stdout.str()
     return path
@@ -173,13 +166,11 @@ def test_sums_no_row_was_measured_for_need_tables_and_say_the_command(
     """A declared accumulation less accurate than any honest member measured (promoted every
     256 of K): no default row, so a case without its sim_* tables does not load, naming the
     calibrate command; calibration reads it (it sets them)."""
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
-    pytester.mkdir("cases")
-    (pytester.path / "cases" / "mlp.toml").write_text(case(["fp8_rare"], [0]))
-    pytester.makeconftest(CONFTEST + """
+    case_project(pytester, {"mlp.toml": case(["fp8_rare"], [0])}, addopts=NO_CACHE,
+                 conftest=CONFTEST + """
     import numcheck
     from dataclasses import replace
-    quant = replace(fp8_mlp.FP8, accumulation=numcheck.Accumulation("promoted", 256))
+    quant = replace(fp8_mlp.FP8, accumulation=numcheck.fp8.Accumulation("promoted", 256))
     registry.add_variant(fp8_mlp.OP, fp8_mlp.variant("fp8_rare", quant))
 """)
     refused = pytester.runpytest("--numcheck", "--collect-only")

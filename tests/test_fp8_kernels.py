@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import numcheck
-from numcheck import (
+from numcheck.fp8 import (
     DEEPSEEK_ACT,
     DEEPSEEK_WEIGHT,
     FAST_ACCUMULATION,
@@ -41,8 +41,8 @@ def _operands(quant: GemmQuant, m: int, n: int, k: int, seed: int = 0) -> tuple:
     if isinstance(quant.a, AsStored):  # e4m3 values, as the indexer holds them
         a, b = a.to(torch.float8_e4m3fn).float(), b.to(torch.float8_e4m3fn).float()
     qa, qb = quant.operands(a, b)
-    return (numcheck.Quantized(fp8_values(qa), qa.scales, qa.scheme),
-            numcheck.Quantized(fp8_values(qb), qb.scales, qb.scheme))
+    return (numcheck.fp8.Quantized(fp8_values(qa), qa.scales, qa.scheme),
+            numcheck.fp8.Quantized(fp8_values(qb), qb.scales, qb.scheme))
 
 
 @pytest.mark.parametrize("scheme", [DEEPSEEK_ACT, DEEPSEEK_WEIGHT, FP8_ROW, FP8_TENSOR,
@@ -56,11 +56,11 @@ def test_the_sync_free_fp8_quantizer_gives_numchecks_operands(scheme: object) ->
     x = torch.randn(130, 300, generator=g) * torch.rand(130, 1, generator=g) * 50
     x[5, 7] = 0.0
     x[:, 260:] = 0.0  # an all-zero block: its scale at the amax floor
-    ours, theirs = quantize_fp8(x, scheme), numcheck.quantize(x, scheme)  # type: ignore[arg-type]
+    ours, theirs = quantize_fp8(x, scheme), numcheck.fp8.quantize(x, scheme)  # type: ignore[arg-type]
     assert ours.values.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
     assert torch.equal(ours.values.float(), theirs.values.float())
     assert torch.equal(ours.scales, theirs.scales)
-    assert numcheck.validate(ours, scheme, x).ok  # type: ignore[arg-type]
+    assert numcheck.fp8.validate(ours, scheme, x).ok  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("scheme", [FP8_TENSOR, FP8_ROW, AsStored("e4m3fn")],
@@ -80,14 +80,14 @@ def test_scaled_mm_pads_to_cublas_tiles_and_stays_within_its_bound(
     assert y.shape == (8, 200) and y.dtype == quant.out
     (call,) = rec.calls
     assert call.y is y and call.a == (qa,)
-    assert numcheck.compare_to_simulated(y.float(), qa, qb, accumulation, quant.out).passed
+    assert numcheck.fp8.compare_to_simulated(y.float(), qa, qb, accumulation, quant.out).passed
 
 
-def _on_kernel_device(q: numcheck.Quantized) -> numcheck.Quantized:
+def _on_kernel_device(q: numcheck.fp8.Quantized) -> numcheck.fp8.Quantized:
     """A Triton kernel runs on the GPU where there is one (under the interpreter, on the
     CPU, only without one): its operands go there."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    return numcheck.Quantized(q.values.to(device), q.scales.to(device), q.scheme)
+    return numcheck.fp8.Quantized(q.values.to(device), q.scales.to(device), q.scheme)
 
 
 @pytest.mark.parametrize("out", ["fp32", "bf16"])
@@ -98,7 +98,7 @@ def test_the_block_scaled_triton_kernel_is_an_honest_kernel_of_deepseeks_recipe(
         qa, qb = map(_on_kernel_device, _operands(quant, m, n, k))
         y = quant_gemm(qa, qb, quant, "triton_block", record=False)
         assert y.dtype == quant.out
-        assert numcheck.compare_to_simulated(y.float(), qa, qb, PROMOTED_128, quant.out).passed
+        assert numcheck.fp8.compare_to_simulated(y.float(), qa, qb, PROMOTED_128, quant.out).passed
 
 
 def test_tl_dot_on_e4m3_is_an_unpromoted_kernel() -> None:
@@ -106,7 +106,7 @@ def test_tl_dot_on_e4m3_is_an_unpromoted_kernel() -> None:
     quant = GemmQuant(FP8_ROW, FP8_ROW, FAST_ACCUMULATION, "fp32")
     qa, qb = map(_on_kernel_device, _operands(quant, 8, 70, 256))
     y = quant_gemm(qa, qb, quant, "triton", record=False)
-    assert numcheck.compare_to_simulated(y, qa, qb, FAST_ACCUMULATION, torch.float32).passed
+    assert numcheck.fp8.compare_to_simulated(y, qa, qb, FAST_ACCUMULATION, torch.float32).passed
 
 
 def test_fp4_is_emulated_by_a_dequantized_float32_gemm_recorded_per_matrix() -> None:
@@ -118,7 +118,7 @@ def test_fp4_is_emulated_by_a_dequantized_float32_gemm_recorded_per_matrix() -> 
     (call,) = rec.calls
     assert y.shape == (3, 8, 40) and call.batch == 3
     for i in range(3):
-        assert numcheck.compare_to_simulated(y[i].float(), call.a[i], call.b[i],
+        assert numcheck.fp8.compare_to_simulated(y[i].float(), call.a[i], call.b[i],
                                              FP32_ACCUMULATION, torch.bfloat16).passed
 
 

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fresh import FreshPython, make_home, stop
+
+from tests.fresh import FreshPython, make_home, stop
 
 TESTS = Path(__file__).resolve().parent
 
@@ -59,10 +60,9 @@ print(os.environ["FRESH_SERVER_PID"])
 """
 
 #: A client process, as a pytest-xdist worker is: its own FreshPython on the run's home.
-CLIENT = f"""
+CLIENT = """
 import sys
-sys.path.insert(0, {str(TESTS)!r})
-from fresh import FreshPython
+from tests.fresh import FreshPython
 home, code, *argv = sys.argv[1:]
 done = FreshPython(home, preload="").run(code, argv)
 sys.stdout.write(done.stdout)
@@ -77,6 +77,7 @@ def test_the_processes_of_a_run_share_one_server_and_run_side_by_side(
     a, b = tmp_path / "a", tmp_path / "b"
     clients = [
         subprocess.Popen([sys.executable, "-c", CLIENT, str(home), MEET, str(x), str(y)],
+                         cwd=TESTS.parent,  # python -c imports from its folder: tests.fresh
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for x, y in ((a, b), (b, a))
     ]
@@ -111,11 +112,10 @@ def test_a_server_that_died_is_started_again(home: Path) -> None:
 
 def test_the_server_ends_with_its_owner() -> None:
     # The owner makes the home and starts the server, then exits without stopping it.
-    code = (f"import sys; sys.path.insert(0, {str(TESTS)!r})\n"
-            "from fresh import FreshPython, make_home\n"
+    code = ("from tests.fresh import FreshPython, make_home\n"
             "home = make_home(); FreshPython(home, preload='').run('pass'); print(home)")
-    owner = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           check=True, timeout=60)
+    owner = subprocess.run([sys.executable, "-c", code], cwd=TESTS.parent, capture_output=True,
+                           text=True, check=True, timeout=60)
     home = Path(owner.stdout.strip())
     try:
         server = FreshPython(home, preload="").server_pid()

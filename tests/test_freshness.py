@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 import torch
-from test_goldens import CASE, FP, HINT, _load, _save
-from test_plugin import TINY_MHC, golden, make_project, write_goldens
 
 from numcheck.goldens.files import GoldenStale
 from numcheck.goldens.freshness import GoldenNote, check_fresh
+from tests.caseproject import TINY_MHC, golden, make_project, write_goldens
+from tests.test_goldens import CASE, FP, HINT, _load, _save
 
 PARAMS = {"tokens": 8, "sinkhorn_iters": 20, "eps": 1e-6}
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import torch
-from fresh import FreshPython
 
 from numcheck.cases import load_cases
 from numcheck.check.against_golden import check
@@ -23,6 +22,7 @@ from numcheck.inputs import to_device
 from numcheck.ops import indexer, mhc, triton_support
 from numcheck.ops.registry import Variant, add_variant, get_op
 from numcheck.selftest import shipped_golden
+from tests.fresh import FreshPython
 
 ROOT = Path(__file__).resolve().parent.parent
 get_op("indexer")  # loads the ops, which runs the Triton probe before anything imports triton

@@ -253,11 +253,10 @@ def test_every_member_a_family_names_is_registered_whatever_the_order() -> None:
     failure's calibrate command pools. add_gemm_members registers it when the variant came
     first, and complete_members (the plugin calls it once registration is over) when the
     members were asked for first."""
-    import fp8_mlp
-
     from numcheck.calibrate.family import honest_family
     from numcheck.honest.gemm_family import add_gemm_members, complete_members
     from numcheck.ops import registry
+    from tests import fp8_mlp
 
     wanted = "gemm_e4m3_block_fp32_fp32acc_fp32out"
     with registry.isolated():

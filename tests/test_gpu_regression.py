@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import gpu_regression as reg
+from benchmarks import gpu_regression as reg
 
 
 def test_the_independent_table_flags_a_difference_over_the_tolerance() -> None:
@@ -46,7 +45,7 @@ def test_the_summary_says_pass_only_when_every_step_is_ok() -> None:
 def test_a_run_with_a_report_is_judged_by_its_records(tmp_path: Path) -> None:
     """The gate, each perf run and every optional pytest step: ok only with exit code 0 and
     no failed or erroring record; the failed ones named."""
-    from fleet import rec, write_run
+    from tests.fleet import rec, write_run
 
     report = write_run(tmp_path / "r.json", [rec("bf16"), rec("tf32", status="fail"),
                                              rec("fused", status="skip"),
@@ -67,7 +66,7 @@ def test_the_independent_step_judges_each_speedup_against_its_checks_threshold(
     it turns the step off although the two differ by under the tolerance."""
     import json
 
-    from fleet import rec, timing, write_run
+    from tests.fleet import rec, timing, write_run
 
     perf = write_run(tmp_path / "perf-3.json", [
         rec("bf16", device="cuda", timing=timing(1.07, speedup_min=1.05)),
@@ -76,7 +75,7 @@ def test_the_independent_step_judges_each_speedup_against_its_checks_threshold(
 
     def fake_sh(self: object, name: str, cmd: list[str], limit: float,
                 **_: object) -> tuple[int, str, float]:
-        assert cmd[1:4] == ["benchmarks/speed_gate.py", "independent", str(perf)]
+        assert cmd[1:5] == ["-m", "benchmarks.speed.speed_gate", "independent", str(perf)]
         Path(cmd[cmd.index("--json") + 1]).write_text(json.dumps([
             {"id": i, "numcheck": 1.07, "ci": [1.06, 1.08], "independent": 1.045,
              "diff": 1.045 / 1.07 - 1} for i in ids]))
@@ -201,7 +200,7 @@ def test_the_speed_evidence_step_wants_every_run_clean_and_both_slowdowns_caught
 
 def test_the_html_step_wants_every_check_on_the_page(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from fleet import rec, write_run
+    from tests.fleet import rec, write_run
 
     report = write_run(tmp_path / "r.json", [rec("bf16"), rec("tf32")])
 
@@ -256,7 +255,7 @@ def test_the_xdist_step_compares_results_not_where_or_how_long_a_check_ran(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Serial and xdist records differ in worker, device index and first-call seconds (every
     check's, from one run to the next): the same results. A metric that differs is not."""
-    from fleet import rec, write_run
+    from tests.fleet import rec, write_run
 
     serial = [replace(rec(v, device="cuda", device_name="NVIDIA H200"), first_call_s=0.5)
               for v in ("bf16", "tf32")]
@@ -294,7 +293,7 @@ def test_the_honest_table_names_the_worst_member() -> None:
 
 @pytest.mark.slow
 def test_an_optional_step_runs_for_real_on_the_cpu(tmp_path: Path) -> None:
-    """The casts step (benchmarks/cast_ratios.py) end to end, with --device cpu."""
+    """The casts step (benchmarks/overhead/cast_ratios.py) end to end, with --device cpu."""
     assert reg.main(["--out", str(tmp_path), "--steps", "casts", "--device", "cpu"]) == 0
     assert "casts  ok" in (tmp_path / "summary.txt").read_text()
     assert (tmp_path / "regression" / "casts" / "cast_ratios-cpu.json").exists()

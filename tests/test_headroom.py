@@ -8,7 +8,6 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-import honest
 import pytest
 import torch
 
@@ -33,6 +32,7 @@ from numcheck.cases import load_case_file
 from numcheck.check import run_check
 from numcheck.numerics.budgets import DEFAULT_BUDGETS, complete_budget
 from numcheck.ops.registry import Variant, add_variant, get_op
+from tests import honest
 
 ROOT = Path(__file__).resolve().parent.parent
 

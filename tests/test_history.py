@@ -11,8 +11,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fleet import GPU_REPORT, quiet_history, rec, timing, write_run
-from test_html_report import external_references
 
 from numcheck.__main__ import main
 from numcheck.history import devclass, store
@@ -32,6 +30,8 @@ from numcheck.report.records import (
     write_json,
 )
 from numcheck.report.render import speedup_cell
+from tests.fleet import GPU_REPORT, quiet_history, rec, timing, write_run
+from tests.test_html_report import external_references
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -504,7 +504,7 @@ def test_bad_inputs_give_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_save_keeps_the_run_in_the_history_folder(pytester: pytest.Pytester) -> None:
-    from test_plugin import make_project, write_goldens
+    from tests.caseproject import make_project, write_goldens
 
     make_project(pytester)
     write_goldens(pytester)

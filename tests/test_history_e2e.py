@@ -11,14 +11,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fleet import GPU_REPORT
-from test_html_report import CHROMIUM, external_references, png_colours, render
 
 from numcheck.__main__ import main
 from numcheck.history.merge import result_fields
 from numcheck.history.runs import load_runs
 from numcheck.history.series import build_history
 from numcheck.report.records import load_report
+from tests.caseproject import case_project
+from tests.fleet import GPU_REPORT
+from tests.test_html_report import CHROMIUM, external_references, png_colours, render
 
 CASE = """
 [tiny-mhc]
@@ -69,10 +70,7 @@ def test_history_of_a_project_across_commits_and_devices(pytester: pytest.Pytest
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
     root = pytester.path
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    (root / "cases").mkdir()
-    (root / "cases" / "mhc.toml").write_text(CASE)
-    (root / "conftest.py").write_text(CONFTEST.replace("ROUNDING", PLAIN))
+    case_project(pytester, {"mhc.toml": CASE}, conftest=CONFTEST.replace("ROUNDING", PLAIN))
     (root / ".gitignore").write_text("__pycache__/\n")
     pytester.runpytest("--numcheck", "--numcheck-regen").assert_outcomes(passed=3)
     _git(root, "init", "-q")

@@ -1,24 +1,19 @@
-"""benchmarks/honest_calibration.py --apply: the family budgets written into case files."""
+"""benchmarks/numerics/honest_calibration.py --apply: the family budgets written into case files."""
 
 from __future__ import annotations
 
 import datetime
-import importlib.util
 import shutil
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from benchmarks.numerics import honest_calibration as calibration
 from numcheck.cases import load_case_file
 
 pytest.importorskip("tomlkit")
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location(
-    "honest_calibration", ROOT / "benchmarks" / "honest_calibration.py")
-assert _spec is not None and _spec.loader is not None
-calibration = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(calibration)
 
 
 def test_apply_pools_max_err_ratio_raises_only_and_follows_bf16(tmp_path: Path) -> None:

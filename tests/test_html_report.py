@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 import torch
-from fleet import quiet_history
-from test_plugin import make_project, write_goldens
 
 from numcheck import __main__ as cli
 from numcheck.check import plotdata
 from numcheck.report import htmlpage as htmlreport
 from numcheck.report import svgplots
 from numcheck.report.records import Record, Report, load_report, record_from_dict, record_to_dict
+from tests.caseproject import make_project, write_goldens
+from tests.fleet import quiet_history
 
 # -- plot data ---------------------------------------------------------------------------
 

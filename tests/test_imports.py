@@ -14,10 +14,12 @@
   lookup).
 - **Only plugin/ imports pytest** (pytest-benchmark's session included), so the core runs
   from scripts and benchmarks.
-- **One facade**: ``numcheck/__init__.py`` is the public API and the only package that
-  re-exports names; it loads them lazily and names each one in ``_EXPORTS``, ``__all__`` and
-  its ``TYPE_CHECKING`` block alike, so the import graph above sees every module it loads.
-  A room's ``__init__`` defines its own names or none, and re-exports nothing.
+- **One facade, and its FP8 / FP4 part**: ``numcheck/__init__.py`` is the public API and,
+  with ``numcheck/fp8/`` (the FP8 / FP4 names: 27 names of one feature kept apart so that
+  they do not crowd the top level, issue 47), the only package that re-exports names; each
+  loads them lazily and names each one in ``_EXPORTS``, ``__all__`` and its
+  ``TYPE_CHECKING`` block alike, so the import graph above sees every module it loads. A
+  room's ``__init__`` defines its own names or none, and re-exports nothing.
 - **At most 12 modules at numcheck's top level**: the rest live in rooms.
 """
 
@@ -30,13 +32,21 @@ import re
 from pathlib import Path
 
 import pytest
-from fresh import FreshPython
-from importgraph import (
-    PACKAGE, import_graph, importable_up_front, module_names, needing, room_arrows, room_graph,
-    source_of, triton_importers,
-)
 
 from numcheck.ops.fused import KERNEL_MODULES
+from tests.fresh import FreshPython
+from tests.importgraph import (
+    PACKAGE,
+    import_graph,
+    importable_up_front,
+    module_names,
+    needing,
+    room_arrows,
+    room_graph,
+    source_of,
+    triton_importers,
+)
+
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One import cycle as a path ``[a, b, ..., a]``, or None."""
@@ -283,8 +293,9 @@ def test_the_static_rules_catch_planted_offenders(tmp_path: Path) -> None:
     assert registering_at_import(package) == ["pkg.ops.mine:3"]
 
 
-#: The one package that re-exports names lazily (PEP 562 ``__getattr__``): the public API.
-FACADE = "numcheck"
+#: The packages that re-export names lazily (PEP 562 ``__getattr__``): the public API, and
+#: its FP8 / FP4 part.
+FACADES = ("numcheck", "numcheck.fp8")
 
 
 def _type_checking_names(module: str) -> dict[str, str]:
@@ -298,11 +309,12 @@ def _type_checking_names(module: str) -> dict[str, str]:
     return names
 
 
-def test_the_facade_names_what_it_loads_in_step() -> None:
-    package = importlib.import_module(FACADE)
+@pytest.mark.parametrize("facade", FACADES)
+def test_the_facade_names_what_it_loads_in_step(facade: str) -> None:
+    package = importlib.import_module(facade)
     exports: dict[str, str] = package._EXPORTS
     assert set(package.__all__) - {"__version__"} == set(exports)
-    assert _type_checking_names(FACADE) == exports  # what type checkers and the graph see
+    assert _type_checking_names(facade) == exports  # what type checkers and the graph see
     for name, module in exports.items():
         assert getattr(package, name) is getattr(importlib.import_module(module), name)
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
@@ -329,11 +341,24 @@ def re_exporting_packages(package: Path = PACKAGE) -> list[str]:
     return found
 
 
-def test_only_the_public_facade_re_exports() -> None:
-    """The public API is ``numcheck/__init__.py``; a room's ``__init__`` is its docstring
-    or its own code (``numcheck.check``, ``numcheck.precision``), never a mirror of names
-    defined elsewhere."""
-    assert re_exporting_packages() == []
+def test_only_the_public_facades_re_export() -> None:
+    """The public API is ``numcheck/__init__.py`` and its FP8 / FP4 part ``numcheck.fp8``; a
+    room's ``__init__`` is its docstring or its own code (``numcheck.check``,
+    ``numcheck.precision``), never a mirror of names defined elsewhere."""
+    assert re_exporting_packages() == ["numcheck.fp8"]
+
+
+def test_the_fp8_names_keep_their_old_spelling_unlisted() -> None:
+    """docs/extending.md listed the FP8 / FP4 names at the top level: ``numcheck.<name>``
+    still finds each (the same object), but the top level lists none of them (its
+    ``__all__`` and ``_EXPORTS``, so its table in docs/extending.md neither)."""
+    import numcheck
+    import numcheck.fp8
+
+    assert numcheck.fp8 is importlib.import_module("numcheck.fp8")
+    for name in numcheck.fp8.__all__:
+        assert name not in numcheck.__all__ and name not in numcheck._EXPORTS
+        assert getattr(numcheck, name) is getattr(numcheck.fp8, name)
 
 
 def test_a_planted_room_facade_is_caught(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import planted_invariance
 import pytest
 import torch
 
@@ -26,6 +25,7 @@ from numcheck.ops.batch import (
     request_outputs,
 )
 from numcheck.ops.registry import Variant
+from tests import planted_invariance
 
 GATES = {"determinism", "batch_invariance"}
 
@@ -308,7 +308,7 @@ def _measured(folder: Path) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]
 
 
 def test_the_shipped_cases_turn_the_keys_on_where_they_were_measured_to_hold() -> None:
-    # cases/*.toml: measured with benchmarks/invariance.py on the CPU
+    # cases/*.toml: measured with benchmarks/reliability/invariance.py on the CPU
     # (docs/evidence/2026-12-04-cpu-invariance) and on an H200
     # (docs/evidence/2026-12-04-h200-invariance). Every numerics case deterministic for every
     # variant on each of its devices; batch_invariant only for variants measured invariant

@@ -1,6 +1,6 @@
-"""benchmarks/invariance.py on the CPU (the H200 run is the lead's), and the gpu_regression
-step that runs it: what it measures, the keys it supports, and that a key on that fails
-turns the step off."""
+"""benchmarks/reliability/invariance.py on the CPU (the H200 run is the lead's), and the
+gpu_regression step that runs it: what it measures, the keys it supports, and that a key on
+that fails turns the step off."""
 
 from __future__ import annotations
 
@@ -9,15 +9,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import planted_invariance
 import pytest
 
+from benchmarks import gpu_regression as reg
+from benchmarks.reliability import invariance as bench
 from numcheck.ops import registry
 from numcheck.ops.registry import Variant
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import gpu_regression as reg
-import invariance as bench
+from tests import planted_invariance
 
 CASES = """
 [tiny-idx]

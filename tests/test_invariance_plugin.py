@@ -5,22 +5,18 @@ messages, the summary table, the JSON report, the markdown and HTML, and expecta
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).parent
+from tests.caseproject import case_project
 
 #: The project's conftest: numcheck's hook, numcheck's public API, the planted variants.
-CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
-
+CONFTEST = """
 import numcheck
 
 
 def pytest_numcheck_register(registry: numcheck.Registrar) -> None:
-    import planted_invariance
+    from tests import planted_invariance
 
     for op, variants in planted_invariance.PLANTED.items():
         for name, (fn, precision, _) in variants.items():
@@ -37,18 +33,14 @@ variants = ["bf16", "atomic_heads", "splitk_by_batch"]
 
 
 def project(pytester: pytest.Pytester, keys: str) -> None:
-    import planted_invariance
-
     from numcheck.cases import load_cases
     from numcheck.check.make_golden import write_golden
     from numcheck.check.run import CaseInputs
     from numcheck.goldens.files import golden_path
     from numcheck.ops import registry
+    from tests import planted_invariance
 
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "indexer.toml").write_text(CASE.format(keys=keys))
-    pytester.makeconftest(CONFTEST)
+    case_project(pytester, {"indexer.toml": CASE.format(keys=keys)}, conftest=CONFTEST)
     with registry.isolated():  # the case names planted variants: load it with them
         for op, variants in planted_invariance.PLANTED.items():
             for name, (fn, precision, _) in variants.items():

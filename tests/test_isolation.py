@@ -21,6 +21,7 @@ from numcheck.execute.aborted import (
     root_error,
 )
 from numcheck.execute.sanitizer import Sanitizer, parse_errors, parse_tools
+from tests.caseproject import case_project, project_ini
 
 TESTS = Path(__file__).parent
 DATA = TESTS / "data"
@@ -37,11 +38,9 @@ shape = {{ tokens = 4, hidden = 64 }}
 variants = ["honest"]
 """
 
-CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
+CONFTEST = """
 import numcheck
-import isolation_variants as v
+from tests import isolation_variants as v
 
 def pytest_numcheck_register(registry):
     for name in v.NAMES:
@@ -52,9 +51,7 @@ def pytest_numcheck_register(registry):
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     monkeypatch.setenv("NUMCHECK_ISOLATE", "process")
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    pytester.makeconftest(CONFTEST)
-    (pytester.path / "cases").mkdir()
+    case_project(pytester, conftest=CONFTEST)
     return pytester
 
 
@@ -206,7 +203,7 @@ def test_checks_run_in_a_worker_process_unless_isolation_is_off(
     project.runpytest("--numcheck", "--numcheck-isolate=off").assert_outcomes(passed=4)
     assert int(where.read_text()) == os.getpid()
     # The ini key, then the environment, set the default.
-    project.makeini("[pytest]\naddopts = --numcheck-device cpu\nnumcheck_isolate = off\n")
+    project_ini(project, ini="numcheck_isolate = off\n")
     project.runpytest("--numcheck").assert_outcomes(passed=4)
     assert int(where.read_text()) == os.getpid()
 
@@ -404,10 +401,9 @@ def test_a_sanitized_check_fails_on_the_tool_s_errors_even_when_its_kernel_then_
     hook = tmp_path / "register_crashers.py"
     hook.write_text(CONFTEST)
     (tmp_path / "mhc.toml").write_text(CASE.format(variants=f'"{variant}"'))
-    import isolation_variants as v
-
     import numcheck
     from numcheck.ops import registry
+    from tests import isolation_variants as v
 
     with registry.isolated():  # the worker registers them from the hook's module
         for name in {variant, "honest"}:
@@ -458,7 +454,7 @@ def test_a_calibration_measures_the_same_in_the_worker_as_in_this_process(
     hook = tmp_path / "register_crashers.py"
     hook.write_text(CONFTEST)
     (tmp_path / "mhc.toml").write_text(CASE.format(variants='"honest", "where"'))
-    import isolation_variants as v
+    from tests import isolation_variants as v
 
     import numcheck
     from numcheck.ops import registry

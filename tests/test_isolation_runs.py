@@ -1,5 +1,5 @@
-"""benchmarks/isolation_runs.py: examples/crashing_kernels' verdicts in each mode, against
-the expected ones (crash isolation, end to end)."""
+"""benchmarks/reliability/isolation_runs.py: examples/crashing_kernels' verdicts in each mode,
+against the expected ones (crash isolation, end to end)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.reliability import isolation_runs as iso
 
-import isolation_runs as iso  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CPU = {"fp32": "PASS", "exits": "CRASH", "segfault": "CRASH", "hangs": "TIMEOUT",
        "oom": "OOM", "honest": "PASS", "device_assert": "SKIP", "illegal_address": "SKIP",
@@ -69,8 +68,8 @@ def test_the_table_marks_a_verdict_off_its_expectation() -> None:
 @pytest.mark.slow
 def test_the_crashing_examples_get_their_verdicts_on_the_cpu(tmp_path: Path) -> None:
     """Serially and with -n 2: every crash, hang and OOM fails its own check alone."""
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "isolation_runs.py"),
-                           "--device", "cpu", "--out", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.reliability.isolation_runs",
+                           "--device", "cpu", "--out", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=500, check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     data = json.loads((tmp_path / "isolation_runs.json").read_text())
@@ -85,7 +84,7 @@ def test_the_crashing_examples_get_their_verdicts_on_the_cpu(tmp_path: Path) -> 
         assert "numcheck TIMEOUT row_scale::r8-c64::hangs[cpu]" in log
 
 
-def test_the_cuda_variants_kernels_build_for_a_gpu() -> None:
+def test_the_cuda_variants_kernels_build_for_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """The crashing example's Triton kernels compile for sm_90 here, without a GPU (its
     CUDA-only variants never run on the CPU): the spin loop keeps its volatile load, and the
     wild load adds 4 TiB to its pointer."""
@@ -94,11 +93,8 @@ def test_the_cuda_variants_kernels_build_for_a_gpu() -> None:
     from triton.compiler import ASTSource
     from triton.runtime.jit import JITFunction
 
-    sys.path.insert(0, str(iso.EXAMPLE))
-    try:
-        from crashing_kernels import triton_kernels as k
-    finally:
-        sys.path.remove(str(iso.EXAMPLE))
+    monkeypatch.syspath_prepend(iso.EXAMPLE)  # the example project's own package
+    from crashing_kernels import triton_kernels as k
     kernels = {
         "row_scale_kernel": ({"x_ptr": "*fp32", "s_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32",
                               "cols": "i32", "EXTRA": "constexpr", "BLOCK": "constexpr"},

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from test_plugin import write_goldens
 
 from numcheck.localize import failure as localize
 from numcheck.localize.failure import localize_output
@@ -32,6 +30,7 @@ from numcheck.ops.registry import (
     register,
 )
 from numcheck.ops.structure import Grouping, Structure, groupings_of
+from tests.caseproject import case_project, write_goldens
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -282,9 +281,7 @@ def test_a_structure_for_an_unknown_output_is_a_registration_error() -> None:
 def tiny(tmp_path: Path) -> Any:
     from numcheck.cases import load_cases
     from numcheck.check.make_golden import fresh_golden
-
-    sys.path.insert(0, str(TESTS))
-    import planted_located
+    from tests import planted_located
 
     planted_located.register_all()
     folder = tmp_path / "cases"
@@ -343,7 +340,7 @@ def test_localization_can_be_switched_off(tiny: Any, monkeypatch: pytest.MonkeyP
     assert not bad.passed and bad.localization == []
 
 
-# -- the self-test on shipped cases (the figures: benchmarks/localize_report.py) ------------
+# -- the self-test on shipped cases (the figures: benchmarks/reliability/localize_report.py) --
 
 
 @pytest.mark.parametrize(("key", "bugs"), [
@@ -354,10 +351,7 @@ def test_localization_can_be_switched_off(tiny: Any, monkeypatch: pytest.MonkeyP
 def test_planted_bugs_are_named_first(key: str, bugs: tuple[str, ...]) -> None:
     from numcheck.cases import load_cases
     from numcheck.selftest.localization import located_table
-
-    sys.path.insert(0, str(TESTS))
-    import planted
-    import planted_located
+    from tests import planted, planted_located
 
     planted.register_all()
     planted_located.register_all()
@@ -379,19 +373,14 @@ seeds = [0]
 variants = ["mtp_row1_weights"]
 """
 
-PROJECT_CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
-import planted_located
+PROJECT_CONFTEST = """
+from tests import planted_located
 planted_located.register_all()
 """
 
 
 def test_the_failure_message_and_report_say_where(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "indexer.toml").write_text(PROJECT_CASE)
-    pytester.makeconftest(PROJECT_CONFTEST)
+    case_project(pytester, {"indexer.toml": PROJECT_CASE}, conftest=PROJECT_CONFTEST)
     write_goldens(pytester)
     result = pytester.runpytest("--numcheck", "--numcheck-report", "r.json")
     result.assert_outcomes(passed=1, failed=1)

@@ -22,6 +22,7 @@ from numcheck.ops import registry
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Params, ParamSpec, Variant
 from numcheck.plugin.golden_fixture import GoldenCheck
 from numcheck.report.records import record_from_result
+from tests.caseproject import case_project
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -206,20 +207,19 @@ def test_other_limits_that_would_gate_nothing(tmp_path: Path, body: str, key: st
     assert fragment in str(err) and fix in err.fix
 
 
-def test_the_shipped_cases_and_the_examples_load() -> None:
+def test_the_shipped_cases_and_the_examples_load(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_cases(ROOT / "cases")
     for example, module in (("my_kernels", "my_kernels.numcheck_ops"),
                             ("liger_mhc", "liger_mhc.numcheck_ops"),
                             ("crashing_kernels", "crashing_kernels.numcheck_ops")):
         folder = ROOT / "examples" / example
-        sys.path.insert(0, str(folder))
+        monkeypatch.syspath_prepend(folder)  # each example project's own package
         try:
             with registry.isolated():
                 __import__(module)
                 sys.modules[module].register(registry.Registrar(f"examples/{example}"))
                 assert load_cases(folder / "checks" / "cases")
         finally:
-            sys.path.remove(str(folder))
             for name in [m for m in sys.modules if m.split(".")[0] == example]:
                 del sys.modules[name]
 
@@ -316,11 +316,9 @@ def pytest_numcheck_register(registry):
 
 
 def user_project(pytester: pytest.Pytester, *, gemm_site: bool, budget: str) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    pytester.makeconftest(USER_OP.replace("{gemm_site}", "gemm_site=site," if gemm_site else ""))
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "mine.toml").write_text(
-        f'[small]\nop = "mine"\nseeds = [0]\n\n[small.budget.bf16.y]\nrel_fro = 1e-2\n{budget}')
+    case_project(pytester, {"mine.toml": f'[small]\nop = "mine"\nseeds = [0]\n\n'
+                            f'[small.budget.bf16.y]\nrel_fro = 1e-2\n{budget}'},
+                 conftest=USER_OP.replace("{gemm_site}", "gemm_site=site," if gemm_site else ""))
 
 
 def test_a_user_op_without_gemm_site_and_max_err_ratio_fails_to_load(

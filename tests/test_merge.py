@@ -7,11 +7,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fleet import GPU_REPORT, rec, write_run
 
 from numcheck.__main__ import main
 from numcheck.history.merge import merge_reports, merged_exitstatus, result_fields
 from numcheck.report.records import Report, ReportError, load_report, write_json
+from tests.fleet import GPU_REPORT, rec, write_run
 
 SHA = "ab" * 20
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_bad_inputs import _variant_fails, tiny_golden  # noqa: F401  (a fixture)
 
 from numcheck.numerics.nonfinite import explain, masked_zero_message, overflow_message
 from numcheck.numerics.verdict import Violation
+from tests.test_bad_inputs import _variant_fails, tiny_golden  # noqa: F401  (a fixture)
 
 NAN_DETAIL = "1 NaN in the output, 0 in the golden"
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
-from test_plugin import TESTS, golden, make_project, write_goldens
 
 from numcheck.goldens.obtained import write_obtained
 from numcheck.report.records import load_report
+from tests.caseproject import ROOT, golden, make_project, write_goldens
 
-USAGE = TESTS.parent / "docs" / "usage.md"
+USAGE = ROOT / "docs" / "usage.md"
 OBTAINED = Path(".numcheck") / "obtained" / "indexer" / "tiny.no_kv_scale.obtained.safetensors"
 
 

@@ -11,35 +11,32 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.caseproject import ROOT_ON_PATH
+
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).parent
 
 pytest.importorskip("tomlkit")
 
 #: The project's conftest: the planted nondeterministic variant, and a fake timer for the
 #: speed part's pytest process (the speedups by variant name; no machine speed).
-CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
-
+CONFTEST = """
 import numcheck
-from faketimer import factory
+from tests.faketimer import factory
 from numcheck.perf import timing
 
 # Kept referenced: a dropped context manager's generator is closed, removing the override.
-FAKE = timing.override(factory({{"bf16": 1.3, "tf32": 1.02}}))
+FAKE = timing.override(factory({"bf16": 1.3, "tf32": 1.02}))
 FAKE.__enter__()
 
 
 def pytest_numcheck_register(registry: numcheck.Registrar) -> None:
-    import planted_invariance
+    from tests import planted_invariance
 
     fn, precision, _ = planted_invariance.PLANTED["indexer"]["atomic_heads"]
     registry.add_variant("indexer", numcheck.Variant("atomic_heads", fn, precision))
@@ -80,9 +77,8 @@ deterministic = { devices = ["cpu", "H200"] }
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A project with the shipped cases/linear.toml (its tiny-k384 case is the FP8 family
     checked), a perf file and an indexer file; the device named a B200."""
-    import planted_invariance
-
     from numcheck.ops import registry
+    from tests import planted_invariance
 
     cases = tmp_path / "cases"
     cases.mkdir()
@@ -90,7 +86,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (cases / "perf.toml").write_text(PERF)
     (cases / "indexer.toml").write_text(INDEXER)
     (tmp_path / "conftest.py").write_text(CONFTEST)
-    (tmp_path / "tox.ini").write_text("[pytest]\n")
+    (tmp_path / "tox.ini").write_text(f"[pytest]\n{ROOT_ON_PATH}")  # the speed part's pytest
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("NUMCHECK_DEVICE_NAME", "NVIDIA B200")
     with registry.isolated():

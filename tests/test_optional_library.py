@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
 import numcheck
 from numcheck.cases import load_cases
 from numcheck.check import cannot_run
 from numcheck.ops import registry
 from numcheck.ops.spec import optional_library
+from tests.caseproject import NO_CACHE, case_project
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TORCHAO_SKIP = ("variant 'fp8_block_torchao': torchao is not installed (it runs on cuda); "
                 "fix: pip install 'numcheck[fp8]' (torchao >= 0.18)")
@@ -69,12 +69,11 @@ def test_the_torchao_member_leaves_its_family_where_torchao_is_missing(
 
 
 def test_the_families_and_catch_benchmarks_skip_it(no_torchao: None, tmp_path: Path) -> None:
-    """benchmarks/fp8_families.py ran the torchao head on every seed and counted its
+    """benchmarks/numerics/fp8_families.py ran the torchao head on every seed and counted its
     ModuleNotFoundError as errors; now the head is skipped with its reason, as in the
     catch benchmark."""
-    import fp8_catch
-    import fp8_families
-
+    from benchmarks.numerics import fp8_families
+    from benchmarks.reliability import fp8_catch
     from numcheck.ops.linear import torchao_variant
 
     (case,) = [c for c in load_cases(ROOT / "cases") if c.id == "v3-q-a-prefill-t512"]
@@ -125,10 +124,7 @@ SKIP = ("variant 'needs_lib': numcheck_absent_lib is not installed (it runs on c
 
 
 def _project(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "mhc.toml").write_text(CASE)
-    pytester.makeconftest(CONFTEST)
+    case_project(pytester, {"mhc.toml": CASE}, conftest=CONFTEST, addopts=NO_CACHE)
 
 
 def _skipped_not_erred(pytester: pytest.Pytester, *args: str) -> None:

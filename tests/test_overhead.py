@@ -6,10 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import planted
 import pytest
 import torch
-from test_plugin import CONFTEST, write_goldens
 
 from numcheck.cases import CaseFileError, load_case_file, load_cases
 from numcheck.check.overhead import check_overhead
@@ -28,6 +26,8 @@ from numcheck.overhead.gate import (
     overhead_violations,
 )
 from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, ELEMENTWISE, KernelAudit, KernelRecord
+from tests import planted
+from tests.caseproject import PLANTED, case_project, write_goldens
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = """
@@ -200,10 +200,8 @@ def test_report_lines_show_ledger_and_kernels() -> None:
 
 
 def project(pytester: pytest.Pytester, extra: str = "", variants: str = '"bf16_roundtrip"') -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    (pytester.path / "cases").mkdir(exist_ok=True)
-    (pytester.path / "cases" / "mhc.toml").write_text(CASE.format(variants=variants, extra=extra))
-    pytester.makeconftest(CONFTEST)
+    case_project(pytester, {"mhc.toml": CASE.format(variants=variants, extra=extra)},
+                 conftest=PLANTED)
     write_goldens(pytester)
 
 
@@ -279,7 +277,8 @@ def test_explain_needs_numcheck(pytester: pytest.Pytester) -> None:
 
 def test_value_check_compares_in_full_only_after_a_sampled_match() -> None:
     # The casts gate runs on every `pytest --numcheck`: the value check must stay a few
-    # sampled elements per cast unless a round trip is there (timings: benchmarks/ledger_cost.py).
+    # sampled elements per cast unless a round trip is there (timings:
+    # benchmarks/cost/ledger_cost.py).
     op = get_op("mhc_pre")
     p = op.resolve_params("v4pro", {"tokens": 16})
     inputs = op.make_inputs(p, 0)

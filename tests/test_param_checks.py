@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_registration import make_op
 
 from numcheck.cases import CaseFileError, load_case_file
 from numcheck.ops import registry
 from numcheck.ops.param_checks import ParamProblem, check_params, describe_range
 from numcheck.ops.registry import ParamSpec, RegistrationError, get_op
+from tests.test_registration import make_op
 
 
 def _read(tmp_path: Path, op: str, shape: str, extra: str = "") -> CaseFileError:

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import planted
 import pytest
 import torch
 
@@ -22,8 +21,8 @@ from numcheck.ops.registry import Inputs, Outputs, Params, RegistrationError, Va
 from numcheck.ops.spec import VariantError
 from numcheck.report.records import record_from_result
 from numcheck.report.render import summary_table
-
-TESTS = Path(__file__).parent
+from tests import planted
+from tests.caseproject import case_project
 
 
 def post_comb_y(inputs: Inputs, p: Params) -> Outputs:
@@ -235,15 +234,9 @@ def test_speed_limits_for_a_partial_variant_are_errors_a_lender_s_tables_are_not
 
 
 def test_the_summary_and_the_report_show_what_is_not_produced(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "mhc.toml").write_text(
-        MHC.format(variants='"subset"', extra=""))
-    pytester.makeconftest(f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
+    case_project(pytester, {"mhc.toml": MHC.format(variants='"subset"', extra="")}, conftest="""
 import numcheck
-import test_partial_variants as t
+from tests import test_partial_variants as t
 
 def pytest_numcheck_register(registry):
     registry.add_variant("mhc_pre", numcheck.Variant(

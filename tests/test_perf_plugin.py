@@ -6,10 +6,10 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from faketimer import factory
-from test_plugin import CONFTEST, write_goldens
 
 from numcheck.perf import timing
+from tests.caseproject import NO_CACHE, PLANTED, case_project, project_ini, write_goldens
+from tests.faketimer import factory
 
 # Tiny shapes, and a fake timer (tests/faketimer.py): these tests check the plumbing and the
 # messages, never the machine's speed. Its speedups by variant name:
@@ -29,12 +29,8 @@ warmup = 1
 
 def project(pytester: pytest.Pytester, variants: str = '"slowed"', perf: str = "",
             extra: str = "", regen: bool = True) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
-    (pytester.path / "cases").mkdir(exist_ok=True)
-    (pytester.path / "cases" / "mhc.toml").write_text(
-        CASE.format(variants=variants, perf=perf, extra=extra)
-    )
-    pytester.makeconftest(CONFTEST)
+    case_project(pytester, {"mhc.toml": CASE.format(variants=variants, perf=perf, extra=extra)},
+                 conftest=PLANTED, addopts=NO_CACHE)
     if regen:
         write_goldens(pytester)
 
@@ -271,7 +267,7 @@ def test_cpu_timing_really_runs_and_is_reported_not_gated(pytester: pytest.Pytes
     result.stdout.fnmatch_lines(["mhc_pre::tiny-mhc*tf32*cpu*perf_counter*not gated*"])
 
 
-XDIST_CONFTEST = CONFTEST + '''
+XDIST_CONFTEST = PLANTED + '''
 import json, os, time
 from numcheck.perf import timing
 
@@ -396,8 +392,7 @@ def test_a_gpu_model_numcheck_does_not_list_is_added_by_the_ini(
          "yet: add it to the ini key numcheck_gpu_models"),
     ])
     assert result.ret != 0
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n"
-                     "numcheck_gpu_models = X900\n")
+    project_ini(pytester, NO_CACHE, "numcheck_gpu_models = X900\n")
     result = pytester.runpytest("--numcheck", "--numcheck-perf")
     result.assert_outcomes(passed=1, failed=1)  # X900's own threshold gates slowed
     result.stdout.fnmatch_lines(["mhc_pre::tiny-mhc*slowed*cpu*fake*fail (min 1)"])

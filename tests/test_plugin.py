@@ -4,88 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).parent
-
-TINY_INDEXER = """
-[tiny]
-op = "indexer"
-shape = {{ batch = 2, heads = 4, head_dim = 32, max_context = 256, index_topk = 32, next_n = {next_n} }}
-seeds = [0]
-variants = [{variants}]
-{extra}
-"""
-
-TINY_MHC = """
-[tiny-mhc]
-op = "mhc_pre"
-shape = { tokens = 8, hidden = 64 }
-seeds = [0]
-variants = ["tf32"]
-"""
-
-CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
-import planted
-planted.register_all()
-"""
-
-
-def make_project(
-    pytester: pytest.Pytester,
-    *,
-    variants: str = '"tf32"',
-    next_n: int = 1,
-    extra: str = "",
-    mhc: bool = False,
-    planted: bool = False,
-) -> None:
-    # The checks here are about the plugin, not the device: pin them to the CPU so they
-    # read the same on a GPU runner (where auto would pick cuda).
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    cases = pytester.path / "cases"
-    cases.mkdir(exist_ok=True)
-    (cases / "indexer.toml").write_text(
-        TINY_INDEXER.format(variants=variants, next_n=next_n, extra=extra)
-    )
-    if mhc:
-        (cases / "mhc.toml").write_text(TINY_MHC)
-    if planted:
-        pytester.makeconftest(CONFTEST)
-
-
-def golden(pytester: pytest.Pytester, case: str = "tiny", op: str = "indexer") -> Path:
-    return pytester.path / "goldens" / op / f"{case}.safetensors"
-
-
-def write_goldens(pytester: pytest.Pytester) -> None:
-    """The goldens a first ``pytest --numcheck --numcheck-regen`` writes in a project of this
-    file's kind (on the CPU, planted variants at most: tests/planted*.py), without running
-    that session: each case's golden, written by the call the plugin makes
-    (numerics.write_golden). For tests whose subject is a later run; the regeneration runs
-    themselves are tested here (test_golden_workflow...) and in test_regen.py."""
-    import planted
-    import planted_located
-
-    from numcheck.cases import load_cases
-    from numcheck.check.make_golden import write_golden
-    from numcheck.check.run import CaseInputs
-    from numcheck.goldens.files import golden_path
-    from numcheck.ops import registry
-
-    with registry.isolated():  # case files may name planted variants; the runs add their own
-        planted.register_all()
-        planted_located.register_all()
-        for case in load_cases(pytester.path / "cases"):
-            if case.perf_only or "cpu" not in case.devices:
-                continue
-            op = registry.get_op(case.op)
-            path = golden_path(pytester.path / "goldens", op.name, case.id)
-            assert write_golden(path, op, case, "cpu", CaseInputs(op, case))
+from tests.caseproject import (
+    PLANTED,
+    TINY_INDEXER,
+    TINY_MHC,
+    golden,
+    make_project,
+    write_goldens,
+)
 
 
 def test_without_flag_nothing_is_collected(pytester: pytest.Pytester) -> None:
@@ -207,12 +136,10 @@ def test_reference_drift_is_checked(pytester: pytest.Pytester) -> None:
     write_goldens(pytester)
     # The reference itself changes (same inputs, same op version): the fp32 item fails.
     pytester.makeconftest(
-        f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
+        """
 from dataclasses import replace
 from numcheck.ops import registry
-import planted
+from tests import planted
 ref = replace(registry.get_op("indexer").variants["fp32"], fn=planted.indexer_no_kv_scale)
 registry.set_variant("indexer", ref)
 """
@@ -344,7 +271,7 @@ def test_regen_without_numcheck_writes_no_case_golden(pytester: pytest.Pytester)
     assert not golden(pytester).exists()
 
 
-SEAM_CONFTEST = CONFTEST + '''
+SEAM_CONFTEST = PLANTED + '''
 import pytest
 
 SEEN = []

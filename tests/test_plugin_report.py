@@ -8,17 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_plugin import TESTS, TINY_INDEXER, golden, make_project, write_goldens
 
 from numcheck.report.records import SCHEMA_VERSION, load_report
+from tests.caseproject import TINY_INDEXER, golden, make_project, project_ini, write_goldens
 
 # A variant whose logits carry a controlled relative noise (NOISE) and whose top-k is the
 # exact one: its calc_diff moves with NOISE (about NOISE**2 / 2) while recall stays 1.
 NOISY_CONFTEST = """
-import sys
-sys.path.insert(0, {tests!r})
 import torch
-import planted
+from tests import planted
 from numcheck.ops import indexer, registry
 
 NOISE = {noise!r}
@@ -43,7 +41,7 @@ NOISY_BUDGET = "[tiny.budget.noisy.logits]\nmax_err_ratio = inf\n"
 
 def noisy_project(pytester: pytest.Pytester, noise: float, variants: str = '"noisy"') -> None:
     make_project(pytester, variants=variants, extra=NOISY_BUDGET if "noisy" in variants else "")
-    pytester.makeconftest(NOISY_CONFTEST.format(tests=str(TESTS), noise=noise))
+    pytester.makeconftest(NOISY_CONFTEST.format(noise=noise))
 
 
 def records(path: Path) -> list[dict[str, Any]]:
@@ -263,8 +261,7 @@ def test_drift_rules_ini_loosens_the_gate(pytester: pytest.Pytester) -> None:
     pytester.runpytest("--numcheck", "--numcheck-regen")
     pytester.runpytest("--numcheck", "--numcheck-report", "base.json")
     noisy_project(pytester, 3e-4)
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n"
-                     "numcheck_drift_rules = same_device_factor=20\n")
+    project_ini(pytester, ini="numcheck_drift_rules = same_device_factor=20\n")
     result = pytester.runpytest("--numcheck", "--numcheck-baseline", "base.json")
     assert result.ret == pytest.ExitCode.OK
 

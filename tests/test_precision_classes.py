@@ -25,7 +25,6 @@ from numcheck.precision import (
 )
 from numcheck.selftest import fresh_golden
 
-
 #: Classes without a torch dtype of their own: their values live in float32.
 IN_FLOAT32 = ("tf32", "e2m1")
 

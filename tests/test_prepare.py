@@ -8,10 +8,8 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-import prepared_variants
 import pytest
 import torch
-from faketimer import FakePairTimer
 
 from numcheck.cases import Case, load_case_file
 from numcheck.check import run_check
@@ -33,6 +31,8 @@ from numcheck.prepare import Preparations, prepare, with_preparation
 from numcheck.report.htmlpage import render_html
 from numcheck.report.records import Report, record_from_dict, record_from_result, record_to_dict
 from numcheck.report.render import Commands, failure_message
+from tests import prepared_variants
+from tests.faketimer import FakePairTimer
 
 TINY = """
 [tiny-mhc]

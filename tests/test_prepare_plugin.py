@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
-import prepared_variants
 import pytest
-from faketimer import factory
 
 from numcheck.perf import timing
 from numcheck.perf.timing import TimerRequest
 from numcheck.report.htmlpage import render_html
 from numcheck.report.records import load_report
-
-TESTS = Path(__file__).parent
+from tests import prepared_variants
+from tests.caseproject import NO_CACHE, case_project
+from tests.faketimer import factory
 
 CASE = """
 [tiny-mhc]
@@ -27,10 +25,8 @@ variants = [{variants}]
 {extra}
 """
 
-CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
-import prepared_variants
+CONFTEST = """
+from tests import prepared_variants
 
 def pytest_numcheck_register(registry):
     for variant in prepared_variants.VARIANTS.values():
@@ -48,11 +44,8 @@ def project(pytester: pytest.Pytester, variants: str, *, seeds: str = "0",
     from numcheck.goldens.files import golden_path
     from numcheck.ops import registry
 
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
-    (pytester.path / "cases").mkdir(exist_ok=True)
-    (pytester.path / "cases" / "mhc.toml").write_text(
-        CASE.format(variants=variants, seeds=seeds, extra=extra))
-    pytester.makeconftest(CONFTEST)
+    case_project(pytester, {"mhc.toml": CASE.format(variants=variants, seeds=seeds, extra=extra)},
+                 conftest=CONFTEST, addopts=NO_CACHE)
     with registry.isolated():
         prepared_variants.register_all()
         (case,) = load_cases(pytester.path / "cases")

@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-from quant_kernels import operand
 
 from numcheck.precision.quant_accumulate import (
     FAST_ACCUMULATION,
@@ -27,6 +26,7 @@ from numcheck.precision.quant_scheme import (
     groups,
 )
 from numcheck.precision.quantize import Quantized, as_quantized, quantize
+from tests.quant_kernels import operand
 
 
 def _exact(values: list[list[float]]) -> Quantized:

@@ -1,21 +1,18 @@
-"""benchmarks/fp8_accumulation.py on the CPU (its model rows, its table and its JSON), and
-benchmarks/fp8_families.py's selection and its readings of measured files (--suggest,
+"""benchmarks/numerics/fp8_accumulation.py on the CPU (its model rows, its table and its JSON), and
+benchmarks/numerics/fp8_families.py's selection and its readings of measured files (--suggest,
 --tails, --margins)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import fp8_accumulation
-
+from benchmarks.numerics import fp8_accumulation
 from numcheck.cases import Case, load_cases
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _shipped_case(case_id: str) -> Case:
@@ -44,7 +41,7 @@ def test_the_cpu_path_writes_its_table_and_json(tmp_path: Path,
 def test_fp8_families_heads_only_keeps_the_shipped_variants_alone() -> None:
     """--heads-only: each low-precision variant without its scheme's members (the many
     seeds that the tail keys frac_outside and max_band_ratio are set from)."""
-    import fp8_families
+    from benchmarks.numerics import fp8_families
 
     case = _shipped_case("tiny-k384")
     full = fp8_families.families(case, "cpu")
@@ -57,7 +54,7 @@ def test_fp8_families_heads_only_keeps_the_shipped_variants_alone() -> None:
 def test_fp8_families_tails_ships_twice_the_worst_and_never_lowers() -> None:
     """--tails: max(shipped, 2x the worst) per tail key, a raise marked; the case file's
     limit kept where the many seeds stay under half of it."""
-    import fp8_families
+    from benchmarks.numerics import fp8_families
 
     case = _shipped_case("tiny-k384")
     shipped = case.budgets["fp8_block"].outputs["y"].limits
@@ -81,7 +78,7 @@ def test_fp8_families_tails_ships_twice_the_worst_and_never_lowers() -> None:
 def test_fp8_families_select_takes_comma_separated_alternatives() -> None:
     """-k 'a,b' picks the cases whose id contains a or b (one device call for the cases a
     previous run did not reach); a plain substring still picks as before."""
-    import fp8_families
+    from benchmarks.numerics import fp8_families
 
     assert fp8_families.selected("v3-o-decode-t16", "v3-o-decode,fp8-v4flash-t32")
     assert fp8_families.selected("fp8-v4flash-t32", "v3-o-decode,fp8-v4flash-t32")
@@ -94,7 +91,7 @@ def test_fp8_families_suggest_reads_a_cuda_only_cases_measurements(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--suggest reads a JSON measured on another device: a CUDA-only case's budgets are
     suggested on a machine without a GPU (the H200's suggestion once listed none of them)."""
-    import fp8_families
+    from benchmarks.numerics import fp8_families
 
     case = _shipped_case("v3-o-decode-t16")
     assert "cpu" not in case.devices
@@ -113,7 +110,7 @@ def test_fp8_families_suggest_reads_a_cuda_only_cases_measurements(
 def test_fp8_families_margins_are_the_worst_over_the_loaded_limit() -> None:
     """--margins: each key's worst over the limit the case loads (the case file's, else the
     class default it inherits); known-bad variants are left out, a key not measured is '-'."""
-    import fp8_families
+    from benchmarks.numerics import fp8_families
 
     case = _shipped_case("v3-o-decode-t16")
     limits = case.budgets["fp8_block"].outputs["y"].limits

@@ -14,7 +14,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-from quant_kernels import DATA, HONEST_KERNELS, KERNEL_BUGS, model, no_promotion, operand
 
 from numcheck.precision.quant_accumulate import FAST_ACCUMULATION, PROMOTED_128, Accumulation
 from numcheck.precision.quant_bound import (
@@ -32,6 +31,7 @@ from numcheck.precision.quant_scheme import (
     OperandScheme,
 )
 from numcheck.precision.quantize import quantize
+from tests.quant_kernels import DATA, HONEST_KERNELS, KERNEL_BUGS, model, no_promotion, operand
 
 #: The worst ratio an honest kernel may reach: the bound itself.
 HONEST_LIMIT = 1.0

@@ -1,19 +1,15 @@
 """The FP8 gate on fresh seeds (slow tier): every planted bug whose own error is at least
 twice its honest family's worst is caught, and no honest member or alternative fails
-(benchmarks/fp8_catch.py; its 50-seed tables are in docs/evidence/2026-12-04-cpu-fp8-families/).
+(benchmarks/reliability/fp8_catch.py; its 50-seed tables are in
+docs/evidence/2026-12-04-cpu-fp8-families/).
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import fp8_catch  # noqa: E402
-
-from numcheck.calibrate.headroom import BUG_FACTOR  # noqa: E402
+from benchmarks.reliability import fp8_catch
+from numcheck.calibrate.headroom import BUG_FACTOR
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,5 @@
-"""A variant's declared quantization (numcheck.GemmQuant), its scheme's honest family, the
-emulated member that records its operands, and numcheck.record_gemm."""
+"""A variant's declared quantization (numcheck.fp8.GemmQuant), its scheme's honest family, the
+emulated member that records its operands, and numcheck.fp8.record_gemm."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import numcheck
-from numcheck import (
+from numcheck.fp8 import (
     DEEPSEEK_ACT,
     DEEPSEEK_WEIGHT,
     FAST_ACCUMULATION,
@@ -30,7 +30,7 @@ def test_a_declaration_names_its_class_and_refuses_what_no_kernel_does() -> None
     assert BLOCK.label == ("a e4m3fn/1x128/fp32 x b e4m3fn/128x128/fp32, promoted128, "
                            "bf16 out")
     assert GemmQuant(NVFP4, NVFP4).precision == "e2m1"
-    assert GemmQuant(AsStored(), AsStored()).schemes[0].granularity == numcheck.PER_TENSOR
+    assert GemmQuant(AsStored(), AsStored()).schemes[0].granularity == numcheck.fp8.PER_TENSOR
     # Scales that change along K force a promotion at every block: "none" cannot be.
     with pytest.raises(ValueError, match="leave the tensor core at every scale block"):
         GemmQuant(DEEPSEEK_ACT, DEEPSEEK_WEIGHT, FAST_ACCUMULATION)
@@ -75,22 +75,23 @@ def test_the_emulated_member_is_numchecks_model_and_records_what_it_multiplied()
     (call,) = rec.calls
     assert call.batch == 2 and call.y is y and y.shape == (2, 8, 200)
     for i in range(2):
-        qa, qb = numcheck.quantize(a[i], DEEPSEEK_ACT), numcheck.quantize(w[i], DEEPSEEK_WEIGHT)
+        qa = numcheck.fp8.quantize(a[i], DEEPSEEK_ACT)
+        qb = numcheck.fp8.quantize(w[i], DEEPSEEK_WEIGHT)
         assert torch.equal(call.a[i].values, qa.values) and torch.equal(call.b[i].scales,
                                                                          qb.scales)
-        assert torch.equal(y[i], numcheck.emulated_gemm(qa, qb, PROMOTED_128, torch.bfloat16))
-        cmp = numcheck.compare_to_simulated(y[i], call.a[i], call.b[i], PROMOTED_128,
+        assert torch.equal(y[i], numcheck.fp8.emulated_gemm(qa, qb, PROMOTED_128, torch.bfloat16))
+        cmp = numcheck.fp8.compare_to_simulated(y[i], call.a[i], call.b[i], PROMOTED_128,
                                             torch.bfloat16)
         assert cmp.passed
 
 
 def test_record_gemm_keeps_nothing_outside_a_check_and_says_what_it_needs() -> None:
-    q = numcheck.quantize(torch.randn(4, 128), DEEPSEEK_ACT)
-    numcheck.record_gemm(q, q)  # nobody listens: nothing happens
+    q = numcheck.fp8.quantize(torch.randn(4, 128), DEEPSEEK_ACT)
+    numcheck.fp8.record_gemm(q, q)  # nobody listens: nothing happens
     with recording() as rec:
-        numcheck.record_gemm([q, q], [q, q], torch.zeros(2, 4, 4))
-        with pytest.raises(TypeError, match="numcheck.as_quantized"):
-            numcheck.record_gemm(q.values, q)  # type: ignore[arg-type]
+        numcheck.fp8.record_gemm([q, q], [q, q], torch.zeros(2, 4, 4))
+        with pytest.raises(TypeError, match="numcheck.fp8.as_quantized"):
+            numcheck.fp8.record_gemm(q.values, q)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="one of each per matrix"):
-            numcheck.record_gemm([q, q], [q])
+            numcheck.fp8.record_gemm([q, q], [q])
     assert len(rec.calls) == 1 and rec.calls[0].batch == 2

@@ -2,7 +2,7 @@
 checked by the gate against both references: every bug of issue 35 caught, the honest
 alternatives passed, on the shipped case files' goldens. The failure message, the summary,
 the JSON report and the HTML page show both references. Fresh seeds and the catch table:
-the slow tier (test_quant_catch_slow.py) and benchmarks/fp8_catch.py."""
+the slow tier (test_quant_catch_slow.py) and benchmarks/reliability/fp8_catch.py."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ import json
 from pathlib import Path
 
 import pytest
-import quant_planted
 
 from numcheck.cases import load_case_file
 from numcheck.check import run_check
 from numcheck.ops import registry
 from numcheck.ops.registry import add_variant, get_op
 from numcheck.selftest import held_to, shipped_golden
+from tests import quant_planted
+from tests.caseproject import case_project
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).parent
 LINEAR = {c.id: c for c in load_case_file(ROOT / "cases" / "linear.toml")}
 
 #: The shipped variant whose budget each planted one is held to (its declared scheme's).
@@ -79,12 +79,10 @@ def test_honest_alternatives_pass_both_references(planted: dict, name: str) -> N
     assert [v.describe() for v in _check("tiny-k384", name, head)] == []
 
 
-PROJECT_CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
+PROJECT_CONFTEST = """
 
 def pytest_numcheck_register(registry):
-    import quant_planted
+    from tests import quant_planted
     registry.add_variant("linear", quant_planted.planted_bugs()["bug_shifted_scales"])
 """
 
@@ -108,10 +106,7 @@ budget_like = "fp8_block"
 
 def test_a_scale_bug_fails_the_second_reference_where_the_first_is_loose(
         pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "linear.toml").write_text(PROJECT_CASE)
-    pytester.makeconftest(PROJECT_CONFTEST)
+    case_project(pytester, {"linear.toml": PROJECT_CASE}, conftest=PROJECT_CONFTEST)
     pytester.runpytest("--numcheck", "--numcheck-regen", "-p", "no:cacheprovider")
     assert (pytester.path / "goldens" / "linear" / "small.safetensors").exists()
     report, page = pytester.path / "r.json", pytester.path / "r.html"

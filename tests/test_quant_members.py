@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from quant_kernels import operand
 
-from numcheck.precision import PRECISIONS, TENSOR_CORE_PRECISIONS
 from numcheck.honest.gemm_impls import GemmImpl
+from numcheck.precision import PRECISIONS, TENSOR_CORE_PRECISIONS
 from numcheck.precision.quant_accumulate import emulated_gemm
 from numcheck.precision.quant_bound import compare_to_simulated
 from numcheck.precision.quant_members import (
@@ -19,6 +18,7 @@ from numcheck.precision.quant_members import (
 )
 from numcheck.precision.quant_scheme import FP8_ROW, FP8_TENSOR
 from numcheck.precision.quantize import quantize
+from tests.quant_kernels import operand
 
 MEMBERS = quant_members()
 

@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-from quant_kernels import DATA, HONEST_QUANTIZERS, QUANTIZER_BUGS, operand
 
 from numcheck.precision.quant_scheme import (
     DEEPSEEK_ACT,
@@ -20,6 +19,7 @@ from numcheck.precision.quant_scheme import (
 )
 from numcheck.precision.quant_validate import FINDING_KINDS, QuantizationError, validate
 from numcheck.precision.quantize import as_quantized, quantize
+from tests.quant_kernels import DATA, HONEST_QUANTIZERS, QUANTIZER_BUGS, operand
 
 UE8M0_ACT = replace(DEEPSEEK_ACT, scale="ue8m0")
 UE8M0_WEIGHT = replace(DEEPSEEK_WEIGHT, scale="ue8m0")

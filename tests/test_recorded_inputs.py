@@ -5,9 +5,8 @@ be wrong, each with the fix."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import hashlib
+import importlib.util
 import json
 from pathlib import Path
 
@@ -18,8 +17,8 @@ import numcheck
 from numcheck.cases import CaseFileError, load_case_file
 from numcheck.ops import mhc
 from numcheck.recorded.files import MAX_CALLS, RecordedError, read_recorded, save_recorded
+from tests.caseproject import case_project
 
-TESTS = Path(__file__).parent
 HIDDEN, STREAMS, TOKENS = 64, 4, 6
 
 
@@ -237,10 +236,8 @@ def test_a_file_case_without_its_own_budgets_does_not_gate(tmp_path: Path) -> No
     assert "runs on inputs recorded in model.safetensors" in str(info.value)
 
 
-CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
-import planted
+CONFTEST = """
+from tests import planted
 planted.register_all()
 """
 
@@ -253,10 +250,7 @@ def test_record_calibrate_regenerate_gate_from_a_running_model(
     """The whole workflow on a model built here: record two calls of its mHC module,
     calibrate the case's budgets on them, make the golden from them, gate a variant (and
     catch a planted bug); recording again from other weights makes the golden stale."""
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    pytester.makeconftest(CONFTEST)
-    cases = pytester.path / "cases"
-    cases.mkdir()
+    cases = case_project(pytester, conftest=CONFTEST)
     inputs = cases / "inputs" / "model.safetensors"
     record(inputs)
     case_file(cases, extra='expect.y_seed_dependent = { outputs = ["y"], reason = "planted" }\n'

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_plugin import TINY_MHC, golden, make_project
-from test_registration import make_op
 
 from numcheck.cases import load_case_file
 from numcheck.check.make_golden import regenerate
@@ -18,6 +16,8 @@ from numcheck.goldens.regen import GoldenRefused
 from numcheck.goldens.reproducibility import REFERENCE_EPS_FACTOR, difference, stats_difference
 from numcheck.ops import registry
 from numcheck.ops.registry import Variant, get_op
+from tests.caseproject import TINY_MHC, golden, make_project
+from tests.test_registration import make_op
 
 EPS = torch.finfo(torch.float32).eps
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
-from fresh import FreshPython
 
 import numcheck
 from numcheck.ops import registry
 from numcheck.ops.registry import OpSpec, ParamSpec, RegistrationError, TopkSpec, Variant
+from tests.caseproject import case_project
+from tests.fresh import FreshPython
 
 # -- a tiny op of our own ----------------------------------------------------------------
 
@@ -174,24 +174,19 @@ op = "double"
 shape = { n = 16 }
 """
 
-HOOK = f"""
-import sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
-import test_registration as t
+HOOK = """
+from tests import test_registration as t
 from numcheck import Variant
 
 def pytest_numcheck_register(registry):
     registry.register(t.make_op())
     registry.add_variant("double", Variant("tf32", t.double_fp32, "tf32"))
-{{extra}}
+{extra}
 """
 
 
 def project(pytester: pytest.Pytester, extra: str = "", case: str = CASE) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    pytester.mkdir("cases")
-    (pytester.path / "cases" / "double.toml").write_text(case)
-    pytester.makeconftest(HOOK.format(extra=extra))
+    case_project(pytester, {"double.toml": case}, conftest=HOOK.format(extra=extra))
 
 
 def test_hook_registers_ops_and_variants(pytester: pytest.Pytester) -> None:
@@ -222,7 +217,7 @@ def test_hook_clash_is_a_usage_error_naming_both(pytester: pytest.Pytester) -> N
     result.stderr.fnmatch_lines([
         ("ERROR: numcheck: op 'indexer' already has a variant 'bf16' (from module "
         "numcheck.ops.indexer); this one comes from a pytest_numcheck_register hook at "
-        "conftest.py:9. Fix: give your variant another name"),
+        "conftest.py:7. Fix: give your variant another name"),
     ])
 
 
@@ -231,7 +226,7 @@ def test_hook_wrong_signature_is_a_usage_error(pytester: pytest.Pytester) -> Non
     result = pytester.runpytest("--numcheck")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([("ERROR: numcheck: op 'double' (from a pytest_numcheck_register "
-                                 "hook at conftest.py:9): variant 'bad': one_arg(inputs) cannot be called as "
+                                 "hook at conftest.py:7): variant 'bad': one_arg(inputs) cannot be called as "
                                  "one_arg(inputs, params) (too many positional arguments). "
                                  "Fix: define it as def one_arg(inputs, params): ...")])
 
@@ -246,7 +241,7 @@ def test_a_hook_that_raises_is_one_line_naming_its_line_and_the_fix(
     result = pytester.runpytest("--numcheck")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
-        ("ERROR: numcheck: a pytest_numcheck_register hook raised ValueError at conftest.py:10 "
+        ("ERROR: numcheck: a pytest_numcheck_register hook raised ValueError at conftest.py:8 "
          "(pytest_numcheck_register): OperandScheme: unknown element format 'e4m3' ('e4m3' is a "
          "precision class; its element format is 'e4m3fn'); known: e4m3fn, e5m2, e2m1, "
          "e4m3fnuz, e5m2fnuz. Fix: "
@@ -255,7 +250,7 @@ def test_a_hook_that_raises_is_one_line_naming_its_line_and_the_fix(
     assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()
     assert len([ln for ln in result.stderr.lines if ln.strip()]) == 1
     with pytest.raises(ValueError, match=r"^AsStored: unknown element format 'e5m3'; known"):
-        numcheck.AsStored("e5m3")
+        numcheck.fp8.AsStored("e5m3")
 
 
 # -- outputs of the wrong shape, dtype or device ----------------------------------------
@@ -352,9 +347,7 @@ def install_dist(pytester: pytest.Pytester, pkg: str, entry_points: str) -> None
 def test_entry_points_register_ops(pytester: pytest.Pytester) -> None:
     # A fresh package name per test: the module stays imported in this process.
     install_dist(pytester, "expo_pkg", "expo = expo_pkg:register\nexpo-more = expo_pkg.more")
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    pytester.mkdir("cases")
-    (pytester.path / "cases" / "expo.toml").write_text('[tiny]\nop = "expo"\n')
+    case_project(pytester, {"expo.toml": '[tiny]\nop = "expo"\n'})
     result = pytester.runpytest("--numcheck", "--collect-only", "-q")
     result.stdout.fnmatch_lines([
         "cases/expo.toml::tiny::fp32[[]cpu[]]",
@@ -373,15 +366,13 @@ def test_entry_point_and_hook_clash_names_both(pytester: pytest.Pytester) -> Non
     result.stderr.fnmatch_lines([
         ("ERROR: numcheck: an op named 'clash' is already registered (by entry point 'clash = "
         "clash_pkg:register' of clash_pkg at *clash_pkg*__init__.py:6); this one comes from a "
-        "pytest_numcheck_register hook at conftest.py:9.*"),
+        "pytest_numcheck_register hook at conftest.py:7.*"),
     ])
 
 
 def test_broken_entry_point_is_a_usage_error(pytester: pytest.Pytester) -> None:
     install_dist(pytester, "broken_pkg", "broken = broken_pkg:no_such_function")
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    pytester.mkdir("cases")
-    (pytester.path / "cases" / "broken.toml").write_text('[tiny]\nop = "broken"\n')
+    case_project(pytester, {"broken.toml": '[tiny]\nop = "broken"\n'})
     result = pytester.runpytest("--numcheck")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_plugin import make_project, write_goldens
 
 from numcheck.plugin.rootdir_repair import space_separated_values
+from tests.caseproject import make_project, write_goldens
 
 
 @pytest.mark.parametrize("where", ["outside", "inside"])

@@ -4,7 +4,7 @@ Planted bugs (tests/planted.py, registered in tests only) are held to the budget
 shipped cases, against the shipped goldens. Good variants (the shipped ones and the honest
 family of tests/honest.py) run on fresh seeds, each against a reference computed on the spot
 on the CPU. docs/reliability.md has the figures over every shipped case and 50 seeds
-(benchmarks/reliability_report.py); CI runs a few seeds of the cheap cases below.
+(benchmarks/reliability/reliability_report.py); CI runs a few seeds of the cheap cases below.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-import honest
-import planted
 import pytest
 import torch
 
@@ -34,6 +32,7 @@ from numcheck.selftest import (
     numeric_verdict,
     verdict,
 )
+from tests import honest, planted
 
 ROOT = Path(__file__).resolve().parent.parent
 # Perf-only cases (cases/perf.toml) have no golden and no numerics: nothing to plant into.
@@ -57,7 +56,8 @@ CATCH_CASES = [
 ]
 #: Fresh seeds, away from the shipped (0-3) and calibration (1000+, 4000+) seeds and the
 #: seeds 2000-2029 and 3000-3029 that re-set earlier budgets: the held-out seeds of
-#: benchmarks/reliability_report.py (which runs 50 of them on every case). CI runs a few.
+#: benchmarks/reliability/reliability_report.py (which runs 50 of them on every case). CI runs a
+#: few.
 SEEDS = list(range(5000, 5005))
 #: The cheapest shipped cases that together run every shipped variant (and next_n 1 and 2,
 #: shuffled and contiguous pages, both mHC presets' code paths): ~1 s CPU per seed in all.
@@ -215,7 +215,7 @@ def test_honest_family_passes_on_fresh_seeds(key: str, precision: str) -> None:
     assert {"gemm_cublas_tf32", "gemm_triton_tf32"} & set(members) - set(runnable) \
         or precision == "bf16"  # CUDA's own members are in the family, and skipped here
     # The members derived from the GEMM site on one seed (many of them, each a whole op run;
-    # benchmarks/reliability_report.py runs 50), the test-only ones on three.
+    # benchmarks/reliability/reliability_report.py runs 50), the test-only ones on three.
     derived = [m for m in members if m.startswith(MEMBER_PREFIX)]
     outcomes = family_outcomes(case, precision, [m for m in members if m not in derived],
                                SEEDS[:3])

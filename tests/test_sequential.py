@@ -140,7 +140,7 @@ def test_a_clear_slowdown_fails() -> None:
     assert out.decision.verdict == FAIL and "even the upper bound" in out.decision.reason
 
 
-# The simulation behind docs/speed.md's table (benchmarks/sequential_sim.py runs it with
+# The simulation behind docs/speed.md's table (benchmarks/speed/sequential_sim.py runs it with
 # more trials). Seeded, so these are exact counts, and cheap: 200 trials each.
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import planted  # tests/planted.py; pytest puts this folder on sys.path (no __init__.py)
 import pytest
 
 from numcheck.cases import Case, load_cases
@@ -15,6 +14,7 @@ from numcheck.goldens.case_golden import CaseGolden
 from numcheck.goldens.files import golden_path
 from numcheck.ops.registry import get_op
 from numcheck.selftest import shipped_golden
+from tests import planted  # tests/planted.py
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_CASES = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases")}

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_plugin import TINY_INDEXER, golden, make_project, write_goldens
 
 from numcheck.cases import CaseFileError
 from numcheck.goldens.stale import find_stale, golden_files, prune
+from tests.caseproject import TINY_INDEXER, golden, make_project, write_goldens
 
 
 def _write(path: Path, data: bytes = b"x") -> Path:

@@ -4,12 +4,12 @@ the overhead table's title, xfailed in the markdown headline, and the numcheck_d
 from __future__ import annotations
 
 import pytest
-from test_plugin import TINY_INDEXER, TINY_MHC, make_project, write_goldens
 
 from numcheck.report.markdown import headline, to_markdown
 from numcheck.report.records import Record, Report
 from numcheck.report.render import summary_table
 from numcheck.report.skips import collapse, perf_only_skip
+from tests.caseproject import TINY_INDEXER, TINY_MHC, make_project, write_goldens
 
 
 def _skip(case: str, variant: str, reason: str | tuple[str, dict[str, str]]) -> Record:

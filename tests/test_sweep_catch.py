@@ -6,20 +6,20 @@ token (L = 128 k + 1: the fused kernel's CUDA tile), and an MTP request whose la
 63 of 64 tokens. Held to bf16's budgets, both pass every fixed shipped indexer case on its
 shipped golden and seeds, and fail the shipped sweeps exactly at the points where they sit.
 The shipped variants pass every point on a fresh seed here; the honest families on ten
-(benchmarks/heldout_families.py, docs/evidence/2026-12-04-cpu-sweeps).
+(benchmarks/numerics/heldout_families.py, docs/evidence/2026-12-04-cpu-sweeps).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import planted_sweeps
 import pytest
-from variant_tables import register_table
 
 from numcheck.cases import Case, load_cases
 from numcheck.ops import registry
 from numcheck.selftest import Planted, catch_table, fresh_seed_outcomes
+from tests import planted_sweeps
+from tests.variant_tables import register_table
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = load_cases(ROOT / "cases")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).parent
+from tests.caseproject import case_project
 
 SWEEP = """
 [tile]
@@ -23,22 +23,17 @@ seeds = [0]
 variants = ["bf16", "tile_count_off_by_one"]
 """
 
-CONFTEST = f"""
-import sys
-sys.path.insert(0, {str(TESTS)!r})
-from variant_tables import register_table
-import planted_sweeps
+CONFTEST = """
+from tests.variant_tables import register_table
+from tests import planted_sweeps
 
 def pytest_numcheck_register(registry):
-    register_table({{"indexer": dict(planted_sweeps.SWEEP_PLANTED_TABLE)}})
+    register_table({"indexer": dict(planted_sweeps.SWEEP_PLANTED_TABLE)})
 """
 
 
 def make_project(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
-    (pytester.path / "cases").mkdir()
-    (pytester.path / "cases" / "sweeps.toml").write_text(SWEEP)
-    pytester.makeconftest(CONFTEST)
+    case_project(pytester, {"sweeps.toml": SWEEP}, conftest=CONFTEST)
 
 
 def point_golden(pytester: pytest.Pytester, length: int) -> Path:

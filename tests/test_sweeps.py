@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_cases import check, error, load
 
 from numcheck.caseparts.sweep import MAX_POINTS, SweepPoint
 from numcheck.report.records import Record
 from numcheck.report.sweep_rows import fold_overhead_rows, fold_sweeps
+from tests.test_cases import check, error, load
 
 ROOT = Path(__file__).resolve().parent.parent
 

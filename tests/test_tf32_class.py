@@ -13,14 +13,13 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import honest
-import planted
 import pytest
 
 from numcheck.cases import load_cases
 from numcheck.check.against_golden import check
 from numcheck.ops.registry import get_op
 from numcheck.selftest import error_to_family, fresh_golden, held_to
+from tests import honest, planted
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases") if not c.perf_only}

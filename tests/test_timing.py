@@ -67,7 +67,7 @@ def test_cpu_batches_run_back_to_back_calls_per_sample() -> None:
 
 
 def test_an_injected_timer_replaces_the_device_timer() -> None:
-    from faketimer import FakePairTimer
+    from tests.faketimer import FakePairTimer
 
     with override(lambda request: FakePairTimer(2.0, name=f"fake-{request.device}")):
         timer = make_pair_timer(TimerRequest(lambda: None, lambda: None, "cuda", TimingConfig()))

@@ -8,14 +8,13 @@ import functools
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import honest
-import planted
 import torch
 
 from numcheck.cases import load_cases
 from numcheck.inputs import to_device
 from numcheck.ops.registry import Variant, get_op
 from numcheck.prepare import with_preparation
+from tests import honest, planted
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Variants the meta device cannot run at all (they read values: data-dependent shapes,

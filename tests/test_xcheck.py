@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import library_quantizers as lib
 import pytest
 import torch
-from quant_kernels import nvfp4_style, operand
 
 import numcheck
 from numcheck.precision.quant_scheme import QUANT_PRESETS
+from tests import library_quantizers as lib
+from tests.quant_kernels import nvfp4_style, operand
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Data a quantizer meets: plain, outliers, zero and tiny blocks, magnitudes under 1e-4.
@@ -53,7 +53,7 @@ def test_each_library_quantizer_follows_its_preset(name: str) -> None:
     for i, kind in enumerate(KINDS):
         for shape in ((3, 64), (130, 384)):
             x = _input(name, _data(kind, *shape, seed=10 + i))
-            v = numcheck.validate(quantizer(x, scheme), scheme, x)
+            v = numcheck.fp8.validate(quantizer(x, scheme), scheme, x)
             assert v.ok, (kind, shape, v.describe())
 
 
@@ -64,14 +64,15 @@ def test_torchao_float8_bf16_scales_fail_undeclared_and_pass_declared() -> None:
     _needs("torchao_float8_row")
     x = torch.randn(256, 512, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     declared = QUANT_PRESETS["torchao.float8_row_bf16"]
-    assert numcheck.validate(lib.torchao_float8_row(x, declared), declared, x).ok
-    v = numcheck.validate(lib.torchao_float8_row(x, numcheck.FP8_ROW), numcheck.FP8_ROW, x)
+    assert numcheck.fp8.validate(lib.torchao_float8_row(x, declared), declared, x).ok
+    row = numcheck.fp8.FP8_ROW
+    v = numcheck.fp8.validate(lib.torchao_float8_row(x, row), row, x)
     (f,) = v.findings
     assert f.kind == "scale_value" and f.count > 128  # most rows: bf16 is 0.4% coarse
     assert "scales computed in bf16" in f.hint and "scale_dtype='bf16'" in f.hint
     # The convention is checked exactly: scales divided in fp16 are not bf16's.
     fp16 = replace(declared, scale_dtype="fp16")
-    assert not numcheck.validate(lib.torchao_float8_row(x, fp16), fp16, x).ok
+    assert not numcheck.fp8.validate(lib.torchao_float8_row(x, fp16), fp16, x).ok
 
 
 def _outlier_and_zero_blocks(seed: int) -> torch.Tensor:
@@ -89,8 +90,8 @@ def test_nvfp4_clamp_and_zero_substitute_fail_undeclared_and_pass_declared(name:
     quantizer = lib.LIBRARIES[name][0]
     x = _outlier_and_zero_blocks(2)
     declared = lib.preset(name)
-    assert numcheck.validate(quantizer(x, declared), declared, x).ok
-    v = numcheck.validate(quantizer(x, numcheck.NVFP4), numcheck.NVFP4, x)
+    assert numcheck.fp8.validate(quantizer(x, declared), declared, x).ok
+    v = numcheck.fp8.validate(quantizer(x, numcheck.fp8.NVFP4), numcheck.fp8.NVFP4, x)
     assert v.kinds() == ("scale_value",), v.describe()
     hint = v.findings[0].hint
     assert "scale pointer" not in hint
@@ -101,7 +102,7 @@ def test_nvfp4_clamp_and_zero_substitute_fail_undeclared_and_pass_declared(name:
     # Declaring the other library's convention is not enough: each is checked exactly.
     other = QUANT_PRESETS["compressed_tensors.nvfp4" if name == "torchao_nvfp4"
                           else "torchao.nvfp4"]
-    assert not numcheck.validate(quantizer(x, other), other, x).ok
+    assert not numcheck.fp8.validate(quantizer(x, other), other, x).ok
 
 
 def test_a_quantizer_without_a_floor_is_flagged_on_a_zero_block() -> None:
@@ -111,8 +112,8 @@ def test_a_quantizer_without_a_floor_is_flagged_on_a_zero_block() -> None:
     x[1, :128] = 0
     s = x.reshape(4, 2, 128).abs().amax(-1) / 448
     values = (x.reshape(4, 2, 128) / s[..., None]).reshape(4, 256).to(torch.float8_e4m3fn)
-    v = numcheck.validate(numcheck.as_quantized(values, s, numcheck.DEEPSEEK_ACT),
-                          numcheck.DEEPSEEK_ACT, x)
+    v = numcheck.fp8.validate(numcheck.fp8.as_quantized(values, s, numcheck.fp8.DEEPSEEK_ACT),
+                          numcheck.fp8.DEEPSEEK_ACT, x)
     assert {"nonfinite", "scale_format"} <= set(v.kinds())
 
 
@@ -133,22 +134,22 @@ def test_fp4_on_small_magnitudes_matches_torchao_and_te_bit_for_bit(sd: float) -
         pytest.skip(lib.missing("torchao"))
     for seed in range(3):
         x = torch.randn(128, 1024, generator=torch.Generator().manual_seed(seed)) * sd
-        ours = numcheck.quantize(x, numcheck.MXFP4)
-        theirs = lib.torchao_mx(x, numcheck.MXFP4)
+        ours = numcheck.fp8.quantize(x, numcheck.fp8.MXFP4)
+        theirs = lib.torchao_mx(x, numcheck.fp8.MXFP4)
         assert torch.equal(ours.values, theirs.values) and torch.equal(ours.scales,
                                                                       theirs.scales)
-        err = float((numcheck.dequantize(ours) - x.double()).norm() / x.double().norm())
+        err = float((numcheck.fp8.dequantize(ours) - x.double()).norm() / x.double().norm())
         assert 0.08 < err < 0.13  # FP4's own error; a floor of 1e-4 would flush to ~1.0
-        for scheme in (numcheck.NVFP4, QUANT_PRESETS["torchao.nvfp4"]):
-            ours = numcheck.quantize(x, scheme)
+        for scheme in (numcheck.fp8.NVFP4, QUANT_PRESETS["torchao.nvfp4"]):
+            ours = numcheck.fp8.quantize(x, scheme)
             theirs = lib.torchao_nvfp4(x, scheme)
             assert torch.equal(ours.values, theirs.values)
             assert torch.equal(ours.scales, theirs.scales)
             assert ours.global_scale == theirs.global_scale
         # TE's recipe: the same scales; its elements x * (1 / (d * g)) against numcheck's
         # x * (s_enc / d) part only at ties of e2m1 rounding.
-        ours = numcheck.quantize(x, numcheck.NVFP4)
-        te = nvfp4_style(x, numcheck.NVFP4, x)
+        ours = numcheck.fp8.quantize(x, numcheck.fp8.NVFP4)
+        te = nvfp4_style(x, numcheck.fp8.NVFP4, x)
         assert torch.equal(ours.scales, te.scales)
         apart = ours.values != te.values
         t = (x.double() / ours.element_scales()).float()  # each element over its scale
@@ -159,12 +160,12 @@ def test_fp4_on_small_magnitudes_matches_torchao_and_te_bit_for_bit(sd: float) -
 # -- in the family: library quantizers as honest variants on fresh seeds -----------------------
 
 
-def _library_variant(name: str, quant: numcheck.GemmQuant) -> numcheck.Variant:
+def _library_variant(name: str, quant: numcheck.fp8.GemmQuant) -> numcheck.Variant:
     """A linear variant quantizing W once and x per call with library quantizer ``name``,
     multiplying by numcheck's emulation of the declared sums, recording what it multiplied."""
     library = lib.LIBRARIES[name][0]
 
-    def quantizer(x: torch.Tensor, scheme: numcheck.OperandScheme) -> numcheck.Quantized:
+    def quantizer(x: torch.Tensor, scheme: numcheck.fp8.OperandScheme) -> numcheck.fp8.Quantized:
         # The op's x and W are bf16. compressed-tensors computes its scales in the tensor's
         # dtype (on bf16, in bf16: a convention no preset declares), so it is handed a float32
         # copy, as a user's glue may; torchao's Float8Tensor takes the bf16 tensor (its preset).
@@ -178,10 +179,10 @@ def _library_variant(name: str, quant: numcheck.GemmQuant) -> numcheck.Variant:
     def fn(inputs: dict[str, torch.Tensor], p: object) -> dict[str, torch.Tensor]:
         qa = quantizer(inputs["x"], quant.a)
         g = inputs["w_g"]
-        qb = numcheck.Quantized(inputs["w_q"], inputs["w_s"], quant.b,
+        qb = numcheck.fp8.Quantized(inputs["w_q"], inputs["w_s"], quant.b,
                                 None if bool(torch.isnan(g)) else g)
-        y = numcheck.emulated_gemm(qa, qb, quant.accumulation, quant.out)
-        numcheck.record_gemm(qa, qb, y)
+        y = numcheck.fp8.emulated_gemm(qa, qb, quant.accumulation, quant.out)
+        numcheck.fp8.record_gemm(qa, qb, y)
         return {"y": y.to(torch.bfloat16)}
 
     return numcheck.Variant(f"lib_{name}", fn, quant.precision, doc=name, prepare=prepare,

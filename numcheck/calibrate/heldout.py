@@ -1,7 +1,7 @@
 """The held-out check: measurements from other seeds against the budgets in the case files.
 
-Budgets are set from calibration seeds (``python -m numcheck.calibrate``, and the honest
-families of ``benchmarks/honest_calibration.py``); whether they hold is a question for seeds
+Budgets are set from calibration seeds (``python -m numcheck.calibrate``, the honest families
+of ``benchmarks/numerics/honest_calibration.py``); whether they hold is a question for seeds
 they were not set from. This module reads the JSON files either tool writes and lists every
 worst value that exceeds (or, for the top-k floors, falls below) the budget the case gives
 that variant; an empty list is the pass. A ``frac_outside`` over its fraction counts only when

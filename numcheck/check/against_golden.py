@@ -124,7 +124,7 @@ def _check_seed(
     dev_inputs = to_device(cpu_inputs, device)
     with phase.span("prepare"):
         prepared = preparer(variant, dev_inputs, case.params, device)
-    # A low-precision variant hands over the operands it multiplied (numcheck.record_gemm).
+    # A low-precision variant hands over the operands it multiplied (numcheck.fp8.record_gemm).
     records = recording() if variant.quant is not None else contextlib.nullcontext()
     with first_call if first_call is not None else contextlib.nullcontext(), records as rec:
         out = run_variant(variant, op, dev_inputs, case, device, prepared=prepared)

@@ -193,7 +193,7 @@ def simulate(op: OpSpec, quant: GemmQuant, inputs: Inputs, params: Params,
             "quant", "recorded", abs(len(recorded) - len(run.sources)), 0, seed=seed,
             detail=f"the variant recorded {len(recorded)} GEMM(s), the op's gemm_site makes "
             f"{len(run.sources)}: record each GEMM once, in the site's order "
-            "(numcheck.record_gemm)"))
+            "(numcheck.fp8.record_gemm)"))
     _check_operands(check, run, quant, recorded, seed)
     _bound(check, run, quant, recorded, seed)
     return check

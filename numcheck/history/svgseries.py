@@ -6,7 +6,7 @@ red line, and the first commit where the check moved in each class marked with i
 :func:`draw_check` takes plain data (:class:`Panel`, :class:`CheckPlot`), so the page can
 draw many checks in worker processes.
 
-Size and time matter at 500 runs (:mod:`numcheck.history.pool`, benchmarks/history_scale.py):
+Size and time matter at 500 runs (:mod:`numcheck.history.pool`, benchmarks/cost/history_scale.py):
 a stretch of equal values is drawn from its two ends (same picture, a few points instead of
 hundreds: numerics on one device are deterministic, so most series are flat), and a long
 noisy series keeps, per bucket of the axis, its lowest and highest point (the envelope a

@@ -183,8 +183,8 @@ def _check_quant(op: OpSpec, variant: Variant, origin: str) -> None:
     if not isinstance(variant.quant, GemmQuant):
         raise RegistrationError(
             f"{where}: quant is {type(variant.quant).__name__}, not a GemmQuant. Fix: declare "
-            "quant=numcheck.GemmQuant(a=<OperandScheme>, b=<OperandScheme>, accumulation=..., "
-            "out_dtype=...)")
+            "quant=numcheck.fp8.GemmQuant(a=<OperandScheme>, b=<OperandScheme>, "
+            "accumulation=..., out_dtype=...)")
     if variant.quant.precision != variant.precision:
         raise RegistrationError(
             f"{where}: precision {variant.precision!r}, but its declared quantization "

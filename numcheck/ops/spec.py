@@ -93,7 +93,7 @@ class Variant:
     then holds it to two references (:mod:`numcheck.check.against_sim`): the FP32 golden with
     the budgets of its scheme's honest family, and the simulated reference, the op
     recomputed through its ``gemm_site`` on the operands the variant's own quantizer produced
-    (handed over with ``numcheck.record_gemm``; numcheck's quantization of the op's operands
+    (handed over with ``numcheck.fp8.record_gemm``; numcheck's quantization of the op's operands
     where the variant hands none), with every operand it hands checked against the declared
     scheme (docs/fp8.md).
     """

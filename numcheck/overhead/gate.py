@@ -106,7 +106,7 @@ class OverheadError(NumcheckError):
 #: on any CPU-sized shipped case, data movement (the indexer's page gather) included
 #: (fp32/tf32: the fp32 indexer on v32-b2-l4k-ue8m0, 8.60; bf16: bf16_folded on
 #: v4pro-b2-l4k-mtp2, 18.82; the indexer with every request at max_context, the most bytes
-#: any seed moves: ``benchmarks/cast_ratios.py --full-context``, docs/overhead.md), times
+#: any seed moves: ``benchmarks/overhead/cast_ratios.py --full-context``, docs/overhead.md), times
 #: 1.25, rounded up. The shipped cases set tight limits of their own (2% over their
 #: measurement); an extra full copy of an input fails everywhere through
 #: ``max_input_copies``. fp16 shares bf16's row (the same casts at the same widths); a class
@@ -118,7 +118,7 @@ DEFAULT_CAST_BYTES_RATIO: dict[str, float] = {
 #: gate runs on CUDA only. Conservative: it fails a variant dominated by copies without
 #: failing the shipped naive variants at production shapes (their measured shares, with the
 #: GPU run behind them: docs/overhead.md, "Copy and cast budgets"). Tighten from
-#: ``benchmarks/cast_ratios.py --device cuda``.
+#: ``benchmarks/overhead/cast_ratios.py --device cuda``.
 DEFAULT_COPY_SHARE: dict[str, float] = {"fp32": 0.75, "tf32": 0.75, "bf16": 0.75, "fp16": 0.75}
 
 

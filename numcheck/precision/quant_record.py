@@ -8,7 +8,7 @@ GEMM calls::
 
     xq, xs = my_quantize(x)                       # the variant's own quantizer
     y = my_fp8_gemm(xq, xs, wq, ws)               # the variant's own kernel
-    numcheck.record_gemm(as_quantized(xq, xs, ACT), as_quantized(wq, ws, WEIGHT), y)
+    record_gemm(as_quantized(xq, xs, ACT), as_quantized(wq, ws, WEIGHT), y)  # numcheck.fp8
 
 numcheck opens a :func:`recording` around each call it checks; anywhere else (timing, the
 cast ledger, production) :func:`record_gemm` returns at once and keeps nothing, so the call
@@ -83,7 +83,7 @@ def _operands(value: Any, which: str) -> tuple[Quantized, ...]:
         raise TypeError(
             f"record_gemm: {which} must be a numcheck Quantized operand, or a non-empty list "
             f"of them (one per matrix of a batch), got {type(value).__name__}. Fix: wrap your "
-            "quantizer's elements and scales with numcheck.as_quantized(values, scales, "
+            "quantizer's elements and scales with numcheck.fp8.as_quantized(values, scales, "
             "scheme)")
     return tuple(items)
 

@@ -256,7 +256,7 @@ def as_quantized(values: torch.Tensor, scales: torch.Tensor, scheme: OperandSche
     Nothing is converted or copied: the tensors are kept as given (a float8 operand stays
     float8; a scalar or ``[rows]`` scale is only viewed in its grid's shape), and numcheck
     reads them in float32 or float64 where it uses them, after the variant's call. Wrapping
-    an operand to record it (numcheck.record_gemm) therefore costs the variant nothing: no
+    an operand to record it (numcheck.fp8.record_gemm) therefore costs the variant nothing: no
     entry in its cast ledger (docs/extending.md, section 10).
     """
     import torch

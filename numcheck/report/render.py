@@ -165,7 +165,7 @@ def _operands(quant: SimCheck) -> str:
     if quant.operands == "recorded":
         return "the operands the variant's own quantizer produced, dequantized"
     return ("numcheck's quantization of the op's operands (the variant records none: "
-            "numcheck.record_gemm)")
+            "numcheck.fp8.record_gemm)")
 
 
 def simulated_cell(record: Record) -> str:

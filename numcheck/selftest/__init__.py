@@ -1,7 +1,7 @@
 """The gate's self-test: does it catch planted bugs, and does it pass good variants?
 
-Two questions, answered without pytest so tests and ``benchmarks/reliability_report.py`` share
-the code:
+Two questions, answered without pytest so that tests and
+``benchmarks/reliability/reliability_report.py`` share the code:
 
 - **caught**: a (known-bad) variant held to a shipped case's budget, against the shipped
   golden, must fail: a budget violation, or a :class:`~numcheck.ops.spec.VariantError`.

@@ -4,7 +4,7 @@ Each planted bug with a known place (``tests/planted_located.py``: ``EXPECTED`` 
 with a regular expression its first localization line must match) runs against shipped cases
 (shipped golden and seeds) or fresh seeds (a reference computed on the spot), held to the
 budget of the variant it imitates, exactly as the gate runs it. Only bugs the gate catches
-count: a passing check is never localized. ``benchmarks/localize_report.py`` prints the
+count: a passing check is never localized. ``benchmarks/reliability/localize_report.py`` prints the
 figures of docs/reliability.md ("Localization"); the tests run a cheap subset.
 """
 

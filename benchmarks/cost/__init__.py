@@ -1,0 +1,1 @@
+"""What numcheck's own machinery costs: the envelope, the ledger, history, calibration."""

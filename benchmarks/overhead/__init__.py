@@ -1,0 +1,1 @@
+"""Overhead: the kernel audit, cast ratios and copies the overhead gate limits."""

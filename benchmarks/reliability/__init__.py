@@ -1,0 +1,1 @@
+"""Reliability: planted bugs caught, determinism, invariance, isolation, localization."""
