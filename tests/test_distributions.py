@@ -5,6 +5,7 @@ inputs must set its own budgets."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import textwrap
 from dataclasses import replace
@@ -245,6 +246,48 @@ def test_a_case_off_the_default_inputs_must_set_its_own_budgets(tmp_path: Path) 
     # Calibration reads it anyway: it is what writes the tables.
     (case,) = load_case_file(write(tmp_path, text), measuring=True)
     assert case.inputs.distribution == "llm"
+
+
+SUBNORMAL_CASE = """\
+[mhc-subnormal]
+op = "mhc_pre"
+shape = { tokens = 8, hidden = 64 }
+inputs.distribution = "subnormal"
+seeds = [0]
+variants = ["tf32"]
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tomlkit") is None,
+                    reason="tomlkit (the calibrate extra) writes case files")
+def test_a_subnormal_case_calibrates_and_loads_in_one_step(pytester: pytest.Pytester) -> None:
+    """On subnormal x, mHC's RMS statistic underflows and every honest member gives the
+    sigmoids and y bit for bit: those outputs are exact. Calibration still writes every limit
+    the case must set (the headroom rule's floors, each saying so), so the case loads and
+    runs after the one command its error names, instead of being refused by that same
+    command's fix (a loop)."""
+    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
+    pytester.makeconftest("def pytest_numcheck_register(registry):\n"
+                          "    import numcheck\n"
+                          "    numcheck.add_gemm_members('mhc_pre', ('tf32',))\n")
+    pytester.mkdir("cases")
+    path = pytester.path / "cases" / "mhc.toml"
+    path.write_text(SUBNORMAL_CASE)
+    refused = pytester.runpytest("--numcheck")
+    assert "is not set by the case" in refused.stdout.str()
+    written = pytester.runpytest("--numcheck", "--numcheck-calibrate=2", "--numcheck-calibrate-pool",
+                                 "tf32=tf32,gemm_tf32_rn", "--numcheck-calibrate-write",
+                                 "-k", "mhc-subnormal")
+    assert written.ret == 0, written.stdout.str()
+    text = path.read_text()
+    pre = text.split("[mhc-subnormal.budget.tf32.pre]", 1)[1].split("\n\n", 1)[0]
+    assert "max_band_ratio = 0.01  # 0 on every seed: the headroom rule's floor" in pre
+    (case,) = load_case_file(path)  # loads: every limit is the case's own
+    assert case.budgets["tf32"].outputs["pre"].limits["max_band_ratio"] == 0.01
+    regen = pytester.runpytest("--numcheck", "--numcheck-regen")
+    assert regen.ret == 0, regen.stdout.str()
+    gate = pytester.runpytest("--numcheck")
+    gate.assert_outcomes(passed=2)
 
 
 def test_the_shipped_llm_cases_carry_calibrated_tables_for_every_variant() -> None:
