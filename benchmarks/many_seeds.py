@@ -72,9 +72,10 @@ def _done(path: Path) -> set[tuple[str, str, int]]:
     return found
 
 
-def _probe(case: Any, op: Any, runs: int | None) -> Any:
+def _probe(case: Any, op: Any, runs: int | None, determinism: bool) -> Any:
     """The case with both invariance gates on for every variant it runs (the reference
-    included), on the CPU: what the gates would say if the keys listed them all."""
+    included), on the CPU: what the gates would say if the keys listed them all
+    (``determinism`` False: that gate off)."""
     from numcheck.invariance.gate import DEFAULT_RUNS, InvarianceSpec
 
     names = (op.reference, *case.variants)
@@ -83,7 +84,7 @@ def _probe(case: Any, op: Any, runs: int | None) -> Any:
     bat = case.batch_invariant
     return replace(
         case,
-        deterministic=InvarianceSpec(names, ("cpu",), runs=count),
+        deterministic=InvarianceSpec(names, ("cpu",), runs=count) if determinism else None,
         batch_invariant=(InvarianceSpec(names, ("cpu",),
                                         requests=bat.requests if bat is not None else None)
                          if op.batch is not None else None))
@@ -93,7 +94,8 @@ def _claims(spec: Any, variant: str) -> bool:
     return spec is not None and spec.holds(variant, "cpu")
 
 
-def measure(case: Any, seed: int, *, numerics: bool, runs: int | None) -> dict[str, Any]:
+def measure(case: Any, seed: int, *, numerics: bool, runs: int | None,
+            determinism: bool = True) -> dict[str, Any]:
     """One case point on one seed: every variant's numerics (rows and violations) and its
     invariance, as one JSON-able row."""
     from numcheck.calibrate import seed_rows
@@ -105,7 +107,7 @@ def measure(case: Any, seed: int, *, numerics: bool, runs: int | None) -> dict[s
 
     op = get_op(case.op)
     one = replace(case, seeds=(seed,))
-    probe = _probe(one, op, runs)
+    probe = _probe(one, op, runs, determinism)
     t0 = time.monotonic()
     golden, inputs = fresh_golden(op, one, "cpu")
     gates = {DETERMINISM_GATE.name, BATCH_INVARIANCE_GATE.name}
@@ -178,7 +180,9 @@ def run(args: argparse.Namespace) -> int:
                 continue
             if not numerics and get_op(case.op).batch is None and case.deterministic is None:
                 continue
-            row = measure(case, seed, numerics=numerics, runs=args.runs)
+            determinism = numerics or seed - args.first_seed < args.determinism_seeds
+            row = measure(case, seed, numerics=numerics, runs=args.runs,
+                          determinism=determinism)
             row["date"] = datetime.date.today().isoformat()
             with args.out.open("a") as handle:
                 handle.write(json.dumps(row, separators=(",", ":")) + "\n")
@@ -344,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--first-seed", type=int, default=20000)
     r.add_argument("--runs", type=int, default=None,
                    help="determinism calls (default: the case's, else the gate's default)")
+    r.add_argument("--determinism-seeds", type=int, default=10**9,
+                   help="--invariance-only cases: the determinism gate on the first N seeds "
+                        "only (it repeats calls on one input; batch invariance on every seed)")
     for name in ("budgets", "report"):
         s = sub.add_parser(name)
         s.add_argument("files", nargs="+", type=Path)
