@@ -120,3 +120,78 @@ def test_off_by_default_and_an_expectation_names_the_gate(pytester: pytest.Pytes
     result.assert_outcomes(passed=3, xfailed=1)
     result.stdout.fnmatch_lines(["*expected failure (determinism.runs_differing): planted "
                                  "atomics*"])
+
+
+SWEEP_CASE = """
+[tiny-idx]
+op = "indexer"
+shape = {{ max_context = 256, heads = 8, head_dim = 32, index_topk = 16, next_n = 2 }}
+sweep.batch = [1, 4]
+variants = ["splitk_by_batch"]
+batch_invariant = ["splitk_by_batch"]
+expect.splitk_by_batch = {{ gates = ["batch_invariance"], reason = "planted"{points} }}
+"""
+
+
+@pytest.mark.parametrize("points", ["", ', points = ["batch4"]'])
+def test_an_expectation_scoped_to_sweep_points(pytester: pytest.Pytester, points: str) -> None:
+    """A kernel that picks its split by the batch is batch-invariant with one request: an
+    expectation of the whole sweep XPASSes there, one scoped to the points it fails at holds,
+    and the other points are ordinary checks (they pass)."""
+    import planted_invariance
+
+    from numcheck.cases import load_cases
+    from numcheck.check.make_golden import write_golden
+    from numcheck.check.run import CaseInputs
+    from numcheck.goldens.files import golden_path
+    from numcheck.ops import registry
+
+    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
+    (pytester.path / "cases").mkdir()
+    (pytester.path / "cases" / "indexer.toml").write_text(SWEEP_CASE.format(points=points))
+    pytester.makeconftest(CONFTEST)
+    with registry.isolated():
+        for op, variants in planted_invariance.PLANTED.items():
+            for name, (fn, precision, _) in variants.items():
+                registry.add_variant(op, registry.Variant(name, fn, precision))
+        cases = load_cases(pytester.path / "cases")
+        assert [c.id for c in cases] == ["tiny-idx@batch1", "tiny-idx@batch4"]
+        assert [bool(c.expect) for c in cases] == [not points, True]
+        for case in cases:
+            op = registry.get_op(case.op)
+            assert write_golden(golden_path(pytester.path / "goldens", op.name, case.id), op,
+                                case, "cpu", CaseInputs(op, case))
+    result = pytester.runpytest("--numcheck", "-rxX", "-k", "splitk_by_batch")
+    if points:
+        result.assert_outcomes(passed=1, xfailed=1)
+    else:  # at one request the planted split cannot show: the whole-sweep expectation fails
+        result.assert_outcomes(failed=1, xfailed=1)
+        result.stdout.fnmatch_lines(["*tiny-idx@batch1::splitk_by_batch*"])
+
+
+def test_points_must_name_points_of_the_sweep(tmp_path: Path) -> None:
+    from numcheck.cases import CaseFileError, load_case_file
+
+    path = tmp_path / "c.toml"
+    path.write_text(SWEEP_CASE.format(points=', points = ["batch7"]').replace(
+        "splitk_by_batch", "bf16"))
+    with pytest.raises(CaseFileError) as info:
+        load_case_file(path)
+    assert info.value.key == "expect.bf16.points"
+    assert "'batch7' is not a point of the case's sweep" in str(info.value)
+    assert "name points among: batch1, batch4" in str(info.value)
+    path.write_text(path.read_text().replace("sweep.batch = [1, 4]\n", "")
+                    .replace("shape = { ", "shape = { batch = 4, "))
+    with pytest.raises(CaseFileError, match="the case sweeps nothing"):
+        load_case_file(path)
+
+
+def test_a_reference_failing_batch_invariance_is_told_to_list_the_variants() -> None:
+    """``batch_invariant = true`` holds the reference too; where it fails, the next step says
+    so (on a CPU torch's GEMMs are not batch-invariant for every op)."""
+    from numcheck.report.render import invariance_steps
+
+    steps = invariance_steps("batch_invariance", "fp32", "cases/m.toml", "m", reference=True)
+    assert "'fp32' is the op's reference, which 'batch_invariant = true' holds too" in steps[-1]
+    assert "list the variants meant to have it instead" in steps[-1]
+    assert len(invariance_steps("batch_invariance", "bf16", "cases/m.toml", "m")) == 2
