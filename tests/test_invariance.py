@@ -4,6 +4,7 @@ each gate must catch while a correct variant passes."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import torch
 
 from numcheck.cases import Case, CaseFileError, load_case_file
 from numcheck.check import held_gates, run_check
+from numcheck.check.invariance import check_invariance
 from numcheck.check.make_golden import fresh_golden
 from numcheck.invariance.bitwise import difference, differences
 from numcheck.invariance.gate import DEFAULT_RUNS, InvarianceSpec, default_requests
@@ -169,7 +171,7 @@ def test_the_keys_are_off_by_default_and_take_each_form(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("keys", "key", "fragment", "fix"), [
     ('deterministic = ["bf16_roundtrip"]', "deterministic.variants",
      "'bf16_roundtrip' is not one of the variants this case runs", 'variants = ["bf16"]'),
-    ('deterministic = { runs = 1 }', "deterministic.runs", "from 2 to 100", "runs = 3"),
+    ('deterministic = { runs = 1 }', "deterministic.runs", "from 2 to 100", "runs = 6"),
     ('deterministic = { requests = [0] }', "deterministic.requests", "unknown key 'requests'",
      "variants, devices, runs"),
     ('batch_invariant = { devices = ["tpu"] }', "batch_invariant.devices",
@@ -224,6 +226,35 @@ def test_an_atomic_style_reduction_fails_determinism_alone(tmp_path: Path, plant
         # Off (the default), the same variant passes: nothing else sees it.
         off = load(tmp_path, template, f'"{variant}"', "")
         assert run_check(op, off, variant, "cpu", inputs, golden, gates=GATES).passed
+
+
+def test_the_default_runs_catch_a_three_way_order_with_99_percent(
+        tmp_path: Path, planted: None) -> None:
+    """Three bf16 partials added in a random order give one of three results per call. The
+    gate misses it only when every one of its calls gives the same: over every sequence of
+    results its DEFAULT_RUNS calls can give (each equally likely), it misses exactly the 3
+    constant ones, 3^(1 - k) of them: under 1% (with 3 calls it was 1 in 9)."""
+    case = load(tmp_path, MHC.replace("tokens = 8, hidden = 64", "tokens = 2, hidden = 48"),
+                '"atomic3_bf16"', "deterministic = true")
+    op = registry.get_op("mhc_pre")
+    inputs = op.make_inputs(case.params, case.seeds[0])
+    outs = {}
+    for pick in range(3):  # the three orders really give three results
+        planted_invariance.ORDERS = iter([pick])
+        outs[pick] = op.variants["atomic3_bf16"].fn(inputs, case.params)["mixes"]
+    assert not any(torch.equal(outs[a], outs[b]) for a, b in ((0, 1), (0, 2), (1, 2)))
+    runs = DEFAULT_RUNS
+    missed = 0
+    try:
+        for sequence in itertools.product(range(3), repeat=runs):
+            planted_invariance.ORDERS = iter(sequence)
+            report = check_invariance(op, case, "atomic3_bf16", "cpu", inputs,
+                                      determinism=True, batch=False)
+            assert report.runs == runs
+            missed += not report.run_differences
+    finally:
+        planted_invariance.ORDERS = None
+    assert missed == 3 and missed / 3**runs <= 0.01
 
 
 def test_split_k_chosen_by_batch_size_fails_batch_invariance(tmp_path: Path, planted: None) -> None:

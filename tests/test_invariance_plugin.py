@@ -68,7 +68,7 @@ def test_each_gate_fails_its_planted_variant_and_passes_the_others(
     result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines([
         "numcheck FAIL indexer::tiny-idx::atomic_heads[[]cpu[]]",
-        "  worst: determinism.runs_differing = 2 > budget 0 (seed 0): run 2 of 3 differs from "
+        "  worst: determinism.runs_differing = 5 > budget 0 (seed 0): run 2 of 6 differs from "
         "run 1: logits: * of 2048 elements differ (max |diff| *, first at *)*The variant is not "
         "deterministic*",
     ])
@@ -94,13 +94,13 @@ def test_each_gate_fails_its_planted_variant_and_passes_the_others(
         "case*variant*device*outputs compared*runs*deterministic*requests alone (batch)*"
         "batch-invariant",
         "*",
-        "indexer::tiny-idx*bf16 *cpu*logits, topk*3*yes*0, 2, 3 (4)*yes",
+        "indexer::tiny-idx*bf16 *cpu*logits, topk*6*yes*0, 2, 3 (4)*yes",
     ])
-    result.stdout.fnmatch_lines(["indexer::tiny-idx*atomic_heads*cpu*logits, topk*3*NO: 2 of 2 "
+    result.stdout.fnmatch_lines(["indexer::tiny-idx*atomic_heads*cpu*logits, topk*6*NO: 5 of 5 "
                                  "later runs differ; logits: *"])
     records = {r["variant"]: r for r in json.loads(report.read_text())["records"]}
     det = records["atomic_heads"]["invariance"]["determinism"]
-    assert det["runs"] == 3 and det["runs_differing"] == 2
+    assert det["runs"] == 6 and det["runs_differing"] == 5
     assert det["differences"][0]["outputs"][0]["output"] == "logits"
     bat = records["splitk_by_batch"]["invariance"]["batch_invariance"]
     assert bat["batch"] == 4 and bat["requests"] == [0, 2, 3] and bat["requests_differing"] >= 1
