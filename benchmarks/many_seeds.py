@@ -59,8 +59,8 @@ def _fingerprint(case: Any) -> str:
                       default=str)
 
 
-def _done(path: Path) -> set[tuple[str, str, int]]:
-    found: set[tuple[str, str, int]] = set()
+def _done(path: Path) -> set[tuple[str, str, int, str]]:
+    found: set[tuple[str, str, int, str]] = set()
     if not path.exists():
         return found
     for line in path.read_text().splitlines():
@@ -68,13 +68,13 @@ def _done(path: Path) -> set[tuple[str, str, int]]:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut short by a stopped run: measured again
-        found.add((row["case"], row["params"], row["seed"]))
+        found.add((row["case"], row["params"], row["seed"], row.get("device", "cpu")))
     return found
 
 
-def _probe(case: Any, op: Any, runs: int | None, determinism: bool) -> Any:
+def _probe(case: Any, op: Any, runs: int | None, determinism: bool, device: str) -> Any:
     """The case with both invariance gates on for every variant it runs (the reference
-    included), on the CPU: what the gates would say if the keys listed them all
+    included), on ``device``: what the gates would say if the keys listed them all
     (``determinism`` False: that gate off)."""
     from numcheck.invariance.gate import DEFAULT_RUNS, InvarianceSpec
 
@@ -84,20 +84,20 @@ def _probe(case: Any, op: Any, runs: int | None, determinism: bool) -> Any:
     bat = case.batch_invariant
     return replace(
         case,
-        deterministic=InvarianceSpec(names, ("cpu",), runs=count) if determinism else None,
-        batch_invariant=(InvarianceSpec(names, ("cpu",),
+        deterministic=InvarianceSpec(names, (device,), runs=count) if determinism else None,
+        batch_invariant=(InvarianceSpec(names, (device,),
                                         requests=bat.requests if bat is not None else None)
                          if op.batch is not None else None))
 
 
-def _claims(spec: Any, variant: str) -> bool:
-    return spec is not None and spec.holds(variant, "cpu")
+def _claims(spec: Any, variant: str, device: str) -> bool:
+    return spec is not None and spec.holds(variant, device)
 
 
 def measure(case: Any, seed: int, *, numerics: bool, runs: int | None,
-            determinism: bool = True) -> dict[str, Any]:
-    """One case point on one seed: every variant's numerics (rows and violations) and its
-    invariance, as one JSON-able row."""
+            determinism: bool = True, device: str = "cpu") -> dict[str, Any]:
+    """One case point on one seed: every variant's numerics on ``device`` against a fresh
+    CPU reference (rows and violations) and its invariance there, as one JSON-able row."""
     from numcheck.calibrate import seed_rows
     from numcheck.check import run_check
     from numcheck.check.make_golden import fresh_golden
@@ -107,20 +107,20 @@ def measure(case: Any, seed: int, *, numerics: bool, runs: int | None,
 
     op = get_op(case.op)
     one = replace(case, seeds=(seed,))
-    probe = _probe(one, op, runs, determinism)
+    probe = _probe(one, op, runs, determinism, device)
     t0 = time.monotonic()
     golden, inputs = fresh_golden(op, one, "cpu")
     gates = {DETERMINISM_GATE.name, BATCH_INVARIANCE_GATE.name}
     out: dict[str, Any] = {}
     for name in (op.reference, *case.variants):
-        if "cpu" not in op.variants[name].devices:
+        if device not in op.variants[name].devices:
             continue
         cell: dict[str, Any] = {
             "expected": name in case.expect,
-            "claims": {DETERMINISM: _claims(case.deterministic, name),
-                       BATCH: _claims(case.batch_invariant, name)}}
+            "claims": {DETERMINISM: _claims(case.deterministic, name, device),
+                       BATCH: _claims(case.batch_invariant, name, device)}}
         try:
-            result = run_check(op, probe, name, "cpu", inputs, golden, gates=gates,
+            result = run_check(op, probe, name, device, inputs, golden, gates=gates,
                                max_flips=10**9, keep_outputs=numerics)
         except VariantError as exc:
             cell["error"] = str(exc).splitlines()[0]
@@ -147,7 +147,7 @@ def measure(case: Any, seed: int, *, numerics: bool, runs: int | None,
         out[name] = cell
     point = case.sweep.label if case.sweep is not None else ""
     return {"case": f"{case.op}::{case.table}", "point": point, "id": case.id,
-            "params": _fingerprint(case), "seed": seed, "numerics": numerics,
+            "params": _fingerprint(case), "seed": seed, "numerics": numerics, "device": device,
             "seconds": round(time.monotonic() - t0, 2), "variants": out}
 
 
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     from numcheck.cases import load_cases
     from numcheck.ops.registry import get_op
 
-    cases = [c for c in load_cases(args.cases) if not c.perf_only and "cpu" in c.devices
+    cases = [c for c in load_cases(args.cases) if not c.perf_only and args.device in c.devices
              and ((args.select and _selected(f"{c.op}::{c.id}", args.select))
                   or (args.invariance_only
                       and _selected(f"{c.op}::{c.id}", args.invariance_only)))]
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     for seed in seeds:
         for case in cases:
             key = f"{case.op}::{case.table}"
-            if (key, _fingerprint(case), seed) in done:
+            if (key, _fingerprint(case), seed, args.device) in done:
                 continue
             # -k: numerics and invariance; matched by --invariance-only alone: invariance.
             numerics = bool(args.select) and _selected(f"{case.op}::{case.id}", args.select)
@@ -180,9 +180,13 @@ def run(args: argparse.Namespace) -> int:
                 continue
             if not numerics and get_op(case.op).batch is None and case.deterministic is None:
                 continue
-            determinism = numerics or seed - args.first_seed < args.determinism_seeds
+            determinism = seed - args.first_seed < args.determinism_seeds
+            if args.stop_after_s and time.monotonic() - started > args.stop_after_s:
+                print(f"# stopped after {args.stop_after_s} s (--stop-after-s): run again to "
+                      "go on", flush=True)
+                return 0
             row = measure(case, seed, numerics=numerics, runs=args.runs,
-                          determinism=determinism)
+                          determinism=determinism, device=args.device)
             row["date"] = datetime.date.today().isoformat()
             with args.out.open("a") as handle:
                 handle.write(json.dumps(row, separators=(",", ":")) + "\n")
@@ -344,13 +348,16 @@ def main(argv: list[str] | None = None) -> int:
                    "these (comma-separated): numerics and invariance")
     r.add_argument("--invariance-only", default="", help="cases whose op::id contains any of "
                    "these: the invariance gates alone")
+    r.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    r.add_argument("--stop-after-s", type=float, default=0,
+                   help="start no case point after this many seconds (0: no limit)")
     r.add_argument("--seeds", type=int, default=50)
     r.add_argument("--first-seed", type=int, default=20000)
     r.add_argument("--runs", type=int, default=None,
                    help="determinism calls (default: the case's, else the gate's default)")
     r.add_argument("--determinism-seeds", type=int, default=10**9,
-                   help="--invariance-only cases: the determinism gate on the first N seeds "
-                        "only (it repeats calls on one input; batch invariance on every seed)")
+                   help="the determinism gate on the first N seeds only (it repeats calls on "
+                        "one input; batch invariance runs on every seed)")
     for name in ("budgets", "report"):
         s = sub.add_parser(name)
         s.add_argument("files", nargs="+", type=Path)
