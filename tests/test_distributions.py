@@ -349,9 +349,13 @@ def test_a_subnormal_case_calibrates_and_loads_in_one_step(pytester: pytest.Pyte
     gate.assert_outcomes(passed=2)
 
 
-def test_the_shipped_llm_cases_carry_calibrated_tables_for_every_variant() -> None:
+def test_the_shipped_distribution_cases_carry_calibrated_tables_for_every_variant() -> None:
     cases = [c for c in load_case_file(ROOT / "cases" / "distributions.toml")]
-    assert {c.op for c in cases if c.inputs.distribution == "llm"} == {"indexer", "mhc_pre"}
+    assert {c.op for c in cases if c.inputs.distribution == "llm"} == {
+        "indexer", "mhc_pre", "linear"}
+    assert {(c.op, c.inputs.distribution) for c in cases} >= {
+        ("indexer", "subnormal"), ("indexer", "near_max"), ("mhc_pre", "zero_rows"),
+        ("linear", "zero_rows"), ("linear", "near_max")}
     for case in cases:
         for variant in case.variants:
             lender = case.budget_like.get(variant, variant)
