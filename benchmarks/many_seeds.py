@@ -243,8 +243,8 @@ def budgets(args: argparse.Namespace) -> int:
                     old = into.get(metric)
                     if old is None or is_worse(metric, value, old[0]):
                         into[metric] = (value, row["point"], row["seed"])
-    out = ["| case | variant | output | key | shipped | worst (point, seed) | checks | rule | "
-           "ship |", "|---|---|---|---|---|---|---|---|---|"]
+    out = [("| case | variant | output | key | shipped | worst (point, seed) | checks | rule | "
+            "ship |"), "|---|---|---|---|---|---|---|---|---|"]
     for (key, variant, output), row in sorted(worst.items()):
         case = held[key]
         op = get_op(case.op)

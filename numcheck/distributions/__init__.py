@@ -111,9 +111,9 @@ def activations(
         if not 0 < lead < len(shape):
             raise ValueError(f"token_dims must be 1..{len(shape) - 1} for shape {shape}, "
                              f"got {token_dims}")
-        tokens = x.reshape(math.prod(shape[:lead]), -1)
-        count = max(1, round(ZERO_ROW_SHARE * tokens.shape[0]))
-        tokens[gen.choice(tokens.shape[0], size=count, replace=False)] = 0.0
+        by_token = x.reshape(math.prod(shape[:lead]), -1)
+        count = max(1, round(ZERO_ROW_SHARE * by_token.shape[0]))
+        by_token[gen.choice(by_token.shape[0], size=count, replace=False)] = 0.0
     elif distribution == "ties":
         x = np.clip(np.round(x / TIE_STEP) * TIE_STEP, -4.0, 4.0)
     return torch.from_numpy(np.ascontiguousarray(x)).to(torch.float32)
