@@ -59,6 +59,7 @@ def test_the_report_fails_a_broken_claim_and_a_failed_check(
     assert "KEY BROKEN indexer::indexer-short fp32 batch_invariance" in report
 
 
+@pytest.mark.slow  # it starts the benchmark's process
 def test_the_gpu_regression_step_runs_it_and_judges_by_its_report(tmp_path: Path) -> None:
     assert reg.main(["--out", str(tmp_path), "--steps", "many-seeds", "--device", "cpu",
                      "--many-seeds", "1", "--many-first-seed", "9100",
