@@ -20,7 +20,8 @@ so it can run under ``nohup`` and be restarted at will.
 ``budgets``: per case, variant and output, each budgeted key's worst over every point and
 seed of the files, the point and seed behind it, and the value the headroom rule ships
 (numcheck.calibrate.suggest_values: 2x the worst, 1.25x for max_err_ratio, the top-k floors),
-never lower than the case file's: the lines marked ``(raise)`` are the keys to raise.
+never lower than the case file's: the lines marked ``(raise)`` are the keys whose worst
+needs more than the case file holds; ``--write`` raises them there, each with a comment.
 
 ``report``: per case, the checks that failed on these seeds with the case files' budgets
 at the time of the run (an honest variant must never fail), and per variant whether it was
@@ -224,11 +225,13 @@ def _current(paths: list[Path], select: str, cases_dir: Path) -> Iterator[tuple[
 
 def budgets(args: argparse.Namespace) -> int:
     from numcheck.calibrate import LOWER_IS_WORSE, is_worse, suggest_values
+    from numcheck.calibrate.casewriter import Edit, write_edits
     from numcheck.calibrate.headroom import budget_value, headroom
     from numcheck.ops.registry import get_op
 
     worst: dict[tuple[str, str, str], dict[str, tuple[float, str, int]]] = {}
     counts: dict[tuple[str, str], int] = {}
+    edits: dict[Path, list[Any]] = {}
     held: dict[str, Any] = {}
     for case, row in _current(args.files, args.select, args.cases):
         if not row["numerics"]:
@@ -282,6 +285,13 @@ def budgets(args: argparse.Namespace) -> int:
                         else needed > shipped * (1 + 1e-9))
             if raise_it and not lower:
                 suggested = max(suggested, budget_value(metric, value))
+            if raise_it:
+                edits.setdefault(case.source, []).append(Edit(
+                    (case.table, "budget", variant, output), metric, suggested,
+                    comment=(f"raised from {shipped:g}: the headroom rule on {value:.3g} "
+                             f"({point + ', ' if point else ''}seed {seed}) of "
+                             f"{counts[(key, variant)]} checks, benchmarks/many_seeds.py"),
+                    origin=budget.origin(output, metric)))
             if args.all or raise_it:
                 ship = suggested if raise_it else shipped
                 out.append(f"| {key} | {variant} | {output} | {metric} | {shipped:g} | "
@@ -289,6 +299,13 @@ def budgets(args: argparse.Namespace) -> int:
                            f"{counts[(key, variant)]} | {suggested:g} | {ship:g}"
                            f"{' (raise)' if raise_it else ''} |")
     print("\n".join(out))
+    if args.write:
+        command = " ".join(["python", "benchmarks/many_seeds.py", *sys.argv[1:]])
+        for path, file_edits in edits.items():
+            changes, skipped = write_edits(Path(path), file_edits,
+                                           (command, datetime.date.today().isoformat()))
+            for change in [*changes, *skipped]:
+                print(f"{path}: {change.describe()}")
     return 0
 
 
@@ -374,6 +391,9 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--cases", type=Path, default=ROOT / "cases")
         if name == "budgets":
             s.add_argument("--all", action="store_true", help="every key, not only raises")
+            s.add_argument("--write", action="store_true",
+                           help="raise the keys marked (raise) in the case files, each with "
+                                "a comment saying from what and why (needs tomlkit)")
     args = ap.parse_args(argv)
     return {"run": run, "budgets": budgets, "report": report}[args.command](args)
 

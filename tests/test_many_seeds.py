@@ -42,6 +42,38 @@ def test_a_run_resumes_and_its_report_judges_every_point(
     assert "| indexer::indexer-short | bf16 | logits | rel_fro | 0.02 |" in table
 
 
+def test_budgets_raise_a_key_past_its_rule_and_write_it_with_its_reason(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A measurement whose worst needs more than the case file holds raises that key (never
+    lowers one), in place, with a comment naming the worst, its point and seed."""
+    pytest.importorskip("tomlkit")
+    import shutil
+
+    from numcheck.cases import load_case_file
+
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    shutil.copy(ROOT / "cases" / "sweeps.toml", cases / "sweeps.toml")
+    out = tmp_path / "m.jsonl"
+    assert many_seeds.main(["run", "--out", str(out), "--cases", str(cases), "-k",
+                            "indexer-short", "--seeds", "1", "--first-seed", "9100",
+                            "--runs", "2"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows[0]["variants"]["bf16"]["rows"]["logits"]["rel_fro"] = 0.03  # the file holds 0.02
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    capsys.readouterr()
+    assert many_seeds.main(["budgets", str(out), "--cases", str(cases), "--write"]) == 0
+    printed = capsys.readouterr().out
+    assert "| indexer::indexer-short | bf16 | logits | rel_fro | 0.02 | 0.03 (max_context1, " \
+           "9100) | 4 | 0.06 | 0.06 (raise) |" in printed
+    text = (cases / "sweeps.toml").read_text()
+    assert ("rel_fro = 0.06  # raised from 0.02: the headroom rule on 0.03 (max_context1, "
+            "seed 9100) of 4 checks, benchmarks/many_seeds.py") in text
+    short = [c for c in load_case_file(cases / "sweeps.toml") if c.table == "indexer-short"]
+    assert short[0].budgets["bf16"].outputs["logits"].limits["rel_fro"] == 0.06
+    assert short[0].budgets["tf32"].outputs["logits"].limits["rel_fro"] == 7e-07  # untouched
+
+
 def test_the_report_fails_a_broken_claim_and_a_failed_check(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "m.jsonl"
