@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gzip
 import json
 import sys
 import time
@@ -201,8 +202,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def lines(paths: list[Path], select: str) -> Iterator[dict[str, Any]]:
+    """The rows of the files (a ``.gz`` one read as gzip: how the evidence keeps them)."""
     for path in paths:
-        for text in path.read_text().splitlines():
+        body = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else (
+            path.read_text())
+        for text in body.splitlines():
             try:
                 row = json.loads(text)
             except json.JSONDecodeError:

@@ -82,13 +82,13 @@ def test_the_report_fails_a_broken_claim_and_a_failed_check(
                             "--runs", "2"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     rows[0]["variants"]["bf16"]["violations"] = ["logits.rel_fro = 1 > budget 0.02"]
-    rows[1]["variants"]["fp32"]["batch_invariance"]["differing"] = 1
+    rows[1]["variants"]["bf16"]["batch_invariance"]["differing"] = 1
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     capsys.readouterr()
     assert many_seeds.main(["report", str(out)]) == 1
     report = capsys.readouterr().out
     assert "FAIL indexer::indexer-short@max_context1 seed 9100 bf16: logits.rel_fro" in report
-    assert "KEY BROKEN indexer::indexer-short fp32 batch_invariance" in report
+    assert "KEY BROKEN indexer::indexer-short bf16 batch_invariance" in report
 
 
 @pytest.mark.slow  # it starts the benchmark's process
