@@ -51,7 +51,11 @@ DETERMINISM, BATCH = "determinism", "batch_invariance"
 
 
 def _selected(case_id: str, select: str) -> bool:
-    return not select or any(part and part in case_id for part in select.split(","))
+    """``-k``: the ``op::id`` contains one of the comma-separated parts, or ends with one
+    written with a trailing ``$`` (``mhc-tokens@tokens1$``: that point, not tokens129)."""
+    return not select or any(
+        (case_id.endswith(part[:-1]) if part.endswith("$") else part in case_id)
+        for part in select.split(",") if part)
 
 
 def _fingerprint(case: Any) -> str:
@@ -97,7 +101,8 @@ def _claims(spec: Any, variant: str, device: str) -> bool:
 
 
 def measure(case: Any, seed: int, *, numerics: bool, runs: int | None,
-            determinism: bool = True, device: str = "cpu") -> dict[str, Any]:
+            determinism: bool = True, device: str = "cpu",
+            invariance: bool = True) -> dict[str, Any]:
     """One case point on one seed: every variant's numerics on ``device`` against a fresh
     CPU reference (rows and violations) and its invariance there, as one JSON-able row."""
     from numcheck.calibrate import seed_rows
@@ -112,7 +117,7 @@ def measure(case: Any, seed: int, *, numerics: bool, runs: int | None,
     probe = _probe(one, op, runs, determinism, device)
     t0 = time.monotonic()
     golden, inputs = fresh_golden(op, one, "cpu")
-    gates = {DETERMINISM_GATE.name, BATCH_INVARIANCE_GATE.name}
+    gates = {DETERMINISM_GATE.name, BATCH_INVARIANCE_GATE.name} if invariance else set()
     out: dict[str, Any] = {}
     for name in (op.reference, *case.variants):
         if device not in op.variants[name].devices:
@@ -188,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
                       "go on", flush=True)
                 return 0
             row = measure(case, seed, numerics=numerics, runs=args.runs,
-                          determinism=determinism, device=args.device)
+                          determinism=determinism, device=args.device,
+                          invariance=not args.no_invariance)
             row["date"] = datetime.date.today().isoformat()
             with args.out.open("a") as handle:
                 handle.write(json.dumps(row, separators=(",", ":")) + "\n")
@@ -385,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--first-seed", type=int, default=20000)
     r.add_argument("--runs", type=int, default=None,
                    help="determinism calls (default: the case's, else the gate's default)")
+    r.add_argument("--no-invariance", action="store_true",
+                   help="the numerics alone (a point's tail over many seeds, cheaply)")
     r.add_argument("--determinism-seeds", type=int, default=10**9,
                    help="the determinism gate on the first N seeds only (it repeats calls on "
                         "one input; batch invariance runs on every seed)")
