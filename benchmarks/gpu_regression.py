@@ -440,6 +440,22 @@ def _judge_honest(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
     return True, f"rc {rc}: honest-calibration.json ({_tail(text, 1)})"
 
 
+#: The shipped sweeps and distribution cases (``-k`` of benchmarks/numerics/many_seeds.py).
+COVERAGE_CASES = ("indexer-short,indexer-decode-l,indexer-decode-rows,indexer-mtp2-l,mhc-tokens,"
+                  "llm,subnormal,near-max,zero-rows")
+
+
+def _judge_many_seeds(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
+                      text: str) -> tuple[bool, str]:
+    """``many_seeds report`` over what the step wrote: ok when no shipped variant failed
+    and no invariance key broke; the detail says how many seeds the points got."""
+    rrc, table, _ = run.sh("many-seeds-report", _bench(
+        "numerics.many_seeds", "report", str(run.work / "many-seeds.jsonl")), 120)
+    print(table.strip())
+    seeds = next((ln for ln in table.splitlines() if ln.startswith("# seeds")), "")
+    return rrc == 0, f"report rc {rrc}: {_tail(table, 1)} ({seeds.lstrip('# ')})"
+
+
 def _judge_invariance(run: Run, extra: Extra, opts: argparse.Namespace, rc: int,
                       text: str) -> tuple[bool, str]:
     """The measured table printed (it is in the step's log too); ok when no key the case
@@ -659,6 +675,16 @@ EXTRAS: tuple[Extra, ...] = (
           lambda o, w: _bench("reliability.invariance", "--device", o.device, "--runs", "10",
                               "--requests", "all", "--json", str(w / "invariance.json")),
           _judge_written("invariance.json", _judge_invariance)),
+    Extra("many-seeds", "every sweep point and distribution case on --many-seeds fresh seeds "
+          "from --many-first-seed, each variant on the GPU against a fresh CPU reference, with "
+          "both invariance gates (benchmarks/numerics/many_seeds.py; it stops starting points at the "
+          "step's limit and goes on from its file when run again; --select: other cases): "
+          "off when a shipped variant fails or a case's invariance key does not hold", 540,
+          lambda o, w: _bench("numerics.many_seeds", "run", "--device", o.device, "--out",
+                              str(w / "many-seeds.jsonl"), "-k", o.select or COVERAGE_CASES,
+                              "--seeds", str(o.many_seeds), "--first-seed",
+                              str(o.many_first_seed), "--stop-after-s", "480"),
+          _judge_written("many-seeds.jsonl", _judge_many_seeds)),
     Extra("xdist", "the gate with one pytest-xdist worker per GPU (at least 2), against the "
           "serial gate step's records and with python -m numcheck compare", 150,
           lambda o, w: _pytest("--numcheck", "--numcheck-device", o.device, "-q", "-n",
@@ -989,6 +1015,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="first held-out seed (the catch's fresh seeds start there too)")
     extra.add_argument("--heldout-seeds", type=int, default=10)
     extra.add_argument("--catch-seeds", type=int, default=3)
+    extra.add_argument("--many-seeds", type=int, default=50,
+                       help="many-seeds: fresh seeds per sweep point and distribution case")
+    extra.add_argument("--many-first-seed", type=int, default=30000)
     extra.add_argument("--select", default="",
                        help="-k for the honest-family steps: a case-id substring "
                        "(fp8-families: several, comma-separated)")

@@ -31,6 +31,13 @@ def register_all() -> None:
     for op in ("indexer", "mhc_pre"):
         if not any(v.startswith("gemm_fp32") for v in get_op(op).variants):
             add_gemm_members(op, ("fp32",))
+    # The linear op's bf16 family is its GEMM members (its low-precision variants' families
+    # are their schemes': benchmarks/fp8_families.py).
+    if not any(v.startswith("gemm_bf16") for v in get_op("linear").variants):
+        add_gemm_members("linear", ("bf16",))
+    from benchmarks.fp8_families import register_members
+
+    register_members("linear")  # the FP8 / FP4 schemes' members, for pools of quant variants
 
 
 def pytest_numcheck_register(registry: Any) -> None:
@@ -53,3 +60,13 @@ if __name__ == "__main__":
         print(f"# {name}")
         for option in pools(name):
             print(option)
+    from numcheck.honest.gemm_family import member_name, members
+    from numcheck.ops.registry import get_op
+
+    print("# linear")
+    print("--numcheck-calibrate-pool bf16=bf16," + ",".join(
+        member_name(g) for g in members(get_op("linear"), "bf16")))
+    op = get_op("linear")
+    quant = op.variants["fp8_block"].quant
+    print("--numcheck-calibrate-pool fp8_block=fp8_block," + ",".join(
+        member_name(g) for g in members(op, "e4m3", quant) if "cpu" in g.devices))

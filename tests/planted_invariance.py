@@ -20,6 +20,7 @@ one of the two properties the way GPU kernels do:
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import torch
 
@@ -44,6 +45,30 @@ def _atomic_sum(partials: list[torch.Tensor]) -> torch.Tensor:
     for i in _call_permutation(len(partials)).tolist():
         acc = acc + partials[i]
     return acc
+
+
+#: The orders of :func:`mhc_atomic3_bf16`'s three partials, one per distinct result: a
+#: sum is commutative, so the 3! orders give the three sums (a + b) + c, (a + c) + b and
+#: (b + c) + a. A test sets ``ORDERS`` to an iterator of indices into this tuple to choose
+#: each call's; None: each call draws one, equally likely, from the OS's entropy.
+THREE_ORDERS = ((0, 1, 2), (0, 2, 1), (1, 2, 0))
+ORDERS: Iterator[int] | None = None
+
+
+def mhc_atomic3_bf16(inputs: Inputs, p: Params) -> Outputs:
+    """mHC's bf16 projection split over K into three bf16 partials, added in bf16 in an
+    order that changes on every call (three thread blocks' atomicAdd): a call gives one of
+    three results, each a third of the time."""
+    x = inputs["x"].flatten(1)
+    w = inputs["hc_fn"].to(torch.bfloat16).T
+    k = x.shape[1]
+    bounds = [round(i * k / 3) for i in range(4)]
+    parts = [x[:, lo:hi] @ w[lo:hi] for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    pick = (next(ORDERS) if ORDERS is not None
+            else int.from_bytes(os.urandom(1), "little") % len(THREE_ORDERS))
+    first, second, third = (parts[i] for i in THREE_ORDERS[pick])
+    m = ((first + second) + third).float() * mhc._rms_inv(x.float(), mhc.norm_eps(p))
+    return mhc._epilogue(m, x.float(), inputs, p)
 
 
 def mhc_atomic_splitk(inputs: Inputs, p: Params) -> Outputs:
@@ -118,6 +143,7 @@ def indexer_splitk_by_batch(inputs: Inputs, p: Params) -> Outputs:
 PLANTED = {
     "mhc_pre": {
         "atomic_splitk": (mhc_atomic_splitk, "fp32", "determinism"),
+        "atomic3_bf16": (mhc_atomic3_bf16, "bf16", "determinism"),
         "splitk_by_batch": (mhc_splitk_by_batch, "fp32", "batch_invariance"),
     },
     "indexer": {

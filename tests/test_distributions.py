@@ -5,6 +5,7 @@ inputs must set its own budgets."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import textwrap
 from dataclasses import replace
@@ -111,13 +112,72 @@ def test_the_default_draw_is_todays_inputs_byte_for_byte() -> None:
     assert not torch.equal(llm["x"], normal["x"]) and torch.equal(llm["hc_fn"], normal["hc_fn"])
 
 
-def test_the_indexer_keeps_one_full_scale_element_per_row_for_subnormal_codes() -> None:
+def test_the_indexer_subnormal_logits_are_made_of_subnormal_products() -> None:
+    """Each e4m3 row keeps one full-scale element (its scale would lift the rest out of the
+    subnormals otherwise): q's in its first column, each key's in another, so every product
+    of q and a key pairs 448 with a subnormal, and flushing the subnormals leaves nothing."""
     p = _params(indexer.OP, batch=1, heads=2, head_dim=32, max_context=64, index_topk=8,
                 **{INPUTS_PARAM: {"distribution": "subnormal"}})
-    q = indexer.make_inputs(p, 0)["q"].float().abs()
-    assert bool((q.amax(dim=-1) == 448).all())
-    rest = q[..., 1:]
-    assert float((rest < torch.finfo(torch.float8_e4m3fn).smallest_normal).float().mean()) > 0.9
+    inputs = indexer.make_inputs(p, 0)
+    tiny = torch.finfo(torch.float8_e4m3fn).smallest_normal  # values drawn up to it
+    q = inputs["q"].float().abs()
+    assert bool((q[..., 0] == 448).all()) and bool((q[..., 1:] <= tiny).all())
+    assert float((q[..., 1:] < tiny).float().mean()) > 0.9
+    keys, _ = indexer.paged_keys(inputs, 64)
+    k = keys[0].float().abs()
+    full = k == 448
+    assert bool((full.sum(dim=-1) == 1).all()) and not bool(full[:, 0].any())
+    assert bool((k[~full] <= tiny).all())
+    # No product pairs two full-scale elements: each holds a factor of at most 2^-6, and
+    # without the subnormals (FTZ) almost nothing is left of any logit.
+    products = q[0, 0, 0].unsqueeze(0) * k  # head 0's products with every key
+    assert float(products.max()) <= 448 * tiny
+    flushed = products.where((q[0, 0, 0] >= tiny) & (k >= tiny), torch.zeros(()))
+    assert float(flushed.sum() / products.sum()) < 0.1
+
+
+def test_mhc_zero_rows_zeroes_whole_tokens() -> None:
+    """A padding token is zero in every stream: a quarter of mHC's tokens, at least one."""
+    p = _params(mhc.OP, tokens=8, hidden=64, **{INPUTS_PARAM: {"distribution": "zero_rows"}})
+    for seed in range(5):
+        x = mhc.make_inputs(p, seed)["x"].float()
+        zero = (x == 0).flatten(1).all(dim=1)
+        assert int(zero.sum()) == 2
+        assert bool((x[~zero] != 0).flatten(1).any(dim=1).all())  # no other stream zeroed
+
+
+def test_near_max_puts_indexer_logits_past_fp16() -> None:
+    """Nearly every valid logit lies past fp16's largest finite value: a top-k kept in fp16
+    sees infinities, however many tokens it selects."""
+    p = _params(indexer.OP, batch=1, max_context=512, index_topk=64,
+                **{INPUTS_PARAM: {"distribution": "near_max"}})
+    logits = indexer.fp32(indexer.make_inputs(p, 0), p)["logits"]
+    valid = logits[torch.isfinite(logits)]
+    assert float((valid.abs() > torch.finfo(torch.float16).max).float().mean()) > 0.95
+    assert float(valid.abs().max()) < 1e12  # far inside fp32
+
+
+def test_the_linear_op_draws_each_distribution_with_finite_sums() -> None:
+    from numcheck.ops import linear
+
+    base = _params(linear.OP, tokens=8, in_features=256, out_features=64)
+    assert not torch.equal(linear.make_inputs(base, 0)["x"], linear.make_inputs(
+        {**base, INPUTS_PARAM: {"distribution": "llm"}}, 0)["x"])
+    for name in DISTRIBUTIONS:
+        p = {**base, INPUTS_PARAM: {"distribution": name}}
+        inputs = linear.make_inputs(p, 0)
+        assert torch.equal(inputs["w"], linear.make_inputs(base, 0)["w"])  # the weight stays
+        exact = inputs["x"].double() @ inputs["w"].double().T
+        assert float(exact.abs().max()) < float(torch.finfo(torch.float32).max) / 2
+        y = linear.fp32(inputs, p)["y"]
+        assert bool(torch.isfinite(y).all()), name
+    x = linear.make_inputs({**base, INPUTS_PARAM: {"distribution": "zero_rows"}}, 0)["x"]
+    assert int((x == 0).all(dim=1).sum()) == 2
+    sub = linear.make_inputs({**base, INPUTS_PARAM: {"distribution": "subnormal"}}, 0)
+    tiny = torch.finfo(torch.bfloat16).smallest_normal
+    assert bool((sub["x"].float().abs() <= tiny).all())
+    y = linear.fp32(sub, {**base, INPUTS_PARAM: {"distribution": "subnormal"}})["y"].float()
+    assert float((y != 0).float().mean()) > 0.9 and float(y.abs().max()) < 1e-36
 
 
 # -- case files ------------------------------------------------------------------------------
@@ -248,9 +308,55 @@ def test_a_case_off_the_default_inputs_must_set_its_own_budgets(tmp_path: Path) 
     assert case.inputs.distribution == "llm"
 
 
-def test_the_shipped_llm_cases_carry_calibrated_tables_for_every_variant() -> None:
+SUBNORMAL_CASE = """\
+[mhc-subnormal]
+op = "mhc_pre"
+shape = { tokens = 8, hidden = 64 }
+inputs.distribution = "subnormal"
+seeds = [0]
+variants = ["tf32"]
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tomlkit") is None,
+                    reason="tomlkit (the calibrate extra) writes case files")
+def test_a_subnormal_case_calibrates_and_loads_in_one_step(pytester: pytest.Pytester) -> None:
+    """On subnormal x, mHC's RMS statistic underflows and every honest member gives the
+    sigmoids and y bit for bit: those outputs are exact. Calibration still writes every limit
+    the case must set (the headroom rule's floors, each saying so), so the case loads and
+    runs after the one command its error names, instead of being refused by that same
+    command's fix (a loop)."""
+    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu -p no:cacheprovider\n")
+    pytester.makeconftest("def pytest_numcheck_register(registry):\n"
+                          "    import numcheck\n"
+                          "    numcheck.add_gemm_members('mhc_pre', ('tf32',))\n")
+    pytester.mkdir("cases")
+    path = pytester.path / "cases" / "mhc.toml"
+    path.write_text(SUBNORMAL_CASE)
+    refused = pytester.runpytest("--numcheck")
+    assert "is not set by the case" in refused.stdout.str()
+    written = pytester.runpytest("--numcheck", "--numcheck-calibrate=2", "--numcheck-calibrate-pool",
+                                 "tf32=tf32,gemm_tf32_rn", "--numcheck-calibrate-write",
+                                 "-k", "mhc-subnormal")
+    assert written.ret == 0, written.stdout.str()
+    text = path.read_text()
+    pre = text.split("[mhc-subnormal.budget.tf32.pre]", 1)[1].split("\n\n", 1)[0]
+    assert "max_band_ratio = 0.01  # 0 on every seed: the headroom rule's floor" in pre
+    (case,) = load_case_file(path)  # loads: every limit is the case's own
+    assert case.budgets["tf32"].outputs["pre"].limits["max_band_ratio"] == 0.01
+    regen = pytester.runpytest("--numcheck", "--numcheck-regen")
+    assert regen.ret == 0, regen.stdout.str()
+    gate = pytester.runpytest("--numcheck")
+    gate.assert_outcomes(passed=2)
+
+
+def test_the_shipped_distribution_cases_carry_calibrated_tables_for_every_variant() -> None:
     cases = [c for c in load_case_file(ROOT / "cases" / "distributions.toml")]
-    assert {c.op for c in cases if c.inputs.distribution == "llm"} == {"indexer", "mhc_pre"}
+    assert {c.op for c in cases if c.inputs.distribution == "llm"} == {
+        "indexer", "mhc_pre", "linear"}
+    assert {(c.op, c.inputs.distribution) for c in cases} >= {
+        ("indexer", "subnormal"), ("indexer", "near_max"), ("mhc_pre", "zero_rows"),
+        ("linear", "zero_rows"), ("linear", "near_max")}
     for case in cases:
         for variant in case.variants:
             lender = lender_of(case.budgets[variant].origins) or variant

@@ -60,7 +60,7 @@ def test_each_gate_fails_its_planted_variant_and_passes_the_others(
     result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines([
         "numcheck FAIL indexer::tiny-idx::atomic_heads[[]cpu[]]",
-        "  worst: determinism.runs_differing = 2 > budget 0 (seed 0): run 2 of 3 differs from "
+        "  worst: determinism.runs_differing = 5 > budget 0 (seed 0): run 2 of 6 differs from "
         "run 1: logits: * of 2048 elements differ (max |diff| *, first at *)*The variant is not "
         "deterministic*",
     ])
@@ -86,13 +86,13 @@ def test_each_gate_fails_its_planted_variant_and_passes_the_others(
         "case*variant*device*outputs compared*runs*deterministic*requests alone (batch)*"
         "batch-invariant",
         "*",
-        "indexer::tiny-idx*bf16 *cpu*logits, topk*3*yes*0, 2, 3 (4)*yes",
+        "indexer::tiny-idx*bf16 *cpu*logits, topk*6*yes*0, 2, 3 (4)*yes",
     ])
-    result.stdout.fnmatch_lines(["indexer::tiny-idx*atomic_heads*cpu*logits, topk*3*NO: 2 of 2 "
+    result.stdout.fnmatch_lines(["indexer::tiny-idx*atomic_heads*cpu*logits, topk*6*NO: 5 of 5 "
                                  "later runs differ; logits: *"])
     records = {r["variant"]: r for r in json.loads(report.read_text())["records"]}
     det = records["atomic_heads"]["invariance"]["determinism"]
-    assert det["runs"] == 3 and det["runs_differing"] == 2
+    assert det["runs"] == 6 and det["runs_differing"] == 5
     assert det["differences"][0]["outputs"][0]["output"] == "logits"
     bat = records["splitk_by_batch"]["invariance"]["batch_invariance"]
     assert bat["batch"] == 4 and bat["requests"] == [0, 2, 3] and bat["requests_differing"] >= 1
@@ -130,7 +130,7 @@ def test_a_gpu_model_the_keys_do_not_name_is_measured_and_reported_never_failed(
     result = pytester.runpytest("--numcheck", "--numcheck-report", "r.json")
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines([
-        "indexer::tiny-idx*atomic_heads*cpu*NO: 2 of 2 later runs differ*(not gated on this "
+        "indexer::tiny-idx*atomic_heads*cpu*NO: 5 of 5 later runs differ*(not gated on this "
         "GPU model)*",
         ("numcheck invariance: the deterministic / batch_invariant keys of 4 check(s) name no "
          "B200: measured and reported, not gated. Measure B200's and name it: python -m "
@@ -139,5 +139,80 @@ def test_a_gpu_model_the_keys_do_not_name_is_measured_and_reported_never_failed(
     records = {r["variant"]: r for r in json.loads((pytester.path / "r.json").read_text())[
         "records"]}
     det = records["atomic_heads"]["invariance"]["determinism"]
-    assert det["runs_differing"] == 2 and det["gated"] is False
+    assert det["runs_differing"] == 5 and det["gated"] is False
     assert det["why"].startswith("deterministic names no B200 (cpu, H200 only)")
+
+
+SWEEP_CASE = """
+[tiny-idx]
+op = "indexer"
+shape = {{ max_context = 256, heads = 8, head_dim = 32, index_topk = 16, next_n = 2 }}
+sweep.batch = [1, 4]
+variants = ["splitk_by_batch"]
+batch_invariant = ["splitk_by_batch"]
+expect.splitk_by_batch = {{ gates = ["batch_invariance"], reason = "planted"{points} }}
+"""
+
+
+@pytest.mark.parametrize("points", ["", ', points = ["batch4"]'])
+def test_an_expectation_scoped_to_sweep_points(pytester: pytest.Pytester, points: str) -> None:
+    """A kernel that picks its split by the batch is batch-invariant with one request: an
+    expectation of the whole sweep XPASSes there, one scoped to the points it fails at holds,
+    and the other points are ordinary checks (they pass)."""
+    from tests import planted_invariance
+
+    from numcheck.cases import load_cases
+    from numcheck.check.make_golden import write_golden
+    from numcheck.check.run import CaseInputs
+    from numcheck.goldens.files import golden_path
+    from numcheck.ops import registry
+
+    pytester.makeini("[pytest]\naddopts = --numcheck-device cpu\n")
+    (pytester.path / "cases").mkdir()
+    (pytester.path / "cases" / "indexer.toml").write_text(SWEEP_CASE.format(points=points))
+    pytester.makeconftest(CONFTEST)
+    with registry.isolated():
+        for op, variants in planted_invariance.PLANTED.items():
+            for name, (fn, precision, _) in variants.items():
+                registry.add_variant(op, registry.Variant(name, fn, precision))
+        cases = load_cases(pytester.path / "cases")
+        assert [c.id for c in cases] == ["tiny-idx@batch1", "tiny-idx@batch4"]
+        assert [bool(c.expect) for c in cases] == [not points, True]
+        for case in cases:
+            op = registry.get_op(case.op)
+            assert write_golden(golden_path(pytester.path / "goldens", op.name, case.id), op,
+                                case, "cpu", CaseInputs(op, case))
+    result = pytester.runpytest("--numcheck", "-rxX", "-k", "splitk_by_batch")
+    if points:
+        result.assert_outcomes(passed=1, xfailed=1)
+    else:  # at one request the planted split cannot show: the whole-sweep expectation fails
+        result.assert_outcomes(failed=1, xfailed=1)
+        result.stdout.fnmatch_lines(["*tiny-idx@batch1::splitk_by_batch*"])
+
+
+def test_points_must_name_points_of_the_sweep(tmp_path: Path) -> None:
+    from numcheck.cases import CaseFileError, load_case_file
+
+    path = tmp_path / "c.toml"
+    path.write_text(SWEEP_CASE.format(points=', points = ["batch7"]').replace(
+        "splitk_by_batch", "bf16"))
+    with pytest.raises(CaseFileError) as info:
+        load_case_file(path)
+    assert info.value.key == "expect.bf16.points"
+    assert "'batch7' is not a point of the case's sweep" in str(info.value)
+    assert "name points among: batch1, batch4" in str(info.value)
+    path.write_text(path.read_text().replace("sweep.batch = [1, 4]\n", "")
+                    .replace("shape = { ", "shape = { batch = 4, "))
+    with pytest.raises(CaseFileError, match="the case sweeps nothing"):
+        load_case_file(path)
+
+
+def test_a_reference_failing_batch_invariance_is_told_to_list_the_variants() -> None:
+    """``batch_invariant = true`` holds the reference too; where it fails, the next step says
+    so (on a CPU torch's GEMMs are not batch-invariant for every op)."""
+    from numcheck.report.render import invariance_steps
+
+    steps = invariance_steps("batch_invariance", "fp32", "cases/m.toml", "m", reference=True)
+    assert "'fp32' is the op's reference, which 'batch_invariant = true' holds too" in steps[-1]
+    assert "list the variants meant to have it instead" in steps[-1]
+    assert len(invariance_steps("batch_invariance", "bf16", "cases/m.toml", "m")) == 2

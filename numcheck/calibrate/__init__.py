@@ -289,10 +289,11 @@ def suggest_values(
 
     Error metrics (``gated``: the default ones plus any the case's budget gates): the
     headroom rule's factor times the worst (2x; 1.25x for ``max_err_ratio``), rounded up to
-    two significant digits, at least the floor (:mod:`numcheck.calibrate.headroom`). A metric
-    measured 0 with no floor gets 0 only for ``frac_outside`` (a band, not an exactness
-    check); others are left out (the case keeps what it has), and so is a metric the check
-    did not measure (``max_err_ratio`` of an op without a rounding envelope). Top-k: ``recall_min`` allows
+    two significant digits, at least the floor (:mod:`numcheck.calibrate.headroom`: every key
+    of a defaults row has one, so an exact family still gets each limit). A metric measured
+    0 with no floor (against the simulated reference) is left out (the case keeps what it
+    has), and so is a metric the check did not measure (``max_err_ratio`` of an op without a
+    rounding envelope). Top-k: ``recall_min`` allows
     twice the worst miss and at least two swaps per row of ``k``; the tie recalls stay 1
     (every flip must be a near-tie); ``tie_band_rel`` is twice the widest near-tie.
     """
@@ -318,8 +319,8 @@ def suggest_values(
         if metric not in row:
             continue  # not measured for this check (max_err_ratio without an envelope)
         worst = row.get(metric, 0.0)
-        if worst == 0.0 and metric not in FLOORS and metric != "frac_outside":
-            continue
+        if worst == 0.0 and metric not in FLOORS:
+            continue  # a simulated reference's metric measured 0: no floor, no limit
         cells[metric] = budget_value(metric, worst)
     return cells
 

@@ -39,6 +39,7 @@ from numcheck.calibrate import (
     suggest_values,
 )
 from numcheck.calibrate.casewriter import Edit, format_number
+from numcheck.calibrate.headroom import FLOORS
 from numcheck.calibrate.payloads import NumericsPayload, Payload
 from numcheck.honest import MEMBER_PREFIX
 from numcheck.numerics.budget_origin import Given, Inherited, Origin, origins_from_dict, root
@@ -47,6 +48,8 @@ from numcheck.numerics.metric_names import ERROR_METRICS, SIM_METRICS, TOPK_LIMI
 
 #: Width of ``key = value`` before the comment in printed tables.
 COLUMN = 28
+#: The comment a value the headroom rule's floor set gets in the case file.
+FLOOR_NOTE = "0 on every seed: the headroom rule's floor"
 #: Keys a mixed table is judged on: the gated limits (bands and counts are settings).
 _MIXED_KEYS = frozenset((*ERROR_METRICS, *TOPK_LIMITS))
 
@@ -270,8 +273,11 @@ def _plan_variant(plan: NumericsPlan, group: Group[NumericsPayload], p: Numerics
         for key, value in cells[output].items():
             worst = row.get(MEASURED_BY.get(key, key))
             lines.append(cell(key, value, worst_text(key, worst, bool(shown or over))))
+            # A floor set for an exact family says so in the file: no measurement set it.
+            at_floor = worst is not None and worst.value == 0 and key in FLOORS
             plan.edits.setdefault(group.path, []).append(
                 Edit((case, "budget", variant, output), key, value,
+                     comment=FLOOR_NOTE if at_floor else None,
                      origin=found.get(output, {}).get(key)))
         lines += _inherited_note(case, variant, output, p, table)
     floored = bool(plan.findings) and plan.findings[-1].kind == "floor" and \

@@ -186,6 +186,11 @@ class Expectation:
     reason: str
     outputs: tuple[str, ...] = ()
     gates: tuple[str, ...] = ()
+    #: The sweep points it holds at (``points = ["tokens7", ...]``: their labels); None: every
+    #: point, or a case that sweeps nothing. At the other points the variant is an ordinary
+    #: check (a batch-dependent kernel is invariant with one token: expected to fail at the
+    #: others only).
+    points: tuple[str, ...] | None = None
 
     def covers(self, key: str) -> bool:
         """Whether a violation ``<gate or output>.<metric>`` is one this expectation expects."""
@@ -215,7 +220,8 @@ class Expectation:
         parts = [(name, values) for name, values in (
             ("outputs", self.outputs), ("gates", self.gates), ("metrics", self.metrics))
             if values]
-        return "; ".join(f"{name} {', '.join(values)}" for name, values in parts)
+        text = "; ".join(f"{name} {', '.join(values)}" for name, values in parts)
+        return text if self.points is None else f"{text}; at points {', '.join(self.points)}"
 
 
 def load_cases(folder: Path, *, lookup: OpLookup = registry.get_op) -> list[Case]:
@@ -472,7 +478,15 @@ def _sweep_points(where: _Where, body: Mapping[str, Any], op: OpSpec, preset: st
     extra = {} if case.inputs.param() is None else {INPUTS_PARAM: case.inputs.param()}
     for point, params in points:
         _check_requests(where, op, case.batch_invariant, params, point.id)
-    return [replace(case, id=point.id, params={**params, **extra}, sweep=point)
+    labels = [point.label for point, _ in points]
+    for variant, expected in case.expect.items():
+        unknown = [p for p in expected.points or () if p not in labels]
+        if unknown:
+            raise where.error(f"expect.{variant}.points", f"'{unknown[0]}' is not a point of "
+                              "the case's sweep", f"name points among: {', '.join(labels)}")
+    return [replace(case, id=point.id, params={**params, **extra}, sweep=point,
+                    expect={v: e for v, e in case.expect.items()
+                            if e.points is None or point.label in e.points})
             for point, params in points]
 
 
@@ -494,8 +508,8 @@ def _parse_provenance(
 
 
 #: The keys of ``expect.<variant>``: what is expected (any of the first four; ``fails`` is
-#: the older name of ``metrics``) and why.
-EXPECT_KEYS = ("outputs", "gates", "metrics", "fails", "reason")
+#: the older name of ``metrics``), why, and at which sweep points.
+EXPECT_KEYS = ("outputs", "gates", "metrics", "fails", "reason", "points")
 
 
 def _parse_expect(
@@ -564,12 +578,20 @@ def _parse_expect(
                     f"unknown gate metric {item!r}",
                     f"name a '<gate>.<metric>' among: {names}",
                 )
+        points = None
+        if "points" in spec:
+            if SWEEP_KEY not in body:
+                raise where.error(f"{key}.points", "the case sweeps nothing, and points names "
+                                  "sweep points", "remove points (the expectation holds for "
+                                  "the case), or sweep the case")
+            points = tuple(dict.fromkeys(_expect_list(where, f"{key}.points", spec["points"],
+                                                      'points = ["tokens7"]')))
         whole = [*outputs, *gates]
         covered = [f"{g}.{m}" for g in whole for m in known[g]
                    if g in op.outputs or m not in GATES[g].inconclusive]
         fails = tuple(dict.fromkeys([*covered, *metrics]))
         expectation = Expectation(fails, reason, tuple(dict.fromkeys(outputs)),
-                                  tuple(dict.fromkeys(gates)))
+                                  tuple(dict.fromkeys(gates)), points)
         for item in metrics:
             if item.partition(".")[0] in op.outputs:
                 require_checked(f"{key}.{listed}", op, variant, item.partition(".")[0])

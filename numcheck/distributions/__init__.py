@@ -11,7 +11,8 @@ another distribution is stale), and the op's ``make_inputs(params, seed)`` reads
   magnitude spread (log-normal, sigma 1);
 - ``near_max``: every value near the largest the op can take (``largest``: the format's
   largest finite value, or less where the op's FP32 reference would overflow);
-- ``zero_rows``: normal, with a quarter of the rows (tokens) exactly zero;
+- ``zero_rows``: normal, with a quarter of the tokens exactly zero (every value of a token:
+  the input a padding token gives);
 - ``subnormal``: magnitudes in the subnormal range of the format the tensor is stored in;
 - ``ties``: values on a coarse grid (multiples of 1/2), so that exact ties abound.
 
@@ -73,13 +74,18 @@ def outlier_channels(gen: np.random.Generator, channels: int) -> tuple[np.ndarra
 def activations(
     gen: np.random.Generator, shape: tuple[int, ...], distribution: str, *,
     dtype: torch.dtype = torch.float32, largest: float | None = None,
+    token_dims: int | None = None,
 ) -> torch.Tensor:
-    """fp32 activations of ``shape`` (last axis: channels; every other: tokens) drawn from
+    """fp32 activations of ``shape`` (last axis: channels; every other: rows) drawn from
     ``distribution`` for a tensor stored as ``dtype``.
 
     ``largest`` bounds ``near_max`` (default: ``dtype``'s largest finite value); ``subnormal``
     draws magnitudes log-uniformly between ``dtype``'s smallest subnormal and its smallest
-    normal (so they survive the cast to ``dtype``). Raises ValueError for an unknown name.
+    normal (so they survive the cast to ``dtype``). ``token_dims``: how many leading axes
+    index a token (default: every axis but the last); ``zero_rows`` zeroes whole tokens, so
+    an op whose token holds several rows (mHC's ``n`` streams of ``[tokens, n, C]``) says
+    ``token_dims=1`` and gets all-zero tokens, not zero streams beside live ones. Raises
+    ValueError for an unknown name.
     """
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"unknown input distribution {distribution!r}; known: "
@@ -101,9 +107,13 @@ def activations(
         picked, factor = outlier_channels(gen, shape[-1])
         x[..., picked] *= factor
     elif distribution == "zero_rows":
-        rows = x.reshape(-1, shape[-1])
-        count = max(1, round(ZERO_ROW_SHARE * rows.shape[0]))
-        rows[gen.choice(rows.shape[0], size=count, replace=False)] = 0.0
+        lead = len(shape) - 1 if token_dims is None else token_dims
+        if not 0 < lead < len(shape):
+            raise ValueError(f"token_dims must be 1..{len(shape) - 1} for shape {shape}, "
+                             f"got {token_dims}")
+        by_token = x.reshape(math.prod(shape[:lead]), -1)
+        count = max(1, round(ZERO_ROW_SHARE * by_token.shape[0]))
+        by_token[gen.choice(by_token.shape[0], size=count, replace=False)] = 0.0
     elif distribution == "ties":
         x = np.clip(np.round(x / TIE_STEP) * TIE_STEP, -4.0, 4.0)
     return torch.from_numpy(np.ascontiguousarray(x)).to(torch.float32)

@@ -41,11 +41,14 @@ DETERMINISTIC_KEY = DETERMINISM_GATE.case_key
 BATCH_INVARIANT_KEY = BATCH_INVARIANCE_GATE.case_key
 
 #: Calls of a variant on one seed's inputs the determinism gate makes and compares (each
-#: later one with the first). Two would be the least that can show anything; three give
-#: two chances, for a reduction whose order changes on most runs but not on every one
-#: (atomics under contention). Each costs one call of the variant (under Triton's
-#: interpreter on the CPU, up to seconds): a case that wants more says ``runs = N``.
-DEFAULT_RUNS = 3
+#: later one with the first). A reduction whose order is random on each call (float
+#: atomics) is missed only when every call gives the same bits: with three partials, whose
+#: three orders of summation give three results (a + b = b + a, so 3! orders give 3), each
+#: 1/3 likely, k calls all agree with chance 3 x (1/3)^k = 3^(1 - k): 1 in 9 for 3 calls,
+#: 1 in 243 for 6, so 6 catch it with 99.6% (docs/cases.md has the general case). Each call
+#: costs one run of the variant (under Triton's interpreter on the CPU, up to seconds): a
+#: case that wants more says ``runs = N``.
+DEFAULT_RUNS = 6
 MAX_RUNS = 100
 #: Table keys of each case key (beside ``variants`` and ``devices``).
 _OPTIONS = {DETERMINISTIC_KEY: ("runs",), BATCH_INVARIANT_KEY: ("requests",)}

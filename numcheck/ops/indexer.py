@@ -44,6 +44,9 @@ PARAMS = {
     "block_size": ParamSpec(int, 64, "tokens per KV page", min=1),
     "max_context": ParamSpec(int, 2048, "longest context in the batch", min=1),
     "min_context": ParamSpec(int, 0, "shortest context (0: max_context // 4)", min=0),
+    "short_context": ParamSpec(
+        int, 0, "the first request's context (0: drawn like the others); set, another request "
+        "spans max_context, so the first request's rows end before the batch's width", min=0),
     "index_topk": ParamSpec(int, 512, "tokens selected per query row", min=1),
     "shuffle_pages": ParamSpec(bool, True, "block tables are a random permutation of pages"),
     "near_ties": ParamSpec(
@@ -70,6 +73,15 @@ def check_params(p: Params) -> list[ParamProblem]:
         problems.append(ParamProblem(
             "next_n", f"next_n {p['next_n']} > max_context {big}: a request's query rows "
             "need that many tokens", f"set next_n <= {big}, or raise max_context"))
+    short = p.get("short_context", 0)
+    if short and not p["next_n"] <= short <= big:
+        problems.append(ParamProblem(
+            "short_context", f"short_context {short} is outside next_n {p['next_n']} .. "
+            f"max_context {big}", f"set short_context between {p['next_n']} and {big}"))
+    if short and p["batch"] < 2:
+        problems.append(ParamProblem(
+            "batch", f"short_context {short} needs another request to span max_context {big}, "
+            "and the batch holds one", "set batch >= 2, or short_context = 0"))
     return problems
 
 
@@ -97,7 +109,14 @@ def make_inputs(p: Params, seed: int) -> Inputs:
 
     lens_rng = rng(seed, "context_lens")
     context_lens = np.asarray(lens_rng.integers(small, big, size=b, endpoint=True))
-    context_lens[lens_rng.integers(0, b)] = big  # the longest context is always present
+    longest = int(lens_rng.integers(0, b))
+    short = p.get("short_context", 0)  # parameters built by hand may omit it
+    if short:
+        # The first request ends where the case says; another spans the batch's width, so
+        # the first request's rows end before it (a mask applied late shows there).
+        context_lens[0] = short
+        longest = 1 + longest % (b - 1)
+    context_lens[longest] = big  # the longest context is always present
     blocks = [math.ceil(int(c) / bs) for c in context_lens]
     max_blocks = math.ceil(big / bs)
     # One spare page per request, so a wrong page index reads real but foreign data.
@@ -123,7 +142,7 @@ def make_inputs(p: Params, seed: int) -> Inputs:
             # Token magnitudes vary like real keys, so per-token scales matter.
             keys *= torch.from_numpy(np.exp(0.5 * k_rng.standard_normal((length, 1)))).float()
         else:
-            keys = _drawn(k_rng, (length, d), distribution)
+            keys = _drawn(k_rng, (length, d), distribution, keys=True)
         ties = _plan_near_ties(length, p["near_ties"], tie_rng)
         if scale_fmt == "amax448":
             _scale_copies(keys, ties)
@@ -144,7 +163,7 @@ def make_inputs(p: Params, seed: int) -> Inputs:
 
     q_rng = rng(seed, "q")
     q_raw = (normal(q_rng, (b, n, h, d)) if distribution == "normal"
-             else _drawn(q_rng, (b, n, h, d), distribution))
+             else _drawn(q_rng, (b, n, h, d), distribution, keys=False))
     q8, q_scale = quantize_e4m3(q_raw)
     w_raw = normal(rng(seed, "weights"), (b * n, h))
     # Folded like the model: weights_proj(x) * H^-0.5 * q_scale * D^-0.5.
@@ -158,15 +177,32 @@ def make_inputs(p: Params, seed: int) -> Inputs:
     }
 
 
-def _drawn(gen: np.random.Generator, shape: tuple[int, ...], distribution: str) -> torch.Tensor:
-    """Keys or queries (last axis: head_dim) of a distribution other than the default, in
-    e4m3 units: each row is quantized with its own scale (amax / 448), so a row keeps one
-    element at full scale (448) where the distribution's values alone would all scale up:
-    ``subnormal`` rows then hold e4m3 subnormals beside it, ``near_max`` rows values near
-    448."""
-    x = activations(gen, shape, distribution, dtype=torch.float8_e4m3fn, largest=E4M3_MAX)
+#: ``near_max``: q and keys are drawn near 448 x this, so their e4m3 codes sit near e4m3's
+#: largest (448) and their scales are this: the logits then lie beyond fp16's largest finite
+#: value (65504) for all but a few tokens (their spread is about 8e4 x NEAR_MAX_SCALE^2), so
+#: a kernel that keeps or sorts scores in fp16 loses their order at any top-k.
+NEAR_MAX_SCALE = 16.0
+
+
+def _drawn(gen: np.random.Generator, shape: tuple[int, ...], distribution: str, *,
+           keys: bool) -> torch.Tensor:
+    """Keys (``keys``) or queries (last axis: head_dim) of a distribution other than the
+    default, as raw values that each row's own scale (amax / 448) turns into e4m3 codes.
+
+    ``subnormal``: a row keeps one element at full scale (448), or the scale would lift its
+    values out of the subnormal range; the rest are e4m3 subnormals. The query's full-scale
+    element is its first, each key's another (drawn per key), so every product of a query
+    and a key pairs a full-scale element with a subnormal one: the logits are made of
+    subnormal products, and a path that flushes e4m3 subnormals loses them.
+    ``near_max``: codes near 448 with scales of :data:`NEAR_MAX_SCALE` (logits past fp16)."""
+    top = E4M3_MAX * NEAR_MAX_SCALE if distribution == "near_max" else E4M3_MAX
+    x = activations(gen, shape, distribution, dtype=torch.float8_e4m3fn, largest=top)
     if distribution == "subnormal":
-        x[..., 0] = torch.where(x[..., 0] < 0, -E4M3_MAX, E4M3_MAX)
+        rows = x.view(-1, shape[-1])
+        cols = (torch.from_numpy(gen.integers(1, shape[-1], size=rows.shape[0]))
+                if keys and shape[-1] > 1 else torch.zeros(rows.shape[0], dtype=torch.int64))
+        at = torch.arange(rows.shape[0])
+        rows[at, cols] = torch.where(rows[at, cols] < 0, -E4M3_MAX, E4M3_MAX)
     return x
 
 

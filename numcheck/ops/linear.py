@@ -34,6 +34,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from numcheck.distributions import DISTRIBUTIONS, activations, input_distribution
 from numcheck.inputs import normal, rng
 from numcheck.ops.fp8_gemm import (
     FP8_DTYPES,
@@ -95,20 +96,36 @@ BLOCK = 128
 
 def make_inputs(p: Params, seed: int) -> Inputs:
     """Inputs for one case and seed, on the CPU: hidden states whose per-token magnitudes
-    vary with a few outlier channels, and a weight of std K^-1/2 whose 128x128 blocks vary
-    in magnitude."""
+    vary with a few outlier channels (or drawn from the case's input distribution,
+    numcheck.distributions), and a weight of std K^-1/2 whose 128x128 blocks vary in
+    magnitude (the same for every distribution)."""
     m, k, n = p["tokens"], p["in_features"], p["out_features"]
-    x_rng = rng(seed, "x")
-    x = normal(x_rng, (m, k))
-    x *= torch.from_numpy(np.exp(0.5 * x_rng.standard_normal((m, 1)))).float()
-    outliers = torch.from_numpy(x_rng.choice(k, size=max(k // 512, 1), replace=False))
-    x[:, outliers] *= 20.0
     w_rng = rng(seed, "w")
     w = normal(w_rng, (n, k), std=k ** -0.5)
     rows, cols = -(-n // BLOCK), -(-k // BLOCK)
     blocks = torch.from_numpy(np.exp(0.5 * w_rng.standard_normal((rows, cols)))).float()
     w *= blocks.repeat_interleave(BLOCK, 0)[:n].repeat_interleave(BLOCK, 1)[:, :k]
-    return {"x": x.to(torch.bfloat16), "w": w.to(torch.bfloat16)}
+    w = w.to(torch.bfloat16)
+    x_rng = rng(seed, "x")
+    distribution = input_distribution(p)
+    if distribution == "normal":
+        x = normal(x_rng, (m, k))
+        x *= torch.from_numpy(np.exp(0.5 * x_rng.standard_normal((m, 1)))).float()
+        outliers = torch.from_numpy(x_rng.choice(k, size=max(k // 512, 1), replace=False))
+        x[:, outliers] *= 20.0
+    else:
+        x = activations(x_rng, (m, k), distribution, dtype=torch.bfloat16,
+                        largest=largest_x(w))
+    return {"x": x.to(torch.bfloat16), "w": w}
+
+
+def largest_x(w: torch.Tensor) -> float:
+    """The largest |x| for which no sum of y = x W^T can overflow float32, with a factor 2
+    to spare (K * |x| * max |W| at most half of float32's largest): ``near_max`` inputs sit
+    just below it (beyond it the FP32 reference overflows, so no implementation is
+    honest)."""
+    k = w.shape[-1]
+    return float(torch.finfo(torch.float32).max) / (2.0 * k * float(w.float().abs().max()))
 
 
 def fp32(inputs: Inputs, p: Params) -> Outputs:
@@ -288,6 +305,7 @@ OP = OpSpec(
         "fp8_block_torchao": torchao_variant(),
     },
     make_inputs=make_inputs,
+    distributions=DISTRIBUTIONS,
     outputs=("y",),
     params=PARAMS,
     presets=PRESETS,

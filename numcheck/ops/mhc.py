@@ -88,8 +88,10 @@ def make_inputs(p: Params, seed: int) -> Inputs:
         outliers = torch.from_numpy(x_rng.choice(c, size=max(c // 512, 1), replace=False))
         x[:, :, outliers] *= 20.0
     else:
+        # A token is its n streams: zero_rows zeroes whole tokens (a padding token), where
+        # an RMS over the token without its epsilon divides by zero.
         x = activations(x_rng, (t, n, c), distribution, dtype=torch.bfloat16,
-                        largest=largest_x(p))
+                        largest=largest_x(p), token_dims=1)
     hc_rng = rng(seed, "hc")
     return {
         "x": x.to(torch.bfloat16),

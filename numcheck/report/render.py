@@ -82,8 +82,9 @@ def failure_message(result: CheckResult, commands: Commands, source: str) -> str
     )
     if invariance:
         assert top is not None
-        message += "\n" + "\n".join(invariance_steps(top.output, result.variant, source,
-                                                      result.case.table))
+        message += "\n" + "\n".join(invariance_steps(
+            top.output, result.variant, source, result.case.table,
+            reference=result.variant not in result.case.variants))
     if speed:
         message += "\n" + "\n".join(speed_steps(cls, commands.speed))
     return message
@@ -107,19 +108,27 @@ def speed_steps(device_class: str, speed: str) -> list[str]:
     ]
 
 
-def invariance_steps(gate: str, variant: str, source: str, case: str) -> list[str]:
+def invariance_steps(gate: str, variant: str, source: str, case: str, *,
+                     reference: bool = False) -> list[str]:
     """The next steps of a determinism or batch-invariance failure: no budget to tune, the
-    kernel is wrong or the case asks too much of it."""
+    kernel is wrong or the case asks too much of it (``reference``: the op's reference, which
+    ``true`` lists with the rest)."""
     key = GATES[gate].case_key
     fix = ("a reduction order fixed for every call: no float atomics, no split chosen by "
            "occupancy" if gate == "determinism" else
            "a split, tile and kernel that depend on the shape of a request, not on the batch")
-    return [
+    steps = [
         f"  next step:   the kernel is meant to be {key.replace('_', '-')} -> fix it ({fix}), "
         "then run 'reproduce'",
         f"               it is not meant to be -> drop '{variant}' from {key} in {source} "
         f"[{case}] (docs/cases.md, \"Determinism and batch invariance\")",
     ]
+    if reference:
+        steps.append(
+            f"               '{variant}' is the op's reference, which '{key} = true' holds "
+            "too: torch's own GEMMs need not have this property (on a CPU they sum a row "
+            "otherwise alone than in a batch); list the variants meant to have it instead")
+    return steps
 
 
 def _against(metrics: Mapping[str, float], limits: Mapping[str, float], name: str,
