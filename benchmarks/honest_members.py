@@ -32,10 +32,10 @@ def register_all() -> None:
         if not any(v.startswith("gemm_fp32") for v in get_op(op).variants):
             add_gemm_members(op, ("fp32",))
     # The linear op's bf16 family is its GEMM members (its low-precision variants' families
-    # are their schemes': benchmarks/fp8_families.py).
+    # are their schemes': benchmarks/numerics/fp8_families.py).
     if not any(v.startswith("gemm_bf16") for v in get_op("linear").variants):
         add_gemm_members("linear", ("bf16",))
-    from benchmarks.fp8_families import register_members
+    from benchmarks.numerics.fp8_families import register_members
 
     register_members("linear")  # the FP8 / FP4 schemes' members, for pools of quant variants
 

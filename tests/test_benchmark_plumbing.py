@@ -42,6 +42,8 @@ PLUMBING = {
     "benchmarks.speed.liger_mhc": "test_liger_mhc",
     "benchmarks.numerics.fp8_families": "test_fp8_families_and_its_judge",
     "benchmarks.reliability.fp8_catch": "test_fp8_catch_and_its_judge",
+    "benchmarks.numerics.many_seeds":
+        "test_many_seeds.py::test_the_gpu_regression_step_runs_it_and_judges_by_its_report",
     "benchmarks.numerics.fp8_accumulation":
         "test_quant_benchmark.py::test_the_cpu_path_writes_its_table_and_json",
     "numcheck.calibrate": "test_calibrate_and_heldout_modules",

@@ -339,6 +339,24 @@ def _measured(folder: Path) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]
     return measured, invariant - broken
 
 
+def _measured_onboard(path: Path) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """The same from ``python -m numcheck onboard``'s JSON: the (case, variant) pairs
+    deterministic at every point measured, and those batch-invariant at every point."""
+    import json
+
+    from numcheck.cases import load_cases
+
+    ops = {c.table: c.op for c in load_cases(Path(__file__).resolve().parent.parent / "cases")}
+    held: dict[str, set[tuple[str, str]]] = {"deterministic": set(), "batch_invariant": set()}
+    broken: dict[str, set[tuple[str, str]]] = {"deterministic": set(), "batch_invariant": set()}
+    for key in json.loads(path.read_text())["invariance"]["keys"]:
+        for row in key["rows"]:
+            pair = (f"{ops[key['case']]}::{key['case']}", row["variant"])
+            (broken if row["differing"] else held)[key["key"]].add(pair)
+    return (held["deterministic"] - broken["deterministic"],
+            held["batch_invariant"] - broken["batch_invariant"])
+
+
 def _measured_many(path: Path) -> dict[str, tuple[set[tuple[str, str]], set[tuple[str, str]]]]:
     """The same from a benchmarks/numerics/many_seeds.py run, per gate: the (case, variant) pairs
     that held on every seed and point measured (batch invariance: where more than one
@@ -361,7 +379,7 @@ def _measured_many(path: Path) -> dict[str, tuple[set[tuple[str, str]], set[tupl
 def test_the_shipped_cases_turn_the_keys_on_where_they_were_measured_to_hold() -> None:
     # cases/*.toml: measured with benchmarks/reliability/invariance.py on the CPU
     # (docs/evidence/2026-12-04-cpu-invariance) and on an H200
-    # (docs/evidence/2026-12-04-h200-invariance), and with benchmarks/many_seeds.py on 50
+    # (docs/evidence/2026-12-04-h200-invariance), and with benchmarks/numerics/many_seeds.py on 50
     # fresh CPU seeds (docs/evidence/2026-12-06-cpu-coverage: a key holds there only if it
     # held on every seed). Every numerics case deterministic for every variant on each device
     # it was measured on, the CPU always (a case new since the H200 run claims the CPU alone
@@ -376,7 +394,8 @@ def test_the_shipped_cases_turn_the_keys_on_where_they_were_measured_to_hold() -
                  _measured(evidence / "2026-12-04-h200-invariance"))
     many = _measured_many(evidence / "2026-12-06-cpu-coverage" / "many-seeds-20000.jsonl.gz")
     det, bat = many["determinism"], many["batch_invariance"]
-    on = {"cpu": ((cpu[0] | det[0]) - det[1], (cpu[1] | bat[0]) - bat[1]), "H200": h200}
+    on = {"cpu": ((cpu[0] | det[0]) - det[1], (cpu[1] | bat[0]) - bat[1]), "H200": h200,
+          "H100": _measured_onboard(evidence / "2026-12-06-h100-onboard" / "onboard-H100.json")}
     cases = [c for c in load_cases(root / "cases") if not c.perf_only]
     assert cases
     for case in cases:
