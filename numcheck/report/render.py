@@ -1,6 +1,6 @@
 """Text for people: the failure message of one check and the end-of-run summary table.
 
-One layout for every failure (STYLE.md, after torch's ``_make_mismatch_msg``): verdict;
+One layout for every failure (after torch's ``_make_mismatch_msg``): verdict;
 worst metric against its budget; the other violations; unexplained top-k flips as a
 capped table; the case; the commands to reproduce and to regenerate.
 """
