@@ -59,8 +59,8 @@ from numcheck.invariance.gate import (
     InvarianceSpec,
     parse_spec,
 )
-from numcheck.numerics.budget_provenance import PROVENANCE, CalibrationRecord, parse_record
 from numcheck.numerics.budgets import BudgetError, VariantBudget, describe
+from numcheck.numerics.calibration_record import PROVENANCE, CalibrationRecord, parse_record
 from numcheck.numerics.metric_names import NONFINITE_METRICS
 from numcheck.ops import registry
 from numcheck.ops.param_checks import check_params
@@ -493,7 +493,7 @@ def _sweep_points(where: _Where, body: Mapping[str, Any], op: OpSpec, preset: st
 def _parse_provenance(
     where: _Where, body: Mapping[str, Any], op: OpSpec
 ) -> dict[str, CalibrationRecord]:
-    """The calibration records of the case's variants (numcheck.numerics.budget_provenance)."""
+    """The calibration records of the case's variants (numcheck.numerics.calibration_record)."""
     given = _table(where, body, PROVENANCE, f"[{where.case}.{PROVENANCE}.<variant>] tables")
     records: dict[str, CalibrationRecord] = {}
     for variant, raw in given.items():
