@@ -409,7 +409,7 @@ def numerics(run: Onboarding, args: argparse.Namespace) -> bool:
     from numcheck.honest.gemm_family import member_name, member_variants, members
     from numcheck.ops import registry
     from numcheck.ops.registry import add_variant, get_op
-    from numcheck.report.budget_source import calibrate_command
+    from numcheck.report.limit_text import calibrate_command
     from numcheck.selftest import family_outcomes
 
     seeds = [args.first_seed + i for i in range(args.seeds)]

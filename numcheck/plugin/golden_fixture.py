@@ -51,7 +51,7 @@ from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement
 from numcheck.numerics.verdict import Violation, check_topk, worst
 from numcheck.ops.spec import TopkSpec
 from numcheck.precision import precision_of
-from numcheck.report.budget_source import origin_text
+from numcheck.report.limit_text import origin_text
 from numcheck.report.render import Commands, failure_detail, verdict_message
 
 #: Sub-folder of the goldens folder that holds fixture goldens (no op name starts with "_").

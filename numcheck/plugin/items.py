@@ -140,7 +140,7 @@ class CheckItem(pytest.Item):
 
     def commands(self) -> Commands:
         from numcheck.calibrate.family import honest_family
-        from numcheck.report.budget_source import calibrate_command
+        from numcheck.report.limit_text import calibrate_command
 
         dev = f" {options.DEVICE_OPTION} {self.device}"
         # A budget too tight is calibrated on the class's honest family, never on the

@@ -214,7 +214,7 @@ def _budget_line(result: CheckResult, top: Violation | None, source: str, cls: s
     case was loaded): the case file and line, or the default it comes from; "" for a rule
     no key sets."""
     from numcheck.cases.limits import limit_origin
-    from numcheck.report.budget_source import origin_text
+    from numcheck.report.limit_text import origin_text
 
     limit = None if top is None else limit_origin(
         result.case, result.variant, top.output, top.metric, cls=cls)
@@ -259,7 +259,7 @@ def verdict_message(
     if budget:
         tail.insert(1, f"  {'budget:':<12} {budget}")
     if commands.calibrate:
-        from numcheck.report.budget_source import next_steps
+        from numcheck.report.limit_text import next_steps
 
         tail += next_steps(commands.calibrate, commands.regenerate, family=commands.family)
     return "\n".join([*lines, "", *tail])
