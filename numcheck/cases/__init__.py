@@ -72,7 +72,7 @@ from numcheck.overhead.gate import (
     OverheadError,
     complete_overhead,
 )
-from numcheck.perf.gate import EVERY_CLASS, PERF_BOUNDS, PERF_OPTIONS, PerfSpec
+from numcheck.perf.limits import EVERY_CLASS, PERF_BOUNDS, PERF_OPTIONS, PerfSpec
 from numcheck.toml_lines import key_lines
 
 #: Keys a case table accepts.
