@@ -653,7 +653,7 @@ def test_a_real_round_trip_stays_a_round_trip_beside_a_repeat() -> None:
 
 
 def test_the_casts_gate_names_a_repeated_cast_apart_from_round_trips(tmp_path: Any) -> None:
-    from numcheck.overhead.gate import OverheadBudget, audit_variant, overhead_violations
+    from numcheck.overhead.limits import OverheadBudget, audit_variant, overhead_violations
 
     lib = _library(tmp_path)
 

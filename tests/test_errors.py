@@ -58,8 +58,8 @@ MADE: dict[str, Callable[[], BaseException]] = {
                                                             *KEYED),
     "numcheck.invariance.gate.InvarianceError": lambda: _error(
         "invariance.gate.InvarianceError", "deterministic.devices", "unknown device", "cuda"),
-    "numcheck.overhead.gate.OverheadError": lambda: _error(
-        "overhead.gate.OverheadError", "max_cast_bytes_ratio", "negative", "give >= 0"),
+    "numcheck.overhead.limits.OverheadError": lambda: _error(
+        "overhead.limits.OverheadError", "max_cast_bytes_ratio", "negative", "give >= 0"),
     "numcheck.cases.CaseFileError": lambda: _error(
         "cases.CaseFileError", Path("cases/mhc.toml"), "negative", "give >= 0", case="tiny",
         key="budget.bf16.y.rel_fro"),

@@ -15,7 +15,8 @@ from numcheck.gates import GATES
 from numcheck.ops import indexer
 from numcheck.ops.registry import get_op
 from numcheck.overhead.casts import CastLedger
-from numcheck.overhead.gate import (
+from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, ELEMENTWISE, KernelAudit, KernelRecord
+from numcheck.overhead.limits import (
     METADATA_SHARE,
     InputReads,
     OverheadBudget,
@@ -25,7 +26,6 @@ from numcheck.overhead.gate import (
     default_overhead,
     overhead_violations,
 )
-from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, ELEMENTWISE, KernelAudit, KernelRecord
 from tests import planted
 from tests.caseproject import PLANTED, case_project, write_goldens
 

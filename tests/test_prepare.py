@@ -23,7 +23,7 @@ from numcheck.inputs import to_device
 from numcheck.ops import registry
 from numcheck.ops.registry import RegistrationError, Variant, get_op
 from numcheck.ops.spec import VariantError
-from numcheck.overhead import gate
+from numcheck.overhead import limits
 from numcheck.perf import timing
 from numcheck.perf.noise import reset_machine_noise
 from numcheck.perf.timing import TimerRequest
@@ -246,7 +246,7 @@ def test_the_kernel_audit_profiles_the_call_only(
         fn()  # type: ignore[operator]
         profiled.append(len(prepared_variants.PREPARE_CALLS) - before)
 
-    monkeypatch.setattr(gate, "profile_kernels", fake_profile)
+    monkeypatch.setattr(limits, "profile_kernels", fake_profile)
     case = tiny(tmp_path)
     check_overhead(get_op("mhc_pre"), case, "prepared_bf16", "cpu", _inputs(case),
                         gates=set(), kernels=True)

@@ -115,7 +115,7 @@ def test_perf_cases_set_cast_limits_at_their_own_shapes() -> None:
     """No variant of a perf case is left at its class's wide default ceiling without saying
     so: each has a limit measured at the case's shape, or a declared expected failure (the
     prefill bf16 indexer's widened scores) with its reason."""
-    from numcheck.overhead.gate import default_overhead
+    from numcheck.overhead.limits import default_overhead
 
     op_variants = {name: set(get_op(name).variants) for name in ("indexer", "mhc_pre", "linear")}
     for case in (c for c in ALL_CASES.values() if c.perf_only):
@@ -141,7 +141,7 @@ def test_roundtrip_variant_is_a_strict_xfail_on_casts_in_every_mhc_case() -> Non
 
 
 def test_shipped_variants_pass_the_casts_gate_except_the_known_bad_one() -> None:
-    from numcheck.overhead.gate import audit_variant, overhead_violations
+    from numcheck.overhead.limits import audit_variant, overhead_violations
 
     for key in ("mhc_pre::v4flash-t64", "indexer::v4flash-b2-l1k-contiguous"):
         case = CASES[key]

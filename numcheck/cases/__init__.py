@@ -65,7 +65,7 @@ from numcheck.numerics.metric_names import NONFINITE_METRICS
 from numcheck.ops import registry
 from numcheck.ops.param_checks import check_params
 from numcheck.ops.registry import OpSpec
-from numcheck.overhead.gate import (
+from numcheck.overhead.limits import (
     KERNEL_LIMITS,
     OVERHEAD_KEYS,
     OverheadBudget,
@@ -132,7 +132,7 @@ class Case:
     #: --numcheck-perf (its numerics are checked by the CPU-sized cases of the same op).
     perf_only: bool = False
     #: Cast/copy and kernel limits per variant (``[<case>.overhead.<variant>]``), complete
-    #: for every variant the case runs; see :mod:`numcheck.overhead.gate`.
+    #: for every variant the case runs; see :mod:`numcheck.overhead.limits`.
     overhead: Mapping[str, OverheadBudget] = field(default_factory=dict)
     #: How calibration set each variant's budget tables (``[<case>.provenance.<variant>]``,
     #: written by --numcheck-calibrate-write, read by the next calibration; never gated).

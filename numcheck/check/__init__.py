@@ -61,7 +61,7 @@ from numcheck.invariance.gate import BATCH_INVARIANT_KEY, DETERMINISTIC_KEY, Inv
 from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import OpSpec
-from numcheck.overhead.gate import OVERHEAD_GATES
+from numcheck.overhead.limits import OVERHEAD_GATES
 from numcheck.perf.sections import DeviceSections
 from numcheck.prepare import Preparations
 

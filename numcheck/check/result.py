@@ -29,7 +29,7 @@ from numcheck.numerics.metrics import ErrorMetrics
 from numcheck.numerics.topk import TopkReport
 from numcheck.numerics.verdict import Violation, worst
 from numcheck.ops.spec import Outputs
-from numcheck.overhead.gate import OverheadReport
+from numcheck.overhead.limits import OverheadReport
 from numcheck.prepare import Prepared
 
 __all__ = ["CheckResult", "PerfPart", "SeedResult", "Settled", "display_id"]

@@ -31,7 +31,7 @@ from numcheck.execute.executor import CheckRequest
 from numcheck.goldens.files import GoldenError
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError
-from numcheck.overhead.gate import OVERHEAD_GATES
+from numcheck.overhead.limits import OVERHEAD_GATES
 from numcheck.perf.timing import TimingError
 from numcheck.plugin import options
 from numcheck.plugin.calibration import CalibrationMode

@@ -9,7 +9,7 @@ Every variant names the precision class it computes in (``fp32``, ``tf32``, ``fp
   compute dtype and the output's dtype),
 - the unit roundoff of the floor of its element-level error (``max_err_ratio``),
 - whether its GEMMs are meant for tensor cores, so that a CUDA-core GEMM is a failure of the
-  kernel audit (``numcheck.overhead.gate``).
+  kernel audit (``numcheck.overhead.limits``).
 
 torch is imported inside the functions, so the names load without it.
 

@@ -410,7 +410,7 @@ def audit_variant(
     audit = None
     if kernels:
         audit = profile_kernels(lambda: fn(dict(call_inputs), params), iterations=iterations,
-                                skip=("numcheck/overhead/gate.py", "numcheck/overhead/kernels.py"))
+                                skip=("numcheck/overhead/limits.py", "numcheck/overhead/kernels.py"))
     return OverheadReport(ledger, min_bytes, audit, prepared)
 
 
