@@ -16,7 +16,7 @@ from numcheck.check import held_gates, run_check
 from numcheck.check.invariance import check_invariance
 from numcheck.check.make_golden import fresh_golden
 from numcheck.invariance.bitwise import difference, differences
-from numcheck.invariance.gate import DEFAULT_RUNS, InvarianceSpec, default_requests
+from numcheck.invariance.limits import DEFAULT_RUNS, InvarianceSpec, default_requests
 from numcheck.ops import registry
 from numcheck.ops.batch import (
     Batch,

@@ -33,7 +33,7 @@ import torch
 from numcheck.cases import Case, load_cases
 from numcheck.check.invariance import check_invariance
 from numcheck.check.run import CaseInputs
-from numcheck.invariance.gate import InvarianceSpec
+from numcheck.invariance.limits import InvarianceSpec
 from numcheck.ops.batch import batch_size
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError

@@ -52,7 +52,7 @@ from numcheck.gates import (
     TOPK_METRICS,
 )
 from numcheck.honest.gemm_family import missing_envelope, yardstick
-from numcheck.invariance.gate import (
+from numcheck.invariance.limits import (
     BATCH_INVARIANT_KEY,
     DETERMINISTIC_KEY,
     InvarianceError,
@@ -411,7 +411,7 @@ def _parse_invariance(
     where: _Where, body: Mapping[str, Any], op: OpSpec, key: str, variants: tuple[str, ...],
     devices: tuple[str, ...], params: Mapping[str, Any], perf_only: bool,
 ) -> InvarianceSpec | None:
-    """``deterministic`` or ``batch_invariant`` (numcheck.invariance.gate): off by default.
+    """``deterministic`` or ``batch_invariant`` (numcheck.invariance.limits): off by default.
 
     Asking it of a perf-only case (no numerics run there), or batch invariance of an op that
     does not say what a request is, or of a request past the case's batch, is an error."""

@@ -57,7 +57,7 @@ from numcheck.devices import run_class
 from numcheck.gates import BATCH_INVARIANCE_GATE, DETERMINISM_GATE, INVARIANCE_GATES, QUANT_GATE
 from numcheck.goldens.case_golden import CaseGolden
 from numcheck.inputs import to_device
-from numcheck.invariance.gate import BATCH_INVARIANT_KEY, DETERMINISTIC_KEY, InvarianceReport
+from numcheck.invariance.limits import BATCH_INVARIANT_KEY, DETERMINISTIC_KEY, InvarianceReport
 from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import OpSpec

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from numcheck.cases import Case
 from numcheck.check.against_sim import SimCheck
 from numcheck.check.plotdata import Plots
-from numcheck.invariance.gate import InvarianceReport
+from numcheck.invariance.limits import InvarianceReport
 from numcheck.localize.findings import Localization
 from numcheck.numerics.metrics import ErrorMetrics
 from numcheck.numerics.topk import TopkReport
