@@ -11,7 +11,7 @@ import torch
 
 from numcheck.ops import mhc
 from numcheck.ops.registry import get_op
-from numcheck.overhead.casts import CastLedger, dtype_name, ledger_table, user_frame
+from numcheck.overhead.casts import CastLedger, ledger_table, short_dtype, user_frame
 from numcheck.overhead.movement import classify
 from numcheck.overhead.units import megabytes
 from tests.fresh import FreshPython
@@ -157,7 +157,7 @@ def test_mhc_roundtrip_variant_is_caught_at_its_line() -> None:
 
 
 def test_small_helpers() -> None:
-    assert dtype_name(torch.float8_e4m3fn) == "e4m3" and dtype_name(torch.int32) == "int32"
+    assert short_dtype(torch.float8_e4m3fn) == "e4m3" and short_dtype(torch.int32) == "int32"
     assert [megabytes(n) for n in (512, 51_200, 6_291_456)] == ["512 B", "51.2 kB", "6.29 MB"]
 
 
