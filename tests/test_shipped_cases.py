@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from numcheck.cases import Case, load_cases
-from numcheck.check.against_golden import check
+from numcheck.check.against_golden import run_numerics
 from numcheck.check.run import CaseInputs
 from numcheck.goldens.case_golden import CaseGolden
 from numcheck.goldens.files import golden_path
@@ -65,7 +65,7 @@ def test_near_tie_case_really_has_ties() -> None:
     # The adversarial case must exercise tie-awareness: bf16 flips tokens, all explained.
     case = CASES["indexer::v4flash-b4-l2k-ties"]
     op = get_op(case.op)
-    result = check(op, case, "bf16", "cpu", *_golden(case))
+    result = run_numerics(op, case, "bf16", "cpu", *_golden(case))
     assert result.passed
     assert result.topk_value("recall_min") < 1.0
     assert result.topk_value("tie_recall_min") == 1.0
@@ -87,7 +87,7 @@ def test_planted_bug_fails_shipped_budget(key: str, variant: str, metrics: set[s
     case = CASES[key]
     case = replace(case, budgets={**case.budgets, variant: case.budgets["bf16"]})
     op = get_op(case.op)
-    result = check(op, case, variant, "cpu", *_golden(case))
+    result = run_numerics(op, case, variant, "cpu", *_golden(case))
     assert not result.passed
     found = {f"{v.output}.{v.metric}" for v in result.violations}
     assert metrics <= found, found

@@ -46,7 +46,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 
 from numcheck.cases import Case, Expectation
 from numcheck.check import phase
-from numcheck.check.against_golden import check
+from numcheck.check.against_golden import run_numerics
 from numcheck.check.firstcall import DEFAULT_NOTE_S, FirstCallWatch, Progress, device_sync
 from numcheck.check.invariance import check_invariance
 from numcheck.check.overhead import check_overhead
@@ -233,9 +233,9 @@ def run_check(
     else:
         # Shared: other workers' numerics run alongside, never a timed section.
         with hold(exclusive=False) as numerics_wait:
-            result = check(op, case, variant, device, golden, inputs,
-                           max_flips=max_flips, keep_outputs=keep_outputs,
-                           preparations=preparations, first_call=watch)
+            result = run_numerics(op, case, variant, device, golden, inputs,
+                                  max_flips=max_flips, keep_outputs=keep_outputs,
+                                  preparations=preparations, first_call=watch)
     if golden is not None and gates & set(INVARIANCE_GATES):
         # Shared like the numerics: calls of the variant, nothing timed.
         with hold(exclusive=False), phase.span("invariance"):

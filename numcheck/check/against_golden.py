@@ -50,10 +50,10 @@ if TYPE_CHECKING:
     from numcheck.check.firstcall import FirstCallWatch
     from numcheck.numerics.budgets import OutputBudget
 
-__all__ = ["check", "judge_output"]
+__all__ = ["judge_output", "run_numerics"]
 
 
-def check(
+def run_numerics(
     op: OpSpec,
     case: Case,
     variant_name: str,

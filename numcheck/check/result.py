@@ -1,6 +1,6 @@
 """What one check gives: the verdict of a (case, variant, device), as every room fills it.
 
-The numerics (:func:`numcheck.check.against_golden.check`) make a :class:`CheckResult` with
+The numerics (:func:`numcheck.check.against_golden.run_numerics`) make a :class:`CheckResult` with
 one :class:`SeedResult` per seed; :func:`numcheck.check.run_check` adds what the speed gate and
 the overhead audit measured and how a known-bad variant's expectation settled
 (:class:`Settled`); the report (:mod:`numcheck.report.records`) reads it into a record.
