@@ -49,7 +49,7 @@ from numcheck.check import phase
 from numcheck.check.against_golden import run_numerics
 from numcheck.check.firstcall import DEFAULT_NOTE_S, FirstCallWatch, Progress, device_sync
 from numcheck.check.invariance import check_invariance
-from numcheck.check.overhead import check_overhead
+from numcheck.check.overhead import audit_overhead
 from numcheck.check.perf import measure_perf
 from numcheck.check.result import CheckResult, Settled, display_id
 from numcheck.check.run import CaseInputs, run_variant
@@ -261,7 +261,7 @@ def run_check(
         profile = device == "cuda" and (explain or "kernels" in audited)
         # A kernel audit times kernels (torch.profiler): it holds the device alone too.
         with hold(exclusive=profile) as waited, phase.span("ledger"):
-            overhead, found = check_overhead(op, case, variant, device, first_seed,
+            overhead, found = audit_overhead(op, case, variant, device, first_seed,
                                              gates=set() if explain else audited,
                                              kernels=profile, preparer=preparer)
         overhead.lock_wait_s = waited if profile else None

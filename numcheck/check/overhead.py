@@ -27,7 +27,7 @@ from numcheck.overhead.limits import (
 from numcheck.prepare import Preparer, prepare
 
 
-def check_overhead(
+def audit_overhead(
     op: Any, case: Any, variant: str, device: str, cpu_inputs: Mapping[str, torch.Tensor],
     *, gates: set[str] | frozenset[str], kernels: bool = False,
     preparer: Preparer | None = None,
