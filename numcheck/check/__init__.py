@@ -48,7 +48,7 @@ from numcheck.cases import Case, Expectation
 from numcheck.check import phase
 from numcheck.check.against_golden import run_numerics
 from numcheck.check.firstcall import DEFAULT_NOTE_S, FirstCallWatch, Progress, device_sync
-from numcheck.check.invariance import check_invariance
+from numcheck.check.invariance import measure_invariance
 from numcheck.check.overhead import audit_overhead
 from numcheck.check.perf import measure_perf
 from numcheck.check.result import CheckResult, Settled, display_id
@@ -239,7 +239,7 @@ def run_check(
     if golden is not None and gates & set(INVARIANCE_GATES):
         # Shared like the numerics: calls of the variant, nothing timed.
         with hold(exclusive=False), phase.span("invariance"):
-            report = check_invariance(
+            report = measure_invariance(
                 op, case, variant, device, first_seed, preparer=preparer,
                 determinism=DETERMINISM_GATE.name in gates,
                 batch=BATCH_INVARIANCE_GATE.name in gates)

@@ -35,7 +35,7 @@ def _kept(out: Outputs) -> Outputs:
     return {name: t.detach().to("cpu", copy=True) for name, t in out.items()}
 
 
-def check_invariance(
+def measure_invariance(
     op: OpSpec, case: Case, variant: str, device: str, cpu_inputs: Mapping[str, torch.Tensor],
     *, determinism: bool, batch: bool, preparer: Preparer | None = None,
 ) -> InvarianceReport:
