@@ -48,7 +48,7 @@ from numcheck.numerics.budget_origin import FixtureArg, Origin
 from numcheck.numerics.budgets import Unmeasured, VariantBudget, complete_budget
 from numcheck.numerics.metrics import ErrorMetrics
 from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement
-from numcheck.numerics.verdict import Violation, check_topk, worst
+from numcheck.numerics.verdict import Violation, topk_violations, worst
 from numcheck.ops.spec import TopkSpec
 from numcheck.precision import precision_of
 from numcheck.report.limit_text import origin_text
@@ -229,7 +229,7 @@ class GoldenCheck:
             )
         report = topk_agreement(stored[name], indices.detach().cpu(), stored[f"{name}.scores"],
                                 band=tb.tie_band, band_kind=tb.tie_band_kind)
-        violations = check_topk(name, report, tb)
+        violations = topk_violations(name, report, tb)
         if violations:
             scores = f"{name}.scores"
             held = {key: stored_output(key, stored, path=golden.path, case=self._label(name))
