@@ -146,7 +146,7 @@ def test_the_numerics_read_the_validated_outputs_and_never_call_back(
     def refused(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the numerics called back into the goldens room")
 
-    for module, name in [(files, "load_golden"), (freshness, "check_fresh"),
+    for module, name in [(files, "load_golden"), (freshness, "require_fresh"),
                          (packing, "stored_output"), (packing, "unpack_pair"),
                          (case_golden, "validate_for_case"), (case_golden, "load_for_case")]:
         # Wherever the function is bound: a module that imported it by name calls its own

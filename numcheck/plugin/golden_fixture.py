@@ -40,7 +40,7 @@ from numcheck.goldens.files import (
     load_golden,
     write_if_changed,
 )
-from numcheck.goldens.freshness import check_fresh
+from numcheck.goldens.freshness import require_fresh
 from numcheck.goldens.packing import StoredOutput, pack_output, stored_output
 from numcheck.localize import failure as localize
 from numcheck.localize.findings import Localization
@@ -272,8 +272,8 @@ class GoldenCheck:
             self.written.append((path, self._write(path, name, reference(), fingerprint, version)))
         try:
             golden = load_golden(path, case=self._label(name), regen_hint=self.regen_command)
-            check_fresh(golden, op_version=version, fingerprint=fingerprint, seeds=[],
-                        regen_hint=self.regen_command, case=self._label(name), op=FIXTURE_DIR)
+            require_fresh(golden, op_version=version, fingerprint=fingerprint, seeds=[],
+                          regen_hint=self.regen_command, case=self._label(name), op=FIXTURE_DIR)
         except GoldenError as exc:
             # The message says it all; the user's traceback should end in their test.
             raise exc.with_traceback(None) from None
