@@ -36,8 +36,9 @@ from typing import Any
 import torch
 
 from numcheck.ops.spec import Inputs, Outputs, Params, Variant, VariantError, VariantFn
-from numcheck.overhead.casts import CastLedger, ledger_table, short_dtype
+from numcheck.overhead.casts import CastLedger, ledger_table
 from numcheck.overhead.units import megabytes
+from numcheck.precision import short_dtype
 
 #: The column of the casts table that shows a check's preparation ("-" without one).
 PREPARED_COLUMN = "prepared once"

@@ -11,9 +11,10 @@ import torch
 
 from numcheck.ops import mhc
 from numcheck.ops.registry import get_op
-from numcheck.overhead.casts import CastLedger, ledger_table, short_dtype, user_frame
+from numcheck.overhead.casts import CastLedger, ledger_table, user_frame
 from numcheck.overhead.movement import classify
 from numcheck.overhead.units import megabytes
+from numcheck.precision import short_dtype
 from tests.fresh import FreshPython
 
 HERE = "tests/test_casts.py"

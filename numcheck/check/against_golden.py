@@ -31,7 +31,6 @@ from numcheck.check.run import (
     yardstick,
 )
 from numcheck.goldens.case_golden import CaseGolden
-from numcheck.goldens.files import dtype_name
 from numcheck.goldens.packing import NONFINITE_KINDS, StoredOutput, StoredPair, nonfinite_of
 from numcheck.honest.gemm_family import missing_envelope
 from numcheck.inputs import to_device
@@ -42,7 +41,7 @@ from numcheck.numerics.nonfinite import explain as explain_nonfinite
 from numcheck.numerics.topk import select_topk, topk_agreement
 from numcheck.numerics.verdict import Violation, output_violations, topk_violations
 from numcheck.ops.spec import OpSpec, Outputs, VariantError
-from numcheck.precision import one_thread, rounding_unit, ulp_dtype
+from numcheck.precision import dtype_name, one_thread, rounding_unit, ulp_dtype
 from numcheck.precision.quant_record import recording
 from numcheck.prepare import Preparations, Preparer, prepare
 

@@ -26,9 +26,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from numcheck.goldens.files import Golden, GoldenFormatError, dtype_name, load_golden
+from numcheck.goldens.files import Golden, GoldenFormatError, load_golden
 from numcheck.goldens.freshness import require_fresh
 from numcheck.goldens.packing import StoredOutput, seed_key, stored_output, valid_positions
+from numcheck.precision import dtype_name
 
 if TYPE_CHECKING:
     from numcheck.cases import Case

@@ -99,18 +99,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from numcheck.overhead import movement
 from numcheck.overhead.movement import OpClass, bind, classify, tensors_in
 from numcheck.overhead.units import megabytes
+from numcheck.precision import short_dtype
 
 _aten = torch.ops.aten
-
-#: Short dtype names for messages (``bf16 -> fp32``); anything else keeps torch's name.
-SHORT_DTYPES = {
-    torch.bfloat16: "bf16",
-    torch.float16: "fp16",
-    torch.float32: "fp32",
-    torch.float64: "fp64",
-    torch.float8_e4m3fn: "e4m3",
-    torch.float8_e5m2: "e5m2",
-}
 
 # Frames from these files are machinery, not the user's code: the first frame outside
 # them is the line that asked for the conversion.
@@ -133,11 +124,6 @@ VALUE_SAMPLES = 64
 # Same-size integer dtypes: values are compared bit for bit through them (NaN equals NaN,
 # -0 differs from +0), e4m3 and other dtypes without comparison kernels included.
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def short_dtype(dtype: torch.dtype) -> str:
-    """``bf16``, ``fp32``, ``e4m3``... or torch's own name (``int32``)."""
-    return SHORT_DTYPES.get(dtype, str(dtype).removeprefix("torch."))
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,21 @@ UNIT_ROUNDOFF = {n: c.unit_roundoff for n, c in PRECISION_CLASSES.items()}
 DTYPE_NAMES = {n: c.compute for n, c in PRECISION_CLASSES.items()}
 
 
+#: Short dtype names for messages (``bf16 -> fp32``); anything else keeps torch's name.
+SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64",
+                "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``float32`` for ``torch.float32``: torch's name, as goldens' metadata stores it."""
+    return str(dtype).removeprefix("torch.")
+
+
+def short_dtype(dtype: torch.dtype) -> str:
+    """``bf16``, ``fp32``, ``e4m3``... or torch's own name (``int32``), for messages."""
+    return SHORT_DTYPES.get(dtype_name(dtype), dtype_name(dtype))
+
+
 def coarser(a: str, b: str) -> str:
     """The coarser of two precision classes (``coarser("fp32", "bf16") == "bf16"``)."""
     return max(a, b, key=PRECISIONS.index)
