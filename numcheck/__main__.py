@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from numcheck.report.drift import DRIFT_HEADER, compare, drift_headline, drift_rows
+from numcheck.report.drift import DRIFT_HEADER, compare_reports, drift_headline, drift_rows
 from numcheck.report.drift_result import Rules
 from numcheck.report.markdown import drift_markdown, headline, to_markdown
 from numcheck.report.records import ReportError, load_report
@@ -177,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _compare(args: argparse.Namespace, rules: Rules) -> int:
     base, new = load_report(args.base), load_report(args.new)
-    drift = compare(base, new, rules, baseline=str(args.base))
+    drift = compare_reports(base, new, rules, baseline=str(args.base))
     args.exit_code = EXIT_REGRESSION if drift.regressions else EXIT_OK
     text = "\n".join(drift_markdown(drift)) + "\n"
     if args.markdown is not None:

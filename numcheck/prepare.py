@@ -36,8 +36,9 @@ from typing import Any
 import torch
 
 from numcheck.ops.spec import Inputs, Outputs, Params, Variant, VariantError, VariantFn
-from numcheck.overhead.casts import CastLedger, dtype_name, ledger_table
+from numcheck.overhead.casts import CastLedger, ledger_table
 from numcheck.overhead.units import megabytes
+from numcheck.precision import short_dtype
 
 #: The column of the casts table that shows a check's preparation ("-" without one).
 PREPARED_COLUMN = "prepared once"
@@ -83,10 +84,10 @@ class Prepared:
         """``hc_fn bf16 [16384, 24] (was fp32 [24, 16384])``, one per prepared tensor."""
         parts = []
         for name, t in self.tensors.items():
-            text = f"{name} {dtype_name(t.dtype)} {list(t.shape)}"
+            text = f"{name} {short_dtype(t.dtype)} {list(t.shape)}"
             if name in self.replaced:
                 dtype, shape = self.replaced[name]
-                text += f" (was {dtype_name(dtype)} {list(shape)})"
+                text += f" (was {short_dtype(dtype)} {list(shape)})"
             else:
                 text += " (new)"
             parts.append(text)
@@ -127,10 +128,10 @@ class Prepared:
         led = self.ledger
         return {
             "tensors": {
-                name: {"dtype": dtype_name(t.dtype), "shape": list(t.shape),
+                name: {"dtype": short_dtype(t.dtype), "shape": list(t.shape),
                        "bytes": t.numel() * t.element_size(),
                        "replaces": (None if name not in self.replaced else {
-                           "dtype": dtype_name(self.replaced[name][0]),
+                           "dtype": short_dtype(self.replaced[name][0]),
                            "shape": list(self.replaced[name][1])})}
                 for name, t in self.tensors.items()
             },

@@ -22,7 +22,7 @@ from numcheck.calibrate.payloads import (
     read_run,
     save_run,
 )
-from numcheck.numerics.budget_provenance import CalibrationRecord
+from numcheck.numerics.calibration_record import CalibrationRecord
 
 REF = CheckRef("dot", "c", "cases/dot.toml", "/x/cases/dot.toml", "cpu",
                "cases/dot.toml::c::bf16[cpu]")

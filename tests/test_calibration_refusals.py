@@ -1,5 +1,5 @@
 """What calibration refuses to write (numcheck.calibrate.guard) and what it remembers
-(numcheck.numerics.budget_provenance): issue 33's scenario on a shipped mHC case, the
+(numcheck.numerics.calibration_record): issue 33's scenario on a shipped mHC case, the
 override and its record, the record reused or refused by the next run, and the rules held
 against the evidence behind the shipped budgets (they must refuse nothing honest)."""
 
@@ -312,7 +312,7 @@ def test_a_malformed_record_is_a_case_file_error(tmp_path: Path) -> None:
 
 def test_a_record_naming_a_member_the_run_cannot_measure_is_refused() -> None:
     from numcheck.calibrate.guard import record_gaps
-    from numcheck.numerics.budget_provenance import CalibrationRecord
+    from numcheck.numerics.calibration_record import CalibrationRecord
 
     record = CalibrationRecord("pytest --numcheck --numcheck-calibrate-write", "2026-12-03",
                                "2.13", ("bf16", "gemm_bf16_out"), ("cpu",), (0,), 20, 1000)
@@ -401,7 +401,7 @@ RECORD_POOL = ("bf16", "gemm_bf16_out", "gemm_bf16_out_split2")
 
 
 def _recorded(pool: list[str], removed: tuple[str, ...] = ()) -> NumericsPayload:
-    from numcheck.numerics.budget_provenance import CalibrationRecord
+    from numcheck.numerics.calibration_record import CalibrationRecord
 
     record = CalibrationRecord("pytest --numcheck --numcheck-calibrate-write", "2026-12-03",
                                "2.13", RECORD_POOL, ("cpu",), (0,), 1, 1000)

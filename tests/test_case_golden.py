@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from numcheck.cases import Case, load_case_file
-from numcheck.check.against_golden import check
+from numcheck.check.against_golden import run_numerics
 from numcheck.check.make_golden import make_golden
 from numcheck.check.run import CaseInputs
 from numcheck.goldens import case_golden, files, freshness, packing
@@ -146,7 +146,7 @@ def test_the_numerics_read_the_validated_outputs_and_never_call_back(
     def refused(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the numerics called back into the goldens room")
 
-    for module, name in [(files, "load_golden"), (freshness, "check_fresh"),
+    for module, name in [(files, "load_golden"), (freshness, "require_fresh"),
                          (packing, "stored_output"), (packing, "unpack_pair"),
                          (case_golden, "validate_for_case"), (case_golden, "load_for_case")]:
         # Wherever the function is bound: a module that imported it by name calls its own
@@ -159,7 +159,7 @@ def test_the_numerics_read_the_validated_outputs_and_never_call_back(
     # Nor do they read the file's tensors: only the stored outputs handed over.
     emptied = replace(golden, golden=replace(golden.golden, tensors={}))
     for variant in ("fp32", "tf32"):
-        result = check(op, case, variant, "cpu", emptied, inputs)
+        result = run_numerics(op, case, variant, "cpu", emptied, inputs)
         assert result.passed and result.metric("logits", "rel_fro") is not None
         assert result.seeds[0].topk is not None
 

@@ -11,9 +11,10 @@ import torch
 
 from numcheck.ops import mhc
 from numcheck.ops.registry import get_op
-from numcheck.overhead.casts import CastLedger, dtype_name, ledger_table, user_frame
+from numcheck.overhead.casts import CastLedger, ledger_table, user_frame
 from numcheck.overhead.movement import classify
 from numcheck.overhead.units import megabytes
+from numcheck.precision import short_dtype
 from tests.fresh import FreshPython
 
 HERE = "tests/test_casts.py"
@@ -157,7 +158,7 @@ def test_mhc_roundtrip_variant_is_caught_at_its_line() -> None:
 
 
 def test_small_helpers() -> None:
-    assert dtype_name(torch.float8_e4m3fn) == "e4m3" and dtype_name(torch.int32) == "int32"
+    assert short_dtype(torch.float8_e4m3fn) == "e4m3" and short_dtype(torch.int32) == "int32"
     assert [megabytes(n) for n in (512, 51_200, 6_291_456)] == ["512 B", "51.2 kB", "6.29 MB"]
 
 
@@ -653,7 +654,7 @@ def test_a_real_round_trip_stays_a_round_trip_beside_a_repeat() -> None:
 
 
 def test_the_casts_gate_names_a_repeated_cast_apart_from_round_trips(tmp_path: Any) -> None:
-    from numcheck.overhead.gate import OverheadBudget, audit_variant, overhead_violations
+    from numcheck.overhead.limits import OverheadBudget, audit_variant, overhead_violations
 
     lib = _library(tmp_path)
 

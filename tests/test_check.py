@@ -9,7 +9,7 @@ import pytest
 
 from numcheck.cases import Case, Expectation, load_case_file
 from numcheck.check import cannot_run, run_check, settle_expected
-from numcheck.check.against_golden import check
+from numcheck.check.against_golden import run_numerics
 from numcheck.check.make_golden import fresh_golden
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import get_op
@@ -40,7 +40,7 @@ def violation(key: str) -> Violation:
 def test_numerics_only_is_the_numerics_check(tiny: Case) -> None:
     golden, inputs = fresh_golden(OP, tiny)
     result = run_check(OP, tiny, "bf16", "cpu", inputs, golden)
-    alone = check(OP, tiny, "bf16", "cpu", golden, inputs)
+    alone = run_numerics(OP, tiny, "bf16", "cpu", golden, inputs)
     assert result.passed and alone.passed
     assert [s.metrics for s in result.seeds] == [s.metrics for s in alone.seeds]
     assert result.overhead is None and result.perf is None

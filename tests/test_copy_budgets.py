@@ -11,7 +11,7 @@ import pytest
 
 from numcheck.cases import load_cases
 from numcheck.ops.registry import get_op
-from numcheck.overhead.gate import (
+from numcheck.overhead.limits import (
     DEFAULT_CAST_BYTES_RATIO,
     DEFAULT_COPY_SHARE,
     audit_variant,

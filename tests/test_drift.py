@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from numcheck.__main__ import main
-from numcheck.report.drift import compare, drift_headline, drift_rows, printed_unit
+from numcheck.report.drift import compare_reports, drift_headline, drift_rows, printed_unit
 from numcheck.report.drift_result import Drift, Rules
 from numcheck.report.records import Record, Report, load_report, write_json
 
@@ -30,7 +30,7 @@ def rec(variant: str = "bf16", *, calc_diff: float = 1e-6, recall: float | None 
 
 
 def drift(base: list[Record], new: list[Record], **rules: float) -> Drift:
-    return compare(Report(base), Report(new), Rules(**rules), baseline="base.json")
+    return compare_reports(Report(base), Report(new), Rules(**rules), baseline="base.json")
 
 
 def test_same_numbers_pass() -> None:
@@ -234,7 +234,7 @@ def test_failing_verdicts_and_new_and_removed_checks() -> None:
     assert d.regressions == ["indexer::tiny::x[cpu]: verdict ERROR (not in the baseline)"]
     # Devices are matched too: a cuda run against a cpu baseline compares nothing.
     assert drift([rec()], [rec(device="cuda")]).counts["new"] == 1
-    d = compare(Report([rec()]), Report([rec()], exitstatus=2))
+    d = compare_reports(Report([rec()]), Report([rec()], exitstatus=2))
     assert d.regressions == ["run: pytest exit status 2 (the new run itself failed)"]
 
 

@@ -56,10 +56,10 @@ MADE: dict[str, Callable[[], BaseException]] = {
                                                           "sweep.n", "no value", "give n"),
     "numcheck.numerics.budgets.BudgetError": lambda: _error("numerics.budgets.BudgetError",
                                                             *KEYED),
-    "numcheck.invariance.gate.InvarianceError": lambda: _error(
-        "invariance.gate.InvarianceError", "deterministic.devices", "unknown device", "cuda"),
-    "numcheck.overhead.gate.OverheadError": lambda: _error(
-        "overhead.gate.OverheadError", "max_cast_bytes_ratio", "negative", "give >= 0"),
+    "numcheck.invariance.limits.InvarianceError": lambda: _error(
+        "invariance.limits.InvarianceError", "deterministic.devices", "unknown device", "cuda"),
+    "numcheck.overhead.limits.OverheadError": lambda: _error(
+        "overhead.limits.OverheadError", "max_cast_bytes_ratio", "negative", "give >= 0"),
     "numcheck.cases.CaseFileError": lambda: _error(
         "cases.CaseFileError", Path("cases/mhc.toml"), "negative", "give >= 0", case="tiny",
         key="budget.bf16.y.rel_fro"),

@@ -120,7 +120,7 @@ def test_failure_outside_the_expectation_is_a_failure_that_shows_it(
 
 
 def test_inactive_gate_leaves_the_check_ordinary(pytester: pytest.Pytester) -> None:
-    # The perf gate (numcheck.perf.gate) is active only with --numcheck-perf.
+    # The perf gate (numcheck.perf.limits) is active only with --numcheck-perf.
     project(pytester, '"tf32"', 'expect.tf32 = { fails = ["perf.speedup_min"], reason = "slow" }')
     result = pytester.runpytest("--numcheck")
     result.assert_outcomes(passed=2)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from numcheck.goldens.files import GoldenStale
-from numcheck.goldens.freshness import GoldenNote, check_fresh
+from numcheck.goldens.freshness import GoldenNote, require_fresh
 from tests.caseproject import TINY_MHC, golden, make_project, write_goldens
 from tests.test_goldens import CASE, FP, HINT, _load, _save
 
@@ -24,7 +24,7 @@ def _fresh(tmp_path: Path, record: Any = PARAMS, **kw: Any) -> None:
     args: dict[str, Any] = {"op_version": 1, "fingerprint": FP, "seeds": [0, 1],
                             "regen_hint": HINT, "case": CASE, "op": "mhc_pre",
                             "params": PARAMS, "param_defaults": {}, **kw}
-    check_fresh(golden, **args)
+    require_fresh(golden, **args)
 
 
 def test_same_parameters_are_fresh(tmp_path: Path) -> None:

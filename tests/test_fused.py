@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from numcheck.cases import load_cases
-from numcheck.check.against_golden import check
+from numcheck.check.against_golden import run_numerics
 from numcheck.check.run import CaseInputs
 from numcheck.inputs import to_device
 from numcheck.ops import indexer, mhc, triton_support
@@ -217,7 +217,7 @@ def test_fused_budget_fails_a_bad_fused_variant(
     fused = op.variants["fused"]
     op = add_variant(case.op, Variant("bad", fn, fused.precision, devices=fused.devices))
     case = replace(case, budgets={**case.budgets, "bad": case.budgets["fused"]})
-    result = check(op, case, "bad", DEVICE, golden, CaseInputs(op, case))
+    result = run_numerics(op, case, "bad", DEVICE, golden, CaseInputs(op, case))
     assert not result.passed
     found = {f"{v.output}.{v.metric}" for v in result.violations}
     assert metrics <= found, found

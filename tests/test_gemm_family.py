@@ -11,7 +11,7 @@ import torch
 
 import numcheck
 from numcheck.cases import Case, load_case_file
-from numcheck.check.against_golden import check
+from numcheck.check.against_golden import run_numerics
 from numcheck.check.make_golden import fresh_golden
 from numcheck.check.run import CaseInputs
 from numcheck.honest.gemm_family import (
@@ -143,12 +143,12 @@ def test_the_tf32_envelope_rounds_on_the_cpu(tmp_path: Path) -> None:
     case = _case(tmp_path, '[tiny]\nop = "mhc_pre"\nshape = { tokens = 8, hidden = 256 }\n'
                  'variants = ["tf32"]\n')
     golden, inputs = fresh_golden(mhc.OP, case)
-    result = check(mhc.OP, case, "tf32", "cpu", golden, inputs)
+    result = run_numerics(mhc.OP, case, "tf32", "cpu", golden, inputs)
     mixes = result.seeds[0].metrics["mixes"]
     assert mixes.max_abs < 1e-5 < mixes.honest_max_abs  # fp32 here, TF32 in the envelope
     assert {g.label for g in envelope_members(mhc.OP, "tf32", "cpu")} == {"tf32_rn", "tf32_trunc"}
-    alone = check(replace(mhc.OP, gemm_site=None), case, "tf32", "cpu", golden,
-                  CaseInputs(mhc.OP, case))
+    alone = run_numerics(replace(mhc.OP, gemm_site=None), case, "tf32", "cpu", golden,
+                         CaseInputs(mhc.OP, case))
     assert alone.seeds[0].metrics["mixes"].honest_max_abs == 0.0  # the reference alone: exact
 
 
@@ -161,13 +161,14 @@ def test_each_class_envelope_is_made_once_per_seed_for_every_variant(
                  'variants = ["bf16", "bf16_roundtrip", "tf32"]\n')
     golden, inputs = fresh_golden(mhc.OP, case)
     done = _counted(monkeypatch)
-    check(mhc.OP, case, "bf16", "cpu", golden, inputs)
+    run_numerics(mhc.OP, case, "bf16", "cpu", golden, inputs)
     assert done == ["bf16", "bf16", "bf16"]  # bf16_out, its split-2 and split-4-tree twins
-    check(mhc.OP, case, "bf16_roundtrip", "cpu", golden, inputs)
+    run_numerics(mhc.OP, case, "bf16_roundtrip", "cpu", golden, inputs)
     assert len(done) == 3
-    check(mhc.OP, case, "tf32", "cpu", golden, inputs)
+    run_numerics(mhc.OP, case, "tf32", "cpu", golden, inputs)
     assert done[3:] == ["tf32_rn", "tf32_trunc"]
-    check(mhc.OP, case, "tf32", "cpu", golden, CaseInputs(mhc.OP, case))  # other inputs: anew
+    # other inputs: anew
+    run_numerics(mhc.OP, case, "tf32", "cpu", golden, CaseInputs(mhc.OP, case))
     assert done[5:] == ["tf32_rn", "tf32_trunc", "bf16", "bf16", "bf16"]
 
 
@@ -210,12 +211,12 @@ def test_a_users_op_that_declares_its_gemm_gets_members_and_an_envelope(tmp_path
     op = get_op("gelu_proj")
     case = _case(tmp_path, '[t]\nop = "gelu_proj"\nseeds = [3]\nvariants = ["bf16"]\n')
     golden, inputs = fresh_golden(op, case)
-    result = check(op, case, "bf16", "cpu", golden, inputs)
+    result = run_numerics(op, case, "bf16", "cpu", golden, inputs)
     y = result.seeds[0].metrics["y"]
     assert y.measured("max_err_ratio") and 0 < y.max_err_ratio <= 1.0  # no rounding_reference
     assert not result.violations, result.violations
-    without = check(replace(op, gemm_site=None), case, "bf16", "cpu", golden,
-                    CaseInputs(op, case))
+    without = run_numerics(replace(op, gemm_site=None), case, "bf16", "cpu", golden,
+                           CaseInputs(op, case))
     assert not without.seeds[0].metrics["y"].measured("max_err_ratio")
 
 
@@ -239,7 +240,7 @@ def test_an_op_naming_its_own_envelope_keeps_it(tmp_path: Path) -> None:
     op = get_op("gelu_proj")
     case = _case(tmp_path, '[t]\nop = "gelu_proj"\nseeds = [3]\nvariants = ["bf16"]\n')
     golden, inputs = fresh_golden(op, case)
-    result = check(op, case, "bf16", "cpu", golden, inputs)
+    result = run_numerics(op, case, "bf16", "cpu", golden, inputs)
     x = inputs.get(3)[0]
     ref = _gelu_fp32(x, case.params)["y"].double()
     worst = max(float((fn(x, case.params)["y"].double() - ref).abs().max())

@@ -26,7 +26,7 @@ from numcheck.goldens.files import (
     load_golden,
     save_golden,
 )
-from numcheck.goldens.freshness import check_fresh
+from numcheck.goldens.freshness import require_fresh
 from numcheck.goldens.packing import (
     FULL_LIMIT,
     SAMPLE_SIZE,
@@ -442,9 +442,9 @@ def test_missing_golden_message(tmp_path: Path) -> None:
     assert isinstance(info.value, GoldenError) and info.value.path == path
 
 
-def test_check_fresh_accepts_matching_golden(tmp_path: Path) -> None:
+def test_require_fresh_accepts_matching_golden(tmp_path: Path) -> None:
     golden = _load(_save(tmp_path, {"y": torch.ones(1)}))
-    check_fresh(golden, op_version=1, fingerprint=FP, seeds=[1, 0], regen_hint=HINT)  # order-free
+    require_fresh(golden, op_version=1, fingerprint=FP, seeds=[1, 0], regen_hint=HINT)  # order-free
 
 
 @pytest.mark.parametrize(
@@ -455,13 +455,13 @@ def test_check_fresh_accepts_matching_golden(tmp_path: Path) -> None:
         ({"seeds": [0, 1, 2]}, "seeds [0, 1] -> [0, 1, 2]"),
     ],
 )
-def test_check_fresh_names_what_differs(
+def test_require_fresh_names_what_differs(
     tmp_path: Path, change: dict[str, Any], expected: str
 ) -> None:
     golden = _load(_save(tmp_path, {"y": torch.ones(1)}))
     args: dict[str, Any] = {"op_version": 1, "fingerprint": FP, "seeds": [0, 1], **change}
     with pytest.raises(GoldenStale) as info:
-        check_fresh(golden, regen_hint=HINT, **args)
+        require_fresh(golden, regen_hint=HINT, **args)
     first, fix = str(info.value).splitlines()
     assert first.startswith(f"golden {golden.path} for case {CASE} is stale: {expected}")
     assert ";" not in first  # only what differs
@@ -469,10 +469,10 @@ def test_check_fresh_names_what_differs(
     assert info.value.case == CASE
 
 
-def test_check_fresh_lists_every_difference(tmp_path: Path) -> None:
+def test_require_fresh_lists_every_difference(tmp_path: Path) -> None:
     golden = _load(_save(tmp_path, {"y": torch.ones(1)}))
     with pytest.raises(GoldenStale) as info:
-        check_fresh(golden, op_version=3, fingerprint="00" * 32, seeds=[5], regen_hint=HINT)
+        require_fresh(golden, op_version=3, fingerprint="00" * 32, seeds=[5], regen_hint=HINT)
     msg = str(info.value)
     assert "op_version 1 -> 3" in msg and "fingerprint abababababab -> 000000000000" in msg
     assert "seeds [0, 1] -> [5]" in msg

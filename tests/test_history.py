@@ -20,7 +20,7 @@ from numcheck.history.runs import _parse, lean_record, load_runs
 from numcheck.history.series import build_history
 from numcheck.history.summary import text_lines
 from numcheck.history.summary import to_markdown as history_markdown
-from numcheck.report.drift import compare, compare_records
+from numcheck.report.drift import compare_records, compare_reports
 from numcheck.report.drift_result import Rules
 from numcheck.report.records import (
     Report,
@@ -138,7 +138,7 @@ def test_find_reports(tmp_path: Path) -> None:
 
 
 def test_lean_records_drift_as_the_full_ones() -> None:
-    """What runs keep of a record is enough for the rules of compare: the same verdicts and
+    """What runs keep of a record is enough for the rules of compare_reports: the same verdicts and
     reasons on a real GPU report against a worse copy of itself."""
     data = json.loads(GPU_REPORT.read_text())
     full = load_report(GPU_REPORT)
@@ -183,7 +183,7 @@ def test_the_gate_on_real_reports_is_compare_of_the_whole_files(tmp_path: Path) 
                                  "git_commit_date": "2030-01-01T00:00:00+00:00"})
     write_json(tmp_path / "worse.json", worse)
     (gate,) = build_history(load_runs([GPU_REPORT, tmp_path / "worse.json"], jobs=1).runs).gates
-    expect = compare(full, load_report(tmp_path / "worse.json"), baseline=str(GPU_REPORT))
+    expect = compare_reports(full, load_report(tmp_path / "worse.json"), baseline=str(GPU_REPORT))
     assert gate.drift == expect
     assert expect.regressions  # and there is something to see
 
@@ -269,9 +269,9 @@ def test_gate_is_exactly_compare_of_the_two_newest_reports(tmp_path: Path) -> No
     folder = _history_folder(tmp_path)
     h = build_history(load_runs([folder], jobs=1).runs, Rules(calc_diff_factor=3))
     gate = next(g for g in h.gates if g.device_class == "cpu")
-    assert gate.drift == compare(load_report(folder / "cpu" / "3.json"),
-                                 load_report(folder / "cpu" / "4.json"),
-                                 Rules(calc_diff_factor=3), baseline=str(folder / "cpu/3.json"))
+    assert gate.drift == compare_reports(
+        load_report(folder / "cpu" / "3.json"), load_report(folder / "cpu" / "4.json"),
+        Rules(calc_diff_factor=3), baseline=str(folder / "cpu/3.json"))
 
 
 def test_one_run_per_class_has_no_gate(tmp_path: Path) -> None:

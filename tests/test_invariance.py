@@ -13,10 +13,10 @@ import torch
 
 from numcheck.cases import Case, CaseFileError, load_case_file
 from numcheck.check import held_gates, run_check
-from numcheck.check.invariance import check_invariance
+from numcheck.check.invariance import measure_invariance
 from numcheck.check.make_golden import fresh_golden
 from numcheck.invariance.bitwise import difference, differences
-from numcheck.invariance.gate import DEFAULT_RUNS, InvarianceSpec, default_requests
+from numcheck.invariance.limits import DEFAULT_RUNS, InvarianceSpec, default_requests
 from numcheck.ops import registry
 from numcheck.ops.batch import (
     Batch,
@@ -272,8 +272,8 @@ def test_the_default_runs_catch_a_three_way_order_with_99_percent(
     try:
         for sequence in itertools.product(range(3), repeat=runs):
             planted_invariance.ORDERS = iter(sequence)
-            report = check_invariance(op, case, "atomic3_bf16", "cpu", inputs,
-                                      determinism=True, batch=False)
+            report = measure_invariance(op, case, "atomic3_bf16", "cpu", inputs,
+                                        determinism=True, batch=False)
             assert report.runs == runs
             missed += not report.run_differences
     finally:

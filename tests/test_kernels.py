@@ -191,7 +191,7 @@ def fake_events(iterations: int) -> list[_Event]:
     parent = _Event("aten::to", CPU, stack=[
         "/site-packages/torch/_tensor.py(40): to",
         "/repo/numcheck/ops/mhc.py(99): bf16_roundtrip",
-        "/repo/numcheck/overhead/gate.py(170): audit_variant",
+        "/repo/numcheck/overhead/limits.py(170): audit_variant",
     ])
     events: list[_Event] = [parent]
     for _ in range(iterations):

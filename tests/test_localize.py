@@ -298,7 +298,7 @@ def tiny(tmp_path: Path) -> Any:
 
 
 def test_the_runner_localizes_failures_only(tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from numcheck.check.against_golden import check
+    from numcheck.check.against_golden import run_numerics
     from numcheck.report.records import record_from_dict, record_from_result, record_to_dict
     from numcheck.report.render import Commands, failure_message
 
@@ -307,9 +307,9 @@ def test_the_runner_localizes_failures_only(tiny: Any, monkeypatch: pytest.Monke
     real = localize.localize_failure
     monkeypatch.setattr(localize, "localize_failure",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
-    good = check(op, case, "bf16", "cpu", golden, inputs)
+    good = run_numerics(op, case, "bf16", "cpu", golden, inputs)
     assert good.passed and not calls and good.localization == []
-    bad = check(op, case, "mtp_row1_weights", "cpu", golden, inputs)
+    bad = run_numerics(op, case, "mtp_row1_weights", "cpu", golden, inputs)
     assert not bad.passed and len(calls) == 1  # once per check, on its first failing seed
     assert bad.localization[0].lines[0].startswith(
         "logits: only MTP row 1 of each request is wrong (2 of 4 rows")
@@ -332,11 +332,11 @@ def test_the_runner_localizes_failures_only(tiny: Any, monkeypatch: pytest.Monke
 
 
 def test_localization_can_be_switched_off(tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from numcheck.check.against_golden import check
+    from numcheck.check.against_golden import run_numerics
 
     op, case, golden, inputs = tiny
     monkeypatch.setenv(localize.ENV, "0")
-    bad = check(op, case, "mtp_row1_weights", "cpu", golden, inputs)
+    bad = run_numerics(op, case, "mtp_row1_weights", "cpu", golden, inputs)
     assert not bad.passed and bad.localization == []
 
 
@@ -421,7 +421,7 @@ def test_a_recall_failure_with_only_near_tie_flips_has_nothing_to_place() -> Non
 
 def test_a_localization_that_raises_leaves_the_verdict_standing(
         tiny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from numcheck.check.against_golden import check
+    from numcheck.check.against_golden import run_numerics
 
     op, case, golden, inputs = tiny
 
@@ -429,7 +429,7 @@ def test_a_localization_that_raises_leaves_the_verdict_standing(
         raise IndexError("planted")
 
     monkeypatch.setattr(localize, "localize_failure", broken)
-    bad = check(op, case, "mtp_row1_weights", "cpu", golden, inputs)
+    bad = run_numerics(op, case, "mtp_row1_weights", "cpu", golden, inputs)
     assert not bad.passed and bad.violations
     (found,) = bad.localization
     assert found.lines == (

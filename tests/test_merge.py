@@ -113,9 +113,9 @@ def test_reports_that_are_not_shards_of_one_run(tmp_path: Path) -> None:
     assert "ran at different commits" in _error([paths[0], later])
     drifted = tmp_path / "drift.json"
     report = load_report(paths[1])
-    from numcheck.report.drift import compare
+    from numcheck.report.drift import compare_reports
 
-    write_json(drifted, replace(report, drift=compare(report, report)))
+    write_json(drifted, replace(report, drift=compare_reports(report, report)))
     assert _error([paths[0], drifted]).startswith(
         f"{drifted}: a shard compared with a baseline (--numcheck-baseline)")
 

@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from numcheck.cases import CaseFileError, load_case_file, load_cases
-from numcheck.check.overhead import check_overhead
+from numcheck.check.overhead import audit_overhead
 from numcheck.gates import GATES
 from numcheck.ops import indexer
 from numcheck.ops.registry import get_op
 from numcheck.overhead.casts import CastLedger
-from numcheck.overhead.gate import (
+from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, ELEMENTWISE, KernelAudit, KernelRecord
+from numcheck.overhead.limits import (
     METADATA_SHARE,
     InputReads,
     OverheadBudget,
@@ -25,7 +26,6 @@ from numcheck.overhead.gate import (
     default_overhead,
     overhead_violations,
 )
-from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, ELEMENTWISE, KernelAudit, KernelRecord
 from tests import planted
 from tests.caseproject import PLANTED, case_project, write_goldens
 
@@ -436,7 +436,7 @@ def test_a_misspelt_input_in_a_per_input_limit_is_an_error(tmp_path: Path) -> No
                                              "max_input_copies = { xx = 2 }"))
     op = get_op("mhc_pre")
     with pytest.raises(ValueError) as info:
-        check_overhead(op, case, "bf16", "cpu", op.make_inputs(case.params, 0), gates={"casts"})
+        audit_overhead(op, case, "bf16", "cpu", op.make_inputs(case.params, 0), gates={"casts"})
     assert str(info.value) == (
         f"{tmp_path / 'mhc.toml'}: case 'tiny-mhc': key 'overhead.bf16.max_input_copies.xx': "
         "'xx' is not an input of op 'mhc_pre'. Fix: use one of: x, hc_fn, hc_scale, hc_base")
@@ -459,7 +459,7 @@ def test_an_input_not_named_may_take_the_passes_of_the_op_reference(tmp_path: Pa
     (case,) = load_case_file(path)
     op = get_op("indexer")
     inputs = op.make_inputs(case.params, 0)
-    verdicts = {v: check_overhead(op, case, v, "cpu", inputs, gates={"casts"})
+    verdicts = {v: audit_overhead(op, case, v, "cpu", inputs, gates={"casts"})
                 for v in ("fp32", "bf16", "kv_cache_copy", "q_repeat")}
     assert verdicts["fp32"][1] == [] and verdicts["bf16"][1] == []
     reference = verdicts["bf16"][0].reference_passes
@@ -473,6 +473,6 @@ def test_an_input_not_named_may_take_the_passes_of_the_op_reference(tmp_path: Pa
     # input once).
     (within,) = load_case_file(write(tmp_path, ""))
     mhc = get_op("mhc_pre")
-    report, found = check_overhead(mhc, within, "bf16", "cpu",
+    report, found = audit_overhead(mhc, within, "bf16", "cpu",
                                    mhc.make_inputs(within.params, 0), gates={"casts"})
     assert found == [] and report.reference_passes is None

@@ -32,7 +32,7 @@ def test_unknown_class_is_a_key_error() -> None:
 def test_every_precision_class_has_a_default_budget_row_and_gemm_units() -> None:
     from numcheck.numerics.budgets import DEFAULT_BUDGETS
     from numcheck.ops.registry import PRECISIONS as registry_precisions
-    from numcheck.overhead.gate import default_overhead
+    from numcheck.overhead.limits import default_overhead
     from numcheck.precision import PRECISION_CLASSES
 
     assert registry_precisions == PRECISIONS

@@ -10,7 +10,7 @@ import torch
 
 import numcheck
 from numcheck.cases import load_case_file
-from numcheck.check.against_golden import check
+from numcheck.check.against_golden import run_numerics
 from numcheck.check.result import CheckResult
 from numcheck.numerics.budgets import DEFAULT_BUDGETS
 from numcheck.ops import mhc
@@ -105,7 +105,7 @@ def _run(tmp_path: Path, variant: str) -> CheckResult:
     (case,) = load_case_file(path)
     op = get_op("mhc_pre")
     golden, inputs = fresh_golden(op, case)
-    return check(op, case, variant, "cpu", golden, inputs)
+    return run_numerics(op, case, variant, "cpu", golden, inputs)
 
 
 @pytest.mark.parametrize(("name", "fn", "precision"), [
@@ -171,6 +171,6 @@ def test_a_coarse_output_is_measured_against_the_coarse_class_envelope(tmp_path:
     # derive the emulated members from), the same one step fails.
     op = replace(get_op("mhc_pre"), output_precision={}, gemm_site=None)
     golden, inputs = fresh_golden(op, result.case)
-    alone = check(op, result.case, "mine_tf32", "cpu", golden, inputs)
+    alone = run_numerics(op, result.case, "mine_tf32", "cpu", golden, inputs)
     assert alone.seeds[0].metrics["y"].max_err_ratio > 5
     assert "y.max_err_ratio" in {v.key for v in alone.violations}

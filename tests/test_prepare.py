@@ -15,7 +15,7 @@ from numcheck.cases import Case, load_case_file
 from numcheck.check import run_check
 from numcheck.check.cpu_tf32 import NOTE
 from numcheck.check.make_golden import fresh_golden
-from numcheck.check.overhead import check_overhead
+from numcheck.check.overhead import audit_overhead
 from numcheck.check.perf import measure_perf
 from numcheck.check.result import CheckResult
 from numcheck.check.run import CaseInputs, run_variant
@@ -23,7 +23,7 @@ from numcheck.inputs import to_device
 from numcheck.ops import registry
 from numcheck.ops.registry import RegistrationError, Variant, get_op
 from numcheck.ops.spec import VariantError
-from numcheck.overhead import gate
+from numcheck.overhead import limits
 from numcheck.perf import timing
 from numcheck.perf.noise import reset_machine_noise
 from numcheck.perf.timing import TimerRequest
@@ -228,7 +228,7 @@ def test_a_check_prepares_once_per_seed_whatever_gates_run(tmp_path: Path) -> No
 def test_the_per_call_ledger_names_prepared_tensors_as_inputs(tmp_path: Path) -> None:
     case = tiny(tmp_path)
     op = get_op("mhc_pre")
-    report, found = check_overhead(op, case, "copies_prepared", "cpu", _inputs(case),
+    report, found = audit_overhead(op, case, "copies_prepared", "cpu", _inputs(case),
                                         gates={"casts"})
     # Two clones of the prepared bf16 hc_fn: two passes over that input, not over nothing.
     assert report.ledger.input_passes()["hc_fn"] == 2.0
@@ -246,9 +246,9 @@ def test_the_kernel_audit_profiles_the_call_only(
         fn()  # type: ignore[operator]
         profiled.append(len(prepared_variants.PREPARE_CALLS) - before)
 
-    monkeypatch.setattr(gate, "profile_kernels", fake_profile)
+    monkeypatch.setattr(limits, "profile_kernels", fake_profile)
     case = tiny(tmp_path)
-    check_overhead(get_op("mhc_pre"), case, "prepared_bf16", "cpu", _inputs(case),
+    audit_overhead(get_op("mhc_pre"), case, "prepared_bf16", "cpu", _inputs(case),
                         gates=set(), kernels=True)
     assert profiled == [0] and prepared_variants.PREPARE_CALLS == ["prepare"]
 
@@ -307,14 +307,14 @@ def test_the_reference_passes_are_counted_after_its_preparation(tmp_path: Path) 
     registry.set_variant("mhc_pre", _x_read_thrice(fp32, "x_thrice"))
     registry.set_variant("mhc_pre", _prepared_form(fp32))
     case = tiny(tmp_path, '"x_thrice"')
-    report, found = check_overhead(get_op("mhc_pre"), case, "x_thrice", "cpu",
+    report, found = audit_overhead(get_op("mhc_pre"), case, "x_thrice", "cpu",
                                         _inputs(case), gates={"casts"})
     assert report.reference_passes == {"x": 1.0}  # the call's upcast; w, hc_fn: no copy
     (v,) = [v for v in found if v.key == "casts.input_copies"]
     assert (v.value, v.limit) == (3.0, 1.0)
     # A reference that reads x three times sets the limit for this variant to 3.
     registry.set_variant("mhc_pre", _prepared_form(_x_read_thrice(fp32, "fp32")))
-    report, found = check_overhead(get_op("mhc_pre"), case, "x_thrice", "cpu",
+    report, found = audit_overhead(get_op("mhc_pre"), case, "x_thrice", "cpu",
                                         _inputs(case), gates={"casts"})
     assert report.reference_passes == {"x": 3.0}
     assert [v.key for v in found if v.key == "casts.input_copies"] == []
@@ -334,7 +334,7 @@ def test_a_per_input_limit_may_name_a_tensor_the_preparation_adds(tmp_path: Path
         path.write_text(TINY.format(variants='"w_twice"')
                         + f"[tiny-mhc.overhead.w_twice]\nmax_input_copies = {{ {limit} }}\n")
         (case,) = load_case_file(path)
-        report, found = check_overhead(get_op("mhc_pre"), case, "w_twice", "cpu",
+        report, found = audit_overhead(get_op("mhc_pre"), case, "w_twice", "cpu",
                                             _inputs(case), gates={"casts"})
         assert report.ledger.input_passes()["w"] == 3.0
         assert [v.key for v in found] == expected, limit
@@ -343,7 +343,7 @@ def test_a_per_input_limit_may_name_a_tensor_the_preparation_adds(tmp_path: Path
     (case,) = load_case_file(path)
     with pytest.raises(ValueError, match="'ww' is not an input of op 'mhc_pre'. Fix: use one "
                        "of: x, hc_fn, hc_scale, hc_base, w"):
-        check_overhead(get_op("mhc_pre"), case, "w_twice", "cpu", _inputs(case),
+        audit_overhead(get_op("mhc_pre"), case, "w_twice", "cpu", _inputs(case),
                             gates={"casts"})
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from numcheck.cases import load_case_file
-from numcheck.check.against_golden import check
+from numcheck.check.against_golden import run_numerics
 from numcheck.check.make_golden import write_golden
 from numcheck.check.result import CheckResult
 from numcheck.check.run import CaseInputs
@@ -58,7 +58,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CheckResult]:
     path = root / "tiny.safetensors"
     write_golden(path, op, case, "cpu", inputs)
     golden = load_for_case(path, op, case, fingerprint=inputs.fingerprint, regen_hint="regen")
-    return {v: check(op, case, v, "cpu", golden, inputs)
+    return {v: run_numerics(op, case, v, "cpu", golden, inputs)
             for v in ("tf32", "bf16")}
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from numcheck.cases import load_cases
-from numcheck.check.against_golden import check
+from numcheck.check.against_golden import run_numerics
 from numcheck.honest.gemm_family import MEMBER_PREFIX
 from numcheck.ops import indexer, mhc
 from numcheck.ops.registry import get_op
@@ -149,7 +149,7 @@ def test_round_trip_cast_is_numerically_exact() -> None:
     golden, fresh = fresh_golden(op, case)
     held = held_to(case, "roundtrip_cast", "bf16")
     # The numerics alone pass it; only the cast gate (test below) catches it.
-    assert check(op, held, "roundtrip_cast", "cpu", golden, fresh).passed
+    assert run_numerics(op, held, "roundtrip_cast", "cpu", golden, fresh).passed
 
 
 def test_round_trip_cast_is_caught() -> None:
@@ -244,7 +244,7 @@ def test_a_token_whose_pre_weight_is_a_step_off_is_set_aside_on_y() -> None:
                    "honest_split_k8_tree", "bf16")
     op = get_op(case.op)
     golden, inputs = fresh_golden(op, case)
-    result = check(op, case, "honest_split_k8_tree", "cpu", golden, inputs)
+    result = run_numerics(op, case, "honest_split_k8_tree", "cpu", golden, inputs)
     y = result.seeds[0].metrics["y"]
     assert (y.n_outside, y.row_outside[:2], y.n_outside_beyond(1)) == (274, (267, 2), 7)
     assert 4.5 < y.max_band_ratio < 4.7  # the token's worst element: far inside 40x the band
@@ -252,8 +252,8 @@ def test_a_token_whose_pre_weight_is_a_step_off_is_set_aside_on_y() -> None:
     budget = case.budgets["honest_split_k8_tree"]
     strict = replace(budget, outputs={
         **budget.outputs, "y": replace(budget.outputs["y"], max_outside_rows=0)})
-    again = check(op, replace(case, budgets={"honest_split_k8_tree": strict}),
-                  "honest_split_k8_tree", "cpu", golden, inputs)
+    again = run_numerics(op, replace(case, budgets={"honest_split_k8_tree": strict}),
+                         "honest_split_k8_tree", "cpu", golden, inputs)
     assert [v.key for v in again.violations] == ["y.frac_outside"]
 
 
@@ -268,11 +268,11 @@ def test_the_rounding_envelope_holds_split_k_that_one_reference_fails() -> None:
                    "bf16")
     op = get_op(case.op)
     golden, inputs = fresh_golden(op, case)
-    envelope = check(op, case, "honest_split_k2", "cpu", golden, inputs)
+    envelope = run_numerics(op, case, "honest_split_k2", "cpu", golden, inputs)
     # Without the GEMM site numcheck derives the envelope's split-K members from, the
     # shipped bf16 variant is the envelope alone.
-    alone = check(replace(op, rounding_alternatives={}, gemm_site=None), case,
-                  "honest_split_k2", "cpu", golden, inputs)
+    alone = run_numerics(replace(op, rounding_alternatives={}, gemm_site=None), case,
+                         "honest_split_k2", "cpu", golden, inputs)
     assert alone.seeds[0].metrics["pre"].max_err_ratio > 2.5
     assert "pre.max_err_ratio" in {v.key for v in alone.violations}
     assert envelope.seeds[0].metrics["pre"].max_err_ratio <= 1.0
@@ -300,7 +300,7 @@ def test_element_level_budget_catches_one_wrong_element() -> None:
     op = get_op(case.op)
     golden, inputs = fresh_golden(op, replace(case, seeds=(SEEDS[0],)))
     held = held_to(replace(case, seeds=(SEEDS[0],)), "one_element_8x", "bf16")
-    result = check(op, held, "one_element_8x", "cpu", golden, inputs)
+    result = run_numerics(op, held, "one_element_8x", "cpu", golden, inputs)
     keys = {v.key for v in result.violations}
     assert "mixes.max_err_ratio" in keys
     assert not keys & {"mixes.rel_fro", "mixes.calc_diff"}
@@ -364,9 +364,9 @@ def test_the_folded_scheme_passes_its_budget_and_one_wrong_element_fails_it() ->
     case = replace(CASES["indexer::v4flash-b4-l2k"], seeds=(5000,))
     op = get_op("indexer")
     golden, inputs = fresh_golden(op, case)
-    good = check(op, held_to(case, "bf16_folded", "bf16_folded"), "bf16_folded", "cpu",
-                 golden, inputs)
+    good = run_numerics(op, held_to(case, "bf16_folded", "bf16_folded"), "bf16_folded", "cpu",
+                        golden, inputs)
     assert not good.violations, good.violations
-    bad = check(op, held_to(case, "folded_one_element_8x", "bf16_folded"),
-                "folded_one_element_8x", "cpu", golden, inputs)
+    bad = run_numerics(op, held_to(case, "folded_one_element_8x", "bf16_folded"),
+                       "folded_one_element_8x", "cpu", golden, inputs)
     assert "logits.max_err_ratio" in {v.key for v in bad.violations}, bad.violations

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from numcheck.cases import Case, load_cases
-from numcheck.check.against_golden import check
+from numcheck.check.against_golden import run_numerics
 from numcheck.check.run import CaseInputs
 from numcheck.goldens.case_golden import CaseGolden
 from numcheck.goldens.files import golden_path
@@ -65,7 +65,7 @@ def test_near_tie_case_really_has_ties() -> None:
     # The adversarial case must exercise tie-awareness: bf16 flips tokens, all explained.
     case = CASES["indexer::v4flash-b4-l2k-ties"]
     op = get_op(case.op)
-    result = check(op, case, "bf16", "cpu", *_golden(case))
+    result = run_numerics(op, case, "bf16", "cpu", *_golden(case))
     assert result.passed
     assert result.topk_value("recall_min") < 1.0
     assert result.topk_value("tie_recall_min") == 1.0
@@ -87,7 +87,7 @@ def test_planted_bug_fails_shipped_budget(key: str, variant: str, metrics: set[s
     case = CASES[key]
     case = replace(case, budgets={**case.budgets, variant: case.budgets["bf16"]})
     op = get_op(case.op)
-    result = check(op, case, variant, "cpu", *_golden(case))
+    result = run_numerics(op, case, variant, "cpu", *_golden(case))
     assert not result.passed
     found = {f"{v.output}.{v.metric}" for v in result.violations}
     assert metrics <= found, found
@@ -115,7 +115,7 @@ def test_perf_cases_set_cast_limits_at_their_own_shapes() -> None:
     """No variant of a perf case is left at its class's wide default ceiling without saying
     so: each has a limit measured at the case's shape, or a declared expected failure (the
     prefill bf16 indexer's widened scores) with its reason."""
-    from numcheck.overhead.gate import default_overhead
+    from numcheck.overhead.limits import default_overhead
 
     op_variants = {name: set(get_op(name).variants) for name in ("indexer", "mhc_pre", "linear")}
     for case in (c for c in ALL_CASES.values() if c.perf_only):
@@ -141,7 +141,7 @@ def test_roundtrip_variant_is_a_strict_xfail_on_casts_in_every_mhc_case() -> Non
 
 
 def test_shipped_variants_pass_the_casts_gate_except_the_known_bad_one() -> None:
-    from numcheck.overhead.gate import audit_variant, overhead_violations
+    from numcheck.overhead.limits import audit_variant, overhead_violations
 
     for key in ("mhc_pre::v4flash-t64", "indexer::v4flash-b2-l1k-contiguous"):
         case = CASES[key]

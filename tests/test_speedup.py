@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from numcheck.numerics.verdict import Violation, worst
-from numcheck.perf.gate import violations
+from numcheck.perf.limits import violations
 from numcheck.perf.speedup import (
     FAIL,
     NOT_GATED,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from numcheck.cases import load_cases
-from numcheck.check.against_golden import check
+from numcheck.check.against_golden import run_numerics
 from numcheck.ops.registry import get_op
 from numcheck.selftest import error_to_family, fresh_golden, held_to
 from tests import honest, planted
@@ -36,7 +36,7 @@ def test_a_tf32_class_bug_fails_its_tf32_budget(op_name: str, bug: str) -> None:
     case = replace(CASES[SMALL[op_name]], seeds=(SEED,))
     op = get_op(op_name)
     golden, inputs = fresh_golden(op, case)
-    result = check(op, held_to(case, bug, "tf32"), bug, "cpu", golden, inputs)
+    result = run_numerics(op, held_to(case, bug, "tf32"), bug, "cpu", golden, inputs)
     own = error_to_family(case, bug, honest.family(op_name, "tf32"), SEED)
     assert own >= 2.0  # coarser than any honest TF32: the gate must see it
     keys = {v.key for v in result.violations}
@@ -56,8 +56,8 @@ def test_a_tf32_claim_computing_bf16_is_6_to_8x_the_tf32_envelope() -> None:
     case = replace(CASES[SMALL["mhc_pre"]], seeds=(SEED,))
     op = get_op("mhc_pre")
     golden, inputs = fresh_golden(op, case)
-    result = check(op, held_to(case, "tf32_in_bf16", "tf32"), "tf32_in_bf16", "cpu", golden,
-                   inputs)
+    result = run_numerics(op, held_to(case, "tf32_in_bf16", "tf32"), "tf32_in_bf16", "cpu", golden,
+                          inputs)
     ratios = {o: result.seeds[0].metrics[o].max_err_ratio for o in ("mixes", "pre", "post", "comb")}
     assert all(6.0 <= r <= 8.0 for r in ratios.values()), ratios
     assert "mixes.max_err_ratio" in {v.key for v in result.violations}
@@ -71,8 +71,8 @@ def test_truncated_tf32_passes_where_the_shipped_budget_once_failed_it() -> None
     case = replace(CASES["mhc_pre::v4flash-t64"], seeds=(SEED,))
     op = get_op(case.op)
     golden, inputs = fresh_golden(op, case)
-    result = check(op, held_to(case, "gemm_tf32_trunc", "tf32"), "gemm_tf32_trunc", "cpu",
-                   golden, inputs)
+    result = run_numerics(op, held_to(case, "gemm_tf32_trunc", "tf32"), "gemm_tf32_trunc", "cpu",
+                          golden, inputs)
     mixes = result.seeds[0].metrics["mixes"]
     assert 5e-8 < mixes.calc_diff < 2e-7
     assert mixes.max_err_ratio <= 1.0  # truncation is in the envelope

@@ -9,7 +9,7 @@ import torch
 
 from numcheck.cases import CaseFileError, load_case_file
 from numcheck.ops.registry import get_op
-from numcheck.perf.gate import PerfSpec
+from numcheck.perf.limits import PerfSpec
 from numcheck.perf.roofline import Peaks, Roofline, measure_peaks
 from numcheck.perf.timing import (
     GRAPH,

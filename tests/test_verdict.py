@@ -11,7 +11,7 @@ from numcheck.numerics.budgets import OutputBudget, TopkBudget
 from numcheck.numerics.metric_names import ERROR_METRICS, TOPK_LIMITS
 from numcheck.numerics.metrics import ErrorMetrics, compare
 from numcheck.numerics.topk import topk_agreement
-from numcheck.numerics.verdict import Violation, check_output, check_topk, worst
+from numcheck.numerics.verdict import Violation, output_violations, topk_violations, worst
 
 
 def budget(*, max_outside: int = 0, max_outside_rows: int = 0, allow_nan: bool = False,
@@ -24,13 +24,13 @@ def budget(*, max_outside: int = 0, max_outside_rows: int = 0, allow_nan: bool =
 def test_within_budget_has_no_violation() -> None:
     m = compare(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0]), ulp_dtype=torch.float32,
                 atol=0, rtol=0)
-    assert check_output("y", m, budget(rel_fro=0.0, max_abs=0.0)) == []
+    assert output_violations("y", m, budget(rel_fro=0.0, max_abs=0.0)) == []
 
 
 def test_error_over_budget_is_named_with_index_and_seed() -> None:
     m = compare(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, 4.0]),
                 ulp_dtype=torch.float32, atol=0, rtol=0)
-    (v,) = check_output("y", m, budget(max_abs=0.5), seed=3)
+    (v,) = output_violations("y", m, budget(max_abs=0.5), seed=3)
     assert (v.key, v.value, v.limit, v.index) == ("y.max_abs", 1.0, 0.5, (2,))
     assert v.describe() == "y.max_abs = 1 > budget 0.5 at index (2,) (seed 3)"
     assert v.severity == 2.0
@@ -40,10 +40,10 @@ def test_nan_fails_unless_allowed_and_mask_always_must_match() -> None:
     nan, inf = float("nan"), float("-inf")
     m = compare(torch.tensor([nan, inf, 1.0]), torch.tensor([1.0, 0.0, 1.0]),
                 ulp_dtype=torch.float32, atol=0, rtol=0)
-    keys = {v.key for v in check_output("y", m, budget())}
+    keys = {v.key for v in output_violations("y", m, budget())}
     assert keys == {"y.nan", "y.inf_mask"}
     allowed = OutputBudget(limits={}, atol=0, rtol=0, allow_nan=True)
-    keys = {v.key for v in check_output("y", m, allowed)}
+    keys = {v.key for v in output_violations("y", m, allowed)}
     assert keys == {"y.inf_mask", "y.nan_mask"}
 
 
@@ -52,7 +52,7 @@ def test_recall_floor_and_severity() -> None:
     report = topk_agreement(torch.tensor([[0, 1]]), torch.tensor([[0, 3]]), scores, band=0.0)
     tb = TopkBudget(limits={"recall_min": 0.9, "tie_recall_min": 1.0}, tie_band=0.0,
                     tie_band_kind="rel")
-    found = check_topk("topk", report, tb)
+    found = topk_violations("topk", report, tb)
     assert [v.key for v in found] == ["topk.recall_min", "topk.tie_recall_min"]
     assert found[1].detail == "1 flip(s) outside the tie band"  # token 1 is the kth itself
     assert found[0].describe().startswith("topk.recall_min = 0.5 < budget 0.9")
@@ -91,9 +91,9 @@ def _two_outside() -> object:
 def test_max_outside_lets_a_few_elements_past_a_zero_fraction() -> None:
     m = _two_outside()
     strict = budget(frac_outside=0.0)
-    assert [v.key for v in check_output("y", m, strict)] == ["y.frac_outside"]
+    assert [v.key for v in output_violations("y", m, strict)] == ["y.frac_outside"]
     allowing = budget(frac_outside=0.0, max_outside=2)
-    assert check_output("y", m, allowing) == []
+    assert output_violations("y", m, allowing) == []
     assert allowing.frac_outside_limit(4) == 0.5
     assert allowing.frac_outside_limit(0) == 0.0
 
@@ -101,7 +101,7 @@ def test_max_outside_lets_a_few_elements_past_a_zero_fraction() -> None:
 def test_one_element_more_than_max_outside_fails_and_says_so() -> None:
     m = _two_outside()
     one = budget(frac_outside=0.0, max_outside=1)
-    (v,) = check_output("y", m, one)
+    (v,) = output_violations("y", m, one)
     assert (v.value, v.limit) == (0.5, 0.25)
     assert "2 of 4 elements outside the band, more than the 1 max_outside allows" in v.describe()
 
@@ -112,10 +112,10 @@ def test_max_outside_does_not_lift_the_hard_band() -> None:
                      max_outside=2)
     m = compare(torch.tensor([1.0, 2.5, 3.0, 4.0]), torch.tensor([1.0, 2.0, 3.0, 4.0]),
                 ulp_dtype=torch.float32, atol=0.1, rtol=0)
-    assert [v.key for v in check_output("y", m, b)] == []  # 5 bands out: within 8
+    assert [v.key for v in output_violations("y", m, b)] == []  # 5 bands out: within 8
     m = compare(torch.tensor([1.0, 3.0, 3.0, 4.0]), torch.tensor([1.0, 2.0, 3.0, 4.0]),
                 ulp_dtype=torch.float32, atol=0.1, rtol=0)
-    assert [v.key for v in check_output("y", m, b)] == ["y.max_band_ratio"]  # 10 bands out
+    assert [v.key for v in output_violations("y", m, b)] == ["y.max_band_ratio"]  # 10 bands out
 
 
 def _rows_outside(rows: list[int]) -> ErrorMetrics:
@@ -134,15 +134,16 @@ def test_max_outside_rows_sets_aside_a_cluster_in_one_row() -> None:
     m = _rows_outside([2, 2, 2, 2, 2])
     assert m.row_outside == (5,)
     one_row = budget(frac_outside=0.0, max_outside_rows=1)
-    assert check_output("y", m, one_row) == []
-    assert [v.key for v in check_output("y", m, budget(frac_outside=0.0))] == ["y.frac_outside"]
+    assert output_violations("y", m, one_row) == []
+    strict = budget(frac_outside=0.0)
+    assert [v.key for v in output_violations("y", m, strict)] == ["y.frac_outside"]
 
 
 def test_max_outside_rows_does_not_hide_the_same_count_spread_over_rows() -> None:
     """Five elements in one row pass; five over four rows leave four outside: a failure."""
     m = _rows_outside([0, 1, 2, 3, 3])
     one_row = budget(frac_outside=0.0, max_outside_rows=1)
-    (v,) = check_output("y", m, one_row)
+    (v,) = output_violations("y", m, one_row)
     assert (v.key, v.value, v.limit) == ("y.frac_outside", 3 / 32, 0.0)
     assert "2 more in the worst 1 row(s) set aside by max_outside_rows" in v.describe()
 
@@ -150,9 +151,9 @@ def test_max_outside_rows_does_not_hide_the_same_count_spread_over_rows() -> Non
 def test_max_outside_rows_and_max_outside_add_up() -> None:
     m = _rows_outside([1, 1, 1, 0, 3])  # 3 in row 1, then one each in rows 0 and 3
     both = budget(frac_outside=0.0, max_outside=2, max_outside_rows=1)
-    assert check_output("y", m, both) == []
+    assert output_violations("y", m, both) == []
     fewer = budget(frac_outside=0.0, max_outside=1, max_outside_rows=1)
-    (v,) = check_output("y", m, fewer)
+    (v,) = output_violations("y", m, fewer)
     assert "2 of 32 elements outside the band, more than the 1 max_outside allows" in v.describe()
 
 
@@ -160,7 +161,7 @@ def test_max_outside_rows_keeps_an_undefined_fraction_undefined() -> None:
     m = compare(torch.tensor([[1.0, float("nan")]]), torch.tensor([[1.0, 2.0]]),
                 ulp_dtype=torch.float32, atol=0, rtol=0)
     one_row = budget(frac_outside=0.0, max_outside_rows=1, allow_nan=True)
-    found = {v.key: v for v in check_output("y", m, one_row)}
+    found = {v.key: v for v in output_violations("y", m, one_row)}
     assert math.isnan(found["y.frac_outside"].value)
 
 
@@ -181,8 +182,8 @@ def test_every_error_metric_budget_fails_a_wrong_scale_and_passes_the_honest_var
     twice what the honest variant measures; a 2% scale error lies beyond it on every key."""
     honest, scaled = _honest_and_scaled()
     limit = 2 * honest.value(metric)
-    assert check_output("y", honest, budget(**{metric: limit})) == []
-    (v,) = check_output("y", scaled, budget(**{metric: limit}))
+    assert output_violations("y", honest, budget(**{metric: limit})) == []
+    (v,) = output_violations("y", scaled, budget(**{metric: limit}))
     assert (v.key, v.upper) == (f"y.{metric}", True)
     assert v.value == scaled.value(metric) and v.value > limit
 
@@ -195,8 +196,8 @@ def test_every_topk_floor_fails_a_flip_outside_the_band(metric: str) -> None:
     golden = torch.tensor([[0, 1, 2], [0, 1, 2]])
     floor = TopkBudget(limits={metric: 0.9}, tie_band=1e-3, tie_band_kind="rel")
     honest = topk_agreement(golden, golden, scores, band=1e-3)
-    assert check_topk("topk", honest, floor) == []
+    assert topk_violations("topk", honest, floor) == []
     flipped = topk_agreement(golden, torch.tensor([[0, 1, 2], [0, 1, 3]]), scores, band=1e-3)
-    (v,) = check_topk("topk", flipped, floor)
+    (v,) = topk_violations("topk", flipped, floor)
     assert (v.key, v.upper, v.limit) == (f"topk.{metric}", False, 0.9)
     assert v.value == flipped.value(metric) < 0.9

@@ -2,7 +2,7 @@
 
     python -m benchmarks.cost.envelope_cost [--reps 4]
 
-Times ``numcheck.check.against_golden.check`` of the shipped ``bf16`` and ``tf32`` variants
+Times ``numcheck.check.against_golden.run_numerics`` of the shipped ``bf16`` and ``tf32`` variants
 on one fresh seed, once with the op as shipped (rounding reference plus the members derived from
 its GEMM site, numcheck.honest.gemm_family) and once with the reference alone (no
 ``gemm_site``, no alternatives), alternating, each rep on fresh ``CaseInputs`` (the envelope is
@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from numcheck.cases import load_cases
-from numcheck.check.against_golden import check
+from numcheck.check.against_golden import run_numerics
 from numcheck.check.run import CaseInputs
 from numcheck.ops.registry import get_op
 from numcheck.selftest import fresh_golden
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
                     inputs = CaseInputs(o, case)
                     inputs.get(SEED)
                     t0 = time.process_time()
-                    check(o, case, variant, "cpu", golden, inputs)
+                    run_numerics(o, case, variant, "cpu", golden, inputs)
                     times[label].append(time.process_time() - t0)
             env, single = (statistics.median(times[k]) for k in ops)
             spread = {k: f"{min(v):.3f}-{max(v):.3f}" for k, v in times.items()}

@@ -7,7 +7,7 @@ round trips by value (docs/overhead.md).
 For a few shipped (case, variant) pairs, on the CPU: the median wall time of the variant
 alone, under ``CastLedger(by_value=False)`` (storage-path round trips only) and under
 ``CastLedger()`` (also by value: round trips and copies), both given the variant's inputs
-as :func:`numcheck.overhead.gate.audit_variant` does, interleaved so machine load hits all
+as :func:`numcheck.overhead.limits.audit_variant` does, interleaved so machine load hits all
 three alike. Prints one row per pair, then the ratios. ``--cpu-time``: process CPU time on
 one thread (steadier on a shared machine).
 

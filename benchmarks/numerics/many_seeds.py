@@ -81,7 +81,7 @@ def _probe(case: Any, op: Any, runs: int | None, determinism: bool, device: str)
     """The case with both invariance gates on for every variant it runs (the reference
     included), on ``device``: what the gates would say if the keys listed them all
     (``determinism`` False: that gate off)."""
-    from numcheck.invariance.gate import DEFAULT_RUNS, InvarianceSpec
+    from numcheck.invariance.limits import DEFAULT_RUNS, InvarianceSpec
 
     names = (op.reference, *case.variants)
     det = case.deterministic

@@ -6,7 +6,7 @@ once. ``--full-context`` puts every request at ``max_context`` (the most pages a
 have), which bounds every seed of the case from above.
 
 The measurement behind the ``max_cast_bytes_ratio`` and ``max_input_copies`` limits in
-cases/*.toml, and behind :data:`numcheck.overhead.gate.DEFAULT_CAST_BYTES_RATIO`
+cases/*.toml, and behind :data:`numcheck.overhead.limits.DEFAULT_CAST_BYTES_RATIO`
 (docs/overhead.md)::
 
     python -m benchmarks.overhead.cast_ratios --full-context [--device cuda] [--out DIR]
@@ -42,13 +42,13 @@ import torch
 from numcheck.cases import load_cases
 from numcheck.inputs import to_device
 from numcheck.ops.registry import get_op
-from numcheck.overhead.gate import (
+from numcheck.overhead.kernels import COPY
+from numcheck.overhead.limits import (
     DEFAULT_INPUT_COPIES,
     METADATA_SHARE,
     audit_variant,
     whole_passes,
 )
-from numcheck.overhead.kernels import COPY
 from numcheck.prepare import prepare
 
 #: The case files' policy: 2% over the measured worst, at least this much.

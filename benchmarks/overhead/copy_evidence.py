@@ -28,7 +28,7 @@ from typing import Any
 
 from numcheck.cases import load_cases
 from numcheck.ops.registry import get_op
-from numcheck.overhead.gate import audit_variant, overhead_violations
+from numcheck.overhead.limits import audit_variant, overhead_violations
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -31,8 +31,8 @@ import torch
 from numcheck.devices import device_name
 from numcheck.inputs import to_device
 from numcheck.ops.registry import get_op
-from numcheck.overhead.gate import audit_variant, default_overhead, overhead_violations
 from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, TENSOR_CORE_GEMM
+from numcheck.overhead.limits import audit_variant, default_overhead, overhead_violations
 from numcheck.prepare import prepare
 
 #: (op, preset, shape): the production shapes of docs/ops.md's story.

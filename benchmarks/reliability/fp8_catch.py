@@ -227,7 +227,7 @@ RECORDED = ("rel_fro", "sim_rel_fro")
 
 
 def _past(value: float | None, limit: float | None) -> bool:
-    """Past its limit as numcheck.numerics.verdict.check_output judges (NaN is past any)."""
+    """Past its limit as numcheck.numerics.verdict.output_violations judges (NaN is past any)."""
     return value is not None and limit is not None and (math.isnan(value) or value > limit)
 
 

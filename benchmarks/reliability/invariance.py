@@ -31,9 +31,9 @@ from typing import Any
 import torch
 
 from numcheck.cases import Case, load_cases
-from numcheck.check.invariance import check_invariance
+from numcheck.check.invariance import measure_invariance
 from numcheck.check.run import CaseInputs
-from numcheck.invariance.gate import InvarianceSpec
+from numcheck.invariance.limits import InvarianceSpec
 from numcheck.ops.batch import batch_size
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError
@@ -75,8 +75,8 @@ def measure(case: Case, variant: str, device: str, runs: int, requests: str) -> 
         batch_invariant=InvarianceSpec(names, (device,), requests=chosen) if batch else None)
     t0 = time.monotonic()
     try:
-        report = check_invariance(op, probe, variant, device, cpu_inputs, determinism=True,
-                                  batch=batch).as_dict()
+        report = measure_invariance(op, probe, variant, device, cpu_inputs, determinism=True,
+                                    batch=batch).as_dict()
     except (VariantError, ValueError) as exc:
         return {"error": str(exc).splitlines()[0]}
     det, bat = report.get("determinism") or {}, report.get("batch_invariance") or {}

@@ -187,7 +187,7 @@ def rel_fro(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def run_shipped_checks() -> None:
     from numcheck.cases import load_cases
-    from numcheck.check.against_golden import check
+    from numcheck.check.against_golden import run_numerics
     from numcheck.selftest import shipped_golden
 
     cases = [c for c in load_cases(ROOT / "cases")
@@ -195,7 +195,7 @@ def run_shipped_checks() -> None:
     for case in cases[:1] if TINY else cases:  # perf-only: no golden
         op = get_op(case.op)
         golden, inputs = shipped_golden(case, ROOT / "goldens")
-        r = check(op, case, "fused", DEVICE, golden, inputs)
+        r = run_numerics(op, case, "fused", DEVICE, golden, inputs)
         worst = r.worst()
         row = {"case": f"{case.op}::{case.id}", "passed": r.passed,
                "worst": None if worst is None else str(worst)}

@@ -47,7 +47,7 @@ from numcheck.numerics.metric_names import ERROR_METRICS, SIM_METRICS, TOPK_LIMI
 
 if TYPE_CHECKING:
     from numcheck.cases import Case
-    from numcheck.check.against_sim import SimCheck
+    from numcheck.check.against_sim import SimReport
     from numcheck.check.result import SeedResult
     from numcheck.check.run import CaseInputs
     from numcheck.goldens.case_golden import CaseGolden
@@ -190,7 +190,7 @@ def seed_rows(op: OpSpec, golden: CaseGolden, measured: SeedResult) -> dict[str,
 QUANT_RULES = ("sim_ratio", "operand_findings")
 
 
-def quant_row(quant: SimCheck | None) -> Row:
+def quant_row(quant: SimReport | None) -> Row:
     """The rules' measurements of one seed's second reference (empty without one)."""
     if quant is None:
         return {}

@@ -22,9 +22,9 @@ from typing import Any
 
 from numcheck.disk.atomic import atomic_write
 from numcheck.numerics.budget_origin import Given, Inherited, Lent, Origin, root
-from numcheck.numerics.budget_provenance import PROVENANCE as RECORDS
-from numcheck.numerics.budget_provenance import CalibrationRecord
 from numcheck.numerics.budgets import BUDGET_LIKE
+from numcheck.numerics.calibration_record import PROVENANCE as RECORDS
+from numcheck.numerics.calibration_record import CalibrationRecord
 
 #: How to install what writing needs.
 INSTALL_HINT = "pip install tomlkit (or the calibrate extra: pip install 'numcheck[calibrate]')"
@@ -109,7 +109,7 @@ def apply_edits(
     borrowed (``budget_like``; one entry per variant), or a key a coarse output inherits.
     ``provenance`` (command, when): named in the header when anything changed.
     ``records``: (case, variant) -> the calibration record written as
-    ``[<case>.provenance.<variant>]`` (numcheck.numerics.budget_provenance), replacing the
+    ``[<case>.provenance.<variant>]`` (numcheck.numerics.calibration_record), replacing the
     one there, when a value of that variant changed or the record names other evidence
     (its command, date and torch version alone are not news).
     """

@@ -7,7 +7,7 @@ variant alone: a calibration of the variant alone budgets whatever it computes, 
 included. :func:`honest_family` says which pool to measure and which checks to run (the
 failing variant is left out where the case runs the class's reference implementation: it
 keeps its tables, or takes the family's with ``budget_like``, as the budget's origin record
-says); numcheck.report.budget_source words the command.
+says); numcheck.report.limit_text words the command.
 """
 
 from __future__ import annotations

@@ -346,7 +346,7 @@ def floor_tightening(case: str, variant: str, device: str, precision: str,
 
 def record_gaps(case: str, variant: str, record: Any, pool: Iterable[str],
                 devices: Iterable[str], missing_members: Iterable[str] = ()) -> Finding | None:
-    """The table's record (numcheck.numerics.budget_provenance) names pool members or
+    """The table's record (numcheck.numerics.calibration_record) names pool members or
     devices this run did not measure: ``pool`` and ``devices`` are what it did."""
     absent = [m for m in record.pool if m not in set(pool)]
     unregistered = [m for m in missing_members if m in absent]

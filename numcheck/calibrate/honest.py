@@ -4,7 +4,7 @@ A budget has two jobs: pass every honest implementation of a precision (not only
 variant it was measured on) and fail every bug bigger than that precision's own rounding.
 This module measures the first side the way the gate measures: each member of a family (the
 shipped variant of a precision class and test-only alternatives that sum, round or tile
-differently) is checked by :func:`numcheck.check.against_golden.check` against a fresh CPU
+differently) is checked by :func:`numcheck.check.against_golden.run_numerics` against a fresh CPU
 reference on each seed, and the worst value of every metric over members and seeds is kept.
 :func:`suggest` turns those worsts into budget tables with the project's headroom
 (docs/budgets.md).
@@ -25,7 +25,7 @@ from numcheck.calibrate.headroom import (  # noqa: F401 (the rule's names, as th
     budget_value,
 )
 from numcheck.cases import Case
-from numcheck.check.against_golden import check
+from numcheck.check.against_golden import run_numerics
 from numcheck.check.result import CheckResult
 from numcheck.numerics.budgets import ERROR_METRICS
 from numcheck.numerics.metric_names import SIM_METRICS
@@ -60,8 +60,8 @@ def measure_family(
                 continue
             held = held_to(one, name, precision)
             try:
-                result = check(op, held, name, device, golden, inputs,
-                               max_flips=10**9)
+                result = run_numerics(op, held, name, device, golden, inputs,
+                                      max_flips=10**9)
             except VariantError as exc:
                 errors.append(f"{name} seed {seed}: {exc}")
                 continue

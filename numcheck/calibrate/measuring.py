@@ -20,7 +20,7 @@ from numcheck.devices import run_class
 if TYPE_CHECKING:
     from numcheck.cases import Case
     from numcheck.check.run import CaseInputs
-    from numcheck.numerics.budget_provenance import CalibrationRecord
+    from numcheck.numerics.calibration_record import CalibrationRecord
     from numcheck.ops.registry import OpSpec
     from numcheck.perf.sections import DeviceSections
 

@@ -15,7 +15,7 @@ three parts, each written as soon as it finishes so a run stopped at a time limi
   comment gains this class's runs;
 - ``invariance``: each ``deterministic`` / ``batch_invariant`` key that holds variants on
   this device kind but does not name the class: every variant it holds measured here
-  (:func:`numcheck.check.invariance.check_invariance`; a sweep at each of its points), and
+  (:func:`numcheck.check.invariance.measure_invariance`; a sweep at each of its points), and
   the class added to the key's ``devices`` only where every one was bitwise deterministic /
   batch-invariant (otherwise the key is left alone and the run says which variant differed);
 - ``numerics``: every FP8 / FP4 variant's honest family (itself and its scheme's honest GEMMs
@@ -320,7 +320,7 @@ def _merged(comment: str, cls: str, runs: str) -> str:
 def invariance(run: Onboarding, args: argparse.Namespace) -> bool:
     """Measure every key that does not name this class; name it where all variants held."""
     from numcheck.cases import load_cases
-    from numcheck.check.invariance import check_invariance
+    from numcheck.check.invariance import measure_invariance
     from numcheck.check.run import CaseInputs
     from numcheck.ops.registry import get_op
 
@@ -350,9 +350,9 @@ def invariance(run: Onboarding, args: argparse.Namespace) -> bool:
                     entry["rows"].append({"point": case.id, "variant": variant,
                                           "not measured": why})
                     continue
-                report = check_invariance(op, case, variant, run.device, cpu_inputs,
-                                          determinism=gate == "determinism",
-                                          batch=gate == "batch")
+                report = measure_invariance(op, case, variant, run.device, cpu_inputs,
+                                            determinism=gate == "determinism",
+                                            batch=gate == "batch")
                 differing = (len(report.run_differences) if gate == "determinism"
                              else len(report.request_differences))
                 entry["held"] = entry["held"] and not differing
@@ -409,7 +409,7 @@ def numerics(run: Onboarding, args: argparse.Namespace) -> bool:
     from numcheck.honest.gemm_family import member_name, member_variants, members
     from numcheck.ops import registry
     from numcheck.ops.registry import add_variant, get_op
-    from numcheck.report.budget_source import calibrate_command
+    from numcheck.report.limit_text import calibrate_command
     from numcheck.selftest import family_outcomes
 
     seeds = [args.first_seed + i for i in range(args.seeds)]

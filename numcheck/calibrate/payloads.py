@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from numcheck.calibrate import Worst, WorstTable
-from numcheck.numerics.budget_provenance import CalibrationRecord, parse_record
 from numcheck.numerics.budgets import BudgetError
+from numcheck.numerics.calibration_record import CalibrationRecord, parse_record
 
 #: The format tag of a --numcheck-calibrate-json file.
 RUN_FORMAT = 1

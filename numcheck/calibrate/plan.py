@@ -12,7 +12,7 @@ records that say what set them, and the reasons not to write (pure: no torch, no
   turned into budgets by the headroom rule (:mod:`numcheck.calibrate.headroom`);
 - :mod:`numcheck.calibrate.guard` says what must not be written (a variant that looks like a
   bug, a bit-exact floor, less evidence than the table's record, a mixed table);
-- a :class:`numcheck.numerics.budget_provenance.CalibrationRecord` per written variant says
+- a :class:`numcheck.numerics.calibration_record.CalibrationRecord` per written variant says
   what set its tables, for the case file.
 
 Which table a suggestion belongs to is the budget's origin record's to say (a payload's
@@ -43,7 +43,7 @@ from numcheck.calibrate.headroom import FLOORS
 from numcheck.calibrate.payloads import NumericsPayload, Payload
 from numcheck.honest import MEMBER_PREFIX
 from numcheck.numerics.budget_origin import Given, Inherited, Origin, origins_from_dict, root
-from numcheck.numerics.budget_provenance import CalibrationRecord
+from numcheck.numerics.calibration_record import CalibrationRecord
 from numcheck.numerics.metric_names import ERROR_METRICS, SIM_METRICS, TOPK_LIMITS
 
 #: Width of ``key = value`` before the comment in printed tables.

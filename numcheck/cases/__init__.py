@@ -52,27 +52,27 @@ from numcheck.gates import (
     TOPK_METRICS,
 )
 from numcheck.honest.gemm_family import missing_envelope, yardstick
-from numcheck.invariance.gate import (
+from numcheck.invariance.limits import (
     BATCH_INVARIANT_KEY,
     DETERMINISTIC_KEY,
     InvarianceError,
     InvarianceSpec,
     parse_spec,
 )
-from numcheck.numerics.budget_provenance import PROVENANCE, CalibrationRecord, parse_record
 from numcheck.numerics.budgets import BudgetError, VariantBudget, describe
+from numcheck.numerics.calibration_record import PROVENANCE, CalibrationRecord, parse_record
 from numcheck.numerics.metric_names import NONFINITE_METRICS
 from numcheck.ops import registry
 from numcheck.ops.param_checks import check_params
 from numcheck.ops.registry import OpSpec
-from numcheck.overhead.gate import (
+from numcheck.overhead.limits import (
     KERNEL_LIMITS,
     OVERHEAD_KEYS,
     OverheadBudget,
     OverheadError,
     complete_overhead,
 )
-from numcheck.perf.gate import EVERY_CLASS, PERF_BOUNDS, PERF_OPTIONS, PerfSpec
+from numcheck.perf.limits import EVERY_CLASS, PERF_BOUNDS, PERF_OPTIONS, PerfSpec
 from numcheck.toml_lines import key_lines
 
 #: Keys a case table accepts.
@@ -132,7 +132,7 @@ class Case:
     #: --numcheck-perf (its numerics are checked by the CPU-sized cases of the same op).
     perf_only: bool = False
     #: Cast/copy and kernel limits per variant (``[<case>.overhead.<variant>]``), complete
-    #: for every variant the case runs; see :mod:`numcheck.overhead.gate`.
+    #: for every variant the case runs; see :mod:`numcheck.overhead.limits`.
     overhead: Mapping[str, OverheadBudget] = field(default_factory=dict)
     #: How calibration set each variant's budget tables (``[<case>.provenance.<variant>]``,
     #: written by --numcheck-calibrate-write, read by the next calibration; never gated).
@@ -411,7 +411,7 @@ def _parse_invariance(
     where: _Where, body: Mapping[str, Any], op: OpSpec, key: str, variants: tuple[str, ...],
     devices: tuple[str, ...], params: Mapping[str, Any], perf_only: bool,
 ) -> InvarianceSpec | None:
-    """``deterministic`` or ``batch_invariant`` (numcheck.invariance.gate): off by default.
+    """``deterministic`` or ``batch_invariant`` (numcheck.invariance.limits): off by default.
 
     Asking it of a perf-only case (no numerics run there), or batch invariance of an op that
     does not say what a request is, or of a request past the case's batch, is an error."""
@@ -493,7 +493,7 @@ def _sweep_points(where: _Where, body: Mapping[str, Any], op: OpSpec, preset: st
 def _parse_provenance(
     where: _Where, body: Mapping[str, Any], op: OpSpec
 ) -> dict[str, CalibrationRecord]:
-    """The calibration records of the case's variants (numcheck.numerics.budget_provenance)."""
+    """The calibration records of the case's variants (numcheck.numerics.calibration_record)."""
     given = _table(where, body, PROVENANCE, f"[{where.case}.{PROVENANCE}.<variant>] tables")
     records: dict[str, CalibrationRecord] = {}
     for variant, raw in given.items():

@@ -5,7 +5,7 @@ overhead limit (``casts.cast_bytes_ratio``) or an invariance key (``determinism`
 :func:`limit_origin` names the key that sets it, its value and its origin: a budget key's as
 recorded when the budget was completed, the others from the lines the loader read
 (``Case.lines``) and the gate's case key. Every failure's ``budget:`` line words what it
-returns (numcheck.report.budget_source), and nothing reads the file again.
+returns (numcheck.report.limit_text), and nothing reads the file again.
 """
 
 from __future__ import annotations

@@ -46,10 +46,10 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 
 from numcheck.cases import Case, Expectation
 from numcheck.check import phase
-from numcheck.check.against_golden import check
+from numcheck.check.against_golden import run_numerics
 from numcheck.check.firstcall import DEFAULT_NOTE_S, FirstCallWatch, Progress, device_sync
-from numcheck.check.invariance import check_invariance
-from numcheck.check.overhead import check_overhead
+from numcheck.check.invariance import measure_invariance
+from numcheck.check.overhead import audit_overhead
 from numcheck.check.perf import measure_perf
 from numcheck.check.result import CheckResult, Settled, display_id
 from numcheck.check.run import CaseInputs, run_variant
@@ -57,11 +57,11 @@ from numcheck.devices import run_class
 from numcheck.gates import BATCH_INVARIANCE_GATE, DETERMINISM_GATE, INVARIANCE_GATES, QUANT_GATE
 from numcheck.goldens.case_golden import CaseGolden
 from numcheck.inputs import to_device
-from numcheck.invariance.gate import BATCH_INVARIANT_KEY, DETERMINISTIC_KEY, InvarianceReport
+from numcheck.invariance.limits import BATCH_INVARIANT_KEY, DETERMINISTIC_KEY, InvarianceReport
 from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import OpSpec
-from numcheck.overhead.gate import OVERHEAD_GATES
+from numcheck.overhead.limits import OVERHEAD_GATES
 from numcheck.perf.sections import DeviceSections
 from numcheck.prepare import Preparations
 
@@ -233,13 +233,13 @@ def run_check(
     else:
         # Shared: other workers' numerics run alongside, never a timed section.
         with hold(exclusive=False) as numerics_wait:
-            result = check(op, case, variant, device, golden, inputs,
-                           max_flips=max_flips, keep_outputs=keep_outputs,
-                           preparations=preparations, first_call=watch)
+            result = run_numerics(op, case, variant, device, golden, inputs,
+                                  max_flips=max_flips, keep_outputs=keep_outputs,
+                                  preparations=preparations, first_call=watch)
     if golden is not None and gates & set(INVARIANCE_GATES):
         # Shared like the numerics: calls of the variant, nothing timed.
         with hold(exclusive=False), phase.span("invariance"):
-            report = check_invariance(
+            report = measure_invariance(
                 op, case, variant, device, first_seed, preparer=preparer,
                 determinism=DETERMINISM_GATE.name in gates,
                 batch=BATCH_INVARIANCE_GATE.name in gates)
@@ -261,7 +261,7 @@ def run_check(
         profile = device == "cuda" and (explain or "kernels" in audited)
         # A kernel audit times kernels (torch.profiler): it holds the device alone too.
         with hold(exclusive=profile) as waited, phase.span("ledger"):
-            overhead, found = check_overhead(op, case, variant, device, first_seed,
+            overhead, found = audit_overhead(op, case, variant, device, first_seed,
                                              gates=set() if explain else audited,
                                              kernels=profile, preparer=preparer)
         overhead.lock_wait_s = waited if profile else None

@@ -31,7 +31,6 @@ from numcheck.check.run import (
     yardstick,
 )
 from numcheck.goldens.case_golden import CaseGolden
-from numcheck.goldens.files import dtype_name
 from numcheck.goldens.packing import NONFINITE_KINDS, StoredOutput, StoredPair, nonfinite_of
 from numcheck.honest.gemm_family import missing_envelope
 from numcheck.inputs import to_device
@@ -40,9 +39,9 @@ from numcheck.numerics.metric_names import MAX_FLIPS
 from numcheck.numerics.metrics import ErrorMetrics, compare, with_sim
 from numcheck.numerics.nonfinite import explain as explain_nonfinite
 from numcheck.numerics.topk import select_topk, topk_agreement
-from numcheck.numerics.verdict import Violation, check_output, check_topk
+from numcheck.numerics.verdict import Violation, output_violations, topk_violations
 from numcheck.ops.spec import OpSpec, Outputs, VariantError
-from numcheck.precision import one_thread, rounding_unit, ulp_dtype
+from numcheck.precision import dtype_name, one_thread, rounding_unit, ulp_dtype
 from numcheck.precision.quant_record import recording
 from numcheck.prepare import Preparations, Preparer, prepare
 
@@ -50,10 +49,10 @@ if TYPE_CHECKING:
     from numcheck.check.firstcall import FirstCallWatch
     from numcheck.numerics.budgets import OutputBudget
 
-__all__ = ["check", "judge_output"]
+__all__ = ["judge_output", "run_numerics"]
 
 
-def check(
+def run_numerics(
     op: OpSpec,
     case: Case,
     variant_name: str,
@@ -182,7 +181,7 @@ def _check_seed(
             band=tb.tie_band, band_kind=tb.tie_band_kind, max_flips=max_flips,
         )
         result.topk = report
-        result.violations += check_topk(spec.indices, report, tb, seed=seed)
+        result.violations += topk_violations(spec.indices, report, tb, seed=seed)
     if localize_failure and result.violations and localize.enabled():
         try:
             result.localization = localize.localize_failure(
@@ -236,7 +235,7 @@ def judge_output(
     )
     if simulated is not None:
         m = with_sim(m, actual, simulated)
-    found = check_output(name, m, ob, seed=seed)
+    found = output_violations(name, m, ob, seed=seed)
     if m.nonfinite.mask_mismatch:
         found = [_locate_mask(v, pair.actual, pair.expected) for v in found]
     found = [explain_nonfinite(v, pair.actual, pair.expected, precision=precision) for v in found]

@@ -48,7 +48,7 @@ from numcheck.precision.quant_scheme import Granularity
 from numcheck.precision.quant_validate import validate
 from numcheck.precision.quantize import Quantized
 
-__all__ = ["BOUND_MATRICES", "BOUND_ROWS", "SimCheck", "simulate", "take_rows"]
+__all__ = ["BOUND_MATRICES", "BOUND_ROWS", "SimReport", "simulate", "take_rows"]
 
 #: Rows of a GEMM result the bound is taken on (evenly spaced, first and last included):
 #: the bound costs about twice numcheck's emulation of the GEMM itself.
@@ -60,7 +60,7 @@ MAX_FINDINGS = 6
 
 
 @dataclass
-class SimCheck:
+class SimReport:
     """What one seed's second reference measured (module docstring)."""
 
     #: The op's outputs recomputed on the operands (the simulated reference), by name.
@@ -177,7 +177,7 @@ class _Site:
 
 @one_thread()
 def simulate(op: OpSpec, quant: GemmQuant, inputs: Inputs, params: Params,
-             recorded: Sequence[RecordedGemm], *, seed: int | None = None) -> SimCheck:
+             recorded: Sequence[RecordedGemm], *, seed: int | None = None) -> SimReport:
     """The second reference of one seed (module docstring): ``inputs`` are the op's inputs
     on the device the variant ran on, ``recorded`` what it recorded in that call."""
     site = op.gemm_site
@@ -185,21 +185,21 @@ def simulate(op: OpSpec, quant: GemmQuant, inputs: Inputs, params: Params,
         raise ValueError(f"op {op.name!r} declares no gemm_site: no simulated reference")
     run = _Site(quant, recorded)
     outputs = site(inputs, params, run.gemm)
-    check = SimCheck(outputs=dict(outputs), scheme=quant.label,
-                     operands="recorded" if recorded else "numcheck",
-                     calls=len(run.sources), recorded=len(recorded))
+    report = SimReport(outputs=dict(outputs), scheme=quant.label,
+                       operands="recorded" if recorded else "numcheck",
+                       calls=len(run.sources), recorded=len(recorded))
     if recorded and len(recorded) != len(run.sources):
-        check.violations.append(Violation(
+        report.violations.append(Violation(
             "quant", "recorded", abs(len(recorded) - len(run.sources)), 0, seed=seed,
             detail=f"the variant recorded {len(recorded)} GEMM(s), the op's gemm_site makes "
             f"{len(run.sources)}: record each GEMM once, in the site's order "
             "(numcheck.fp8.record_gemm)"))
-    _check_operands(check, run, quant, recorded, seed)
-    _bound(check, run, quant, recorded, seed)
-    return check
+    _check_operands(report, run, quant, recorded, seed)
+    _bound(report, run, quant, recorded, seed)
+    return report
 
 
-def _check_operands(check: SimCheck, run: _Site, quant: GemmQuant,
+def _check_operands(report: SimReport, run: _Site, quant: GemmQuant,
                     recorded: Sequence[RecordedGemm], seed: int | None) -> None:
     findings: list[str] = []
     for i, (rec, (a, b)) in enumerate(zip(recorded, run.sources, strict=False)):
@@ -214,16 +214,16 @@ def _check_operands(check: SimCheck, run: _Site, quant: GemmQuant,
                 for text in _check_operand(q, operand, src.to(q.values.device)):
                     where = f"GEMM {i}" + (f", matrix {j}" if rec.batch > 1 else "")
                     findings.append(f"{where}, operand {side} ({operand.label}): {text}")
-    check.n_findings = len(findings)
-    check.findings = findings[:MAX_FINDINGS]
+    report.n_findings = len(findings)
+    report.findings = findings[:MAX_FINDINGS]
     if findings:
-        check.violations.append(Violation(
+        report.violations.append(Violation(
             "quant", "operands", len(findings), 0, seed=seed,
             detail=findings[0] + (f" (and {len(findings) - 1} more)" if len(findings) > 1
                                   else "")))
 
 
-def _bound(check: SimCheck, run: _Site, quant: GemmQuant, recorded: Sequence[RecordedGemm],
+def _bound(report: SimReport, run: _Site, quant: GemmQuant, recorded: Sequence[RecordedGemm],
            seed: int | None) -> None:
     worst, at = -math.inf, ""
     for i, rec in enumerate(recorded):
@@ -236,7 +236,7 @@ def _bound(check: SimCheck, run: _Site, quant: GemmQuant, recorded: Sequence[Rec
         for j in _spread(len(qas), BOUND_MATRICES):
             qa, qb, y = qas[j], qbs[j], ys[j]
             if tuple(y.shape) != (qa.shape[0], qb.shape[0]):
-                check.violations.append(Violation(
+                report.violations.append(Violation(
                     "quant", "sim_ratio", math.inf, 1.0, seed=seed,
                     detail=f"GEMM {i}: a result of shape {list(y.shape)} for operands "
                     f"{list(qa.shape)} x {list(qb.shape)}^T"))
@@ -251,9 +251,9 @@ def _bound(check: SimCheck, run: _Site, quant: GemmQuant, recorded: Sequence[Rec
                       + f", element ({int(rows[r])}, {c})")
     if worst == -math.inf:
         return
-    check.sim_ratio, check.sim_ratio_at = worst, at
+    report.sim_ratio, report.sim_ratio_at = worst, at
     if not worst <= 1.0:
-        check.violations.append(Violation(
+        report.violations.append(Violation(
             "quant", "sim_ratio", worst, 1.0, seed=seed,
             detail=f"at {at}: the GEMM result lies {worst:.3g}x past the bound an honest "
             f"kernel of {quant.accumulation.label} sums and a {quant.out_dtype} result stays "

@@ -23,7 +23,7 @@ from numcheck.cases import Case
 from numcheck.check.run import run_variant
 from numcheck.inputs import to_device
 from numcheck.invariance.bitwise import differences
-from numcheck.invariance.gate import InvarianceReport, default_requests
+from numcheck.invariance.limits import InvarianceReport, default_requests
 from numcheck.ops.batch import batch_size, request_inputs, request_outputs
 from numcheck.ops.spec import OpSpec, Outputs, VariantError
 from numcheck.prepare import Preparer, prepare
@@ -35,7 +35,7 @@ def _kept(out: Outputs) -> Outputs:
     return {name: t.detach().to("cpu", copy=True) for name, t in out.items()}
 
 
-def check_invariance(
+def measure_invariance(
     op: OpSpec, case: Case, variant: str, device: str, cpu_inputs: Mapping[str, torch.Tensor],
     *, determinism: bool, batch: bool, preparer: Preparer | None = None,
 ) -> InvarianceReport:

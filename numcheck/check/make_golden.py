@@ -19,7 +19,7 @@ from numcheck.cases import Case
 from numcheck.check.run import CaseInputs, run_variant
 from numcheck.devices import device_label
 from numcheck.goldens.case_golden import CaseGolden, validate_for_case
-from numcheck.goldens.files import Golden, dtype_name
+from numcheck.goldens.files import Golden
 from numcheck.goldens.packing import (
     FULL_LIMIT,
     SAMPLE_SIZE,
@@ -31,6 +31,7 @@ from numcheck.goldens.packing import (
 from numcheck.goldens.regen import RegenOutcome, store
 from numcheck.inputs import to_device
 from numcheck.ops.spec import OpSpec
+from numcheck.precision import dtype_name
 
 __all__ = ["fresh_golden", "make_golden", "regenerate", "write_golden"]
 

@@ -1,7 +1,7 @@
 """The overhead gate of one check: audit a variant's call and hold it to its case's limits.
 
 The measures are :mod:`numcheck.overhead`'s (the cast ledger, the kernel audit, the limits
-a case file sets, :func:`~numcheck.overhead.gate.overhead_violations`); this module runs
+a case file sets, :func:`~numcheck.overhead.limits.overhead_violations`); this module runs
 them for one (case, variant, device): the variant's one-time preparation made first
 (:mod:`numcheck.prepare`), only the call audited and gated, and the op's reference measured
 when its own passes over an input decide that input's limit.
@@ -17,7 +17,7 @@ import torch
 from numcheck.gates import CASTS_GATE
 from numcheck.inputs import to_device
 from numcheck.numerics.verdict import Violation
-from numcheck.overhead.gate import (
+from numcheck.overhead.limits import (
     OverheadBudget,
     OverheadReport,
     audit_variant,
@@ -27,7 +27,7 @@ from numcheck.overhead.gate import (
 from numcheck.prepare import Preparer, prepare
 
 
-def check_overhead(
+def audit_overhead(
     op: Any, case: Any, variant: str, device: str, cpu_inputs: Mapping[str, torch.Tensor],
     *, gates: set[str] | frozenset[str], kernels: bool = False,
     preparer: Preparer | None = None,

@@ -3,7 +3,7 @@
     inputs of the case's first seed, moved to the device once
     reference / variant paired samples on demand (numcheck.perf.timing: graph replay by default)
     --> stopping rule: looks until the interval decides (numcheck.perf.sequential)
-    --> medians, IQR (numcheck.perf.speedup) --> violations (numcheck.perf.gate)
+    --> medians, IQR (numcheck.perf.speedup) --> violations (numcheck.perf.limits)
     --> roofline against the device's measured peaks (numcheck.perf.roofline)
 
 Plain Python, no pytest: :func:`numcheck.check.run_check` calls :func:`measure_perf` per
@@ -27,7 +27,7 @@ from numcheck.devices import device_name, run_class
 from numcheck.inputs import to_device
 from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import Inputs, OpSpec, get_op
-from numcheck.perf.gate import PerfSpec, violations
+from numcheck.perf.limits import PerfSpec, violations
 from numcheck.perf.noise import machine_noise, noise_warning
 from numcheck.perf.roofline import Peaks, Roofline, peaks_for
 from numcheck.perf.sequential import UNGATED, Outcome, run

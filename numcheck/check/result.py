@@ -1,6 +1,6 @@
 """What one check gives: the verdict of a (case, variant, device), as every room fills it.
 
-The numerics (:func:`numcheck.check.against_golden.check`) make a :class:`CheckResult` with
+The numerics (:func:`numcheck.check.against_golden.run_numerics`) make a :class:`CheckResult` with
 one :class:`SeedResult` per seed; :func:`numcheck.check.run_check` adds what the speed gate and
 the overhead audit measured and how a known-bad variant's expectation settled
 (:class:`Settled`); the report (:mod:`numcheck.report.records`) reads it into a record.
@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from numcheck.cases import Case
-from numcheck.check.against_sim import SimCheck
+from numcheck.check.against_sim import SimReport
 from numcheck.check.plotdata import Plots
-from numcheck.invariance.gate import InvarianceReport
+from numcheck.invariance.limits import InvarianceReport
 from numcheck.localize.findings import Localization
 from numcheck.numerics.metrics import ErrorMetrics
 from numcheck.numerics.topk import TopkReport
 from numcheck.numerics.verdict import Violation, worst
 from numcheck.ops.spec import Outputs
-from numcheck.overhead.gate import OverheadReport
+from numcheck.overhead.limits import OverheadReport
 from numcheck.prepare import Prepared
 
 __all__ = ["CheckResult", "PerfPart", "SeedResult", "Settled", "display_id"]
@@ -93,7 +93,7 @@ class SeedResult:
     ungated: dict[str, str] = field(default_factory=dict)
     #: A low-precision variant's second reference on this seed, without the simulated
     #: outputs; None without a declared quantization.
-    quant: SimCheck | None = None
+    quant: SimReport | None = None
 
 
 @dataclass
@@ -157,7 +157,7 @@ class CheckResult:
             found.update(s.ungated)
         return found
 
-    def quant_summary(self) -> SimCheck | None:
+    def quant_summary(self) -> SimReport | None:
         """The second reference over seeds (None for a variant without a declared
         quantization): the worst ``sim_ratio`` and where, the operands' findings, where the
         operands came from."""
@@ -168,7 +168,7 @@ class CheckResult:
                   if q.sim_ratio is not None]
         worst = max(ratios, key=lambda r: r[0], default=None)
         first = per_seed[0][1]
-        return SimCheck(
+        return SimReport(
             {}, first.scheme, first.operands, first.calls, first.recorded,
             sim_ratio=None if worst is None else worst[0],
             sim_ratio_at="" if worst is None else f"seed {worst[1]}, {worst[2]}",

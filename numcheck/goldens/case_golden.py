@@ -6,7 +6,7 @@ itself is checked here, once, before any variant runs:
 - the file: readable safetensors, its content hash, its format and required metadata
   (:func:`numcheck.goldens.files.load_golden`);
 - freshness: made for this case and op, from these inputs, op version, seeds and parameters
-  (:func:`numcheck.goldens.freshness.check_fresh`);
+  (:func:`numcheck.goldens.freshness.require_fresh`);
 - every output of every seed: present (whole, or a sample's positions and values), and, where
   the metadata records the reference's shape and dtype, stored in that shape and dtype, with
   sample positions inside that shape.
@@ -26,9 +26,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from numcheck.goldens.files import Golden, GoldenFormatError, dtype_name, load_golden
-from numcheck.goldens.freshness import check_fresh
+from numcheck.goldens.files import Golden, GoldenFormatError, load_golden
+from numcheck.goldens.freshness import require_fresh
 from numcheck.goldens.packing import StoredOutput, seed_key, stored_output, valid_positions
+from numcheck.precision import dtype_name
 
 if TYPE_CHECKING:
     from numcheck.cases import Case
@@ -107,7 +108,7 @@ def validate_for_case(
     or made in memory) is fresh for ``case`` and holds every output of ``op`` for every seed,
     as its metadata records them. Raises :class:`~numcheck.goldens.files.GoldenStale` or
     :class:`~numcheck.goldens.files.GoldenFormatError`; returns the :class:`CaseGolden`."""
-    check_fresh(
+    require_fresh(
         golden,
         op_version=op.version,
         fingerprint=fingerprint,

@@ -28,6 +28,7 @@ import torch
 from numcheck.disk.atomic import atomic_write, remove_leftovers
 from numcheck.disk.locking import exclusive
 from numcheck.errors import reduce_whole
+from numcheck.precision import dtype_name
 
 __all__ = [
     "FORMAT_VERSION",
@@ -39,7 +40,6 @@ __all__ = [
     "GoldenMissing",
     "GoldenStale",
     "content_hash",
-    "dtype_name",
     "golden_path",
     "input_fingerprint",
     "load_golden",
@@ -130,11 +130,6 @@ def golden_path(root: Path, op: str, case_id: str) -> Path:
         ):
             raise ValueError(f"{what} {name!r} cannot be used as a golden file name component")
     return Path(root) / op / f"{case_id}.safetensors"
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """``float32`` for ``torch.float32``: how goldens name dtypes in their metadata."""
-    return str(dtype).removeprefix("torch.")
 
 
 def _update_with_tensor(h: Any, name: str, t: torch.Tensor) -> None:

@@ -1,7 +1,7 @@
 """Is a golden still the reference of its case? Freshness: case, op, inputs, seeds, parameters.
 
 A golden pins how it was made in its metadata (:data:`numcheck.goldens.files.REQUIRED_META`,
-and the parameters it was made with); :func:`check_fresh` compares that record with the case
+and the parameters it was made with); :func:`require_fresh` compares that record with the case
 as it is now and names every difference, with the command that regenerates the golden.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from numcheck.goldens.files import SHORT, Golden, GoldenStale, golden_at, regen_text
 
-__all__ = ["GoldenNote", "check_fresh"]
+__all__ = ["GoldenNote", "require_fresh"]
 
 
 def _fmt_seeds(seeds: Sequence[int]) -> str:
@@ -26,7 +26,7 @@ class GoldenNote(UserWarning):
     without a parameter record, checked on its inputs alone: regenerate to pin parameters)."""
 
 
-def check_fresh(
+def require_fresh(
     golden: Golden,
     *,
     op_version: int,

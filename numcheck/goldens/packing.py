@@ -19,7 +19,8 @@ from typing import NoReturn
 import numpy as np
 import torch
 
-from numcheck.goldens.files import GoldenFormatError, dtype_name, golden_at, regen_text
+from numcheck.goldens.files import GoldenFormatError, golden_at, regen_text
+from numcheck.precision import dtype_name
 
 __all__ = [
     "FULL_LIMIT",

@@ -29,7 +29,7 @@ import torch
 from numcheck.cases import Case
 from numcheck.disk.locking import exclusive
 from numcheck.goldens.files import Golden, GoldenError, GoldenStale, load_golden, save_golden
-from numcheck.goldens.freshness import GoldenNote, check_fresh
+from numcheck.goldens.freshness import GoldenNote, require_fresh
 from numcheck.goldens.packing import STATS_FIELDS, STATS_SUFFIX, nonfinite_of, seed_key
 from numcheck.goldens.reproducibility import compare_by_dtype, describe_unchanged
 from numcheck.ops.spec import OpSpec
@@ -144,10 +144,10 @@ def _same_pins(old: Golden, op: OpSpec, case: Case, fingerprint: str) -> tuple[b
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", GoldenNote)
-            check_fresh(old, op_version=op.version, fingerprint=fingerprint,
-                        seeds=case.seeds, regen_hint="", case=case.id, op=op.name,
-                        params=case.params,
-                        param_defaults={n: s.default for n, s in op.params.items()})
+            require_fresh(old, op_version=op.version, fingerprint=fingerprint,
+                          seeds=case.seeds, regen_hint="", case=case.id, op=op.name,
+                          params=case.params,
+                          param_defaults={n: s.default for n, s in op.params.items()})
     except GoldenStale:
         return False, recorded
     if old.meta.get("reference") not in (None, op.reference):

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from numcheck.goldens.files import dtype_name
 from numcheck.goldens.packing import STATS_FIELDS, STATS_SUFFIX
+from numcheck.precision import dtype_name
 
 #: Multiples of float32's eps (times the output's scale) the reference may move between
 #: settings. Measured worst: see docs/reliability.md; this leaves a wide margin above it while

@@ -84,7 +84,7 @@ class Run:
 
     def as_report(self) -> Report:
         """The run as a report of its lean records: everything
-        :func:`numcheck.report.drift.compare` reads of a report (the records' verdicts and
+        :func:`numcheck.report.drift.compare_reports` reads of a report (the records' verdicts and
         headline numbers, the exit status), without reading the file again."""
         return Report(self.records, self.environment, created=self.created,
                       exitstatus=self.exitstatus)
@@ -110,7 +110,7 @@ def _numbers(section: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
 def lean_record(raw: Mapping[str, Any]) -> Record:
     """The part of a record's JSON that runs are compared and drawn by, as a Record.
 
-    Keeps what :func:`numcheck.report.drift.compare` reads (verdict, every output's
+    Keeps what :func:`numcheck.report.drift.compare_reports` reads (verdict, every output's
     calc_diff, the top-k recalls, the speedup and its interval, the device name), the
     closest-to-budget entry, and the budgets drawn as lines (the first output's calc_diff,
     the top-k recall_min). Built directly rather than through ``record_from_dict``: at 50,000

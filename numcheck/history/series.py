@@ -17,7 +17,7 @@ its metrics do: "still failing" is not news at every commit.
 
 **The gate.** For every device class with two runs or more, the newest run is compared with
 the one before it, whole reports, exactly as ``python -m numcheck compare PREVIOUS NEWEST``
-would (on the runs' lean records, which keep everything compare reads): any regression
+would (on the runs' lean records, which keep everything compare_reports reads): any regression
 makes ``history`` exit 1.
 """
 
@@ -31,7 +31,7 @@ from typing import NamedTuple
 from numcheck.history.devclass import sort_classes
 from numcheck.history.pool import collector_paused
 from numcheck.history.runs import Run
-from numcheck.report.drift import compare, compare_records
+from numcheck.report.drift import compare_records, compare_reports
 from numcheck.report.drift_result import Drift, Rules
 from numcheck.report.records import Record
 
@@ -192,7 +192,7 @@ def build_gates(runs: Sequence[Run], rules: Rules) -> list[ClassGate]:
             gates.append(ClassGate(cls, idx[-1], None, None))
             continue
         prev, new = runs[idx[-2]], runs[idx[-1]]
-        drift = compare(prev.as_report(), new.as_report(), rules, baseline=str(prev.path))
+        drift = compare_reports(prev.as_report(), new.as_report(), rules, baseline=str(prev.path))
         gates.append(ClassGate(cls, idx[-1], idx[-2], drift))
     return gates
 

@@ -9,7 +9,7 @@ deterministic serving engine needs). What a request is, the op says
 
 - :mod:`~numcheck.invariance.bitwise`: two runs' outputs compared bit for bit, top-k
   selections as tokens and as order;
-- :mod:`~numcheck.invariance.gate`: the case-file keys (:class:`InvarianceSpec`), what the
+- :mod:`~numcheck.invariance.limits`: the case-file keys (:class:`InvarianceSpec`), what the
   gates measured (:class:`InvarianceReport`) and their violations;
 - :mod:`~numcheck.invariance.table`: the end-of-run table, from report records (no torch).
 

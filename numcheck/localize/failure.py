@@ -1,7 +1,7 @@
 """The localization of a failed check: every failing output measured, its message lines.
 
 :func:`localize_failure` takes one seed's run of a failed check (the numerics call it once
-per failing check, :func:`numcheck.check.against_golden.check`): for each output with a
+per failing check, :func:`numcheck.check.against_golden.run_numerics`): for each output with a
 violation, worst first, it measures a grid (:mod:`numcheck.localize.grids`), tries the
 structural transforms (:mod:`numcheck.localize.transforms`), measures the concentration along
 every grouping of the output's structure (:mod:`numcheck.localize.spread`) and writes the

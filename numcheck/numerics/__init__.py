@@ -8,7 +8,7 @@ reports (metric names); it imports only :mod:`numcheck.precision`.
 - :mod:`~numcheck.numerics.metrics`: elementwise error metrics (float64);
 - :mod:`~numcheck.numerics.topk`: top-k selection and tie-aware top-k agreement;
 - :mod:`~numcheck.numerics.budgets`: the budget model and the per-precision defaults (no
-  torch); :mod:`~numcheck.numerics.budget_provenance`: the calibration record beside a
+  torch); :mod:`~numcheck.numerics.calibration_record`: the calibration record beside a
   variant's tables;
 - :mod:`~numcheck.numerics.verdict`: metrics against budgets, violations;
   :mod:`~numcheck.numerics.nonfinite`: why an inf/NaN pattern differs.

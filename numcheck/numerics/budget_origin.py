@@ -83,7 +83,7 @@ class Default:
 
 @dataclass(frozen=True)
 class GateDefault:
-    """A gate's own default limit (the casts and kernels gates': numcheck/overhead/gate.py),
+    """A gate's own default limit (the casts and kernels gates': numcheck/overhead/limits.py),
     set by no key of the case; ``table`` is where a key would override it
     (``tiny.overhead.bf16``)."""
 

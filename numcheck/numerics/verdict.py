@@ -69,7 +69,7 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
-def check_output(
+def output_violations(
     name: str, metrics: ErrorMetrics, budget: OutputBudget, *, seed: int | None = None
 ) -> list[Violation]:
     """Violations of one elementwise output: non-finite accounting first, then each limit."""
@@ -133,7 +133,7 @@ def _outside_in_force(metrics: ErrorMetrics, budget: OutputBudget,
     return value, limit, "; ".join(notes)
 
 
-def check_topk(
+def topk_violations(
     name: str, report: TopkReport, budget: TopkBudget, *, seed: int | None = None
 ) -> list[Violation]:
     """Violations of a top-k selection: each recall floor in the budget."""

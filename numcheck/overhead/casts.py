@@ -99,18 +99,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from numcheck.overhead import movement
 from numcheck.overhead.movement import OpClass, bind, classify, tensors_in
 from numcheck.overhead.units import megabytes
+from numcheck.precision import short_dtype
 
 _aten = torch.ops.aten
-
-#: Short dtype names for messages (``bf16 -> fp32``); anything else keeps torch's name.
-SHORT_DTYPES = {
-    torch.bfloat16: "bf16",
-    torch.float16: "fp16",
-    torch.float32: "fp32",
-    torch.float64: "fp64",
-    torch.float8_e4m3fn: "e4m3",
-    torch.float8_e5m2: "e5m2",
-}
 
 # Frames from these files are machinery, not the user's code: the first frame outside
 # them is the line that asked for the conversion.
@@ -133,11 +124,6 @@ VALUE_SAMPLES = 64
 # Same-size integer dtypes: values are compared bit for bit through them (NaN equals NaN,
 # -0 differs from +0), e4m3 and other dtypes without comparison kernels included.
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """``bf16``, ``fp32``, ``e4m3``... or torch's own name (``int32``)."""
-    return SHORT_DTYPES.get(dtype, str(dtype).removeprefix("torch."))
 
 
 @dataclass(frozen=True)
@@ -198,7 +184,7 @@ class Seen:
     def describe(self) -> str:
         """``the bf16 [32, 16384] tensor (input 'x') converted at numcheck/ops/mhc.py:97``."""
         what = f" (input '{self.input}')" if self.input else ""
-        text = f"the {dtype_name(self.dtype)} {list(self.shape)} tensor{what}"
+        text = f"the {short_dtype(self.dtype)} {list(self.shape)} tensor{what}"
         return text + (f" {self.role} at {self.where}" if self.where else "")
 
 
@@ -254,12 +240,12 @@ class LedgerEntry:
         """``bf16 -> fp32``, ``fp32 copy``, or the data-movement op: ``bf16 cat``, ``e4m3
         index``, ``bf16 copy by mul`` (an op that gave back an input's bits)."""
         if self.by_value:
-            return f"{dtype_name(self.dst_dtype)} copy by {self.op}"
+            return f"{short_dtype(self.dst_dtype)} copy by {self.op}"
         if self.op not in movement.CONVERSIONS:  # data movement: named after its op
-            return f"{dtype_name(self.dst_dtype)} {self.op}"
+            return f"{short_dtype(self.dst_dtype)} {self.op}"
         if self.src_dtype == self.dst_dtype:
-            return f"{dtype_name(self.src_dtype)} copy"
-        return f"{dtype_name(self.src_dtype)} -> {dtype_name(self.dst_dtype)}"
+            return f"{short_dtype(self.src_dtype)} copy"
+        return f"{short_dtype(self.src_dtype)} -> {short_dtype(self.dst_dtype)}"
 
     def describe(self) -> str:
         """``bf16 -> fp32 of [64, 16384] at numcheck/ops/mhc.py:97 (6.29 MB)``."""
@@ -446,12 +432,12 @@ class CastLedger:
                 "use it (or a view of it)"
             )
         first = self.entries[entry.round_trip_of]
-        chain = (f"{dtype_name(first.src_dtype)} -> {dtype_name(first.dst_dtype)} -> "
-                 f"{dtype_name(entry.dst_dtype)}")
+        chain = (f"{short_dtype(first.src_dtype)} -> {short_dtype(first.dst_dtype)} -> "
+                 f"{short_dtype(entry.dst_dtype)}")
         return (
             f"{chain} of {list(entry.shape)} at {entry.where} (back; there at {first.where}), "
             f"{megabytes(entry.bytes_moved)} moved while the "
-            f"{dtype_name(entry.dst_dtype)} original was still alive: use it (or a view of it)"
+            f"{short_dtype(entry.dst_dtype)} original was still alive: use it (or a view of it)"
         )
 
     def describe_repeated_cast(self, entry: LedgerEntry) -> str:
@@ -462,10 +448,10 @@ class CastLedger:
         what = f" (input '{entry.input}')" if entry.input else ""
         return (
             f"{entry.conversion} of {list(entry.shape)} at {entry.where} casts again the "
-            f"{dtype_name(entry.src_dtype)} tensor{what} already cast to "
-            f"{dtype_name(entry.dst_dtype)} at {first.where}: a repeated cast (not a round "
+            f"{short_dtype(entry.src_dtype)} tensor{what} already cast to "
+            f"{short_dtype(entry.dst_dtype)} at {first.where}: a repeated cast (not a round "
             f"trip), {megabytes(entry.bytes_moved)} moved while that "
-            f"{dtype_name(entry.dst_dtype)} result was still alive: reuse it, or cast once"
+            f"{short_dtype(entry.dst_dtype)} result was still alive: reuse it, or cast once"
         )
 
     # -- recording ----------------------------------------------------------------------

@@ -40,7 +40,7 @@ from numcheck.goldens.files import (
     load_golden,
     write_if_changed,
 )
-from numcheck.goldens.freshness import check_fresh
+from numcheck.goldens.freshness import require_fresh
 from numcheck.goldens.packing import StoredOutput, pack_output, stored_output
 from numcheck.localize import failure as localize
 from numcheck.localize.findings import Localization
@@ -48,10 +48,10 @@ from numcheck.numerics.budget_origin import FixtureArg, Origin
 from numcheck.numerics.budgets import Unmeasured, VariantBudget, complete_budget
 from numcheck.numerics.metrics import ErrorMetrics
 from numcheck.numerics.topk import TopkReport, select_topk, topk_agreement
-from numcheck.numerics.verdict import Violation, check_topk, worst
+from numcheck.numerics.verdict import Violation, topk_violations, worst
 from numcheck.ops.spec import TopkSpec
 from numcheck.precision import precision_of
-from numcheck.report.budget_source import origin_text
+from numcheck.report.limit_text import origin_text
 from numcheck.report.render import Commands, failure_detail, verdict_message
 
 #: Sub-folder of the goldens folder that holds fixture goldens (no op name starts with "_").
@@ -229,7 +229,7 @@ class GoldenCheck:
             )
         report = topk_agreement(stored[name], indices.detach().cpu(), stored[f"{name}.scores"],
                                 band=tb.tie_band, band_kind=tb.tie_band_kind)
-        violations = check_topk(name, report, tb)
+        violations = topk_violations(name, report, tb)
         if violations:
             scores = f"{name}.scores"
             held = {key: stored_output(key, stored, path=golden.path, case=self._label(name))
@@ -272,8 +272,8 @@ class GoldenCheck:
             self.written.append((path, self._write(path, name, reference(), fingerprint, version)))
         try:
             golden = load_golden(path, case=self._label(name), regen_hint=self.regen_command)
-            check_fresh(golden, op_version=version, fingerprint=fingerprint, seeds=[],
-                        regen_hint=self.regen_command, case=self._label(name), op=FIXTURE_DIR)
+            require_fresh(golden, op_version=version, fingerprint=fingerprint, seeds=[],
+                          regen_hint=self.regen_command, case=self._label(name), op=FIXTURE_DIR)
         except GoldenError as exc:
             # The message says it all; the user's traceback should end in their test.
             raise exc.with_traceback(None) from None

@@ -31,7 +31,7 @@ from numcheck.execute.executor import CheckRequest
 from numcheck.goldens.files import GoldenError
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError
-from numcheck.overhead.gate import OVERHEAD_GATES
+from numcheck.overhead.limits import OVERHEAD_GATES
 from numcheck.perf.timing import TimingError
 from numcheck.plugin import options
 from numcheck.plugin.calibration import CalibrationMode
@@ -140,7 +140,7 @@ class CheckItem(pytest.Item):
 
     def commands(self) -> Commands:
         from numcheck.calibrate.family import honest_family
-        from numcheck.report.budget_source import calibrate_command
+        from numcheck.report.limit_text import calibrate_command
 
         dev = f" {options.DEVICE_OPTION} {self.device}"
         # A budget too tight is calibrated on the class's honest family, never on the

@@ -20,7 +20,7 @@ from numcheck.perf.sections import DeviceSections
 from numcheck.plugin.runconfig import RunConfig
 from numcheck.plugin.shipping import RecordBook
 from numcheck.plugin.workers import worker_count
-from numcheck.report.drift import compare
+from numcheck.report.drift import compare_reports
 from numcheck.report.drift_result import Drift
 from numcheck.report.environment import environment
 from numcheck.report.markdown import to_markdown
@@ -63,7 +63,7 @@ def drift_against_baseline(run: RunConfig, report: Report, *, label: str) -> Dri
     if run.baseline is None:
         return None
     rules = replace(run.rules, allow_removed=1.0) if run.narrowed_by else run.rules
-    return compare(run.baseline, report, rules, baseline=label)
+    return compare_reports(run.baseline, report, rules, baseline=label)
 
 
 def write_files(run: RunConfig, report: Report) -> Path | None:

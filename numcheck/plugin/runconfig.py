@@ -18,7 +18,7 @@ from numcheck.devices import set_gpu_models
 from numcheck.gates import INVARIANCE_GATES
 from numcheck.goldens.obtained import DEFAULT_FOLDER as DEFAULT_OBTAINED
 from numcheck.history.store import save_folder
-from numcheck.overhead.gate import default_gates
+from numcheck.overhead.limits import default_gates
 from numcheck.plugin import options
 from numcheck.plugin.selection import collect_cases_folder, narrowing
 from numcheck.report.drift_result import Rules

@@ -3,7 +3,7 @@ the end-of-run summary (the checks' table, first calls, perf, casts and copies, 
 goldens written, drift, files written) and the stale goldens.
 
 The tables themselves are made by the rooms that know them (:mod:`numcheck.report.render`,
-:mod:`numcheck.perf.table`, :mod:`numcheck.overhead.gate`, :mod:`numcheck.report.drift`);
+:mod:`numcheck.perf.table`, :mod:`numcheck.overhead.limits`, :mod:`numcheck.report.drift`);
 this module lays them out on pytest's terminal in the run's order.
 """
 
@@ -24,7 +24,7 @@ from numcheck.check.result import CheckResult
 from numcheck.goldens.stale import find_stale, prune
 from numcheck.invariance.table import INVARIANCE_HEADER, invariance_rows
 from numcheck.invariance.table import unset_lines as unset_lines_of_invariance
-from numcheck.overhead.gate import OVERHEAD_HEADER, OverheadReport, overhead_row
+from numcheck.overhead.limits import OVERHEAD_HEADER, OverheadReport, overhead_row
 from numcheck.perf.sections import lock_wait_lines
 from numcheck.perf.table import PERF_HEADER, noise_lines, perf_rows, unset_lines
 from numcheck.plugin import options

@@ -9,7 +9,7 @@ Every variant names the precision class it computes in (``fp32``, ``tf32``, ``fp
   compute dtype and the output's dtype),
 - the unit roundoff of the floor of its element-level error (``max_err_ratio``),
 - whether its GEMMs are meant for tensor cores, so that a CUDA-core GEMM is a failure of the
-  kernel audit (``numcheck.overhead.gate``).
+  kernel audit (``numcheck.overhead.limits``).
 
 torch is imported inside the functions, so the names load without it.
 
@@ -96,6 +96,21 @@ UNIT_ROUNDOFF = {n: c.unit_roundoff for n, c in PRECISION_CLASSES.items()}
 #: The torch dtype (by attribute name) whose values each class rounds to. TF32 has no torch
 #: dtype: its values live in float32.
 DTYPE_NAMES = {n: c.compute for n, c in PRECISION_CLASSES.items()}
+
+
+#: Short dtype names for messages (``bf16 -> fp32``); anything else keeps torch's name.
+SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64",
+                "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``float32`` for ``torch.float32``: torch's name, as goldens' metadata stores it."""
+    return str(dtype).removeprefix("torch.")
+
+
+def short_dtype(dtype: torch.dtype) -> str:
+    """``bf16``, ``fp32``, ``e4m3``... or torch's own name (``int32``), for messages."""
+    return SHORT_DTYPES.get(dtype_name(dtype), dtype_name(dtype))
 
 
 def coarser(a: str, b: str) -> str:

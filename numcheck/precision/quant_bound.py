@@ -53,7 +53,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from numcheck.precision import PureCache, one_thread, tensor_digest
+from numcheck.precision import PureCache, dtype_name, one_thread, tensor_digest
 from numcheck.precision.quant_accumulate import (
     Accumulation,
     _row_scales,
@@ -83,7 +83,7 @@ def half_ulp(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     error of rounding a value no larger than ``v`` to ``dtype`` by round-to-nearest."""
     import torch
 
-    name = str(dtype).removeprefix("torch.")
+    name = dtype_name(dtype)
     if name not in _OUT_FORMATS:
         raise ValueError(f"half_ulp: output dtype {dtype} is not one of "
                          f"{', '.join(_OUT_FORMATS)}")

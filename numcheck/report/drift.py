@@ -47,7 +47,7 @@ DRIFT_HEADER = ["check", "calc_diff (base -> new)", "rel_fro (base -> new)",
                 "recall (base -> new)", "speedup (base -> new)", "drift", "why"]
 
 
-def compare(base: Report, new: Report, rules: Rules | None = None, *,
+def compare_reports(base: Report, new: Report, rules: Rules | None = None, *,
             baseline: str = "") -> Drift:
     """The drift of ``new`` against ``base``: one row per check, and the regressions."""
     rules = rules or Rules()

@@ -1,7 +1,7 @@
 """A baseline comparison as a report holds it: the rules it was judged by, a row per check,
 the verdict.
 
-:func:`numcheck.report.drift.compare` makes a :class:`Drift`; a report
+:func:`numcheck.report.drift.compare_reports` makes a :class:`Drift`; a report
 (:class:`numcheck.report.records.Report`) keeps it and writes it to JSON (:meth:`Drift.to_dict`,
 docs/report.md). Plain data: the records and the comparison logic both import it, and it
 imports neither. No pytest, no torch.

@@ -109,7 +109,7 @@ class Record:
     #: check did not hold because nothing measured them (kind ``unmeasured``, with why);
     #: empty without a verdict.
     budget_origin: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: What the determinism and batch-invariance gates measured (numcheck/invariance/gate.py:
+    #: What the determinism and batch-invariance gates measured (numcheck/invariance/limits.py:
     #: the outputs compared, the runs and the requests alone, and their differences); None
     #: when neither ran.
     invariance: dict[str, Any] | None = None

@@ -17,7 +17,7 @@ from numcheck.report.records import Record
 from numcheck.report.sweep_rows import fold_sweeps
 
 if TYPE_CHECKING:  # annotations only: `python -m numcheck` reads reports without torch
-    from numcheck.check.against_sim import SimCheck
+    from numcheck.check.against_sim import SimReport
     from numcheck.check.result import CheckResult, Settled
     from numcheck.localize.findings import Localization
     from numcheck.numerics.metrics import ErrorMetrics
@@ -140,7 +140,7 @@ def _against(metrics: Mapping[str, float], limits: Mapping[str, float], name: st
     return f"{name}.{key} {value:.3g}" + ("" if limit is None else f" (budget {limit:.3g})")
 
 
-def reference_lines(quant: SimCheck, metrics: Mapping[str, Mapping[str, float]],
+def reference_lines(quant: SimReport, metrics: Mapping[str, Mapping[str, float]],
                     limits: Mapping[str, Mapping[str, float]]) -> list[str]:
     """The two references of a low-precision check (numcheck/check/against_sim.py), for
     the failure message: each output's error against the FP32 golden and against the
@@ -170,7 +170,7 @@ def reference_lines(quant: SimCheck, metrics: Mapping[str, Mapping[str, float]],
     return lines
 
 
-def _operands(quant: SimCheck) -> str:
+def _operands(quant: SimReport) -> str:
     if quant.operands == "recorded":
         return "the operands the variant's own quantizer produced, dequantized"
     return ("numcheck's quantization of the op's operands (the variant records none: "
@@ -214,7 +214,7 @@ def _budget_line(result: CheckResult, top: Violation | None, source: str, cls: s
     case was loaded): the case file and line, or the default it comes from; "" for a rule
     no key sets."""
     from numcheck.cases.limits import limit_origin
-    from numcheck.report.budget_source import origin_text
+    from numcheck.report.limit_text import origin_text
 
     limit = None if top is None else limit_origin(
         result.case, result.variant, top.output, top.metric, cls=cls)
@@ -259,7 +259,7 @@ def verdict_message(
     if budget:
         tail.insert(1, f"  {'budget:':<12} {budget}")
     if commands.calibrate:
-        from numcheck.report.budget_source import next_steps
+        from numcheck.report.limit_text import next_steps
 
         tail += next_steps(commands.calibrate, commands.regenerate, family=commands.family)
     return "\n".join([*lines, "", *tail])

@@ -128,7 +128,7 @@ def fold_overhead_rows(
     point of row i, or None) folded into its worst point's row (the most round trips, then
     the largest bytes moved over the op's minimum), named ``<op>::<sweep> (worst of N
     points: <point>)``. Row cells: case, variant, device, casts, copies, moved, x min
-    bytes, round trips, ... (numcheck.overhead.gate.OVERHEAD_HEADER)."""
+    bytes, round trips, ... (numcheck.overhead.limits.OVERHEAD_HEADER)."""
     order: list[list[str] | tuple[str, str, str]] = []
     groups: dict[tuple[str, str, str], list[tuple[list[str], str]]] = {}
     for row, point in zip(rows, points, strict=True):

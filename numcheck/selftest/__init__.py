@@ -60,7 +60,7 @@ def held_to(case: Case, variant: str, budget_of: str) -> Case:
 
 
 #: The gates ``pytest --numcheck`` runs on every device besides the numerics (the device
-#: defaults of numcheck.overhead.gate.default_gates; CUDA adds the kernel audit).
+#: defaults of numcheck.overhead.limits.default_gates; CUDA adds the kernel audit).
 EVERY_DEVICE_GATES = (CASTS_GATE.name,)
 
 

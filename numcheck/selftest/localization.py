@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from numcheck.cases import Case
-from numcheck.check.against_golden import check
+from numcheck.check.against_golden import run_numerics
 from numcheck.check.make_golden import fresh_golden
 from numcheck.check.run import CaseInputs
 from numcheck.goldens.case_golden import CaseGolden
@@ -72,7 +72,7 @@ def locate(
     t0 = time.perf_counter()
     localize.localize_failure = timed  # the numerics call it through its module
     try:
-        result = check(op, held, variant, device, golden, inputs)
+        result = run_numerics(op, held, variant, device, golden, inputs)
     except VariantError:
         return Located(f"{op_name}::{variant}", case.id, seed, True, (), expected, False, False)
     finally:

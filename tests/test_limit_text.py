@@ -18,7 +18,7 @@ from numcheck.numerics.budget_origin import (
     Origin,
 )
 from numcheck.numerics.verdict import Violation
-from numcheck.report.budget_source import origin_text
+from numcheck.report.limit_text import origin_text
 from numcheck.report.render import Commands, failure_message
 from tests.caseproject import make_project, write_goldens
 

@@ -260,7 +260,7 @@ class OverheadReport:
     prepared: PreparedCall | None = None
     #: Passes the op's reference makes over each input on the same inputs: the default
     #: limit of an input the budget does not name (:meth:`input_copies_limit`). Measured by
-    #: :func:`numcheck.check.overhead.check_overhead` only when a variant reads an input more
+    #: :func:`numcheck.check.overhead.audit_overhead` only when a variant reads an input more
     #: than once.
     reference_passes: dict[str, float] | None = None
     #: Seconds the kernel audit waited for the device alone (None: no kernel audit).
@@ -410,7 +410,7 @@ def audit_variant(
     audit = None
     if kernels:
         audit = profile_kernels(lambda: fn(dict(call_inputs), params), iterations=iterations,
-                                skip=("numcheck/overhead/gate.py", "numcheck/overhead/kernels.py"))
+                                skip=("numcheck/overhead/limits.py", "numcheck/overhead/kernels.py"))
     return OverheadReport(ledger, min_bytes, audit, prepared)
 
 
