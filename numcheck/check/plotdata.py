@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from numcheck.precision import UNIT_ROUNDOFF, rounding_unit
+from numcheck.precision import UNIT_ROUNDOFF, PureCache, rounding_unit, tensor_digest
 
 if TYPE_CHECKING:
     from numcheck.goldens.case_golden import CaseGolden
@@ -109,9 +109,15 @@ def error_histogram(
         k = torch.floor(torch.log10(positive) * BINS_PER_DECADE).to(torch.int64)
         k0 = int(k.min())
         counts = [int(c) for c in torch.bincount(k - k0).tolist()]
+    # |golden|'s quantiles: the same for every variant where all of it counts (sorted once).
+    key = tensor_digest(expected) if bool(finite.all()) else None
+    q: Any = _GOLDEN_QUANTILES.get(key) or _quantiles(e[finite].abs())
+    _GOLDEN_QUANTILES.put(key, q)
     return ErrorHistogram(int(a.numel()), int((err == 0).sum()), int((~finite).sum()), k0,
-                          counts, BINS_PER_DECADE, _quantiles(e[finite].abs()), roundoff,
-                          sampled)
+                          counts, BINS_PER_DECADE, list(q), roundoff, sampled)
+
+
+_GOLDEN_QUANTILES = PureCache(64)  # by the stored output's digest (numcheck.precision)
 
 
 def _quantiles(values: torch.Tensor) -> list[float]:
