@@ -11,6 +11,7 @@ kernels and nothing else.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +32,19 @@ def module_names(package: Path = PACKAGE) -> list[str]:
 def source_of(module: str, package: Path = PACKAGE) -> Path:
     path = package.parent / Path(*module.split("."))
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of ``path``, parsed once per version of the file: the graph is read
+    by every test process at start (tests/conftest.py) and by several rules of
+    tests/test_imports.py; the trees are only walked, never changed."""
+    stat = path.stat()
+    return _parse(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(path: Path, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
 
 
 def _absolute(module: str, node: ast.ImportFrom, is_package: bool) -> str:
@@ -103,7 +117,7 @@ def imports_of(module: str, known: set[str], package: Path = PACKAGE, *,
     those its import executes (see ``_run_at_import``). With ``outside``, the top-level
     names of the other packages it imports too."""
     path = source_of(module, package)
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parsed(path)
     nodes = _run_at_import(tree.body) if at_import else ast.walk(tree)
     found: set[str] = set()
     for node in nodes:

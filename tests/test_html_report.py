@@ -39,6 +39,22 @@ def test_error_histogram_bins_every_element_once() -> None:
     assert min(bins) == h.k0 and h.counts[0] > 0
 
 
+def test_golden_percentiles_are_the_same_from_the_cache_and_per_variant() -> None:
+    """|golden|'s percentiles are kept by the stored output's digest: the second variant
+    gets the same numbers a fresh sort gives, and a variant with a non-finite output (a
+    different mask) gets its own, never the cached ones."""
+    expected = torch.linspace(-3.0, 5.0, 1001)
+    first = plotdata.error_histogram(expected * 1.001, expected, roundoff=1e-7)
+    again = plotdata.error_histogram(expected * 0.999, expected, roundoff=1e-7)
+    fresh = plotdata._quantiles(expected.double().abs())
+    assert first.golden_abs == again.golden_abs == fresh
+    masked = (expected * 1.001).clone()
+    masked[-300:] = float("nan")  # the largest |golden| values no longer count
+    nan = plotdata.error_histogram(masked, expected, roundoff=1e-7)
+    assert nan.golden_abs == plotdata._quantiles(expected[:-300].double().abs())
+    assert nan.golden_abs != fresh and nan.nonfinite == 300
+
+
 def test_histograms_of_seeds_add_up_on_one_grid() -> None:
     a = plotdata.error_histogram(torch.tensor([1.0001]), torch.tensor([1.0]), roundoff=1e-7)
     b = plotdata.error_histogram(torch.tensor([1.1]), torch.tensor([1.0]), roundoff=1e-7)

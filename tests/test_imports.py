@@ -41,6 +41,7 @@ from tests.importgraph import (
     importable_up_front,
     module_names,
     needing,
+    parsed,
     room_arrows,
     room_graph,
     source_of,
@@ -241,7 +242,7 @@ def pytest_importers(package: Path = PACKAGE) -> list[str]:
     for name in module_names(package):
         if name == allowed or name.startswith(allowed + "."):
             continue
-        for node in ast.walk(ast.parse(source_of(name, package).read_text())):
+        for node in ast.walk(parsed(source_of(name, package))):
             imported = ([a.name for a in node.names] if isinstance(node, ast.Import)
                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             if any(m.split(".")[0] in ("pytest", "_pytest", "pytest_benchmark")
@@ -259,7 +260,7 @@ def registering_at_import(package: Path = PACKAGE) -> list[str]:
     calls a registering function."""
     found = []
     for name in module_names(package):
-        for stmt in ast.parse(source_of(name, package).read_text()).body:
+        for stmt in parsed(source_of(name, package)).body:
             if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 continue
             for node in ast.walk(stmt):
@@ -301,7 +302,7 @@ FACADES = ("numcheck", "numcheck.fp8")
 def _type_checking_names(module: str) -> dict[str, str]:
     """Name -> module of every ``from M import name`` under the facade's TYPE_CHECKING."""
     names: dict[str, str] = {}
-    for node in ast.parse(source_of(module).read_text()).body:
+    for node in parsed(source_of(module)).body:
         if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
             for sub in ast.walk(node):
                 if isinstance(sub, ast.ImportFrom):
@@ -329,7 +330,7 @@ def re_exporting_packages(package: Path = PACKAGE) -> list[str]:
         path = source_of(name, package)
         if name == package.name or path.name != "__init__.py":
             continue
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
         assigned = {t.id for n in tree.body if isinstance(n, ast.Assign | ast.AnnAssign)
                     for t in (n.targets if isinstance(n, ast.Assign) else [n.target])

@@ -92,11 +92,10 @@ def run_numerics(
                 preparer=preparations.at(seed),
                 first_call=None if results else first_call,
             ))
-    result = CheckResult(
+    return CheckResult(
         case, variant_name, device, results, [v for r in results for v in r.violations],
         first_call_s=None if first_call is None else first_call.seconds,
         prepared=preparations.first(variant_name))
-    return result
 
 
 def _check_seed(

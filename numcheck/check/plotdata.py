@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from numcheck.precision import UNIT_ROUNDOFF, rounding_unit
+from numcheck.numerics.topk import row_tolerance, topk_agreement
+from numcheck.precision import UNIT_ROUNDOFF, PureCache, rounding_unit, tensor_digest
 
 if TYPE_CHECKING:
     from numcheck.goldens.case_golden import CaseGolden
@@ -36,6 +37,8 @@ BINS_PER_DECADE = 4
 
 #: Edges of |margin| / tie band for the flip bins (the last bin is open-ended).
 FLIP_EDGES: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0)
+#: |golden|'s quantiles by the stored output's digest: sorted once, not once per variant.
+_GOLDEN_QUANTILES = PureCache(64)
 
 
 def unit_roundoff(precision: str | None, dtype: torch.dtype) -> float:
@@ -109,9 +112,11 @@ def error_histogram(
         k = torch.floor(torch.log10(positive) * BINS_PER_DECADE).to(torch.int64)
         k0 = int(k.min())
         counts = [int(c) for c in torch.bincount(k - k0).tolist()]
+    key = tensor_digest(expected) if bool(finite.all()) else None  # all of it: same per variant
+    q: Any = _GOLDEN_QUANTILES.get(key) or _quantiles(e[finite].abs())
+    _GOLDEN_QUANTILES.put(key, q)
     return ErrorHistogram(int(a.numel()), int((err == 0).sum()), int((~finite).sum()), k0,
-                          counts, BINS_PER_DECADE, _quantiles(e[finite].abs()), roundoff,
-                          sampled)
+                          counts, BINS_PER_DECADE, list(q), roundoff, sampled)
 
 
 def _quantiles(values: torch.Tensor) -> list[float]:
@@ -156,8 +161,6 @@ def flip_histogram(
     exactly at the k-th score (with its margin) and counts the rest; the row's band width
     comes from :func:`numcheck.numerics.topk.row_tolerance`, the same one the gate uses.
     """
-    from numcheck.numerics.topk import row_tolerance, topk_agreement
-
     scores = golden_scores.detach().to("cpu")
     report = topk_agreement(golden_idx, variant_idx, scores, band=0.0, band_kind="abs",
                             max_flips=golden_idx.numel() + variant_idx.numel())
@@ -203,10 +206,8 @@ def check_plots(
         if not outputs:
             continue
         for name, t in outputs.items():
-            if op.topk is not None and name == op.topk.indices:
-                continue
-            if not t.dtype.is_floating_point:
-                continue
+            if (op.topk is not None and name == op.topk.indices) or not t.dtype.is_floating_point:
+                continue  # a selection, or integer outputs: no error histogram
             pair = golden.output(s.seed, name).pair(t)
             errors.setdefault(name, []).append(error_histogram(
                 pair.actual, pair.expected, roundoff=unit_roundoff(precision, t.dtype),
