@@ -4,6 +4,7 @@ the report that judges it, and the GPU regression step that runs it (with --devi
 from __future__ import annotations
 
 import json
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,9 @@ def test_a_run_resumes_and_its_report_judges_every_point(
     assert many_seeds.main(["report", str(out)]) == 0
     report = capsys.readouterr().out
     assert "| indexer::indexer-short | bf16 | 4/4 |  |" in report
-    assert "# 20/20 honest checks pass; 0 invariance claims broken" in report
+    # 4 points x the shipped variants that run here (the fused kernel needs triton)
+    checks = 4 * sum(1 for v in rows[0]["variants"].values() if "rows" in v)
+    assert f"# {checks}/{checks} honest checks pass; 0 invariance claims broken" in report
     assert many_seeds.main(["budgets", str(out), "--all"]) == 0
     table = capsys.readouterr().out
     shipped = _short_budget(ROOT / "cases" / "sweeps.toml")
@@ -110,4 +113,5 @@ def test_the_gpu_regression_step_runs_it_and_judges_by_its_report(tmp_path: Path
                      "--many-seeds", "1", "--many-first-seed", "9100",
                      "--select", "indexer-short"]) == 0
     summary = (tmp_path / "summary.txt").read_text()
-    assert "many-seeds  ok" in summary and "20/20 honest checks pass" in summary
+    checks = 20 if find_spec("triton") else 16  # 4 points x 5 variants, fused needs triton
+    assert "many-seeds  ok" in summary and f"{checks}/{checks} honest checks pass" in summary
