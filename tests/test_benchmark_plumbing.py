@@ -116,6 +116,8 @@ def test_speed_gate_runs_its_tables_and_the_independent_timer(tmp_path: Path) ->
          str(tmp_path / "independent.json"), "--all")
     rows = json.loads((tmp_path / "independent.json").read_text())
     assert rows and {"id", "numcheck", "ci", "independent", "diff"} <= set(rows[0])
+    # a variant whose weight is quantized at load time was called with it (once, on the CPU)
+    assert "linear::tiny-linear-fp8::fp8_block[cpu]" in {r["id"] for r in rows}
     assert "same verdict" in _run("-m", "benchmarks.speed.speed_gate", "xdist", str(report),
                                   str(report)).stdout
 

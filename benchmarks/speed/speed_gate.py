@@ -59,6 +59,18 @@ SLOWED_ID = "perf-mhc-v4pro-t4k-slowed"
 ROUNDTRIP = ("perf-mhc-v4pro-t4k-prefill", "bf16_roundtrip")
 
 
+TINY_LINEAR = """
+[tiny-linear-fp8]
+op = "linear"
+description = "plumbing: a low-precision variant with a prepared weight"
+shape = {{ tokens = 8, in_features = 256, out_features = 128 }}
+devices = ["{device}"]
+perf_only = true
+variants = ["fp8_block"]
+perf = {{ max_time_s = 0.3 }}
+"""
+
+
 def cases_dir(work: Path, *, device: str, slowed_min: float, tiny: bool) -> Path:
     """A cases folder for one run: the shipped perf suite plus the slowed-variant case."""
     cases = work / "cases"
@@ -70,6 +82,8 @@ def cases_dir(work: Path, *, device: str, slowed_min: float, tiny: bool) -> Path
                                   threshold=slowed_min, perf="max_time_s = 0.3")
         text = text.replace('preset = "v4pro"\n', "").replace(
             "shape = { tokens = 8 }", "shape = { tokens = 8, hidden = 64 }")
+        # and a variant that quantizes its weight at load time (the timer must prepare it)
+        text += TINY_LINEAR.format(device=device)
     else:
         shutil.copy(ROOT / "cases" / "perf.toml", cases / "perf.toml")
         text = SLOWED_CASE.format(preset="v4pro", tokens=4096, device=device,
@@ -214,6 +228,17 @@ def _bench(fn: Any) -> float:
     return statistics.median(times)
 
 
+def _prepared(variant: Any, inputs: dict[str, Any], params: Any) -> dict[str, Any]:
+    """The inputs a variant is called with: what its preparation made (a quantized weight,
+    made once at load time, as the gate does) added to the case's, outside the timing."""
+    if variant.prepare is None:
+        return inputs
+    import torch
+
+    with torch.no_grad():
+        return {**inputs, **variant.prepare(dict(inputs), params)}
+
+
 def cmd_independent(args: argparse.Namespace) -> int:
     import torch
 
@@ -251,12 +276,13 @@ def cmd_independent(args: argparse.Namespace) -> int:
             cached = (case, to_device(cpu_inputs, device))
         inputs = cached[1]
         ref_v, var_v = op.variants[op.reference], op.variants[r["variant"]]
-        ref = functools.partial(ref_v.fn, inputs, case.params)
-        var = functools.partial(var_v.fn, inputs, case.params)
+        ref = functools.partial(ref_v.fn, _prepared(ref_v, inputs, case.params), case.params)
+        var = functools.partial(var_v.fn, _prepared(var_v, inputs, case.params), case.params)
         if device == "cuda":
             a1, b1, a2, b2 = _bench(ref), _bench(var), _bench(ref), _bench(var)
             ratio = statistics.median([a1 / b1, a2 / b2, a1 / b2, a2 / b1])
-        else:  # CPU dry run: plumbing only
+        else:  # CPU dry run: plumbing only (each called once, as the timer would)
+            ref(), var()
             ratio = float("nan")
         rows.append({"id": r["id"], "numcheck": t["speedup"], "ci": [t["ci_low"], t["ci_high"]],
                      "independent": ratio, "diff": ratio / t["speedup"] - 1})
