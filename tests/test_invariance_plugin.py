@@ -60,7 +60,7 @@ def test_each_gate_fails_its_planted_variant_and_passes_the_others(
     result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines([
         "numcheck FAIL indexer::tiny-idx::atomic_heads[[]cpu[]]",
-        "  worst: determinism.runs_differing = 5 > budget 0 (seed 0): run 2 of 6 differs from "
+        "  worst: determinism.runs_differing = * > budget 0 (seed 0): run * of 6 differs from "
         "run 1: logits: * of 2048 elements differ (max |diff| *, first at *)*The variant is not "
         "deterministic*",
     ])
@@ -88,11 +88,12 @@ def test_each_gate_fails_its_planted_variant_and_passes_the_others(
         "*",
         "indexer::tiny-idx*bf16 *cpu*logits, topk*6*yes*0, 2, 3 (4)*yes",
     ])
-    result.stdout.fnmatch_lines(["indexer::tiny-idx*atomic_heads*cpu*logits, topk*6*NO: 5 of 5 "
+    result.stdout.fnmatch_lines(["indexer::tiny-idx*atomic_heads*cpu*logits, topk*6*NO: * of 5 "
                                  "later runs differ; logits: *"])
     records = {r["variant"]: r for r in json.loads(report.read_text())["records"]}
     det = records["atomic_heads"]["invariance"]["determinism"]
-    assert det["runs"] == 6 and det["runs_differing"] == 5
+    # two random orders of 8 partials can give the same bits: most later runs differ
+    assert det["runs"] == 6 and 1 <= det["runs_differing"] <= 5
     assert det["differences"][0]["outputs"][0]["output"] == "logits"
     bat = records["splitk_by_batch"]["invariance"]["batch_invariance"]
     assert bat["batch"] == 4 and bat["requests"] == [0, 2, 3] and bat["requests_differing"] >= 1
@@ -130,7 +131,7 @@ def test_a_gpu_model_the_keys_do_not_name_is_measured_and_reported_never_failed(
     result = pytester.runpytest("--numcheck", "--numcheck-report", "r.json")
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines([
-        "indexer::tiny-idx*atomic_heads*cpu*NO: 5 of 5 later runs differ*(not gated on this "
+        "indexer::tiny-idx*atomic_heads*cpu*NO: * of 5 later runs differ*(not gated on this "
         "GPU model)*",
         ("numcheck invariance: the deterministic / batch_invariant keys of 4 check(s) name no "
          "B200: measured and reported, not gated. Measure B200's and name it: python -m "
@@ -139,7 +140,7 @@ def test_a_gpu_model_the_keys_do_not_name_is_measured_and_reported_never_failed(
     records = {r["variant"]: r for r in json.loads((pytester.path / "r.json").read_text())[
         "records"]}
     det = records["atomic_heads"]["invariance"]["determinism"]
-    assert det["runs_differing"] == 5 and det["gated"] is False
+    assert 1 <= det["runs_differing"] <= 5 and det["gated"] is False
     assert det["why"].startswith("deterministic names no B200 (cpu, H200 only)")
 
 
