@@ -228,15 +228,14 @@ def _bench(fn: Any) -> float:
     return statistics.median(times)
 
 
-def _prepared(variant: Any, inputs: dict[str, Any], params: Any) -> dict[str, Any]:
+def _prepared(variant: Any, inputs: dict[str, Any], params: Any,
+              device: str) -> dict[str, Any]:
     """The inputs a variant is called with: what its preparation made (a quantized weight,
-    made once at load time, as the gate does) added to the case's, outside the timing."""
-    if variant.prepare is None:
-        return inputs
-    import torch
+    made once at load time, as the gate does: numcheck.prepare) added to the case's."""
+    from numcheck.prepare import prepare
 
-    with torch.no_grad():
-        return {**inputs, **variant.prepare(dict(inputs), params)}
+    made = prepare(variant, inputs, params, device)
+    return inputs if made is None else {**inputs, **made.tensors}
 
 
 def cmd_independent(args: argparse.Namespace) -> int:
@@ -276,8 +275,8 @@ def cmd_independent(args: argparse.Namespace) -> int:
             cached = (case, to_device(cpu_inputs, device))
         inputs = cached[1]
         ref_v, var_v = op.variants[op.reference], op.variants[r["variant"]]
-        ref = functools.partial(ref_v.fn, _prepared(ref_v, inputs, case.params), case.params)
-        var = functools.partial(var_v.fn, _prepared(var_v, inputs, case.params), case.params)
+        ref, var = (functools.partial(v.fn, _prepared(v, inputs, case.params, device),
+                                      case.params) for v in (ref_v, var_v))
         if device == "cuda":
             a1, b1, a2, b2 = _bench(ref), _bench(var), _bench(ref), _bench(var)
             ratio = statistics.median([a1 / b1, a2 / b2, a1 / b2, a2 / b1])
