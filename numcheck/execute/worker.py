@@ -1,4 +1,4 @@
-"""The worker process of an isolated run: it runs checks one at a time for the pytest
+"""A worker process of an isolated run: it runs checks one at a time for the pytest
 process that started it (:mod:`numcheck.execute.isolated`) and answers with their results.
 
 Started as ``python -m numcheck.execute.worker SOCKET`` (under compute-sanitizer when the
@@ -29,7 +29,6 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from numcheck.check import phase
 from numcheck.execute.aborted import (
     CRASH,
     OOM,
@@ -64,6 +63,8 @@ class WorkerSetup:
     obtained_dir: Path
     root: Path
     env: dict[str, str] = field(default_factory=dict)
+    #: torch's intra-op threads in this worker (None: torch's default).
+    threads: int | None = None
 
 
 class Worker:
@@ -180,6 +181,8 @@ def kind_in(exc: BaseException, device: str) -> str | None:
 def run_job(worker: Worker, request: Request) -> tuple[tuple[Any, ...], bool]:
     """Run one request; the answer to send, and whether this process must end after it. An
     aborted answer names no check: the pytest process knows which it sent."""
+    from numcheck.check import phase
+
     try:
         with phase.listening(lambda name: worker.send(("phase", name), True)):
             value = worker.run(request)
@@ -244,9 +247,11 @@ def serve(conn: Connection) -> int:
     sys.path[:] = setup.sys_path
     os.environ.update(setup.env)
     try:
-        if setup.device == "cuda" and setup.device_index is not None:
-            import torch
+        import torch
 
+        if setup.threads is not None:  # the run's workers share the cores
+            torch.set_num_threads(setup.threads)
+        if setup.device == "cuda" and setup.device_index is not None:
             torch.cuda.set_device(setup.device_index)
         register(setup)
         worker = Worker(setup, lambda message, plain=False: send(conn, message, plain=plain))
@@ -274,6 +279,10 @@ def serve(conn: Connection) -> int:
 
 def main(argv: list[str]) -> int:
     faulthandler.enable()  # a segfault prints the Python stack into the worker's log
+    # torch and the checks' code load first, while the pytest process starts: it sends the
+    # setup once it knows its checks (this module imports neither, so that it can start
+    # workers before it imports torch itself).
+    import numcheck.check  # noqa: F401
     # Whatever the checks print goes to the log (stdout and stderr), never to the socket.
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(argv[0])

@@ -71,6 +71,13 @@ class RunHooks:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Any:
+        # The selected checks (after -k, deselection, --lf), dispatched before the first
+        # runs: the workers run them while each item waits for its own.
+        option = session.config.option
+        if not option.collectonly and not (session.testsfailed
+                                           and not option.continue_on_collection_errors):
+            self.session.dispatch([item.request for item in session.items
+                                   if isinstance(item, CheckItem) and item.skip is None])
         result = yield
         if self.session.compare_baseline():
             session.testsfailed += 1  # the gate fails: exit status 1
