@@ -20,6 +20,7 @@ own, under compute-sanitizer (:mod:`numcheck.execute.sanitizer`), once per tool.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -120,11 +121,14 @@ class TimeUsed:
                 f"(limits: {self.limits.describe()})")
 
 
-class _Process:
+class WorkerProcess:
     """One worker process: its connection (a Unix socket, which a wrapper such as
-    compute-sanitizer passes through whatever it does with file descriptors) and its log."""
+    compute-sanitizer passes through whatever it does with file descriptors) and its log.
+    Started, it imports torch, then waits for its setup (:meth:`accept`)."""
 
-    def __init__(self, prefix: Sequence[str], log_dir: Path, env: dict[str, str]) -> None:
+    def __init__(self, log_dir: Path, prefix: Sequence[str] = (),
+                 env: dict[str, str] | None = None) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)  # (a temp cleaner may have taken it)
         self.log = Path(tempfile.mkstemp(prefix="worker-", suffix=".log", dir=log_dir)[1])
         self.address = str(self.log.with_suffix(".sock"))
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -134,7 +138,7 @@ class _Process:
             self.proc = subprocess.Popen(
                 [*prefix, sys.executable, "-m", "numcheck.execute.worker", self.address],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env={**os.environ, **env}, start_new_session=True, cwd=os.getcwd())
+                env={**os.environ, **(env or {})}, start_new_session=True, cwd=os.getcwd())
         self.conn: Connection | None = None
         self.ready = False
         #: When its boot is overdue (the pool's clock).
@@ -156,38 +160,24 @@ class _Process:
 
     def kill(self) -> None:
         if self.proc.returncode is None:  # (once reaped, its id may be another's)
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
             self.proc.wait()
-        self.close()
-
-    def stop(self, wait_s: float = 60.0) -> None:
-        """Ask the worker to end (its sanitizer then writes its summary); kill it if it
-        does not within ``wait_s``."""
-        if self.conn is None:  # still booting, or never connected: nothing to finish
-            self.kill()
-            return
-        try:
-            send(self.conn, ("stop",), plain=True)
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return
-        self.close()
-
-    def close(self) -> None:
         for closable in (self.conn, self.listener):
-            try:
+            with contextlib.suppress(OSError):
                 if closable is not None:
                     closable.close()
-            except OSError:
-                pass
         Path(self.address).unlink(missing_ok=True)
+
+    def stop(self, wait_s: float) -> None:
+        """Ask the worker to end (its sanitizer then writes its summary); kill it if it
+        does not within ``wait_s``."""
+        if self.conn is not None:  # (one still booting has nothing to finish)
+            with contextlib.suppress(OSError):
+                send(self.conn, ("stop",), plain=True)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=wait_s)
+        self.kill()
 
     def lines(self) -> list[str]:
         """The log's non-empty lines (none when it cannot be read)."""
@@ -216,9 +206,7 @@ class _Slot:
     number: int
     prefix: Sequence[str] = ()
     env: dict[str, str] = field(default_factory=dict)
-    #: Instead of "N of M" (a worker under compute-sanitizer).
-    label: str = ""
-    proc: _Process | None = None
+    proc: WorkerProcess | None = None
     todo: deque[_Ticket] = field(default_factory=deque)
     running: _Ticket | None = None
     used: TimeUsed | None = None
@@ -254,8 +242,8 @@ class Isolated:
 
     # -- the workers' lives ---------------------------------------------------------------
 
-    def start(self, proc: _Process) -> None:
-        """Take ``proc`` (:func:`start_worker`, its log in :attr:`log_dir`) as the first
+    def start(self, proc: WorkerProcess) -> None:
+        """Take ``proc`` (started with its log in :attr:`log_dir`) as the first
         worker: it boots while the run collects its checks."""
         self._slots[0].proc = proc
         proc.deadline = self.clock() + BOOT_LIMIT_S
@@ -276,7 +264,7 @@ class Isolated:
         self._feed(self._slots, self._queue)
 
     def _spawn(self, slot: _Slot) -> None:
-        slot.proc = start_worker(self.log_dir, slot.prefix, slot.env)
+        slot.proc = WorkerProcess(self.log_dir, slot.prefix, slot.env)
         slot.proc.deadline = self.clock() + BOOT_LIMIT_S
 
     def _booted(self, slot: _Slot) -> None:
@@ -319,8 +307,8 @@ class Isolated:
         proc.kill()
         if slot.running is not None and aborted is not None:
             self.aborted += 1
-            aborted.worker = slot.label or (f"{slot.number} of {len(self._slots)} "
-                                            f"(pid {proc.proc.pid})")
+            if slot in self._slots:  # (not a sanitized check's worker of its own)
+                aborted.worker = f"{slot.number} of {len(self._slots)} (pid {proc.proc.pid})"
             slot.running.answer = ("aborted", aborted)
         elif slot.running is not None:
             slot.todo.appendleft(slot.running)
@@ -441,23 +429,19 @@ class Isolated:
             if self.progress is not None:
                 self.progress(message[1])
         elif kind == "aborted":  # the worker exits by itself
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.proc.wait(timeout=10.0)
-            except subprocess.TimeoutExpired:
-                pass
             message[1].check = ticket.check
             message[1].details += _log_lines(proc)
             self._lose(slot, message[1])
         else:
             ticket.answer, slot.running, slot.used = message, None, None
 
-    def _died(self, proc: _Process, check: str, phase: str) -> Aborted:
-        try:
-            code = proc.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.proc.returncode
-        return Aborted(CRASH, check, phase, exit_error(code), _log_lines(proc))
+    def _died(self, proc: WorkerProcess, check: str, phase: str) -> Aborted:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.proc.wait(timeout=30)
+        proc.kill()
+        return Aborted(CRASH, check, phase, exit_error(proc.proc.returncode), _log_lines(proc))
 
     def _merge_regen(self, shipment: dict[str, dict[Any, Any]]) -> None:
         self.cases.regenerated.update(shipment["regenerated"])
@@ -473,8 +457,7 @@ class Isolated:
         found: list[str] = []
         for tool in self.sanitizer.tools:
             log = Path(tempfile.mkstemp(prefix=f"{tool}-", suffix=".log", dir=self.log_dir)[1])
-            slot = _Slot(1, self.sanitizer.command(tool, log), self.sanitizer.env,
-                         label=f"of its own, under compute-sanitizer ({tool})")
+            slot = _Slot(1, self.sanitizer.command(tool, log), self.sanitizer.env)
             ticket = _Ticket(request, check)
             slot.todo.append(ticket)
             try:
@@ -495,7 +478,7 @@ class Isolated:
                         SANITIZER, check, aborted.phase,
                         f"{len(errors)} error(s) from compute-sanitizer ({tool}), which "
                         f"stopped the kernel ({aborted.kind}: {aborted.error}); the first:",
-                        errors[: self.sanitizer.shown], aborted.worker))
+                        errors[: self.sanitizer.shown]))
                 raise CheckAborted(aborted)
             self.aborted += bool(errors)
             if kind == "raised":
@@ -512,26 +495,18 @@ class Isolated:
         return result
 
 
-def start_worker(log_dir: Path, prefix: Sequence[str] = (),
-                 env: dict[str, str] | None = None) -> _Process:
-    """A new worker process, its log in ``log_dir``; it imports torch, then waits for its
-    setup (an :class:`Isolated` that takes it sends it)."""
-    log_dir.mkdir(parents=True, exist_ok=True)  # (a temp cleaner may have taken it)
-    return _Process(prefix, log_dir, env or {})
-
-
 def _check(request: Request) -> str:
     from numcheck.check.result import display_id
 
     return display_id(request.case, request.variant, request.device)
 
 
-def _last_words(proc: _Process) -> str:
+def _last_words(proc: WorkerProcess) -> str:
     """What a worker that failed to start left: its log's last lines, else its exit status."""
     return "\n".join(proc.lines()[-BOOT_LOG_TAIL:]) or exit_error(proc.proc.poll())
 
 
-def _log_lines(proc: _Process) -> list[str]:
+def _log_lines(proc: WorkerProcess) -> list[str]:
     """The worker log's lines a failure shows: a fatal error's Python stack (innermost
     frames first, where the variant is), else the log's last lines."""
     lines = proc.lines()

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from numcheck.execute.isolated import Isolated, Limits, start_worker
+from numcheck.execute.isolated import Isolated, Limits, WorkerProcess
 from numcheck.execute.sanitizer import Sanitizer, find_executable
 from numcheck.execute.worker import WorkerSetup
 from numcheck.plugin import options
@@ -53,7 +53,7 @@ def start_early(config: pytest.Config) -> None:
             or config.getoption(options.SANITIZE_OPTION) is not None \
             or worker_count(config) and not is_worker(config):
         return
-    proc = config.stash[FIRST] = start_worker(Path(tempfile.mkdtemp(prefix="numcheck-workers-")))
+    proc = config.stash[FIRST] = WorkerProcess(Path(tempfile.mkdtemp(prefix="numcheck-workers-")))
     config.add_cleanup(proc.kill)  # (a usage error may end the run before it is taken)
 
 
