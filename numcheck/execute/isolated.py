@@ -53,6 +53,8 @@ BOOT_LIMIT_S = 600.0
 LOG_TAIL = 12
 #: Lines of the log of a worker that failed to start the error shows.
 BOOT_LOG_TAIL = 40
+#: Checks a worker is sent ahead: the one it runs, and the next.
+AHEAD = 2
 
 
 class IsolationError(RuntimeError):
@@ -208,7 +210,10 @@ class _Slot:
     env: dict[str, str] = field(default_factory=dict)
     proc: WorkerProcess | None = None
     todo: deque[_Ticket] = field(default_factory=deque)
-    running: _Ticket | None = None
+    #: The checks sent to it, in the order it runs them: the first is running (``used``
+    #: counts its time), the next waits in the socket, so the worker never waits for the
+    #: pytest process between two checks.
+    sent: deque[_Ticket] = field(default_factory=deque)
     used: TimeUsed | None = None
 
 
@@ -305,16 +310,15 @@ class Isolated:
         proc = slot.proc
         assert proc is not None
         proc.kill()
-        if slot.running is not None and aborted is not None:
+        if slot.sent and aborted is not None:
             self.aborted += 1
             if slot in self._slots:  # (not a sanitized check's worker of its own)
                 aborted.worker = f"{slot.number} of {len(self._slots)} (pid {proc.proc.pid})"
-            slot.running.answer = ("aborted", aborted)
-        elif slot.running is not None:
-            slot.todo.appendleft(slot.running)
-        if slot.todo:
-            self._queue.appendleft(list(slot.todo))
-        slot.proc, slot.running, slot.used = None, None, None
+            slot.sent.popleft().answer = ("aborted", aborted)
+        if slot.sent or slot.todo:
+            self._queue.appendleft([*slot.sent, *slot.todo])
+        slot.proc, slot.used = None, None
+        slot.sent.clear()
         slot.todo.clear()
 
     def close(self) -> None:
@@ -352,25 +356,26 @@ class Isolated:
         raise rest[0] if kind == "raised" else CheckAborted(rest[0])
 
     def _feed(self, slots: Sequence[_Slot], queue: deque[list[_Ticket]]) -> None:
-        """Give each free worker its case's next check, or the next case; start a worker
-        where a slot has work and none."""
-        for slot in slots:
-            if slot.running is not None:
-                continue
-            if not slot.todo and queue:
-                slot.todo.extend(queue.popleft())
-            if not slot.todo:
-                continue
-            if slot.proc is None:
-                self._spawn(slot)
-            assert slot.proc is not None
-            if slot.proc.ready:
-                slot.running = slot.todo.popleft()
-                slot.used = TimeUsed(self.limits, self.clock())
+        """Send each worker its case's next checks (:data:`AHEAD`), taking the next case
+        when its own is done (a free worker first); start a worker where a slot has work
+        and none."""
+        for ahead, slot in [(n, slot) for n in (1, AHEAD) for slot in slots]:
+            while len(slot.sent) < ahead and (slot.todo or queue):
+                if not slot.todo:
+                    slot.todo.extend(queue.popleft())
+                if slot.proc is None:
+                    self._spawn(slot)
+                assert slot.proc is not None
+                if not slot.proc.ready:
+                    break
+                slot.sent.append(slot.todo.popleft())
+                if slot.used is None:
+                    slot.used = TimeUsed(self.limits, self.clock())
                 try:
-                    send(slot.proc.connection, ("run", slot.running.request))
-                except OSError:  # it died between two checks
-                    self._lose(slot, self._died(slot.proc, slot.running.check, ""))
+                    send(slot.proc.connection, ("run", slot.sent[-1].request))
+                except OSError:  # it died
+                    self._lose(slot, self._died(slot.proc, slot.sent[0].check, slot.used.phase))
+                    break
 
     def _serve(self, until: _Ticket, slots: Sequence[_Slot],
                queue: deque[list[_Ticket]]) -> None:
@@ -386,14 +391,14 @@ class Isolated:
             waits: list[float] = []
             for slot in slots:
                 proc = slot.proc
-                if proc is None or proc.ready and slot.running is None:
+                if proc is None or proc.ready and not slot.sent:
                     continue  # nothing to hear from it
-                if slot.running is not None:
+                if slot.sent:
                     assert slot.used is not None
                     left = slot.used.remaining(now)
                     if left is not None and left <= 0:
                         # The time reported is the one judged, not the kill's end.
-                        self._lose(slot, Aborted(TIMEOUT, slot.running.check, slot.used.phase,
+                        self._lose(slot, Aborted(TIMEOUT, slot.sent[0].check, slot.used.phase,
                                                  slot.used.overrun(now), [LIMITS_LINE]))
                         break
                 else:
@@ -412,11 +417,12 @@ class Isolated:
     def _hear(self, slot: _Slot) -> None:
         """One message from ``slot``'s worker: its boot, a phase, a progress line, or the
         answer of its check in flight (or its end)."""
-        proc, ticket, used = slot.proc, slot.running, slot.used
+        proc, used = slot.proc, slot.used
         assert proc is not None
-        if ticket is None or used is None:
+        if not slot.sent or used is None:
             self._booted(slot)
             return
+        ticket = slot.sent[0]
         try:
             message = receive(proc.connection)
         except (EOFError, OSError):
@@ -434,8 +440,9 @@ class Isolated:
             message[1].check = ticket.check
             message[1].details += _log_lines(proc)
             self._lose(slot, message[1])
-        else:
-            ticket.answer, slot.running, slot.used = message, None, None
+        else:  # its answer: the worker goes on with the next check sent, now
+            slot.sent.popleft().answer = message
+            slot.used = TimeUsed(self.limits, self.clock()) if slot.sent else None
 
     def _died(self, proc: WorkerProcess, check: str, phase: str) -> Aborted:
         with contextlib.suppress(subprocess.TimeoutExpired):
