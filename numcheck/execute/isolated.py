@@ -372,7 +372,7 @@ class Isolated:
                 if slot.used is None:
                     slot.used = TimeUsed(self.limits, self.clock())
                 try:
-                    send(slot.proc.connection, ("run", slot.sent[-1].request))
+                    send(slot.proc.connection, ("run", slot.sent[-1].request), plain=True)
                 except OSError:  # it died
                     self._lose(slot, self._died(slot.proc, slot.sent[0].check, slot.used.phase))
                     break

@@ -211,7 +211,7 @@ def _portable(exc: BaseException) -> BaseException:
 
 
 def send(conn: Connection, message: Any, *, plain: bool = False) -> None:
-    """Send ``message``: a ``plain`` one (strings and numbers: a phase, a progress line) by
+    """Send ``message``: a ``plain`` one (no tensors: a phase, a progress line, a request) by
     pickle, anything else (results: tensors, a cast ledger) as torch.save's bytes, because
     multiprocessing's own pickler would share tensors' memory through a server that only
     processes of one multiprocessing family can reach, and the plain pickle cannot rebuild

@@ -353,23 +353,24 @@ def _headroom(budget: Any, metrics: Mapping[str, Mapping[str, float]]) -> dict[s
 def _plain(value: Any, *, strict: bool = False) -> Any:
     """Dataclasses to dicts, tuples to lists, numpy/torch scalars to Python numbers: what
     JSON and execnet carry; ``strict``: also NaN and infinities as the strings "nan", "inf"
-    and "-inf" (strict JSON has none). One walk (a record is shipped for every check)."""
-    if is_dataclass(value) and not isinstance(value, type):
-        value = {f.name: getattr(value, f.name) for f in fields(value)}
+    and "-inf" (strict JSON has none). One walk, leaves tested first (a record is shipped
+    for every check)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, float):
+        if strict and not math.isfinite(value):
+            return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return float(value)
+    if isinstance(value, int):
+        return int(value)
     if isinstance(value, Mapping):
         return {str(k): _plain(v, strict=strict) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v, strict=strict) for v in value]
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, int):
-        return int(value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name), strict=strict) for f in fields(value)}
     if hasattr(value, "item"):  # numpy / torch scalar
         return _plain(value.item(), strict=strict)
-    if isinstance(value, float) and strict and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, float):
-        return float(value)
     return value
 
 
