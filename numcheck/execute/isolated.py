@@ -283,26 +283,15 @@ class Isolated:
             message = receive(proc.connection)
         except (EOFError, OSError):
             message = ("failed", _last_words(proc))
-        if message[0] == "ready":
-            proc.ready = True
-            return
-        self._lose(slot)
-        raise IsolationError(
-            "numcheck: the check worker process could not start; it said:\n"
-            f"{message[1]}\n"
-            "Fix: register your ops from a conftest.py hook or an entry point (the "
-            "worker imports those again), or run the checks in the pytest process "
-            "with --numcheck-isolate=off")
-
-    def _boot_overdue(self, slot: _Slot) -> IsolationError:
-        proc = slot.proc
-        assert proc is not None
-        alive = proc.proc.poll() is None
-        self._lose(slot)
-        return IsolationError(
-            f"numcheck: the check worker process "
-            f"{f'did not start within {BOOT_LIMIT_S:g} s' if alive else 'died starting'}"
-            f"; its log ({proc.log}):\n{_last_words(proc)}")
+        if message[0] != "ready":
+            self._lose(slot)
+            raise IsolationError(
+                "numcheck: the check worker process could not start; it said:\n"
+                f"{message[1]}\n"
+                "Fix: register your ops from a conftest.py hook or an entry point (the "
+                "worker imports those again), or run the checks in the pytest process "
+                "with --numcheck-isolate=off")
+        proc.ready = True
 
     def _lose(self, slot: _Slot, aborted: Aborted | None = None) -> None:
         """End ``slot``'s worker; its check in flight ends as ``aborted``, the rest of its
@@ -404,7 +393,13 @@ class Isolated:
                 else:
                     left = proc.deadline - now
                     if left <= 0 or proc.conn is None and proc.proc.poll() is not None:
-                        raise self._boot_overdue(slot)
+                        alive = proc.proc.poll() is None
+                        self._lose(slot)
+                        raise IsolationError(
+                            "numcheck: the check worker process " + (
+                                f"did not start within {BOOT_LIMIT_S:g} s" if alive
+                                else "died starting") + f"; its log ({proc.log}):\n"
+                            f"{_last_words(proc)}")
                     if proc.conn is None:
                         left = min(left, 1.0)  # a worker that dies before it connects
                 waits += [] if left is None else [left]
