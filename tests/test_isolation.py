@@ -700,3 +700,27 @@ def test_how_many_workers_and_threads() -> None:
     assert pool_size(None, cores=8, device="cpu", timed=True, xdist=False) == (1, None)
     assert pool_size(None, cores=8, device="cpu", timed=False, xdist=True) == (1, None)
     assert pool_size(2, cores=8, device="cuda", timed=True, xdist=True) == (2, 4)
+
+
+@pytest.mark.slow  # a worker interpreter (seconds)
+def test_a_worker_that_cannot_register_the_variants_says_why(
+        project: pytest.Pytester) -> None:
+    """A hook on a plugin object cannot be made again in a worker: the checks fail with the
+    worker's own words and the fix, not with a hang or a crash."""
+    write_case(project, "honest", goldens=False)
+    project.makeconftest(CONFTEST.replace("def pytest_numcheck_register(registry):", """
+class Hooks:
+    def pytest_numcheck_register(self, registry):
+        register(registry)
+
+def pytest_configure(config):
+    config.pluginmanager.register(Hooks())
+
+def register(registry):"""))
+    result = project.runpytest("--numcheck", "-k", "tiny-mhc-after")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "*IsolationError: numcheck: the check worker process could not start; it said:",
+        "*plugin object Hooks*",
+        "*Fix: register your ops from a conftest.py hook or an entry point*",
+    ])
