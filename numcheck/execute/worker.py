@@ -24,7 +24,7 @@ import pickle
 import socket
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,7 +62,6 @@ class WorkerSetup:
     first_call_note_s: float
     obtained_dir: Path
     root: Path
-    env: dict[str, str] = field(default_factory=dict)
     #: torch's intra-op threads in this worker (None: torch's default).
     threads: int | None = None
 
@@ -245,7 +244,6 @@ def serve(conn: Connection) -> int:
     """Read the setup, then requests until told to stop or one ends this process."""
     setup: WorkerSetup = receive(conn)
     sys.path[:] = setup.sys_path
-    os.environ.update(setup.env)
     try:
         import torch
 
