@@ -3,8 +3,8 @@
 Registered by :mod:`numcheck.plugin` (as ``numcheck-session``) only when ``--numcheck`` is
 given, beside the :class:`~numcheck.plugin.session.NumcheckSession` it serves: collection of
 the case files, the records shipped on the test reports and collected on the controller,
-the collection order, the baseline comparison after the run loop, the report files at
-session finish, and the terminal summary. The calibration mode has hooks of its own
+the collection order, the checks dispatched to the workers before the run loop and the
+baseline comparison after it, the report files at session finish, and the terminal summary. The calibration mode has hooks of its own
 (:mod:`numcheck.plugin.calibration`).
 """
 
