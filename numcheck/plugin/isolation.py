@@ -110,7 +110,9 @@ def isolated_executor(config: pytest.Config, session: Any,
     (else its first worker starts at the first check)."""
     run = session.run
     workers, threads = pool_size(
-        run.workers, cores=len(os.sched_getaffinity(0)), device=session.device.kind,
+        run.workers, device=session.device.kind,
+        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")  # (Linux)
+        else os.cpu_count() or 1,
         timed="perf" in run.active_gates, xdist=session.is_worker)
 
     def setup() -> WorkerSetup:
