@@ -203,7 +203,7 @@ class _Ticket:
 @dataclass(eq=False)
 class _Slot:
     """A place in the pool: its worker process (None until started, and after it was
-    lost), the rest of the case it runs, and the check in flight with its time used."""
+    lost), the rest of the case it runs, and the checks sent to it."""
 
     number: int
     prefix: Sequence[str] = ()
@@ -221,7 +221,7 @@ class _Slot:
 class Isolated:
     """Executes each check in a pool of worker processes; see the module's docstring."""
 
-    #: Made at each worker's start: a conftest.py loaded since registers in the next.
+    #: Made when a worker connects (after collection: every conftest.py is loaded).
     setup: Callable[[], WorkerSetup]
     #: The parent's cache: what the workers regenerated is reported from it.
     cases: CaseCache
