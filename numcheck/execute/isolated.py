@@ -143,7 +143,7 @@ class WorkerProcess:
                 env={**os.environ, **(env or {})}, start_new_session=True, cwd=os.getcwd())
         self.conn: Connection | None = None
         self.ready = False
-        #: When its boot is overdue (the pool's clock).
+        #: When its boot is overdue (the pool's clock; 0: nothing has waited for it yet).
         self.deadline = 0.0
 
     def accept(self, setup: WorkerSetup) -> None:
@@ -251,7 +251,6 @@ class Isolated:
         """Take ``proc`` (started with its log in :attr:`log_dir`) as the first
         worker: it boots while the run collects its checks."""
         self._slots[0].proc = proc
-        proc.deadline = self.clock() + BOOT_LIMIT_S
 
     def dispatch(self, requests: Sequence[Request]) -> None:
         """Queue the run's checks, case by case in the order given, and start as many
@@ -270,7 +269,6 @@ class Isolated:
 
     def _spawn(self, slot: _Slot) -> None:
         slot.proc = WorkerProcess(self.log_dir, slot.prefix, slot.env)
-        slot.proc.deadline = self.clock() + BOOT_LIMIT_S
 
     def _booted(self, slot: _Slot) -> None:
         """The booting worker of ``slot`` spoke: take its connection, or its word."""
@@ -390,7 +388,8 @@ class Isolated:
                         self._lose(slot, Aborted(TIMEOUT, slot.sent[0].check, slot.used.phase,
                                                  slot.used.overrun(now), [LIMITS_LINE]))
                         break
-                else:
+                else:  # its boot, counted from when the run first waits for it
+                    proc.deadline = proc.deadline or now + BOOT_LIMIT_S
                     left = proc.deadline - now
                     if left <= 0 or proc.conn is None and proc.proc.poll() is not None:
                         alive = proc.proc.poll() is None
