@@ -94,5 +94,47 @@ def killed_when_timed(inputs: Inputs, p: Params) -> Outputs:
 _timed_calls = 0
 
 
+def logs_where(inputs: Inputs, p: Params) -> Outputs:
+    """Honest, and appends a line to $WHERE_FILE per call: the process that ran it, its
+    torch threads and the case's token count (which case it was)."""
+    with open(os.environ["WHERE_FILE"], "a") as log:
+        log.write(f"{os.getpid()} {torch.get_num_threads()} {inputs['x'].shape[0]}\n")
+    return mhc.bf16(inputs, p)
+
+
+def hangs_later(inputs: Inputs, p: Params) -> Outputs:
+    """Honest at its first call; at its second (the numerics' first seed) it writes its
+    process id to $HANG_FILE and never returns."""
+    global _later_calls
+    _later_calls += 1
+    if _later_calls == 1:
+        return mhc.bf16(inputs, p)
+    flag = Path(os.environ["HANG_FILE"])
+    flag.with_suffix(".tmp").write_text(str(os.getpid()))
+    flag.with_suffix(".tmp").rename(flag)  # (whole, for the reader)
+    while True:
+        time.sleep(1)
+
+
+_later_calls = 0
+
+
+def waits_for_hang_end(inputs: Inputs, p: Params) -> Outputs:
+    """Honest, once ``hangs_later`` (in another worker process) hangs and its process has
+    been ended: a run that did not watch that worker while it waited for this one would
+    wait here forever (300 s, then it raises)."""
+    flag = Path(os.environ["HANG_FILE"])
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if flag.exists():
+            try:
+                os.kill(int(flag.read_text()), 0)
+            except ProcessLookupError:
+                return mhc.bf16(inputs, p)
+        time.sleep(0.05)
+    raise RuntimeError("the hanging variant's worker was never ended")
+
+
 NAMES = ("honest", "exits", "segfault", "hangs", "oom", "context_lost", "raises",
-         "slow_first_call", "where", "killed_when_timed")
+         "slow_first_call", "where", "killed_when_timed", "logs_where", "hangs_later",
+         "waits_for_hang_end")

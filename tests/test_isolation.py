@@ -506,3 +506,221 @@ def test_the_first_call_has_its_own_allowance_and_the_rest_count_together() -> N
     assert first.remaining(4.5) == -0.5
     assert first.overrun(4.5).startswith("its first call ran past its time limit: 3.5 s of 3 s")
     assert TimeUsed(Limits(), now=0.0).remaining(1e9) is None  # no limits: wait forever
+
+
+# -- several workers -----------------------------------------------------------------------
+
+#: Counts each golden a worker loads: a line "<pid> <case>" in $LOADS_FILE per load (in
+#: the worker processes only: pytester runs pytest in this one).
+POOL_CONFTEST = CONFTEST + """
+import os, sys
+from numcheck.execute import case_cache
+
+_load = case_cache.load_for_case
+
+def _counted(path, op, case, **kw):
+    with open(os.environ["LOADS_FILE"], "a") as log:
+        log.write(f"{os.getpid()} {case.id}\\n")
+    return _load(path, op, case, **kw)
+
+if getattr(sys.modules["__main__"].__spec__, "name", "") == "numcheck.execute.worker":
+    case_cache.load_for_case = _counted
+"""
+
+TOKENS = {"tiny-mhc": 8, "tiny-mhc-after": 4}
+
+
+@pytest.fixture
+def pool(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+         tmp_path: Path) -> pytest.Pytester:
+    monkeypatch.setenv("NUMCHECK_ISOLATE", "process")
+    for name in ("WHERE_FILE", "LOADS_FILE", "HANG_FILE"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    case_project(pytester, conftest=POOL_CONFTEST)
+    return pytester
+
+
+def lines(path: Path) -> list[list[str]]:
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def ran(result: pytest.RunResult) -> list[str]:
+    """The node ids pytest reported, in the order it reported them (-v)."""
+    return [line.split()[0] for line in result.outlines
+            if line.startswith("cases/") and line.split()[1:2] in (["PASSED"], ["FAILED"])]
+
+
+@pytest.mark.slow  # three pytester runs, with one and two worker interpreters (seconds)
+def test_two_workers_run_whole_cases_and_report_in_collection_order(
+        pool: pytest.Pytester, tmp_path: Path) -> None:
+    """Each case runs whole in one worker (its golden loaded once, there), the two cases
+    in two workers at once, with cores // 2 torch threads each; pytest reports in
+    collection order and every record reads as with one worker."""
+    (pool.path / "cases" / "mhc.toml").write_text(
+        CASE.replace('"honest"]', '"logs_where"]').format(variants='"logs_where", "honest"'))
+    assert pool.runpytest("--numcheck", "--numcheck-regen", "-k", "fp32").ret == 0
+    where, loads = tmp_path / "where_file", tmp_path / "loads_file"
+    loads.unlink(missing_ok=True)  # (the goldens' regeneration loaded them)
+    collected = [line for line in pool.runpytest("--numcheck", "--co", "-q").outlines
+                 if "::" in line]
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    result = pool.runpytest("--numcheck", "-v", "--numcheck-workers=1",
+                            "--numcheck-report", str(one))
+    result.assert_outcomes(passed=5)
+    assert len({pid for pid, _, _ in lines(where)}) == 1
+    # One worker keeps torch's own thread count, as before there were several.
+    assert {threads for _, threads, _ in lines(where)} == {_torch_threads()}
+    where.unlink()
+    loads.unlink(missing_ok=True)
+    result = pool.runpytest("--numcheck", "-v", "--numcheck-workers=2",
+                            "--numcheck-report", str(two))
+    result.assert_outcomes(passed=5)
+    assert ran(result) == collected
+    pids = {tokens: {pid for pid, _, t in lines(where) if t == str(tokens)}
+            for tokens in TOKENS.values()}
+    assert all(len(p) == 1 for p in pids.values()), pids  # a case stays in its worker
+    assert pids[8] != pids[4]  # and the two cases ran in two
+    assert {threads for _, threads, _ in lines(where)} == {
+        str(max(1, len(os.sched_getaffinity(0)) // 2))}
+    got = lines(loads)
+    assert sorted(case for _, case in got) == sorted(TOKENS)  # each golden loaded once
+    assert {pid for pid, case in got if case == "tiny-mhc"} == pids[8]
+    # The records read as with one worker (their figures may move in the last bits with
+    # the thread count; their verdicts may not).
+    assert {k: r["status"] for k, r in records(two).items()} == {
+        k: r["status"] for k, r in records(one).items()}
+
+
+def _torch_threads() -> str:
+    """torch's thread count in a new process (this one's may have been set)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.mark.slow  # worker interpreters, one restarted after the crash (seconds)
+def test_a_crash_in_one_worker_fails_its_check_alone_and_names_the_worker(
+        pool: pytest.Pytester, tmp_path: Path) -> None:
+    write_case(pool, "exits", "logs_where")
+    report = tmp_path / "r.json"
+    result = pool.runpytest("--numcheck", "--numcheck-workers=2", "--numcheck-report",
+                            str(report))
+    result.assert_outcomes(passed=4, failed=1)
+    result.stdout.fnmatch_lines([
+        "numcheck CRASH mhc_pre::tiny-mhc::exits[[]cpu[]]",
+        "  phase:       first call",
+        "  worker:      1 of 2 (pid *)",
+        "  error:       the worker process exited with status 3",
+    ])
+    got = records(report)
+    assert got.pop("tiny-mhc::exits")["error_kind"] == CRASH
+    assert {r["status"] for r in got.values()} == {"pass"}
+    # The rest of the crashed case ran after it, in a healthy worker.
+    assert {t for _, _, t in lines(tmp_path / "where_file")} == {"8"}
+
+
+@pytest.mark.slow  # two worker interpreters and a 10 s time limit
+def test_a_hang_in_one_worker_is_caught_while_the_run_waits_on_the_other(
+        pool: pytest.Pytester) -> None:
+    """The first case's check waits (in worker 1) until the second case's hang (in worker
+    2) has been ended: the run watches every worker while an item waits for one."""
+    (pool.path / "cases" / "mhc.toml").write_text(
+        CASE.replace('"honest"]', '"hangs_later"]').format(variants='"waits_for_hang_end"'))
+    assert pool.runpytest("--numcheck", "--numcheck-regen", "-k", "fp32").ret == 0
+    result = pool.runpytest("--numcheck", "--numcheck-workers=2", "--numcheck-timeout=10",
+                            "--numcheck-timeout-first-call=0")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines([
+        "numcheck TIMEOUT mhc_pre::tiny-mhc-after::hangs_later[[]cpu[]]",
+        "  phase:       *",
+        "  worker:      2 of 2 (pid *)",
+        "  error:       the check ran past its time limit: * s of 10 s *",
+    ])
+
+
+@pytest.mark.slow  # a worker interpreter (seconds)
+def test_only_the_selected_checks_are_dispatched(pool: pytest.Pytester,
+                                                  tmp_path: Path) -> None:
+    write_case(pool, "exits", "logs_where")
+    loads = tmp_path / "loads_file"
+    loads.unlink(missing_ok=True)
+    result = pool.runpytest("--numcheck", "--numcheck-workers=2", "-k", "tiny-mhc-after")
+    result.assert_outcomes(passed=2)
+    # The other case's golden was never loaded, and its crasher never ran.
+    assert [case for _, case in lines(loads)] == ["tiny-mhc-after"]
+
+
+@pytest.mark.parametrize(("args", "env", "message"), [
+    (["--numcheck-workers=0"], None,
+     "--numcheck-workers = '0': not a number of check workers. Fix: set it to a whole number "
+     ">= 1, or auto"),
+    (["--numcheck-workers=two"], None, "--numcheck-workers = 'two': not a number"),
+    ([], "-1", "$NUMCHECK_WORKERS = '-1': not a number of check workers. Fix:"),
+    (["--numcheck-isolate=off", "--numcheck-workers=2"], None,
+     "--numcheck-workers sets how many worker processes run the checks, but "
+     "--numcheck-isolate = off. Fix: drop --numcheck-workers, or run with "
+     "--numcheck-isolate=process"),
+])
+def test_a_bad_worker_count_is_a_usage_error_naming_it(
+        project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: list[str],
+        env: str | None, message: str) -> None:
+    write_case(project, "honest", goldens=False)
+    if env is not None:
+        monkeypatch.setenv("NUMCHECK_WORKERS", env)
+    result = project.runpytest("--numcheck", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+
+
+def test_a_bad_worker_count_in_the_ini_names_the_key(project: pytest.Pytester) -> None:
+    write_case(project, "honest", goldens=False)
+    project_ini(project, ini="numcheck_workers = many\n")
+    result = project.runpytest("--numcheck")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "ini key numcheck_workers in " in result.stderr.str()
+    assert "= 'many': not a number of check workers" in result.stderr.str()
+
+
+def test_how_many_workers_and_threads() -> None:
+    """One per core on the CPU, each with an equal share of the cores' threads; one (with
+    torch's own threads) on a GPU, in a timing run and in an xdist worker; a count asked
+    for wins."""
+    from numcheck.plugin.isolation import pool_size
+
+    cpu = {"device": "cpu", "timed": False, "xdist": False}
+    assert pool_size(None, cores=2, **cpu) == (2, 1)
+    assert pool_size(None, cores=8, **cpu) == (8, 1)
+    assert pool_size(None, cores=1, **cpu) == (1, None)
+    assert pool_size(4, cores=8, **cpu) == (4, 2)
+    assert pool_size(3, cores=2, **cpu) == (3, 1)
+    assert pool_size(1, cores=8, **cpu) == (1, None)
+    assert pool_size(None, cores=8, device="cuda", timed=False, xdist=False) == (1, None)
+    assert pool_size(None, cores=8, device="cpu", timed=True, xdist=False) == (1, None)
+    assert pool_size(None, cores=8, device="cpu", timed=False, xdist=True) == (1, None)
+    assert pool_size(2, cores=8, device="cuda", timed=True, xdist=True) == (2, 4)
+
+
+@pytest.mark.slow  # a worker interpreter (seconds)
+def test_a_worker_that_cannot_register_the_variants_says_why(
+        project: pytest.Pytester) -> None:
+    """A hook on a plugin object cannot be made again in a worker: the checks fail with the
+    worker's own words and the fix, not with a hang or a crash."""
+    write_case(project, "honest", goldens=False)
+    project.makeconftest(CONFTEST.replace("def pytest_numcheck_register(registry):", """
+class Hooks:
+    def pytest_numcheck_register(self, registry):
+        register(registry)
+
+def pytest_configure(config):
+    config.pluginmanager.register(Hooks())
+
+def register(registry):"""))
+    result = project.runpytest("--numcheck", "-k", "tiny-mhc-after")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "*IsolationError: numcheck: the check worker process could not start; it said:",
+        "*plugin object Hooks*",
+        "*Fix: register your ops from a conftest.py hook or an entry point*",
+    ])

@@ -67,6 +67,8 @@ class Aborted:
     #: Further lines: the allocator's figures, the sanitizer's first errors, the worker's
     #: last output lines.
     details: list[str] = field(default_factory=list)
+    #: Which of the run's workers it ran in (``2 of 2 (pid 123)``), when one did.
+    worker: str = ""
 
     @property
     def meaning(self) -> str:
@@ -76,6 +78,7 @@ class Aborted:
         """The failure's head: the kind and check, then phase, error and meaning."""
         out = [f"numcheck {self.kind} {self.check}",
                f"  phase:       {self.phase or 'before the check began'}",
+               *([f"  worker:      {self.worker}"] if self.worker else []),
                f"  error:       {self.error}",
                f"  means:       {self.meaning}"]
         out += [f"  {line}" for line in self.details]

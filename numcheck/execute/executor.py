@@ -23,7 +23,7 @@ limit per check) replaces :class:`InProcess` behind the same call (docs/architec
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -69,30 +69,20 @@ def failed_outside_expectation(result: CheckResult) -> bool:
     return not result.passed and (settled is None or bool(settled.outside))
 
 
+@dataclass(eq=False)
 class InProcess:
     """Executes each check in this process (the run's gates, device locks and caches)."""
 
-    def __init__(
-        self,
-        cases: CaseCache,
-        *,
-        gates: Collection[str],
-        explain: bool = False,
-        sections: DeviceSections | None = None,
-        progress: Progress | None = None,
-        first_call_note_s: float = DEFAULT_NOTE_S,
-        obtained_dir: Path,
-        root: Path,
-    ) -> None:
-        self.cases = cases
-        self.gates = gates
-        self.explain = explain
-        self.sections = sections
-        self.progress = progress
-        self.first_call_note_s = first_call_note_s
-        self.obtained_dir = obtained_dir
-        #: The obtained file names its golden relative to this folder (the rootdir).
-        self.root = root
+    cases: CaseCache
+    _: KW_ONLY
+    gates: Collection[str]
+    obtained_dir: Path
+    #: The obtained file names its golden relative to this folder (the rootdir).
+    root: Path
+    explain: bool = False
+    sections: DeviceSections | None = None
+    progress: Progress | None = None
+    first_call_note_s: float = DEFAULT_NOTE_S
 
     def __call__(self, request: Request) -> Answer:
         case = request.case

@@ -1,13 +1,17 @@
-"""Checks run in a worker process, so that a check that crashes, hangs or runs out of
+"""Checks run in worker processes, so that a check that crashes, hangs or runs out of
 memory fails alone (docs/architecture.md, "Where a check is executed").
 
 :class:`Isolated` is an :class:`~numcheck.execute.executor.Executor`: the run's items call it
-as they call :class:`~numcheck.execute.executor.InProcess`. It keeps one worker process
-(:mod:`numcheck.execute.worker`), started as soon as the run knows its checks and booting
-while pytest collects, and sends it one check at a time. A worker whose process dies, whose
-CUDA context is lost, that runs out of memory or passes the check's time limit is ended
-and replaced; the check it ran fails as :class:`~numcheck.execute.aborted.CheckAborted`, with
-the phase it was in, and every later check runs in the new worker.
+as they call :class:`~numcheck.execute.executor.InProcess`. It keeps a pool of worker
+processes (:mod:`numcheck.execute.worker`); the first starts as soon as the run knows its
+checks and boots while pytest collects. The run dispatches its checks up front
+(:meth:`Isolated.dispatch`): each worker that is free takes the next case whole, in the
+order given, so a case's inputs and golden are made once, in one worker; an item's call
+waits for its own check's answer while every worker is watched. A worker whose process
+dies, whose CUDA context is lost, that runs out of memory or passes the check's time limit
+is ended and replaced; the check it ran fails as
+:class:`~numcheck.execute.aborted.CheckAborted`, with the phase it was in and the worker,
+and the rest of its case goes to the next free worker.
 
 The time limit counts the check's time outside its first call; the first call (compile and
 warm-up) has an allowance of its own. Under ``sanitize`` each check runs in a worker of its
@@ -16,6 +20,7 @@ own, under compute-sanitizer (:mod:`numcheck.execute.sanitizer`), once per tool.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -24,20 +29,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from numcheck.check.firstcall import Progress
-from numcheck.check.phase import FIRST_CALL
-from numcheck.check.result import display_id
 from numcheck.execute.aborted import CRASH, SANITIZER, TIMEOUT, Aborted, CheckAborted, exit_error
-from numcheck.execute.case_cache import CaseCache
-from numcheck.execute.executor import Answer, Request
 from numcheck.execute.sanitizer import Sanitizer
 from numcheck.execute.worker import WorkerSetup, receive, send
+
+# Nothing imported here imports torch: the run's first worker starts before the pytest
+# process imports it (numcheck.plugin.isolation.start_early), so that both import it at once.
+if TYPE_CHECKING:
+    from numcheck.check.firstcall import Progress
+    from numcheck.execute.case_cache import CaseCache
+    from numcheck.execute.executor import Answer, Request
 
 #: Seconds a new worker may take to import torch and register the variants.
 BOOT_LIMIT_S = 600.0
@@ -45,6 +53,8 @@ BOOT_LIMIT_S = 600.0
 LOG_TAIL = 12
 #: Lines of the log of a worker that failed to start the error shows.
 BOOT_LOG_TAIL = 40
+#: Checks a worker is sent ahead: the one it runs, and the next.
+AHEAD = 2
 
 
 class IsolationError(RuntimeError):
@@ -84,6 +94,8 @@ class TimeUsed:
 
     @property
     def in_first_call(self) -> bool:
+        from numcheck.check.phase import FIRST_CALL
+
         return self.phase == FIRST_CALL
 
     @property
@@ -111,13 +123,14 @@ class TimeUsed:
                 f"(limits: {self.limits.describe()})")
 
 
-class _Process:
+class WorkerProcess:
     """One worker process: its connection (a Unix socket, which a wrapper such as
-    compute-sanitizer passes through whatever it does with file descriptors) and its log."""
+    compute-sanitizer passes through whatever it does with file descriptors) and its log.
+    Started, it imports torch, then waits for its setup (:meth:`accept`)."""
 
-    def __init__(self, setup: WorkerSetup, prefix: Sequence[str], log_dir: Path,
-                 env: dict[str, str]) -> None:
-        self.setup = setup
+    def __init__(self, log_dir: Path, prefix: Sequence[str] = (),
+                 env: dict[str, str] | None = None) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)  # (a temp cleaner may have taken it)
         self.log = Path(tempfile.mkstemp(prefix="worker-", suffix=".log", dir=log_dir)[1])
         self.address = str(self.log.with_suffix(".sock"))
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -127,27 +140,19 @@ class _Process:
             self.proc = subprocess.Popen(
                 [*prefix, sys.executable, "-m", "numcheck.execute.worker", self.address],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env={**os.environ, **env}, start_new_session=True, cwd=os.getcwd())
+                env={**os.environ, **(env or {})}, start_new_session=True, cwd=os.getcwd())
         self.conn: Connection | None = None
         self.ready = False
+        #: When its boot is overdue (the pool's clock; 0: nothing has waited for it yet).
+        self.deadline = 0.0
 
-    def connect(self, limit_s: float) -> bool:
-        """Wait for the worker to connect, then send it its setup; False when it died or
-        did not connect within ``limit_s``."""
-        deadline = time.monotonic() + limit_s
-        self.listener.settimeout(1.0)
-        while self.conn is None:
-            try:
-                sock, _ = self.listener.accept()
-            except TimeoutError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    return False
-                continue
-            sock.settimeout(None)
-            self.conn = Connection(sock.detach())
+    def accept(self, setup: WorkerSetup) -> None:
+        """Take the worker's connection (its listener is readable) and send it ``setup``,
+        made now: what a conftest.py loaded since the worker started registers is in it."""
+        sock, _ = self.listener.accept()
+        self.conn = Connection(sock.detach())
         self.listener.close()
-        send(self.conn, self.setup)
-        return True
+        send(self.conn, setup)
 
     @property
     def connection(self) -> Connection:
@@ -156,38 +161,25 @@ class _Process:
         return self.conn
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.wait()
-        self.close()
-
-    def stop(self, wait_s: float = 60.0) -> None:
-        """Ask the worker to end (its sanitizer then writes its summary); kill it if it
-        does not within ``wait_s``."""
-        if self.conn is None:  # still booting, or never connected: nothing to finish
-            self.kill()
-            return
-        try:
-            send(self.conn, ("stop",), plain=True)
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return
-        self.close()
-
-    def close(self) -> None:
+        if self.proc.returncode is None:  # (once reaped, its id may be another's)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
         for closable in (self.conn, self.listener):
-            try:
+            with contextlib.suppress(OSError):
                 if closable is not None:
                     closable.close()
-            except OSError:
-                pass
         Path(self.address).unlink(missing_ok=True)
+
+    def stop(self, wait_s: float) -> None:
+        """Ask the worker to end (its sanitizer then writes its summary); kill it if it
+        does not within ``wait_s``."""
+        if self.conn is not None:  # (one still booting has nothing to finish)
+            with contextlib.suppress(OSError):
+                send(self.conn, ("stop",), plain=True)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=wait_s)
+        self.kill()
 
     def lines(self) -> list[str]:
         """The log's non-empty lines (none when it cannot be read)."""
@@ -198,65 +190,99 @@ class _Process:
             return []
 
 
+@dataclass(eq=False)
+class _Ticket:
+    """A request on its way to a worker, and its answer once it came (``("done", answer,
+    regen shipment)``, ``("raised", exc)`` or ``("aborted", Aborted)``)."""
+
+    request: Request
+    check: str
+    answer: tuple[Any, ...] | None = None
+
+
+@dataclass(eq=False)
+class _Slot:
+    """A place in the pool: its worker process (None until started, and after it was
+    lost), the rest of the case it runs, and the checks sent to it."""
+
+    number: int
+    prefix: Sequence[str] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    proc: WorkerProcess | None = None
+    todo: deque[_Ticket] = field(default_factory=deque)
+    #: The checks sent to it, in the order it runs them: the first is running (``used``
+    #: counts its time), the next waits in the socket, so the worker never waits for the
+    #: pytest process between two checks.
+    sent: deque[_Ticket] = field(default_factory=deque)
+    used: TimeUsed | None = None
+
+
+@dataclass(eq=False)
 class Isolated:
-    """Executes each check in a worker process; see the module's docstring."""
+    """Executes each check in a pool of worker processes; see the module's docstring."""
 
-    def __init__(
-        self,
-        setup: Callable[[], WorkerSetup],
-        *,
-        cases: CaseCache,
-        limits: Limits = Limits(),
-        progress: Progress | None = None,
-        sanitizer: Sanitizer | None = None,
-        log_dir: Path | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        #: Made at each worker's start: a conftest.py loaded since registers in the next.
-        self.setup = setup
-        #: The parent's cache: what the workers regenerated is reported from it.
-        self.cases = cases
-        self.limits = limits
-        self.progress = progress
-        self.sanitizer = sanitizer
-        self.clock = clock
-        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="numcheck-workers-"))
-        self._proc: _Process | None = None
-        #: Checks that ended without a verdict of their numbers (their logs are kept).
-        self.aborted = 0
+    #: Made when a worker connects (after collection: every conftest.py is loaded).
+    setup: Callable[[], WorkerSetup]
+    #: The parent's cache: what the workers regenerated is reported from it.
+    cases: CaseCache
+    limits: Limits = Limits()
+    #: How many workers run the dispatched checks (fewer when fewer cases are dispatched).
+    workers: int = 1
+    #: Each worker's torch intra-op threads (None: torch's default).
+    threads: int | None = None
+    progress: Progress | None = None
+    sanitizer: Sanitizer | None = None
+    log_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(
+        prefix="numcheck-workers-")))
+    clock: Callable[[], float] = time.monotonic
+    #: Checks that ended without a verdict of their numbers (their logs are kept).
+    aborted: int = field(default=0, init=False)
 
-    # -- the worker's life ----------------------------------------------------------------
+    def __post_init__(self) -> None:
+        self._slots = [_Slot(1)]
+        #: Dispatched cases no worker took yet, each a list of its checks in order.
+        self._queue: deque[list[_Ticket]] = deque()
+        #: Dispatched checks by their request's id (the ticket keeps the request alive).
+        self._tickets: dict[int, _Ticket] = {}
 
-    def start(self) -> None:
-        """Start a worker now if none runs (it boots while the caller goes on)."""
-        if self._proc is None and self.sanitizer is None:
-            self._proc = self._spawn(())
+    # -- the workers' lives ---------------------------------------------------------------
 
-    def _spawn(self, prefix: Sequence[str], env: dict[str, str] | None = None) -> _Process:
-        self.log_dir.mkdir(parents=True, exist_ok=True)  # (a temp cleaner may have taken it)
-        return _Process(self.setup(), prefix, self.log_dir, env or {})
+    def start(self, proc: WorkerProcess) -> None:
+        """Take ``proc`` (started with its log in :attr:`log_dir`) as the first
+        worker: it boots while the run collects its checks."""
+        self._slots[0].proc = proc
 
-    def _ready(self, proc: _Process) -> None:
-        if proc.ready:
+    def dispatch(self, requests: Sequence[Request]) -> None:
+        """Queue the run's checks, case by case in the order given, and start as many
+        workers as there are cases (up to :attr:`workers`); each worker that is free takes
+        the next case whole. A call for a request answers from its worker's result."""
+        if self.sanitizer is not None:
             return
-        if proc is self._proc and proc.conn is None and proc.setup != self.setup():
-            # Registered since it started (a conftest.py of a sub-folder): start it again.
-            proc.kill()
-            proc = self._proc = self._spawn(())
-        if not proc.connect(BOOT_LIMIT_S) or not proc.connection.poll(BOOT_LIMIT_S):
-            alive = proc.proc.poll() is None
-            proc.kill()
-            said = _last_words(proc)
-            raise IsolationError(
-                f"numcheck: the check worker process "
-                f"{f'did not start within {BOOT_LIMIT_S:g} s' if alive else 'died starting'}"
-                f"; its log ({proc.log}):\n{said}")
+        cases: dict[tuple[str, str], list[_Ticket]] = {}
+        for request in requests:
+            ticket = self._tickets[id(request)] = _Ticket(request, _check(request))
+            cases.setdefault((str(request.case.source), request.case.id), []).append(ticket)
+        self._queue.extend(cases.values())
+        while len(self._slots) < min(self.workers, len(cases)):
+            self._slots.append(_Slot(len(self._slots) + 1))
+        self._feed(self._slots, self._queue)
+
+    def _spawn(self, slot: _Slot) -> None:
+        slot.proc = WorkerProcess(self.log_dir, slot.prefix, slot.env)
+
+    def _booted(self, slot: _Slot) -> None:
+        """The booting worker of ``slot`` spoke: take its connection, or its word."""
+        proc = slot.proc
+        assert proc is not None
+        if proc.conn is None:
+            proc.accept(replace(self.setup(), threads=self.threads))
+            return
         try:
             message = receive(proc.connection)
         except (EOFError, OSError):
             message = ("failed", _last_words(proc))
         if message[0] != "ready":
-            proc.kill()
+            self._lose(slot)
             raise IsolationError(
                 "numcheck: the check worker process could not start; it said:\n"
                 f"{message[1]}\n"
@@ -265,81 +291,158 @@ class Isolated:
                 "with --numcheck-isolate=off")
         proc.ready = True
 
+    def _lose(self, slot: _Slot, aborted: Aborted | None = None) -> None:
+        """End ``slot``'s worker; its check in flight ends as ``aborted``, the rest of its
+        case goes back to the front of the queue for the next free worker."""
+        proc = slot.proc
+        assert proc is not None
+        proc.kill()
+        if slot.sent and aborted is not None:
+            self.aborted += 1
+            if slot in self._slots:  # (not a sanitized check's worker of its own)
+                aborted.worker = f"{slot.number} of {len(self._slots)} (pid {proc.proc.pid})"
+            slot.sent.popleft().answer = ("aborted", aborted)
+        if slot.sent or slot.todo:
+            self._queue.appendleft([*slot.sent, *slot.todo])
+        slot.proc, slot.used = None, None
+        slot.sent.clear()
+        slot.todo.clear()
+
     def close(self) -> None:
-        """End the worker (the run's end); its logs go unless a failure names one."""
-        if self._proc is not None:
-            self._proc.stop(wait_s=10.0)
-            self._proc = None
+        """End the workers (the run's end); their logs go unless a failure names one."""
+        for slot in self._slots:
+            if slot.proc is not None:
+                # Nothing of theirs is left to keep (their answers came; a check still
+                # running is one the run no longer waits for, after pytest -x), and a
+                # worker's interpreter takes a second to end by itself.
+                slot.proc.kill()
+                slot.proc = None
+        self._queue.clear()
+        self._tickets.clear()
         if not self.aborted:
             shutil.rmtree(self.log_dir, ignore_errors=True)
 
-    # -- one check ------------------------------------------------------------------------
+    # -- the checks -----------------------------------------------------------------------
 
     def __call__(self, request: Request) -> Answer:
-        """Run ``request`` in the worker; its answer, or the exception it raised (an
-        exception that leaves no verdict), or :class:`CheckAborted`."""
-        check = display_id(request.case, request.variant, request.device)
+        """``request``'s answer from a worker, or the exception it raised (an exception
+        that leaves no verdict), or :class:`CheckAborted`. A request not dispatched runs
+        next."""
         if self.sanitizer is not None:
-            return self._sanitized(request, check)
-        if self._proc is None:
-            self._proc = self._spawn(())
-        self._ready(self._proc)
-        proc = self._proc
-        answer = self._answer(proc, request, check)
-        if answer[0] == "done":
-            self._merge_regen(answer[2])
-            return answer[1]
-        if answer[0] == "raised":
-            raise answer[1]
-        # The worker is gone or told to go: a new one boots now, for the next check.
-        self._proc = None
-        self.aborted += 1
-        self.start()
-        raise CheckAborted(answer[1])
+            return self._sanitized(request, _check(request))
+        ticket = self._tickets.pop(id(request), None)
+        if ticket is None:
+            ticket = _Ticket(request, _check(request))
+            self._queue.appendleft([ticket])
+        self._serve(ticket, self._slots, self._queue)
+        assert ticket.answer is not None
+        kind, *rest = ticket.answer
+        if kind == "done":
+            self._merge_regen(rest[1])
+            return rest[0]
+        raise rest[0] if kind == "raised" else CheckAborted(rest[0])
 
-    def _answer(self, proc: _Process, request: Request, check: str) -> tuple[Any, ...]:
-        """Send ``request`` and wait for its answer within the time limits; a dead or stuck
-        worker becomes an ``("aborted", Aborted)`` answer."""
-        send(proc.connection, ("run", request))
-        used = TimeUsed(self.limits, self.clock())
+    def _feed(self, slots: Sequence[_Slot], queue: deque[list[_Ticket]]) -> None:
+        """Send each worker its case's next checks (:data:`AHEAD`), taking the next case
+        when its own is done (a free worker first); start a worker where a slot has work
+        and none."""
+        for ahead, slot in [(n, slot) for n in (1, AHEAD) for slot in slots]:
+            while len(slot.sent) < ahead and (slot.todo or queue):
+                if not slot.todo:
+                    slot.todo.extend(queue.popleft())
+                if slot.proc is None:
+                    self._spawn(slot)
+                assert slot.proc is not None
+                if not slot.proc.ready:
+                    break
+                slot.sent.append(slot.todo.popleft())
+                if slot.used is None:
+                    slot.used = TimeUsed(self.limits, self.clock())
+                try:
+                    send(slot.proc.connection, ("run", slot.sent[-1].request), plain=True)
+                except OSError:  # it died
+                    self._lose(slot, self._died(slot.proc, slot.sent[0].check, slot.used.phase))
+                    break
+
+    def _serve(self, until: _Ticket, slots: Sequence[_Slot],
+               queue: deque[list[_Ticket]]) -> None:
+        """Keep the workers of ``slots`` busy until ``until`` has its answer, watching them
+        all at once up to the nearest time limit: a hang or a crash in one is seen while
+        the answer awaited comes from another."""
         while True:
+            self._feed(slots, queue)
+            if until.answer is not None:
+                return
             now = self.clock()
-            remaining = used.remaining(now)
-            if remaining is not None and remaining <= 0:
-                proc.kill()  # the time reported is the one judged, not the kill's end
-                return ("aborted", Aborted(TIMEOUT, check, used.phase, used.overrun(now),
-                                           [LIMITS_LINE]))
-            if not proc.connection.poll(remaining):
-                continue
-            try:
-                message = receive(proc.connection)
-            except (EOFError, OSError):
-                return ("aborted", self._died(proc, check, used.phase))
-            kind = message[0]
-            if kind == "phase":
-                used.enter(message[1], self.clock())
-            elif kind == "progress":
-                if self.progress is not None:
-                    self.progress(message[1])
+            watched: dict[Any, _Slot] = {}
+            waits: list[float] = []
+            for slot in slots:
+                proc = slot.proc
+                if proc is None or proc.ready and not slot.sent:
+                    continue  # nothing to hear from it
+                if slot.sent:
+                    assert slot.used is not None
+                    left = slot.used.remaining(now)
+                    if left is not None and left <= 0:
+                        # The time reported is the one judged, not the kill's end.
+                        self._lose(slot, Aborted(TIMEOUT, slot.sent[0].check, slot.used.phase,
+                                                 slot.used.overrun(now), [LIMITS_LINE]))
+                        break
+                else:  # its boot, counted from when the run first waits for it
+                    proc.deadline = proc.deadline or now + BOOT_LIMIT_S
+                    left = proc.deadline - now
+                    if left <= 0 or proc.conn is None and proc.proc.poll() is not None:
+                        alive = proc.proc.poll() is None
+                        self._lose(slot)
+                        raise IsolationError(
+                            "numcheck: the check worker process " + (
+                                f"did not start within {BOOT_LIMIT_S:g} s" if alive
+                                else "died starting") + f"; its log ({proc.log}):\n"
+                            f"{_last_words(proc)}")
+                    if proc.conn is None:
+                        left = min(left, 1.0)  # a worker that dies before it connects
+                waits += [] if left is None else [left]
+                watched[proc.conn or proc.listener] = slot
             else:
-                if kind == "aborted":  # the worker exits by itself
-                    try:
-                        proc.proc.wait(timeout=10.0)
-                    except subprocess.TimeoutExpired:
-                        pass
-                    proc.kill()
-                    message[1].check = check
-                    message[1].details += _log_lines(proc)
-                return message
+                assert watched, f"{until.check}: dispatched to no worker"
+                for ready in wait(list(watched), min(waits, default=None)):
+                    self._hear(watched[ready])
 
-    def _died(self, proc: _Process, check: str, phase: str) -> Aborted:
+    def _hear(self, slot: _Slot) -> None:
+        """One message from ``slot``'s worker: its boot, a phase, a progress line, or the
+        answer of its check in flight (or its end)."""
+        proc, used = slot.proc, slot.used
+        assert proc is not None
+        if not slot.sent or used is None:
+            self._booted(slot)
+            return
+        ticket = slot.sent[0]
         try:
-            code = proc.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.proc.returncode
-        proc.close()
-        return Aborted(CRASH, check, phase, exit_error(code), _log_lines(proc))
+            message = receive(proc.connection)
+        except (EOFError, OSError):
+            self._lose(slot, self._died(proc, ticket.check, used.phase))
+            return
+        kind = message[0]
+        if kind == "phase":
+            used.enter(message[1], self.clock())
+        elif kind == "progress":
+            if self.progress is not None:
+                self.progress(message[1])
+        elif kind == "aborted":  # the worker exits by itself
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.proc.wait(timeout=10.0)
+            message[1].check = ticket.check
+            message[1].details += _log_lines(proc)
+            self._lose(slot, message[1])
+        else:  # its answer: the worker goes on with the next check sent, now
+            slot.sent.popleft().answer = message
+            slot.used = TimeUsed(self.limits, self.clock()) if slot.sent else None
+
+    def _died(self, proc: WorkerProcess, check: str, phase: str) -> Aborted:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.proc.wait(timeout=30)
+        proc.kill()
+        return Aborted(CRASH, check, phase, exit_error(proc.proc.returncode), _log_lines(proc))
 
     def _merge_regen(self, shipment: dict[str, dict[Any, Any]]) -> None:
         self.cases.regenerated.update(shipment["regenerated"])
@@ -355,19 +458,20 @@ class Isolated:
         found: list[str] = []
         for tool in self.sanitizer.tools:
             log = Path(tempfile.mkstemp(prefix=f"{tool}-", suffix=".log", dir=self.log_dir)[1])
-            proc = self._spawn(self.sanitizer.command(tool, log), self.sanitizer.env)
+            slot = _Slot(1, self.sanitizer.command(tool, log), self.sanitizer.env)
+            ticket = _Ticket(request, check)
+            slot.todo.append(ticket)
             try:
-                self._ready(proc)
-                answer = self._answer(proc, request, check)
+                self._serve(ticket, [slot], deque())
             finally:
-                if proc.proc.poll() is None:
-                    proc.stop(wait_s=120.0)
+                if slot.proc is not None and slot.proc.proc.poll() is None:
+                    slot.proc.stop(wait_s=120.0)
+            assert ticket.answer is not None
             errors = self.sanitizer.errors(tool, log)
             found += errors
-            if errors or answer[0] == "aborted":
-                self.aborted += 1
-            if answer[0] == "aborted":
-                aborted = answer[1]
+            kind, *rest = ticket.answer
+            if kind == "aborted":
+                aborted = rest[0]
                 if errors:
                     # memcheck stops a kernel at its first bad access, and the launch then
                     # fails: the access is the finding, the crash its consequence.
@@ -377,11 +481,12 @@ class Isolated:
                         f"stopped the kernel ({aborted.kind}: {aborted.error}); the first:",
                         errors[: self.sanitizer.shown]))
                 raise CheckAborted(aborted)
-            if answer[0] == "raised":
-                raise answer[1]
+            self.aborted += bool(errors)
+            if kind == "raised":
+                raise rest[0]
             if result is None:
-                self._merge_regen(answer[2])
-                result = answer[1]
+                self._merge_regen(rest[1])
+                result = rest[0]
         assert result is not None
         if found:
             raise CheckAborted(Aborted(
@@ -391,12 +496,18 @@ class Isolated:
         return result
 
 
-def _last_words(proc: _Process) -> str:
+def _check(request: Request) -> str:
+    from numcheck.check.result import display_id
+
+    return display_id(request.case, request.variant, request.device)
+
+
+def _last_words(proc: WorkerProcess) -> str:
     """What a worker that failed to start left: its log's last lines, else its exit status."""
     return "\n".join(proc.lines()[-BOOT_LOG_TAIL:]) or exit_error(proc.proc.poll())
 
 
-def _log_lines(proc: _Process) -> list[str]:
+def _log_lines(proc: WorkerProcess) -> list[str]:
     """The worker log's lines a failure shows: a fatal error's Python stack (innermost
     frames first, where the variant is), else the log's last lines."""
     lines = proc.lines()

@@ -1,4 +1,4 @@
-"""The worker process of an isolated run: it runs checks one at a time for the pytest
+"""A worker process of an isolated run: it runs checks one at a time for the pytest
 process that started it (:mod:`numcheck.execute.isolated`) and answers with their results.
 
 Started as ``python -m numcheck.execute.worker SOCKET`` (under compute-sanitizer when the
@@ -24,12 +24,11 @@ import pickle
 import socket
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from numcheck.check import phase
 from numcheck.execute.aborted import (
     CRASH,
     OOM,
@@ -63,7 +62,8 @@ class WorkerSetup:
     first_call_note_s: float
     obtained_dir: Path
     root: Path
-    env: dict[str, str] = field(default_factory=dict)
+    #: torch's intra-op threads in this worker (None: torch's default).
+    threads: int | None = None
 
 
 class Worker:
@@ -180,6 +180,8 @@ def kind_in(exc: BaseException, device: str) -> str | None:
 def run_job(worker: Worker, request: Request) -> tuple[tuple[Any, ...], bool]:
     """Run one request; the answer to send, and whether this process must end after it. An
     aborted answer names no check: the pytest process knows which it sent."""
+    from numcheck.check import phase
+
     try:
         with phase.listening(lambda name: worker.send(("phase", name), True)):
             value = worker.run(request)
@@ -208,7 +210,7 @@ def _portable(exc: BaseException) -> BaseException:
 
 
 def send(conn: Connection, message: Any, *, plain: bool = False) -> None:
-    """Send ``message``: a ``plain`` one (strings and numbers: a phase, a progress line) by
+    """Send ``message``: a ``plain`` one (no tensors: a phase, a progress line, a request) by
     pickle, anything else (results: tensors, a cast ledger) as torch.save's bytes, because
     multiprocessing's own pickler would share tensors' memory through a server that only
     processes of one multiprocessing family can reach, and the plain pickle cannot rebuild
@@ -242,11 +244,12 @@ def serve(conn: Connection) -> int:
     """Read the setup, then requests until told to stop or one ends this process."""
     setup: WorkerSetup = receive(conn)
     sys.path[:] = setup.sys_path
-    os.environ.update(setup.env)
     try:
-        if setup.device == "cuda" and setup.device_index is not None:
-            import torch
+        import torch
 
+        if setup.threads is not None:  # the run's workers share the cores
+            torch.set_num_threads(setup.threads)
+        if setup.device == "cuda" and setup.device_index is not None:
             torch.cuda.set_device(setup.device_index)
         register(setup)
         worker = Worker(setup, lambda message, plain=False: send(conn, message, plain=plain))
@@ -274,6 +277,10 @@ def serve(conn: Connection) -> int:
 
 def main(argv: list[str]) -> int:
     faulthandler.enable()  # a segfault prints the Python stack into the worker's log
+    # torch and the checks' code load first, while the pytest process starts: it sends the
+    # setup once it knows its checks (this module imports neither, so that it can start
+    # workers before it imports torch itself).
+    import numcheck.check  # noqa: F401
     # Whatever the checks print goes to the log (stdout and stderr), never to the socket.
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(argv[0])

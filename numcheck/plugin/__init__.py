@@ -195,6 +195,13 @@ def add_isolation_options(group: Any, parser: pytest.Parser) -> None:
         f"${o.ISOLATE_ENV}, else process.")
     parser.addini(o.ISOLATE_INI, "where checks run: process (default) or off", default="")
     group.addoption(
+        o.WORKERS_OPTION, default=None, metavar="N",
+        help="how many worker processes run the checks, each taking whole cases: a number, "
+        "or 'auto' (the default: one per core on the CPU, one on a GPU or when timing). "
+        f"Default: ini {o.WORKERS_INI}, else ${o.WORKERS_ENV}, else auto.")
+    parser.addini(o.WORKERS_INI, "how many worker processes run the checks: a number or "
+                  "auto (default)", default="")
+    group.addoption(
         o.TIMEOUT_OPTION, type=float, default=None, metavar="SECONDS",
         help="a check's time limit outside its first call (0: none; default: ini "
         f"numcheck_timeout, else {o.DEFAULT_TIMEOUT_S:g}). Needs process isolation.")
@@ -235,13 +242,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
         needs_numcheck = (PERF_OPTION, EXPLAIN_OPTION, REPORT_OPTION, MARKDOWN_OPTION,
                           BASELINE_OPTION, PRUNE_OPTION, HTML_OPTION, OBTAINED_OPTION,
-                          SAVE_OPTION, SAVE_DIR_OPTION, "--numcheck-isolate",
+                          SAVE_OPTION, SAVE_DIR_OPTION, "--numcheck-isolate", "--numcheck-workers",
                           "--numcheck-timeout", "--numcheck-timeout-first-call",
                           "--numcheck-sanitize", *CALIBRATION_FLAGS)
         for needs in needs_numcheck:
             if config.getoption(needs) not in (None, False, []):
                 raise pytest.UsageError(f"{needs} only works together with {OPTION}")
         return
+    from numcheck.plugin.isolation import start_early
+
+    start_early(config)  # before this process imports torch
     register_user_ops(config)
     # torch is imported only when switched on.
     from numcheck.plugin.runhooks import RunHooks

@@ -10,23 +10,10 @@ users know works on GPU-correct numbers, with numcheck's figures in ``extra_info
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from numcheck.check.perf import PerfResult
-
-
-class _Entry:
-    """The attributes of a ``BenchmarkFixture`` that ``Metadata`` reads."""
-
-    def __init__(self, name: str, fullname: str, group: str, extra_info: dict[str, Any]) -> None:
-        self.name = name
-        self.fullname = fullname
-        self.group = group
-        self.param = None
-        self.params = None
-        self.extra_info = extra_info
-        self.cprofile_stats = None
-        self.has_error = False
 
 
 def benchmark_session(config: Any) -> Any | None:
@@ -49,7 +36,10 @@ def record(config: Any, name: str, fullname: str, result: PerfResult) -> bool:
         return False
     from pytest_benchmark.stats import Metadata
 
-    entry = _Entry(name, fullname, f"{result.case.op}::{result.case.id}", result.extra_info())
+    # The attributes of a BenchmarkFixture that Metadata reads.
+    entry = SimpleNamespace(name=name, fullname=fullname, param=None, params=None,
+                            group=f"{result.case.op}::{result.case.id}", has_error=False,
+                            extra_info=result.extra_info(), cprofile_stats=None)
     meta = Metadata(
         entry,
         iterations=1,

@@ -42,6 +42,7 @@ from numcheck.calibrate.payloads import (
 )
 from numcheck.calibrate.plan import RunInfo, plan_numerics
 from numcheck.calibrate.speed import combine_speed, speed_section
+from numcheck.execute.executor import relative
 from numcheck.plugin.calibration_options import Settings
 from numcheck.plugin.options import (
     CALIBRATE_ACCEPT_OPTION,
@@ -214,7 +215,7 @@ class CalibrationMode:
             out.append("numcheck calibrate: no value to write")
         provenance = (run.command, _when(payloads))
         for path, file_edits in edits.items():
-            shown = _rel(Path(path), self.config.rootpath)
+            shown = relative(Path(path), self.config.rootpath)
             records = {key: replace(rec, accepted=tuple(notes.get(key, ())))
                        for key, rec in plan.records.get(path, {}).items()}
             try:
@@ -307,7 +308,3 @@ def _torch() -> str:
     import torch
 
     return torch.__version__
-
-
-def _rel(path: Path, root: Path) -> str:
-    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)

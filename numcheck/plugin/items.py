@@ -12,6 +12,7 @@ no verdict (a golden refused, a variant that raised, a timer that cannot time).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import shlex
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from numcheck.cases import Case, CaseFileError, load_case_file
 from numcheck.check import cannot_run
 from numcheck.check.result import CheckResult, Settled, display_id
 from numcheck.execute.aborted import CheckAborted
-from numcheck.execute.executor import CheckRequest
+from numcheck.execute.executor import CheckRequest, Request
 from numcheck.goldens.files import GoldenError
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError
@@ -138,6 +139,11 @@ class CheckItem(pytest.Item):
         assert self.parent is not None
         return self.parent.nodeid
 
+    @property
+    def regen_command(self) -> str:
+        """The command that regenerates the case's golden."""
+        return f"pytest {options.OPTION} {options.REGEN_OPTION} {shlex.quote(self.case_nodeid)}"
+
     def commands(self) -> Commands:
         from numcheck.calibrate.family import honest_family
         from numcheck.report.limit_text import calibrate_command
@@ -150,8 +156,7 @@ class CheckItem(pytest.Item):
         sweep = self.parent.parent if self.case.sweep is not None else None  # type: ignore[union-attr]
         return Commands(
             reproduce=f"pytest {options.OPTION}{dev} {shlex.quote(self.nodeid)}",
-            regenerate=f"pytest {options.OPTION} {options.REGEN_OPTION} "
-            f"{shlex.quote(self.case_nodeid)}",
+            regenerate=self.regen_command,
             calibrate=family.register_hint() + calibrate_command(
                 self.case_nodeid if sweep is None else sweep.nodeid, self.device,
                 pool=family.pool_option(),
@@ -162,19 +167,26 @@ class CheckItem(pytest.Item):
                    f"{options.CALIBRATE_SPEED_OPTION}=5 {shlex.quote(self.nodeid)}"),
         )
 
-    def setup(self) -> None:
+    @functools.cached_property
+    def skip(self) -> tuple[str, dict[str, str] | None] | None:
+        """Why the check does not run here, with its perf-only note; None: it runs."""
         gates = session_of(self.config).run.active_gates
-        reason: str | None
-        perf_only = None
         if self.case.perf_only and (self.device not in self.case.devices or "perf" not in gates):
-            reason, perf_only = perf_only_skip(self.case.id, self.case.devices, self.device,
-                                               options.PERF_OPTION)
-        else:
-            reason = cannot_run(get_op(self.case.op), self.case, self.variant, self.device,
-                                gates=gates, perf_switch=options.PERF_OPTION)
-        if reason is None:
-            reason = session_of(self.config).sanitize_skip
-        if reason is not None:
+            return perf_only_skip(self.case.id, self.case.devices, self.device,
+                                  options.PERF_OPTION)
+        reason = cannot_run(get_op(self.case.op), self.case, self.variant, self.device,
+                            gates=gates, perf_switch=options.PERF_OPTION)
+        reason = reason or session_of(self.config).sanitize_skip
+        return None if reason is None else (reason, None)
+
+    @functools.cached_property
+    def request(self) -> Request:
+        """What the item asks the run's executor (made once: the run dispatches it ahead)."""
+        return CheckRequest(self.case, self.variant, self.device, regen_hint=self.regen_command)
+
+    def setup(self) -> None:
+        if self.skip is not None:
+            reason, perf_only = self.skip
             self._set_record(status="skip", reason=reason, perf_only=perf_only)
             pytest.skip(reason)
 
@@ -182,8 +194,7 @@ class CheckItem(pytest.Item):
         state = session_of(self.config)
         commands = self.commands()
         try:
-            result = state.execute(CheckRequest(self.case, self.variant, self.device,
-                                                regen_hint=commands.regenerate))
+            result = state.execute(self.request)
         except NO_VERDICT as exc:
             self._set_record(status="error", reason=str(exc), error_kind=type(exc).__name__)
             raise
@@ -200,7 +211,8 @@ class CheckItem(pytest.Item):
             reason = f"expected failure ({', '.join(settled.caught)}): {settled.reason}"
             assert self.record is not None
             self.record = replace(self.record, status="xfail", reason=reason)
-            pytest.xfail(reason)
+            # Without the traceback pytest would render (and parse its source files for).
+            raise pytest.xfail.Exception(reason, pytrace=False)
         if settled is not None and not settled.outside:
             # A known-bad variant that an expected gate or output no longer catches.
             message = self._xpass_message(settled, commands)
@@ -276,11 +288,15 @@ class MeasureItem(CheckItem):
     gated. It sends a measure request through the run's executor, as a gating check sends
     its check request; what it measured (its payloads) travels on its call report."""
 
-    def runtest(self) -> None:
+    @functools.cached_property
+    def request(self) -> Request:
         mode = self.config.stash[CalibrationMode.KEY]
         checked = frozenset(mode.selected.get((self.case.source, self.case.id), ()))
-        measured = session_of(self.config).execute(MeasureRequest(
-            self.case, self.variant, self.check_ref(), mode.settings.measuring, checked=checked))
+        return MeasureRequest(self.case, self.variant, self.check_ref(),
+                              mode.settings.measuring, checked=checked)
+
+    def runtest(self) -> None:
+        measured = session_of(self.config).execute(self.request)
         assert isinstance(measured, list)
         self.numcheck_calibration = measured
 

@@ -30,6 +30,11 @@ ISOLATE_OPTION = "--numcheck-isolate"
 ISOLATE_INI = "numcheck_isolate"
 ISOLATE_ENV = "NUMCHECK_ISOLATE"
 ISOLATE_MODES = ("process", "off")
+#: How many worker processes run the checks: a number, or ``auto`` (one per core on the CPU,
+#: one on a GPU or in a timing run); the ini key, then the environment variable, set the default.
+WORKERS_OPTION = "--numcheck-workers"
+WORKERS_INI = "numcheck_workers"
+WORKERS_ENV = "NUMCHECK_WORKERS"
 #: A check's time limit in seconds, and its first call's (compile, warm-up); 0: none.
 TIMEOUT_OPTION = "--numcheck-timeout"
 TIMEOUT_INI = "numcheck_timeout"

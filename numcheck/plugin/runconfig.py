@@ -75,6 +75,8 @@ class RunConfig:
     narrowed_by: str
     #: Where checks run: "process" (a worker process) or "off" (this process).
     isolate: str = "off"
+    #: How many worker processes run the checks (None: auto, decided by the session).
+    workers: int | None = None
     #: A check's time limit outside its first call, and its first call's (None: none).
     timeout_s: float | None = None
     timeout_first_call_s: float | None = None
@@ -134,9 +136,10 @@ def read_run_config(config: pytest.Config, device: str, *, is_worker: bool) -> R
             f"cases folder, but the run is narrowed by {narrowed_by}. Fix: run "
             f"pytest {options.OPTION} {options.PRUNE_OPTION} without it"
         )
-    isolate, timeout_s, timeout_first_call_s, sanitize = read_isolation(config)
+    isolate, workers, timeout_s, timeout_first_call_s, sanitize = read_isolation(config)
     return RunConfig(
         isolate=isolate,
+        workers=workers,
         timeout_s=timeout_s,
         timeout_first_call_s=timeout_first_call_s,
         sanitize=sanitize,
@@ -162,25 +165,26 @@ def read_run_config(config: pytest.Config, device: str, *, is_worker: bool) -> R
 
 def read_isolation(
     config: pytest.Config,
-) -> tuple[str, float | None, float | None, tuple[str, ...] | None]:
-    """Where checks run, their time limits and the sanitizer's tools, from the options,
-    the ini keys and ``$NUMCHECK_ISOLATE``; a bad value is a :class:`pytest.UsageError`."""
-    import os
-
+) -> tuple[str, int | None, float | None, float | None, tuple[str, ...] | None]:
+    """Where checks run, how many workers run them (None: auto), their time limits and the
+    sanitizer's tools, from the options, the ini keys and the environment; a bad value is a
+    :class:`pytest.UsageError`."""
     from numcheck.execute.sanitizer import parse_tools
+    from numcheck.plugin.isolation import setting
 
-    where = "--numcheck-isolate"
-    isolate = config.getoption(options.ISOLATE_OPTION)
-    if isolate is None:
-        isolate = str(config.getini(options.ISOLATE_INI)).strip()
-        where = f"ini key {options.ISOLATE_INI} in {config.inipath or 'the ini file'}"
-        if not isolate:
-            isolate = os.environ.get(options.ISOLATE_ENV, "").strip() or "process"
-            where = f"${options.ISOLATE_ENV}"
+    isolate, where = setting(config, options.ISOLATE_OPTION, options.ISOLATE_INI,
+                             options.ISOLATE_ENV, "process")
     if isolate not in options.ISOLATE_MODES:
         raise pytest.UsageError(
             f"{where} = {isolate!r}: not a place to run checks. Fix: set it to one of "
             f"{', '.join(options.ISOLATE_MODES)}")
+    count, source = setting(config, options.WORKERS_OPTION, options.WORKERS_INI,
+                            options.WORKERS_ENV, "auto")
+    workers = None if count == "auto" else int(count) if count.isdecimal() else 0
+    if workers is not None and workers < 1:
+        raise pytest.UsageError(
+            f"{source} = {count!r}: not a number of check workers. Fix: set it to a whole "
+            f"number >= 1, or auto (one per core on the CPU, one on a GPU or when timing)")
 
     def seconds(option: str, ini: str, default: float) -> float | None:
         value = config.getoption(option)
@@ -213,10 +217,13 @@ def read_isolation(
                 f"{options.SANITIZE_OPTION} runs each check in a worker process under "
                 f"compute-sanitizer, but {where} = off. Fix: drop one of the two")
     if isolate == "off":
-        for option in (options.TIMEOUT_OPTION, options.TIMEOUT_FIRST_CALL_OPTION):
+        ends = "ends a check that runs too long by ending its worker process"
+        for option, does in ((options.TIMEOUT_OPTION, ends),
+                             (options.TIMEOUT_FIRST_CALL_OPTION, ends),
+                             (options.WORKERS_OPTION, "sets how many worker processes run "
+                                                      "the checks")):
             if config.getoption(option) is not None:
                 raise pytest.UsageError(
-                    f"{option} ends a check that runs too long by ending its worker "
-                    f"process, but {where} = off. Fix: drop {option}, or run with "
+                    f"{option} {does}, but {where} = off. Fix: drop {option}, or run with "
                     f"{options.ISOLATE_OPTION}=process")
-    return isolate, timeout_s, first_s, sanitize
+    return isolate, workers, timeout_s, first_s, sanitize

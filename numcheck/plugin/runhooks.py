@@ -3,8 +3,8 @@
 Registered by :mod:`numcheck.plugin` (as ``numcheck-session``) only when ``--numcheck`` is
 given, beside the :class:`~numcheck.plugin.session.NumcheckSession` it serves: collection of
 the case files, the records shipped on the test reports and collected on the controller,
-the collection order, the baseline comparison after the run loop, the report files at
-session finish, and the terminal summary. The calibration mode has hooks of its own
+the collection order, the checks dispatched to the workers before the run loop and the
+baseline comparison after it, the report files at session finish, and the terminal summary. The calibration mode has hooks of its own
 (:mod:`numcheck.plugin.calibration`).
 """
 
@@ -71,6 +71,13 @@ class RunHooks:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Any:
+        # The selected checks (after -k, deselection, --lf), dispatched before the first
+        # runs: the workers run them while each item waits for its own.
+        option = session.config.option
+        if not option.collectonly and not (session.testsfailed
+                                           and not option.continue_on_collection_errors):
+            self.session.dispatch([item.request for item in session.items
+                                   if isinstance(item, CheckItem) and item.skip is None])
         result = yield
         if self.session.compare_baseline():
             session.testsfailed += 1  # the gate fails: exit status 1

@@ -68,7 +68,7 @@ class NumcheckSession:
             enabled=self.device.kind == "cuda" or "perf" in self.run.active_gates)
         self.cases = CaseCache(self.run.goldens_dir, self.device.kind, regen=self.run.regen)
         self.progress = Progress(config, is_worker=self.is_worker)
-        #: Where the items run their checks: a worker process (numcheck.execute.isolated),
+        #: Where the items run their checks: worker processes (numcheck.execute.isolated),
         #: or this process (the seam, docs/architecture.md).
         self.executor: Executor
         self.isolated: Isolated | None = None
@@ -80,12 +80,6 @@ class NumcheckSession:
             sanitizer, self.sanitize_skip = sanitizer_for(self.run.sanitize, self.device.kind)
             self.executor = self.isolated = isolated_executor(config, self, sanitizer)
             config.add_cleanup(self.isolated.close)
-            # The worker imports torch and registers the variants while pytest collects;
-            # not in an xdist controller (its workers run the checks) nor for --collect-only.
-            # Nor when --numcheck-sanitize skips every check (no GPU, no tool).
-            if not (worker_count(config) and not self.is_worker) \
-                    and not config.option.collectonly and self.sanitize_skip is None:
-                self.isolated.start()
         else:
             self.executor = InProcess(
                 self.cases, gates=self.run.active_gates, explain=self.run.explain,
@@ -102,6 +96,13 @@ class NumcheckSession:
         self.gate_note = ""
 
     # -- the checks -----------------------------------------------------------------------
+
+    def dispatch(self, requests: list[Request]) -> None:
+        """Hand the run's checks to its workers up front, in the order the items will ask
+        for them (they run as workers come free; each item then waits for its own). Not in
+        an xdist worker: its items come one by one, and it runs them one by one."""
+        if self.isolated is not None and not self.is_worker:
+            self.isolated.dispatch(requests)
 
     def execute(self, request: Request) -> Answer:
         """Run one check, or a calibration's measure request, through the run's executor

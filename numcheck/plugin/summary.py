@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -112,55 +112,40 @@ def write_summary(
 ) -> None:
     """The end-of-run summary; ``records`` in collection order, ``written`` the report
     files (what, where), ``saved`` where the run was kept."""
+    def write(lines: Iterable[str]) -> None:
+        for line in lines:
+            tr.write_line(line)
+
     tr.write_sep("=", f"numcheck summary ({device}, torch {torch.__version__})")
     shown, collapsed = collapse_skips(records)
     header, rows = summary_table(shown)
-    for line in table(header, rows) if rows else []:
-        tr.write_line(line)
-    for line in collapsed:
-        tr.write_line(line)
-    for line in first_call_lines(records, first_call_note_s):
-        tr.write_line(line)
+    write([*(table(header, rows) if rows else []), *collapsed,
+           *first_call_lines(records, first_call_note_s)])
     rows = perf_rows(records)
     if rows:
         tr.write_sep("-", "numcheck perf (median device time per call; speedup = "
                      "median of paired reference/variant ratios, stopped when decided)")
-        for line in table(PERF_HEADER, rows):
-            tr.write_line(line)
-        for line in noise_lines(records):
-            tr.write_line(line)
-        for line in unset_lines(records):
-            tr.write_line(line)
-    for line in lock_wait_lines(records, workers):
-        tr.write_line(line)
+        write([*table(PERF_HEADER, rows), *noise_lines(records), *unset_lines(records)])
+    write(lock_wait_lines(records, workers))
     rows = invariance_rows(records)
     if rows:
         tr.write_sep("-", "numcheck determinism and batch invariance (bitwise; the case's "
                      "deterministic and batch_invariant keys)")
-        for line in table(INVARIANCE_HEADER, rows):
-            tr.write_line(line)
-        for line in unset_lines_of_invariance(records):
-            tr.write_line(line)
+        write([*table(INVARIANCE_HEADER, rows), *unset_lines_of_invariance(records)])
     if overhead.rows:
         tr.write_sep("-", "numcheck casts and copies (cast ledger per check; "
                      "docs/usage.md explains the columns)")
-        for line in overhead.lines():
-            tr.write_line(line)
+        write(overhead.lines())
     if overhead.explain:
         tr.write_sep("=", "numcheck explain: cast ledger and kernels (not gated)")
         for check_id, report in overhead.explained:
-            tr.write_line(check_id)
-            for line in report.lines():
-                tr.write_line(line)
-    for path, rewritten in sorted(goldens_written.items()):
-        note = golden_notes.get(path) or ("rewritten" if rewritten else "unchanged")
-        tr.write_line(f"golden {note}: {path}")
+            write([check_id, *report.lines()])
+    write(f"golden {golden_notes.get(path) or ('rewritten' if rewritten else 'unchanged')}: "
+          f"{path}" for path, rewritten in sorted(goldens_written.items()))
     if drift is not None:
         tr.write_sep("-", drift_headline(drift))
-        for line in table(DRIFT_HEADER, drift_rows(drift)):
-            tr.write_line(line)
-    for what, out in written:
-        tr.write_line(f"numcheck {what} written: {out}")
+        write(table(DRIFT_HEADER, drift_rows(drift)))
+    write(f"numcheck {what} written: {out}" for what, out in written)
     if saved is not None:
         tr.write_line(f"numcheck run saved: {saved}")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -174,7 +174,7 @@ def record_from_result(
     case, variant = result.case, result.variant
     budget = case.budgets[variant]
     per_seed = [{"seed": s.seed,
-                 "metrics": {name: _plain(asdict(m)) for name, m in s.metrics.items()},
+                 "metrics": {name: _plain(m) for name, m in s.metrics.items()},
                  "topk": None if s.topk is None else _topk_dict(s.topk),
                  "violations": len(s.violations)} for s in result.seeds]
     metrics: dict[str, dict[str, float]] = {}
@@ -310,7 +310,7 @@ def _topk_dict(report: Any) -> dict[str, Any]:
         for name in (*TOPK_COUNTS, *TOPK_LIMITS, "worst_row", "tie_worst_row", "band",
                      "band_kind")
     }
-    d["unexplained"] = [asdict(f) for f in report.unexplained[:MAX_FLIPS]]
+    d["unexplained"] = report.unexplained[:MAX_FLIPS]
     return _plain(d)
 
 
@@ -329,7 +329,7 @@ def _worst_topk(reports: Sequence[Any]) -> dict[str, Any] | None:
 
 
 def _violation_dict(v: Any) -> dict[str, Any]:
-    d = _plain(asdict(v))
+    d = _plain(v)
     d["text"] = v.describe()
     return dict(d)
 
@@ -350,20 +350,27 @@ def _headroom(budget: Any, metrics: Mapping[str, Mapping[str, float]]) -> dict[s
     return None if best is None else best[1]
 
 
-def _plain(value: Any) -> Any:
-    """Tuples to lists, numpy/torch scalars to Python numbers: what JSON and execnet carry."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, bool) or value is None or isinstance(value, str):
+def _plain(value: Any, *, strict: bool = False) -> Any:
+    """Dataclasses to dicts, tuples to lists, numpy/torch scalars to Python numbers: what
+    JSON and execnet carry; ``strict``: also NaN and infinities as the strings "nan", "inf"
+    and "-inf" (strict JSON has none). One walk, leaves tested first (a record is shipped
+    for every check)."""
+    if value is None or isinstance(value, (bool, str)):
         return value
+    if isinstance(value, float):
+        if strict and not math.isfinite(value):
+            return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return float(value)
     if isinstance(value, int):
         return int(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v, strict=strict) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, strict=strict) for v in value]
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name), strict=strict) for f in fields(value)}
     if hasattr(value, "item"):  # numpy / torch scalar
-        return _plain(value.item())
-    if isinstance(value, float):
-        return float(value)
+        return _plain(value.item(), strict=strict)
     return value
 
 
@@ -394,19 +401,8 @@ def junit_properties(record: Record) -> list[tuple[str, str]]:
 _NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
-def _encode_floats(value: Any) -> Any:
-    """Strict JSON has no NaN or Infinity: write them as the strings "nan", "inf", "-inf"."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {k: _encode_floats(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_encode_floats(v) for v in value]
-    return value
-
-
 def _decode_floats(value: Any) -> Any:
-    """The inverse of :func:`_encode_floats`, for the numeric sections of a record."""
+    """The inverse of ``_plain(strict=True)``, for the numeric sections of a record."""
     if isinstance(value, str):
         return _NONFINITE.get(value, value)
     if isinstance(value, dict):
@@ -426,7 +422,7 @@ _TEXT_KEYS = frozenset({"band_kind", "tie_band_kind", "direction", "output", "me
 
 def record_to_dict(record: Record) -> dict[str, Any]:
     """The JSON-ready dict of a record (non-finite floats as strings)."""
-    return dict(_encode_floats(_plain(asdict(record))))
+    return dict(_plain(record, strict=True))
 
 
 def record_from_dict(data: Mapping[str, Any]) -> Record:
@@ -479,9 +475,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "gate": "pass" if report.passed else "fail",
         "counts": report.counts(),
         "exitstatus": report.exitstatus,
-        "environment": _encode_floats(_plain(report.environment)),
+        "environment": _plain(report.environment, strict=True),
         "goldens_regenerated": dict(report.goldens_regenerated),
-        "drift": _encode_floats(_plain(report.drift.to_dict())) if report.drift is not None else None,
+        "drift": None if report.drift is None else _plain(report.drift.to_dict(), strict=True),
         "records": [record_to_dict(r) for r in report.records],
     }
 
