@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from numcheck.calibrate.payloads import NumericsPayload, payload_from_data
-from numcheck.cases import Case, load_case_file, load_cases
+from numcheck.cases import Case, load_case_file
 from numcheck.numerics.budget_origin import (
     Default,
     FixtureArg,
@@ -40,9 +40,9 @@ from numcheck.numerics.budgets import (
 from numcheck.numerics.metric_names import SIM_METRICS
 from numcheck.ops.registry import get_op
 from tests.caseproject import NO_CACHE, case_project
+from tests.shipped import shipped_cases
 from tests.test_cases import PLAIN, lookup
 
-ROOT = Path(__file__).resolve().parent.parent
 
 MHC = """\
 [t]
@@ -180,7 +180,7 @@ def _value(budget: VariantBudget, output: str, key: str) -> Any:
 
 
 def _shipped() -> list[tuple[Case, str]]:
-    return [(case, variant) for case in load_cases(ROOT / "cases") for variant in case.budgets]
+    return [(case, variant) for case in shipped_cases() for variant in case.budgets]
 
 
 @pytest.mark.parametrize(("case", "variant"), _shipped(),

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from numcheck.cases import load_cases
 from numcheck.ops.registry import get_op
 from numcheck.overhead.limits import (
     DEFAULT_CAST_BYTES_RATIO,
@@ -19,9 +18,9 @@ from numcheck.overhead.limits import (
     overhead_violations,
 )
 from tests import planted
+from tests.shipped import shipped_cases
 
-ROOT = Path(__file__).resolve().parent.parent
-CASES = [c for c in load_cases(ROOT / "cases") if not c.perf_only]
+CASES = [c for c in shipped_cases() if not c.perf_only]
 #: One extra full copy of each op's largest input, or of its largest operand, as planted,
 #: and the limit that catches it: a second pass over an input (whatever the case's shape or
 #: seed), or the bytes of a copy of a derived operand (K^T) against the case's ceiling.

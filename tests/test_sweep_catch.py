@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from numcheck.cases import Case, load_cases
+from numcheck.cases import Case
 from numcheck.ops import registry
 from numcheck.selftest import Planted, catch_table, fresh_seed_outcomes
 from tests import planted_sweeps
+from tests.shipped import shipped_cases
 from tests.variant_tables import register_table
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = load_cases(ROOT / "cases")
+CASES = shipped_cases()
 #: The indexer sweeps' points that run on the CPU.
 SWEEP_POINTS = [c for c in CASES if c.op == "indexer" and c.sweep is not None
                 and "cpu" in c.devices]
