@@ -3,6 +3,7 @@ the largest input fails it, and a user's variant gets its precision's default.""
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,14 @@ COPY_BUGS = {
 
 
 def _raw_overhead(source: Path, table: str) -> dict[str, dict[str, float]]:
+    return _raw(source)[table].get("overhead", {})
+
+
+@functools.cache
+def _raw(source: Path) -> dict[str, Any]:
+    """A case file as TOML, read once for its ~30 tables' tests (read-only here)."""
     with source.open("rb") as handle:
-        return tomllib.load(handle)[table].get("overhead", {})
+        return tomllib.load(handle)
 
 
 #: One case per case table: a sweep's points share theirs.
