@@ -41,10 +41,17 @@ def fires(bug: str, length: int, case: Case) -> bool:
 
 
 def lengths(case: Case) -> list[int]:
-    """Every request's context length in ``case``, over its seeds."""
-    op = registry.get_op("indexer")
-    return [int(n) for seed in case.seeds
-            for n in op.make_inputs(case.params, seed)["context_lens"]]
+    """Every request's context length in ``case``, over its seeds (drawn once per shipped
+    case: each test asks for them again)."""
+    key = (case.op, case.id)
+    if key not in _LENGTHS:
+        op = registry.get_op("indexer")
+        _LENGTHS[key] = [int(n) for seed in case.seeds
+                         for n in op.make_inputs(case.params, seed)["context_lens"]]
+    return _LENGTHS[key]
+
+
+_LENGTHS: dict[tuple[str, str], list[int]] = {}
 
 
 def where_it_sits(bug: str, case: Case) -> bool:
