@@ -23,6 +23,10 @@ KeyLines = dict[tuple[str, ...], int]
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+")
 _SCALAR = re.compile(r"[^,\]}#\r\n]*")
+#: What skip_blank steps over: spaces and tabs; with newlines, line breaks and comments too.
+_BLANK = {False: re.compile(r"[ \t]*"), True: re.compile(r"(?:[ \t\r\n]|#[^\n]*)*")}
+#: A run of a string's characters that needs no look: no quote, no backslash in a basic string.
+_PLAIN = {'"': re.compile(r'[^"\\]+'), "'": re.compile(r"[^']+")}
 _ESCAPES = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "\\": "\\",
             "e": "\x1b"}
 
@@ -48,14 +52,7 @@ class _Reader:
 
     def skip_blank(self, *, newlines: bool) -> None:
         """Spaces and tabs; with ``newlines``, also line breaks and comments."""
-        while not self.at_end():
-            c = self.peek()
-            if c in " \t" or (newlines and c in "\r\n"):
-                self.advance()
-            elif newlines and c == "#":
-                self.skip_line()
-            else:
-                return
+        self.advance(_BLANK[newlines].match(self.text, self.pos).end() - self.pos)
 
     def skip_line(self) -> None:
         """To the start of the next line."""
@@ -154,8 +151,10 @@ def _string(r: _Reader) -> str:
         if c == "\\" and quote == '"':
             out.append(_escape(r, multi))
             continue
-        out.append(c)
-        r.advance()
+        # a run up to the next quote or backslash at once, else this one character
+        run = _PLAIN[quote].match(r.text, r.pos)
+        out.append(run.group() if run else c)
+        r.advance(len(out[-1]))
     return "".join(out)
 
 

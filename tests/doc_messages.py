@@ -37,12 +37,12 @@ def _budget_line(case_id: str, variant: str, output: str, metric: str, value: fl
                  limit: float, *, device_class: str = "cpu") -> str:
     """The ``budget:`` line of the failure message of a shipped case's check that misses
     ``<output>.<metric>`` (``value`` against ``limit``) on a device of ``device_class``."""
-    from numcheck.cases import load_cases
     from numcheck.check.result import CheckResult
     from numcheck.numerics.verdict import Violation
     from numcheck.report.render import Commands, failure_message
+    from tests.shipped import shipped_cases
 
-    (case,) = [c for c in load_cases(ROOT / "cases") if c.id == case_id]
+    (case,) = [c for c in shipped_cases() if c.id == case_id]
     miss = Violation(output, metric, value, limit, seed=0, upper=metric != "speedup_min")
     result = CheckResult(case, variant, "cpu" if device_class == "cpu" else "cuda",
                          seeds=[], violations=[miss])

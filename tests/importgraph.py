@@ -38,8 +38,12 @@ def parsed(path: Path) -> ast.Module:
     """The syntax tree of ``path``, parsed once per version of the file: the graph is read
     by every test process at start (tests/conftest.py) and by several rules of
     tests/test_imports.py; the trees are only walked, never changed."""
+    return _parse(path, *_version(path))
+
+
+def _version(path: Path) -> tuple[int, int]:
     stat = path.stat()
-    return _parse(path, stat.st_mtime_ns, stat.st_size)
+    return stat.st_mtime_ns, stat.st_size
 
 
 @functools.lru_cache(maxsize=None)
@@ -125,17 +129,37 @@ def imports_of(module: str, known: set[str], package: Path = PACKAGE, *,
     return {m for m in found if (m in known or outside) and m != module}
 
 
+def _versions(package: Path) -> tuple[tuple[str, ...], tuple[tuple[int, int], ...]]:
+    """The package's modules and their files' versions: the key under which what is read
+    from them is kept (the graph and the modules that need triton are read by every test
+    process at start and by several rules of tests/test_imports.py)."""
+    names = tuple(module_names(package))
+    return names, tuple(_version(source_of(name, package)) for name in names)
+
+
 def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
-    names = module_names(package)
+    """Module -> the modules of ``package`` it imports anywhere (:func:`imports_of`), read
+    once per version of the package's files; a fresh copy for each caller."""
+    return {name: set(found) for name, found in _graph(package, *_versions(package)).items()}
+
+
+@functools.lru_cache(maxsize=None)
+def _graph(package: Path, names: tuple[str, ...], versions: tuple[tuple[int, int], ...]
+           ) -> dict[str, frozenset[str]]:
     known = set(names)
-    return {name: imports_of(name, known, package) for name in names}
+    return {name: frozenset(imports_of(name, known, package)) for name in names}
 
 
 def needing(outside: str, package: Path = PACKAGE) -> set[str]:
     """The modules of ``package`` that cannot be imported without the package ``outside``:
     their import imports it, directly, through another module of ``package`` that does, or
     through their own parent package's ``__init__``."""
-    names = module_names(package)
+    return set(_needing(outside, package, *_versions(package)))
+
+
+@functools.lru_cache(maxsize=None)
+def _needing(outside: str, package: Path, names: tuple[str, ...],
+             versions: tuple[tuple[int, int], ...]) -> frozenset[str]:
     known = set(names)
     deps = {n: imports_of(n, known, package, at_import=True, outside=True) for n in names}
     for name in names:  # importing a.b.c runs a/__init__ and a/b/__init__ first
@@ -144,7 +168,7 @@ def needing(outside: str, package: Path = PACKAGE) -> set[str]:
     need = {n for n, d in deps.items() if outside in d}
     while grown := {n for n, d in deps.items() if n not in need and d & need}:
         need |= grown
-    return need
+    return frozenset(need)
 
 
 def triton_importers(package: Path = PACKAGE) -> set[str]:

@@ -7,6 +7,7 @@ by ``complete_budget``; for every shipped case the record points at the value th
 
 from __future__ import annotations
 
+import functools
 import json
 import tomllib
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from numcheck.calibrate.payloads import NumericsPayload, payload_from_data
-from numcheck.cases import Case, load_case_file, load_cases
+from numcheck.cases import Case, load_case_file
 from numcheck.numerics.budget_origin import (
     Default,
     FixtureArg,
@@ -40,9 +41,9 @@ from numcheck.numerics.budgets import (
 from numcheck.numerics.metric_names import SIM_METRICS
 from numcheck.ops.registry import get_op
 from tests.caseproject import NO_CACHE, case_project
+from tests.shipped import shipped_cases
 from tests.test_cases import PLAIN, lookup
 
-ROOT = Path(__file__).resolve().parent.parent
 
 MHC = """\
 [t]
@@ -179,8 +180,16 @@ def _value(budget: VariantBudget, output: str, key: str) -> Any:
     return ob.limits[key] if key in ob.limits else getattr(ob, key)
 
 
+@functools.cache
+def _parsed(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """A case file's TOML and its lines, read once for the walk's ~470 (case, variant) pairs
+    (read-only here)."""
+    text = path.read_text()
+    return tomllib.loads(text), text.splitlines()
+
+
 def _shipped() -> list[tuple[Case, str]]:
-    return [(case, variant) for case in load_cases(ROOT / "cases") for variant in case.budgets]
+    return [(case, variant) for case in shipped_cases() for variant in case.budgets]
 
 
 @pytest.mark.parametrize(("case", "variant"), _shipped(),
@@ -189,8 +198,7 @@ def test_every_recorded_origin_of_the_shipped_cases_holds_the_value_the_gate_use
         case: Case, variant: str) -> None:
     """Follow each key's record to its root: the case file's key on the recorded line holds
     the value the budget gates (the row's default for a default), for every shipped case."""
-    text = case.source.read_text()
-    data, rows = tomllib.loads(text), text.splitlines()
+    data, rows = _parsed(case.source)
     budget = case.budgets[variant]
     assert budget.origins
     for output, keys in budget.origins.items():

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 
 from tests.budget_snapshot import (  # tests/budget_snapshot.py
-    ROOT,
     SNAPSHOT,
     differences,
     limits,
     misplaced,
     snapshot,
 )
+from tests.shipped import shipped_cases
 
 
 def test_shipped_case_files_load_to_the_snapshot() -> None:
@@ -44,10 +44,8 @@ def test_every_limit_of_every_shipped_case_says_where_it_is_set() -> None:
     limits, invariance keys) goes through numcheck.cases.limits.limit_origin, the one
     function every failure's ``budget:`` line comes from: a key it says is given sits on that
     line of the file with the loaded value, and a default is set by no key of the case."""
-    from numcheck.cases import load_cases
-
     walked, wrong = 0, []
-    for case in load_cases(ROOT / "cases"):
+    for case in shipped_cases():
         for variant, output, metric, cls in limits(case):
             walked += 1
             problem = misplaced(case, variant, output, metric, cls)
@@ -61,10 +59,9 @@ def test_the_walk_sees_a_wrong_line_and_a_wrong_value() -> None:
     for [v4flash-t64.budget.bf16.y] rel_fro) and a value the file does not hold."""
     from dataclasses import replace
 
-    from numcheck.cases import load_cases
     from numcheck.numerics.budget_origin import Given
 
-    (case,) = [c for c in load_cases(ROOT / "cases") if c.id == "v4flash-t64"]
+    (case,) = [c for c in shipped_cases() if c.id == "v4flash-t64"]
     assert misplaced(case, "bf16", "y", "rel_fro", "cpu") is None
     given = case.budgets["bf16"].origins["y"]["rel_fro"]
     assert isinstance(given, Given) and given.line is not None

@@ -19,10 +19,11 @@ from numcheck.calibrate.family import honest_family
 from numcheck.calibrate.honest import family_findings
 from numcheck.calibrate.payloads import NumericsPayload, payload_from_data
 from numcheck.calibrate.plan import RunInfo, plan_numerics
-from numcheck.cases import CaseFileError, load_case_file, load_cases
+from numcheck.cases import CaseFileError, load_case_file
 from numcheck.numerics.budget_origin import Default, Given, origin_to_dict
 from numcheck.ops.registry import get_op
 from tests.caseproject import NO_CACHE, case_project
+from tests.shipped import shipped_cases
 from tests.test_calibrate_mode import needs_tomlkit, project
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,7 +150,7 @@ def test_the_shipped_evidence_refuses_nothing() -> None:
     folded scheme, every variant on CPU and H200), replayed through the rules: nothing
     honest is refused. A member doctored to a bug's size is, by name."""
     hc = _honest_calibration()
-    cases = [c for c in load_cases(ROOT / "cases") if not c.perf_only]
+    cases = [c for c in shipped_cases() if not c.perf_only]
     assert len(FAMILY_FILES) == 11 and len(RUN_FILES) == 4
     for path in FAMILY_FILES:
         assert family_findings(hc.merge([path]), cases) == [], path.name

@@ -13,6 +13,7 @@ from numcheck.cases import Case, CaseFileError, load_case_file, load_cases
 from numcheck.numerics.budget_origin import lender_of
 from numcheck.numerics.budgets import DEFAULT_BUDGETS, TopkBudget
 from numcheck.ops.registry import Inputs, OpSpec, Outputs, Params, ParamSpec, TopkSpec, Variant
+from tests.shipped import shipped_cases
 
 
 def _run(inputs: Inputs, params: Params) -> Outputs:
@@ -543,7 +544,7 @@ def test_budget_like_errors(tmp_path: Path, body: str, key: str, problem: str,
 def test_the_shipped_round_trip_takes_bf16s_budgets() -> None:
     """mHC's known-bad bf16_roundtrip is held to bf16's numerics (its cast ledger fails it):
     every shipped case with numerics says so with budget_like, none with copies."""
-    cases = [c for c in load_cases(Path(__file__).resolve().parent.parent / "cases")
+    cases = [c for c in shipped_cases()
              if "bf16_roundtrip" in c.variants and not c.perf_only]
     assert cases
     for case in cases:

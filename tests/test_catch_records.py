@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from benchmarks.reliability import fp8_catch
-from numcheck.cases import load_cases
+from tests.shipped import shipped_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 
 RECORDS = sorted((ROOT / "docs" / "evidence").rglob("fp8-catch*.json"))
-CASES = {c.id: c for c in load_cases(ROOT / "cases")}
+CASES = {c.id: c for c in shipped_cases()}
 
 
 def test_the_evidence_holds_catch_records_of_both_devices() -> None:

@@ -3,13 +3,13 @@ the largest input fails it, and a user's variant gets its precision's default.""
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from numcheck.cases import load_cases
 from numcheck.ops.registry import get_op
 from numcheck.overhead.limits import (
     DEFAULT_CAST_BYTES_RATIO,
@@ -19,9 +19,9 @@ from numcheck.overhead.limits import (
     overhead_violations,
 )
 from tests import planted
+from tests.shipped import shipped_cases
 
-ROOT = Path(__file__).resolve().parent.parent
-CASES = [c for c in load_cases(ROOT / "cases") if not c.perf_only]
+CASES = [c for c in shipped_cases() if not c.perf_only]
 #: One extra full copy of each op's largest input, or of its largest operand, as planted,
 #: and the limit that catches it: a second pass over an input (whatever the case's shape or
 #: seed), or the bytes of a copy of a derived operand (K^T) against the case's ceiling.
@@ -32,8 +32,14 @@ COPY_BUGS = {
 
 
 def _raw_overhead(source: Path, table: str) -> dict[str, dict[str, float]]:
+    return _raw(source)[table].get("overhead", {})
+
+
+@functools.cache
+def _raw(source: Path) -> dict[str, Any]:
+    """A case file as TOML, read once for its ~30 tables' tests (read-only here)."""
     with source.open("rb") as handle:
-        return tomllib.load(handle)[table].get("overhead", {})
+        return tomllib.load(handle)
 
 
 #: One case per case table: a sweep's points share theirs.

@@ -17,16 +17,17 @@ from pathlib import Path
 import pytest
 
 from tests import planted_coverage
+from tests.shipped import shipped_cases
 from tests.variant_tables import register_table
 
-from numcheck.cases import Case, load_cases
+from numcheck.cases import Case
 from numcheck.check import run_check
 from numcheck.check.make_golden import fresh_golden
 from numcheck.ops import registry
 from numcheck.selftest import Planted, catch_table, fresh_seed_outcomes, held_to
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = {c.id: c for c in load_cases(ROOT / "cases")}
+CASES = {c.id: c for c in shipped_cases()}
 #: Seeds beyond each case's own: fresh references made here.
 FRESH = [7001, 7002]
 

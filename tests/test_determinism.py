@@ -9,18 +9,17 @@ what the reference-drift check holds it to. benchmarks/reliability/determinism.p
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import torch
 
-from numcheck.cases import Case, load_cases
+from numcheck.cases import Case
 from numcheck.numerics.metrics import compare
 from numcheck.ops.registry import get_op
+from tests.shipped import shipped_cases
 
-ROOT = Path(__file__).resolve().parent.parent
 # Perf-only cases run at production shape on CUDA only: far too large for a CPU unit test.
-CASES = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases") if not c.perf_only}
+CASES = {f"{c.op}::{c.id}": c for c in shipped_cases() if not c.perf_only}
 
 
 #: Cases whose inputs alone are hundreds of MB (linear's CUDA case at o_proj's real weight,

@@ -377,10 +377,10 @@ def test_normal_input_budgets_fail_the_shipped_bf16_on_llm_inputs() -> None:
     shipped bf16 indexer (unchanged, honest) breaks the budget its normal-input cases hold it
     to: with outlier channels many more logits sit outside bf16's band (frac_outside 0.034
     against 0.0004, 2026-12-04 CPU calibration)."""
-    from numcheck.cases import load_cases
     from numcheck.selftest import fresh_seed_outcomes
+    from tests.shipped import shipped_cases
 
-    cases = {c.id: c for c in load_cases(ROOT / "cases")}
+    cases = {c.id: c for c in shipped_cases()}
     llm, normal = cases["indexer-llm-b2-l1k"], cases["v4flash-b4-l2k"]
     on_llm = fresh_seed_outcomes(llm, ["bf16"], [0], gates=())
     assert all(o.passed for o in on_llm)

@@ -4,6 +4,7 @@ links and paths that resolve, evidence kept apart from the guides and each run d
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import shlex
@@ -159,9 +160,11 @@ def test_every_benchmark_named_in_the_repository_exists() -> None:
     assert not missing, missing
 
 
-def _bound_names(source: Path) -> set[str]:
+@functools.cache
+def _bound_names(source: Path) -> frozenset[str]:
     """Names a module binds at its top level (defs, classes, assignments, imports), and a
-    package's submodules."""
+    package's submodules; each module read once (the repository names some modules hundreds
+    of times)."""
     tree = ast.parse(source.read_text())
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -173,7 +176,7 @@ def _bound_names(source: Path) -> set[str]:
             names |= {(a.asname or a.name).split(".")[0] for a in node.names}
     if source.name == "__init__.py":
         names |= {p.stem for p in source.parent.iterdir() if p.suffix == ".py" or p.is_dir()}
-    return names
+    return frozenset(names)
 
 
 def test_every_numcheck_module_named_in_the_repository_exists() -> None:

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import torch
 
-from numcheck.cases import load_cases
 from numcheck.check.against_golden import run_numerics
 from numcheck.check.run import CaseInputs
 from numcheck.inputs import to_device
@@ -23,6 +22,7 @@ from numcheck.ops import indexer, mhc, triton_support
 from numcheck.ops.registry import Variant, add_variant, get_op
 from numcheck.selftest import shipped_golden
 from tests.fresh import FreshPython
+from tests.shipped import shipped_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 get_op("indexer")  # loads the ops, which runs the Triton probe before anything imports triton
@@ -177,7 +177,7 @@ def test_mhc_fused_rounds_hc_fn_to_nearest_like_torch() -> None:
 
 
 def _shipped(key: str):  # type: ignore[no-untyped-def]
-    cases = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases")}
+    cases = {f"{c.op}::{c.id}": c for c in shipped_cases()}
     case = cases[key]
     golden, _ = shipped_golden(case, ROOT / "goldens")
     return case, golden

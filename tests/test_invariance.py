@@ -344,9 +344,9 @@ def _measured_onboard(path: Path) -> tuple[set[tuple[str, str]], set[tuple[str, 
     deterministic at every point measured, and those batch-invariant at every point."""
     import json
 
-    from numcheck.cases import load_cases
+    from tests.shipped import shipped_cases
 
-    ops = {c.table: c.op for c in load_cases(Path(__file__).resolve().parent.parent / "cases")}
+    ops = {c.table: c.op for c in shipped_cases()}
     held: dict[str, set[tuple[str, str]]] = {"deterministic": set(), "batch_invariant": set()}
     broken: dict[str, set[tuple[str, str]]] = {"deterministic": set(), "batch_invariant": set()}
     for key in json.loads(path.read_text())["invariance"]["keys"]:
@@ -386,7 +386,7 @@ def test_the_shipped_cases_turn_the_keys_on_where_they_were_measured_to_hold() -
     # until the GPU regression run measures it); batch_invariant only for variants measured
     # invariant on each device it names (never mHC on the CPU: torch's CPU GEMM blocks rows
     # by the token count).
-    from numcheck.cases import load_cases
+    from tests.shipped import shipped_cases
 
     root = Path(__file__).resolve().parent.parent
     evidence = root / "docs" / "evidence"
@@ -396,7 +396,7 @@ def test_the_shipped_cases_turn_the_keys_on_where_they_were_measured_to_hold() -
     det, bat = many["determinism"], many["batch_invariance"]
     on = {"cpu": ((cpu[0] | det[0]) - det[1], (cpu[1] | bat[0]) - bat[1]), "H200": h200,
           "H100": _measured_onboard(evidence / "2026-12-06-h100-onboard" / "onboard-H100.json")}
-    cases = [c for c in load_cases(root / "cases") if not c.perf_only]
+    cases = [c for c in shipped_cases() if not c.perf_only]
     assert cases
     for case in cases:
         op = registry.get_op(case.op)

@@ -58,8 +58,11 @@ def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytes
 def write_case(project: pytest.Pytester, *variants: str, goldens: bool = True) -> None:
     listed = ", ".join(f'"{v}"' for v in variants)
     (project.path / "cases" / "mhc.toml").write_text(CASE.format(variants=listed))
-    if goldens:  # made by the reference's checks alone (the variants would fail)
-        assert project.runpytest("--numcheck", "--numcheck-regen", "-k", "fp32").ret == 0
+    # The goldens, made by the reference's checks alone (the variants would fail), in this
+    # process: they are the tests' data, and a worker would cost each test ~2 s to boot.
+    if goldens:
+        assert project.runpytest("--numcheck", "--numcheck-regen", "-k", "fp32",
+                                 "--numcheck-isolate=off").ret == 0
 
 
 def records(path: Path) -> dict[str, dict[str, object]]:

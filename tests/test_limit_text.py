@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from numcheck.cases import load_cases
 from numcheck.check.result import CheckResult
 from numcheck.numerics.budget_origin import (
     Default,
@@ -21,6 +20,7 @@ from numcheck.numerics.verdict import Violation
 from numcheck.report.limit_text import origin_text
 from numcheck.report.render import Commands, failure_message
 from tests.caseproject import make_project, write_goldens
+from tests.shipped import shipped_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -96,7 +96,7 @@ def test_the_mhc_tf32_y_miss_names_the_bf16_y_key_it_inherits() -> None:
     """Issue 34: cases/mhc.toml [v4flash-t64], tf32, y: rel_fro = 0.0069 is the case's bf16
     budget on y (y is stored in bf16), not the bf16 defaults row (0.01) the message used to
     name. The failure message of a real loaded case names the key's line."""
-    (case,) = [c for c in load_cases(ROOT / "cases") if c.id == "v4flash-t64"]
+    (case,) = [c for c in shipped_cases() if c.id == "v4flash-t64"]
     lines = (ROOT / "cases/mhc.toml").read_text().splitlines()
     table = lines.index("[v4flash-t64.budget.bf16.y]")
     line = table + 1 + next(i for i, ln in enumerate(lines[table + 1:])

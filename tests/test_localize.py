@@ -31,6 +31,7 @@ from numcheck.ops.registry import (
 )
 from numcheck.ops.structure import Grouping, Structure, groupings_of
 from tests.caseproject import case_project, write_goldens
+from tests.shipped import shipped_cases
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -349,13 +350,12 @@ def test_localization_can_be_switched_off(tiny: Any, monkeypatch: pytest.MonkeyP
     ("mhc_pre::v4pro-t32", ("comb_few_tokens", "comb_transposed", "y_scaled")),
 ])
 def test_planted_bugs_are_named_first(key: str, bugs: tuple[str, ...]) -> None:
-    from numcheck.cases import load_cases
     from numcheck.selftest.localization import located_table
     from tests import planted, planted_located
 
     planted.register_all()
     planted_located.register_all()
-    case = next(c for c in load_cases(ROOT / "cases") if f"{c.op}::{c.id}" == key)
+    case = next(c for c in shipped_cases() if f"{c.op}::{c.id}" == key)
     expected = {k: v for k, v in planted_located.EXPECTED.items() if k[1] in bugs}
     rows = located_table([case], expected, ROOT / "goldens")
     assert len(rows) == len(bugs)

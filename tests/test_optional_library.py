@@ -13,13 +13,12 @@ from pathlib import Path
 import pytest
 
 import numcheck
-from numcheck.cases import load_cases
 from numcheck.check import cannot_run
 from numcheck.ops import registry
 from numcheck.ops.spec import optional_library
 from tests.caseproject import NO_CACHE, case_project
+from tests.shipped import shipped_cases
 
-ROOT = Path(__file__).resolve().parent.parent
 
 TORCHAO_SKIP = ("variant 'fp8_block_torchao': torchao is not installed (it runs on cuda); "
                 "fix: pip install 'numcheck[fp8]' (torchao >= 0.18)")
@@ -46,7 +45,7 @@ def test_the_torchao_variant_skips_on_cuda_with_its_install_command(no_torchao: 
     variant = torchao_variant()
     assert variant.devices == () and variant.why_not("cuda").startswith(
         "torchao is not installed")
-    (case,) = [c for c in load_cases(ROOT / "cases") if c.id == "v3-q-a-prefill-t512"]
+    (case,) = [c for c in shipped_cases() if c.id == "v3-q-a-prefill-t512"]
     assert case.devices == ("cuda",) and "fp8_block_torchao" in case.variants
     with registry.isolated():
         registry.set_variant("linear", variant)
@@ -76,7 +75,7 @@ def test_the_families_and_catch_benchmarks_skip_it(no_torchao: None, tmp_path: P
     from benchmarks.reliability import fp8_catch
     from numcheck.ops.linear import torchao_variant
 
-    (case,) = [c for c in load_cases(ROOT / "cases") if c.id == "v3-q-a-prefill-t512"]
+    (case,) = [c for c in shipped_cases() if c.id == "v3-q-a-prefill-t512"]
     with registry.isolated():
         registry.set_variant("linear", torchao_variant())
         fams = fp8_families.families(case, "cuda")

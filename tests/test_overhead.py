@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from numcheck.cases import CaseFileError, load_case_file, load_cases
+from numcheck.cases import CaseFileError, load_case_file
 from numcheck.check.overhead import audit_overhead
 from numcheck.gates import GATES
 from numcheck.ops import indexer
@@ -28,8 +28,8 @@ from numcheck.overhead.limits import (
 )
 from tests import planted
 from tests.caseproject import PLANTED, case_project, write_goldens
+from tests.shipped import shipped_cases
 
-ROOT = Path(__file__).resolve().parent.parent
 CASE = """
 [tiny-mhc]
 op = "mhc_pre"
@@ -324,7 +324,7 @@ def indexer_mtp_rows_expanded(inputs: dict[str, Any], p: dict[str, Any]) -> Any:
 
 
 def _shipped(case_id: str) -> Any:
-    return next(c for c in load_cases(ROOT / "cases") if c.id == case_id)
+    return next(c for c in shipped_cases() if c.id == case_id)
 
 
 def test_a_metadata_sized_copy_is_listed_never_failed() -> None:

@@ -64,10 +64,9 @@ def test_a_valid_case_still_reads(tmp_path: Path) -> None:
 
 
 def test_every_shipped_case_is_within_its_op_ranges() -> None:
-    from numcheck.cases import load_cases
+    from tests.shipped import shipped_cases
 
-    root = Path(__file__).resolve().parent.parent
-    for case in load_cases(root / "cases"):
+    for case in shipped_cases():
         assert check_params(get_op(case.op), case.params) == []
 
 

@@ -10,14 +10,13 @@ from pathlib import Path
 import pytest
 
 from benchmarks.numerics import fp8_accumulation
-from numcheck.cases import Case, load_cases
-
-ROOT = Path(__file__).resolve().parent.parent
+from numcheck.cases import Case
+from tests.shipped import shipped_cases
 
 
 def _shipped_case(case_id: str) -> Case:
     """The case ``case_id`` of the shipped case files, as it loads."""
-    (case,) = [c for c in load_cases(ROOT / "cases") if c.id == case_id]
+    (case,) = [c for c in shipped_cases() if c.id == case_id]
     return case
 
 

@@ -27,6 +27,7 @@ from numcheck.precision.quant_scheme import (
     groups,
 )
 from numcheck.precision.quantize import as_quantized, dequantize, quantize, scales_for
+from tests.shipped import shipped_cases
 
 
 def _x(rows: int, k: int, seed: int = 0) -> torch.Tensor:
@@ -280,15 +281,11 @@ def test_the_shipped_fp4_cases_quantize_as_they_did_with_the_old_floor() -> None
     the shipped results stand. Scales move only in blocks of zeros (the indexer's unused KV
     pages: 2^-127, the smallest E8M0, where the floor gave 2^-16), which hold zeros either
     way."""
-    from pathlib import Path
-
-    from numcheck.cases import load_cases
     from numcheck.check.run import CaseInputs
     from numcheck.ops.registry import get_op
 
-    root = Path(__file__).resolve().parent.parent
     seen = zero_blocks = 0
-    for case in load_cases(root / "cases"):
+    for case in shipped_cases():
         op = get_op(case.op)
         schemes = {s for name in case.variants if op.variants[name].quant is not None
                    for s in op.variants[name].quant.schemes if s.scale in ("mx", "nvfp4")}

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from numcheck.cases import load_cases
 from numcheck.check.against_golden import run_numerics
 from numcheck.honest.gemm_family import MEMBER_PREFIX
 from numcheck.ops import indexer, mhc
@@ -33,10 +32,11 @@ from numcheck.selftest import (
     verdict,
 )
 from tests import honest, planted
+from tests.shipped import shipped_cases
 
 ROOT = Path(__file__).resolve().parent.parent
 # Perf-only cases (cases/perf.toml) have no golden and no numerics: nothing to plant into.
-CASES = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases") if not c.perf_only}
+CASES = {f"{c.op}::{c.id}": c for c in shipped_cases() if not c.perf_only}
 #: The shipped variants (the op modules' own specs: planted ones are added to copies).
 SHIPPED = {op.name: op.variants for op in (indexer.OP, mhc.OP)}
 BUGS = [Planted(*row) for row in planted.SELF_TEST]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from numcheck.cases import Case, load_cases
+from numcheck.cases import Case
 from numcheck.check.against_golden import run_numerics
 from numcheck.check.run import CaseInputs
 from numcheck.goldens.case_golden import CaseGolden
@@ -15,9 +15,10 @@ from numcheck.goldens.files import golden_path
 from numcheck.ops.registry import get_op
 from numcheck.selftest import shipped_golden
 from tests import planted  # tests/planted.py
+from tests.shipped import shipped_cases
 
 ROOT = Path(__file__).resolve().parent.parent
-ALL_CASES = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases")}
+ALL_CASES = {f"{c.op}::{c.id}": c for c in shipped_cases()}
 #: Cases with goldens; perf-only cases (cases/perf.toml) have none by design.
 CASES = {k: c for k, c in ALL_CASES.items() if not c.perf_only}
 
@@ -51,9 +52,10 @@ def test_goldens_folder_stays_under_20_mb() -> None:
 @pytest.mark.parametrize("key", _keys(CASES))
 def test_every_case_has_a_fresh_golden(key: str) -> None:
     case = CASES[key]
-    golden, _ = _golden(case)  # validated: fresh for the case, every output as recorded
+    golden, inputs = _golden(case)  # validated: fresh for the case, every output as recorded
     assert golden.meta["op"] == case.op and golden.meta["case"] == case.id
-    assert golden.meta["fingerprint"] == CaseInputs(get_op(case.op), case).fingerprint()
+    # The case's inputs (a CaseInputs of this case), each seed's made once.
+    assert golden.meta["fingerprint"] == inputs.fingerprint()
 
 
 def test_no_golden_without_a_case() -> None:

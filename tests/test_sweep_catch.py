@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from numcheck.cases import Case, load_cases
+from numcheck.cases import Case
 from numcheck.ops import registry
 from numcheck.selftest import Planted, catch_table, fresh_seed_outcomes
 from tests import planted_sweeps
+from tests.shipped import shipped_cases
 from tests.variant_tables import register_table
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = load_cases(ROOT / "cases")
+CASES = shipped_cases()
 #: The indexer sweeps' points that run on the CPU.
 SWEEP_POINTS = [c for c in CASES if c.op == "indexer" and c.sweep is not None
                 and "cpu" in c.devices]
@@ -40,10 +41,17 @@ def fires(bug: str, length: int, case: Case) -> bool:
 
 
 def lengths(case: Case) -> list[int]:
-    """Every request's context length in ``case``, over its seeds."""
-    op = registry.get_op("indexer")
-    return [int(n) for seed in case.seeds
-            for n in op.make_inputs(case.params, seed)["context_lens"]]
+    """Every request's context length in ``case``, over its seeds (drawn once per shipped
+    case: each test asks for them again)."""
+    key = (case.op, case.id)
+    if key not in _LENGTHS:
+        op = registry.get_op("indexer")
+        _LENGTHS[key] = [int(n) for seed in case.seeds
+                         for n in op.make_inputs(case.params, seed)["context_lens"]]
+    return _LENGTHS[key]
+
+
+_LENGTHS: dict[tuple[str, str], list[int]] = {}
 
 
 def where_it_sits(bug: str, case: Case) -> bool:

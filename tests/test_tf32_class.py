@@ -11,18 +11,16 @@ must fail its tf32 budget wherever its own error is at least 2x the family's wor
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
-from numcheck.cases import load_cases
 from numcheck.check.against_golden import run_numerics
 from numcheck.ops.registry import get_op
 from numcheck.selftest import error_to_family, fresh_golden, held_to
 from tests import honest, planted
+from tests.shipped import shipped_cases
 
-ROOT = Path(__file__).resolve().parent.parent
-CASES = {f"{c.op}::{c.id}": c for c in load_cases(ROOT / "cases") if not c.perf_only}
+CASES = {f"{c.op}::{c.id}": c for c in shipped_cases() if not c.perf_only}
 #: A held-out seed (docs/reliability.md's ranges), one cheap case per op.
 SEED = 5000
 BUGS = [(op, name) for op, bugs in planted.TF32_PLANTED.items() for name in bugs]

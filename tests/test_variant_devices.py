@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
 import torch
 
-from numcheck.cases import load_cases
 from numcheck.inputs import to_device
 from numcheck.ops.registry import Variant, get_op
 from numcheck.prepare import with_preparation
 from tests import honest, planted
+from tests.shipped import shipped_cases
 
-ROOT = Path(__file__).resolve().parent.parent
 #: Variants the meta device cannot run at all (they read values: data-dependent shapes,
 #: .item(), a compiled kernel); the CUDA runs cover them (benchmarks/gpu_regression.py: the
 #: gate, false-fail and catch steps).
@@ -34,7 +32,7 @@ SMALL = {"indexer": "v4flash-b2-l1k-contiguous", "mhc_pre": "v4pro-t32"}
 
 @functools.cache
 def _inputs(op_name: str) -> tuple[dict, dict]:
-    case = next(c for c in load_cases(ROOT / "cases") if c.op == op_name and c.id == SMALL[op_name])
+    case = next(c for c in shipped_cases() if c.op == op_name and c.id == SMALL[op_name])
     return dict(case.params), dict(get_op(op_name).make_inputs(case.params, 0))
 
 

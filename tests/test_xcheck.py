@@ -199,14 +199,14 @@ FAMILY = {"torchao_float8_row": "fp8_row", "torchao_mxfp4": "mxfp4_emu",
 @pytest.mark.parametrize("name", list(FAMILY))
 def test_library_quantizers_pass_the_gate_in_their_family_on_fresh_seeds(name: str) -> None:
     _needs(name)
-    from numcheck.cases import load_cases
     from numcheck.check import run_check
     from numcheck.check.make_golden import fresh_golden
     from numcheck.ops import registry
     from numcheck.selftest import held_to
+    from tests.shipped import shipped_cases
 
     head = FAMILY[name]
-    case = next(c for c in load_cases(ROOT / "cases") if c.id == "tiny-k384")
+    case = next(c for c in shipped_cases() if c.id == "tiny-k384")
     with registry.isolated():
         op = registry.get_op("linear")
         shipped = op.variants[head].quant
