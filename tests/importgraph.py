@@ -46,7 +46,7 @@ def _version(path: Path) -> tuple[int, int]:
     return stat.st_mtime_ns, stat.st_size
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parse(path: Path, mtime_ns: int, size: int) -> ast.Module:
     return ast.parse(path.read_text(), str(path))
 
@@ -143,7 +143,7 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     return {name: set(found) for name, found in _graph(package, *_versions(package)).items()}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _graph(package: Path, names: tuple[str, ...], versions: tuple[tuple[int, int], ...]
            ) -> dict[str, frozenset[str]]:
     known = set(names)
@@ -157,7 +157,7 @@ def needing(outside: str, package: Path = PACKAGE) -> set[str]:
     return set(_needing(outside, package, *_versions(package)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _needing(outside: str, package: Path, names: tuple[str, ...],
              versions: tuple[tuple[int, int], ...]) -> frozenset[str]:
     known = set(names)

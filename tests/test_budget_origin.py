@@ -44,7 +44,6 @@ from tests.caseproject import NO_CACHE, case_project
 from tests.shipped import shipped_cases
 from tests.test_cases import PLAIN, lookup
 
-
 MHC = """\
 [t]
 op = "mhc_pre"

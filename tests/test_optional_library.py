@@ -19,7 +19,6 @@ from numcheck.ops.spec import optional_library
 from tests.caseproject import NO_CACHE, case_project
 from tests.shipped import shipped_cases
 
-
 TORCHAO_SKIP = ("variant 'fp8_block_torchao': torchao is not installed (it runs on cuda); "
                 "fix: pip install 'numcheck[fp8]' (torchao >= 0.18)")
 
