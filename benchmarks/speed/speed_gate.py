@@ -14,7 +14,9 @@ run's ``independent``, ``speed-evidence`` and ``speed-xdist`` steps string them 
     independent REPORT.json [--json OUT]
         every gated check of a report timed again by an independent graph-replay timer
         (triton.testing.do_bench_cudagraph, or torch.cuda.CUDAGraph + events when triton is
-        missing): ratio to numcheck's speedup (target: within 2%).
+        missing): ratio to numcheck's speedup (target: within 2%); then by a burst timer of
+        alternating ~1 ms samples (numcheck's duty cycle, not its code); the SM clock and its
+        event reasons sampled during the sustained timings (benchmarks/speed/clock_watch.py).
     xdist SERIAL.json PARALLEL.json
         -n N against serial: same verdicts, speedup intervals overlapping, lock waits.
 
@@ -34,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.speed.clock_watch import ClockWatch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -207,16 +211,7 @@ def _bench(fn: Any) -> float:
         return float(do_bench_cudagraph(fn, rep=200, return_mode="median"))
     except ImportError:
         pass
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(10):
-            fn()
+    graph = _graph(fn, 10)
     times = []
     for _ in range(30):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -226,6 +221,59 @@ def _bench(fn: Any) -> float:
         b.synchronize()
         times.append(a.elapsed_time(b) / 10)
     return statistics.median(times)
+
+
+def _merged(windows: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Two timings' clock windows as one: the lower median and minimum, every reason."""
+    got = [w for w in windows if w]
+    if not got:
+        return None
+    return {"median_mhz": min(w["median_mhz"] for w in got),
+            "min_mhz": min(w["min_mhz"] for w in got),
+            "reasons": sorted({x for w in got for x in w["reasons"]}),
+            "throttled": any(w["throttled"] for w in got)}
+
+
+def _graph(fn: Any, calls: int) -> Any:
+    """A CUDA graph of ``calls`` back-to-back calls of ``fn`` (warmed up on a side stream)."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return graph
+
+
+def _burst(ref: Any, var: Any, ref_ms: float, var_ms: float, *, sample_ms: float = 1.0,
+           pairs: int = 30) -> float:
+    """The speedup in short alternating samples (about ``sample_ms`` each, ABBA order), the
+    duty cycle numcheck's own timer keeps: median of the pairs' ratios. Written apart from
+    numcheck's timer, so it checks that timer's code and not the regime it times in."""
+    import torch
+
+    graphs, calls = [], []
+    for fn, ms in ((ref, ref_ms), (var, var_ms)):
+        calls.append(max(1, round(sample_ms / max(ms, 1e-6))))
+        graphs.append(_graph(fn, calls[-1]))
+    ratios = []
+    for i in range(pairs):
+        got = [0.0, 0.0]
+        for k in ((0, 1) if i % 2 == 0 else (1, 0)):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            graphs[k].replay()
+            b.record()
+            b.synchronize()
+            got[k] = a.elapsed_time(b) / calls[k]
+        ratios.append(got[0] / got[1])
+    return statistics.median(ratios)
 
 
 def _prepared(variant: Any, inputs: dict[str, Any], params: Any,
@@ -256,6 +304,9 @@ def cmd_independent(args: argparse.Namespace) -> int:
     sources: dict[Path, Any] = {}
     cached: tuple[Any, Any] | None = None
     rows = []
+    watch = ClockWatch(torch.cuda.current_device() if device == "cuda" else 0)
+    if device == "cuda":
+        watch.__enter__()
     for r in report["records"]:
         t = r.get("timing") or {}
         if t.get("speedup_min") is None and not args.all:
@@ -277,18 +328,34 @@ def cmd_independent(args: argparse.Namespace) -> int:
         ref_v, var_v = op.variants[op.reference], op.variants[r["variant"]]
         ref, var = (functools.partial(v.fn, _prepared(v, inputs, case.params, device),
                                       case.params) for v in (ref_v, var_v))
+        extra: dict[str, Any] = {}
         if device == "cuda":
-            a1, b1, a2, b2 = _bench(ref), _bench(var), _bench(ref), _bench(var)
+            ms, clocks = [], {"ref": [], "var": []}
+            for who, fn in (("ref", ref), ("var", var), ("ref", ref), ("var", var)):
+                t0 = watch.now()
+                ms.append(_bench(fn))
+                clocks[who].append(watch.window(t0, watch.now()))
+            a1, b1, a2, b2 = ms
             ratio = statistics.median([a1 / b1, a2 / b2, a1 / b2, a2 / b1])
+            burst = _burst(ref, var, statistics.median([a1, a2]), statistics.median([b1, b2]))
+            extra = {"burst": burst, "burst_diff": burst / t["speedup"] - 1,
+                     "clock_ref": _merged(clocks["ref"]), "clock_var": _merged(clocks["var"])}
         else:  # CPU dry run: plumbing only (each called once, as the timer would)
             ref(), var()
             ratio = float("nan")
         rows.append({"id": r["id"], "numcheck": t["speedup"], "ci": [t["ci_low"], t["ci_high"]],
-                     "independent": ratio, "diff": ratio / t["speedup"] - 1})
+                     "independent": ratio, "diff": ratio / t["speedup"] - 1, **extra})
         del inputs, ref, var
+        clock = ""
+        if extra.get("clock_ref") and extra.get("clock_var"):
+            clock = (f"  SM {extra['clock_ref']['median_mhz']:.0f}/"
+                     f"{extra['clock_var']['median_mhz']:.0f} MHz "
+                     f"{','.join(extra['clock_var']['reasons']) or '-'}")
+        burst_text = f"  burst {extra['burst']:.3f}" if extra else ""
         print(f"{r['id'][:64]:64} numcheck {t['speedup']:.3f} [{t['ci_low']:.3f}, "
-              f"{t['ci_high']:.3f}]  independent {ratio:.3f}  diff {rows[-1]['diff']:+.1%}",
-              flush=True)
+              f"{t['ci_high']:.3f}]  independent {ratio:.3f}  diff {rows[-1]['diff']:+.1%}"
+              f"{burst_text}{clock}", flush=True)
+    watch.__exit__()
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     within = [abs(x["diff"]) <= 0.02 for x in rows if x["independent"] == x["independent"]]
