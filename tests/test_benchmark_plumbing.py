@@ -118,6 +118,11 @@ def test_speed_gate_runs_its_tables_and_the_independent_timer(tmp_path: Path) ->
     assert rows and {"id", "numcheck", "ci", "independent", "diff"} <= set(rows[0])
     # a variant whose weight is quantized at load time was called with it (once, on the CPU)
     assert "linear::tiny-linear-fp8::fp8_block[cpu]" in {r["id"] for r in rows}
+    _run("-m", "benchmarks.speed.speed_gate", "independent", str(report), "--json",
+         str(tmp_path / "linear.json"), "--all", "-k", "linear::")
+    linear = {r["id"] for r in json.loads((tmp_path / "linear.json").read_text())}
+    assert "linear::tiny-linear-fp8::fp8_block[cpu]" in linear
+    assert all(i.startswith("linear::") for i in linear) and len(linear) < len(rows)
     assert "same verdict" in _run("-m", "benchmarks.speed.speed_gate", "xdist", str(report),
                                   str(report)).stdout
 

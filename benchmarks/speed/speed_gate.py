@@ -309,7 +309,7 @@ def cmd_independent(args: argparse.Namespace) -> int:
         watch.__enter__()
     for r in report["records"]:
         t = r.get("timing") or {}
-        if t.get("speedup_min") is None and not args.all:
+        if (t.get("speedup_min") is None and not args.all) or args.k not in r["id"]:
             continue
         src = ROOT / r["source"] if r.get("source") else None
         if src is None or not src.exists():  # a run's cases folder outside the repo
@@ -416,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("--json")
     i.add_argument("--cases", default=str(ROOT / "cases"))
     i.add_argument("--all", action="store_true", help="ungated checks too")
+    i.add_argument("-k", default="", help="only the checks whose id contains this")
     x = sub.add_parser("xdist")
     x.add_argument("serial")
     x.add_argument("parallel")
