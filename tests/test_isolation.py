@@ -583,6 +583,11 @@ def test_two_workers_run_whole_cases_and_report_in_collection_order(
             for tokens in TOKENS.values()}
     assert all(len(p) == 1 for p in pids.values()), pids  # a case stays in its worker
     assert pids[8] != pids[4]  # and the two cases ran in two
+    # each case's seconds kept for the next run's order (longest first)
+    kept = json.loads((pool.path / ".pytest_cache" / "v" / "numcheck" / "case-seconds" /
+                       "cpu").read_text())
+    assert sorted(k.rsplit("::", 1)[1] for k in kept) == sorted(TOKENS)
+    assert all(v > 0 for v in kept.values())
     assert {threads for _, threads, _ in lines(where)} == {
         str(max(1, len(os.sched_getaffinity(0)) // 2))}
     got = lines(loads)
@@ -703,6 +708,51 @@ def test_how_many_workers_and_threads() -> None:
     assert pool_size(None, cores=8, device="cpu", timed=True, xdist=False) == (1, None)
     assert pool_size(None, cores=8, device="cpu", timed=False, xdist=True) == (1, None)
     assert pool_size(2, cores=8, device="cuda", timed=True, xdist=True) == (2, 4)
+
+
+def test_cases_the_last_run_timed_go_longest_first_after_the_new_ones() -> None:
+    from numcheck.execute.isolated import longest_first
+
+    keys = ["a::quick", "a::new", "b::slow", "b::also-quick", "c::newer"]
+    cost = {"a::quick": 0.2, "b::slow": 5.0, "b::also-quick": 0.2}
+    assert longest_first(keys, cost) == ["a::new", "c::newer", "b::slow", "a::quick",
+                                         "b::also-quick"]
+    assert longest_first(keys, {}) == keys  # a first run: the order given
+
+
+def test_the_pool_dispatches_by_cost_and_counts_each_case_s_seconds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without starting a worker: the queue's order, then the seconds an answer adds."""
+    from types import SimpleNamespace
+
+    from numcheck.execute.isolated import Isolated, case_key
+
+    def request(case: str, variant: str) -> SimpleNamespace:
+        return SimpleNamespace(case=SimpleNamespace(source=Path("cases/x.toml"), id=case,
+                                                    op="op"), variant=variant, device="cpu")
+
+    started: list[object] = []
+    monkeypatch.setattr(Isolated, "_spawn", lambda self, slot: started.append(slot) or setattr(
+        slot, "proc", SimpleNamespace(ready=False)))
+    clock = iter([10.0, 10.0, 12.5, 12.5])
+    pool = Isolated(setup=lambda: None, cases=None, workers=2,  # type: ignore[arg-type]
+                    cost={"cases/x.toml::long": 9.0, "cases/x.toml::short": 1.0},
+                    clock=lambda: next(clock))
+    requests = [request(c, v) for c in ("short", "long", "new") for v in ("fp32", "bf16")]
+    pool.dispatch(requests)  # type: ignore[arg-type]
+    slots = pool._slots
+    assert [[t.request.case.id for t in s.todo] for s in slots] == [["new", "new"],
+                                                                   ["long", "long"]]
+    assert [[t.request.case.id for t in q] for q in pool._queue] == [["short", "short"]]
+    assert len(started) == 2
+    # an answer counts the seconds since the worker began the check
+    slot = slots[1]
+    slot.proc = SimpleNamespace(ready=True, connection=None)
+    monkeypatch.setattr("numcheck.execute.isolated.send", lambda *a, **k: None)
+    pool._feed([slot], pool._queue)
+    monkeypatch.setattr("numcheck.execute.isolated.receive", lambda conn: ("done", None, {}))
+    pool._hear(slot)
+    assert pool.seconds == {case_key(requests[2]): 2.5}
 
 
 @pytest.mark.slow  # a worker interpreter (seconds)

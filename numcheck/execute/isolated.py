@@ -5,9 +5,11 @@ memory fails alone (docs/architecture.md, "Where a check is executed").
 as they call :class:`~numcheck.execute.executor.InProcess`. It keeps a pool of worker
 processes (:mod:`numcheck.execute.worker`); the first starts as soon as the run knows its
 checks and boots while pytest collects. The run dispatches its checks up front
-(:meth:`Isolated.dispatch`): each worker that is free takes the next case whole, in the
-order given, so a case's inputs and golden are made once, in one worker; an item's call
-waits for its own check's answer while every worker is watched. A worker whose process
+(:meth:`Isolated.dispatch`): each worker that is free takes the next case whole, so a case's
+inputs and golden are made once, in one worker; the cases the last run timed go longest
+first (the others first of all, in the order given), so that no worker is left with a long
+case while the others idle; an item's call waits for its own check's answer while every
+worker is watched. A worker whose process
 dies, whose CUDA context is lost, that runs out of memory or passes the check's time limit
 is ended and replaced; the check it ran fails as
 :class:`~numcheck.execute.aborted.CheckAborted`, with the phase it was in and the worker,
@@ -210,6 +212,8 @@ class _Slot:
     env: dict[str, str] = field(default_factory=dict)
     proc: WorkerProcess | None = None
     todo: deque[_Ticket] = field(default_factory=deque)
+    #: When the worker began the check it runs (the pool's clock).
+    began: float = 0.0
     #: The checks sent to it, in the order it runs them: the first is running (``used``
     #: counts its time), the next waits in the socket, so the worker never waits for the
     #: pytest process between two checks.
@@ -235,8 +239,13 @@ class Isolated:
     log_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(
         prefix="numcheck-workers-")))
     clock: Callable[[], float] = time.monotonic
+    #: Each case's seconds in a worker in an earlier run (:func:`case_key`): the order in
+    #: which the cases are dispatched.
+    cost: dict[str, float] = field(default_factory=dict)
     #: Checks that ended without a verdict of their numbers (their logs are kept).
     aborted: int = field(default=0, init=False)
+    #: Each case's seconds in a worker in this run, check by check as answers come.
+    seconds: dict[str, float] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self._slots = [_Slot(1)]
@@ -258,11 +267,11 @@ class Isolated:
         the next case whole. A call for a request answers from its worker's result."""
         if self.sanitizer is not None:
             return
-        cases: dict[tuple[str, str], list[_Ticket]] = {}
+        cases: dict[str, list[_Ticket]] = {}
         for request in requests:
             ticket = self._tickets[id(request)] = _Ticket(request, _check(request))
-            cases.setdefault((str(request.case.source), request.case.id), []).append(ticket)
-        self._queue.extend(cases.values())
+            cases.setdefault(case_key(request), []).append(ticket)
+        self._queue.extend(cases[key] for key in longest_first(list(cases), self.cost))
         while len(self._slots) < min(self.workers, len(cases)):
             self._slots.append(_Slot(len(self._slots) + 1))
         self._feed(self._slots, self._queue)
@@ -358,6 +367,7 @@ class Isolated:
                 slot.sent.append(slot.todo.popleft())
                 if slot.used is None:
                     slot.used = TimeUsed(self.limits, self.clock())
+                    slot.began = self.clock()
                 try:
                     send(slot.proc.connection, ("run", slot.sent[-1].request), plain=True)
                 except OSError:  # it died
@@ -435,8 +445,11 @@ class Isolated:
             message[1].details += _log_lines(proc)
             self._lose(slot, message[1])
         else:  # its answer: the worker goes on with the next check sent, now
-            slot.sent.popleft().answer = message
-            slot.used = TimeUsed(self.limits, self.clock()) if slot.sent else None
+            done, now = slot.sent.popleft(), self.clock()
+            done.answer = message
+            key = case_key(done.request)
+            self.seconds[key] = self.seconds.get(key, 0.0) + now - slot.began
+            slot.used, slot.began = (TimeUsed(self.limits, now) if slot.sent else None), now
 
     def _died(self, proc: WorkerProcess, check: str, phase: str) -> Aborted:
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -494,6 +507,18 @@ class Isolated:
                 f"{len(found)} error(s) from compute-sanitizer "
                 f"({', '.join(self.sanitizer.tools)}); the first:", found[: self.sanitizer.shown]))
         return result
+
+
+def case_key(request: Request) -> str:
+    """``source::case id``: what a worker takes whole, and what its seconds are kept by."""
+    return f"{request.case.source}::{request.case.id}"
+
+
+def longest_first(keys: list[str], cost: dict[str, float]) -> list[str]:
+    """``keys`` in dispatch order: those without a cost first, as given (a new case may be
+    long), then the rest longest first (ties as given)."""
+    order = {key: i for i, key in enumerate(keys)}
+    return sorted(keys, key=lambda k: (k in cost, -cost.get(k, 0.0), order[k]))
 
 
 def _check(request: Request) -> str:

@@ -125,11 +125,30 @@ def isolated_executor(config: pytest.Config, session: Any,
             root=Path(config.rootpath))
 
     first = config.stash.get(FIRST, None)
+    # Each case's seconds in the last run, kept in pytest's cache (absent under
+    # -p no:cacheprovider, and not kept by xdist's workers, which run one at a time).
+    cache = None if session.is_worker or workers < 2 else getattr(config, "cache", None)
+    key = f"numcheck/case-seconds/{session.device.kind}"
+    cost = _seconds(cache.get(key, {})) if cache is not None else {}
     isolated = Isolated(setup, cases=session.cases,
                         limits=Limits(run.timeout_s, run.timeout_first_call_s),
                         workers=workers, threads=threads, progress=session.progress,
-                        sanitizer=sanitizer,
+                        sanitizer=sanitizer, cost=cost,
                         **({} if first is None else {"log_dir": first.log.parent}))
+    if cache is not None:
+        def keep() -> None:
+            if isolated.seconds:
+                cache.set(key, {**cost, **{k: round(v, 3) for k, v in isolated.seconds.items()}})
+
+        config.add_cleanup(keep)
     if first is not None:
         isolated.start(first)
     return isolated
+
+
+def _seconds(kept: object) -> dict[str, float]:
+    """The cache's case seconds, what is not a number left out (a hand-edited file)."""
+    if not isinstance(kept, dict):
+        return {}
+    return {str(k): float(v) for k, v in kept.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0}
