@@ -38,6 +38,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = "1"
         _ONE_THREAD = True
+    # And glibc's allocator as the gate's workers have it (numcheck.execute.isolated):
+    # freed memory kept for the next tensor, for xdist's workers and subprocesses.
+    from numcheck.execute.isolated import MALLOC_ENV
+
+    for name, value in MALLOC_ENV.items():
+        os.environ.setdefault(name, value)
     # Collection mostly imports (torch, scipy, the package, the tests): the garbage collector
     # would walk that growing heap again and again for nothing. Off until the first test,
     # where _test_process freezes what was loaded and turns it back on. Not in an xdist

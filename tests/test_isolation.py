@@ -710,6 +710,21 @@ def test_how_many_workers_and_threads() -> None:
     assert pool_size(2, cores=8, device="cuda", timed=True, xdist=True) == (2, 4)
 
 
+def test_a_worker_keeps_freed_memory_unless_the_environment_says_otherwise(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from numcheck.execute import isolated
+
+    envs: list[dict[str, str]] = []
+    monkeypatch.setattr(isolated.subprocess, "Popen",
+                        lambda *a, env, **k: envs.append(env))
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    monkeypatch.setenv("MALLOC_TOP_PAD_", "0")  # the user's word wins
+    isolated.WorkerProcess(tmp_path).listener.close()
+    assert envs[0]["MALLOC_TRIM_THRESHOLD_"] == isolated.MALLOC_ENV["MALLOC_TRIM_THRESHOLD_"]
+    assert envs[0]["MALLOC_MMAP_THRESHOLD_"] == str(32 << 20)
+    assert envs[0]["MALLOC_TOP_PAD_"] == "0"
+
+
 def test_cases_the_last_run_timed_go_longest_first_after_the_new_ones() -> None:
     from numcheck.execute.isolated import longest_first
 
