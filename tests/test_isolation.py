@@ -586,7 +586,7 @@ def test_two_workers_run_whole_cases_and_report_in_collection_order(
     # each case's seconds kept for the next run's order (longest first)
     kept = json.loads((pool.path / ".pytest_cache" / "v" / "numcheck" / "case-seconds" /
                        "cpu").read_text())
-    assert sorted(k.rsplit("::", 1)[1] for k in kept) == sorted(TOKENS)
+    assert sorted(kept) == sorted(f"cases/mhc.toml::{case}" for case in TOKENS)
     assert all(v > 0 for v in kept.values())
     assert {threads for _, threads, _ in lines(where)} == {
         str(max(1, len(os.sched_getaffinity(0)) // 2))}
@@ -733,6 +733,16 @@ def test_cases_the_last_run_timed_go_longest_first_after_the_new_ones() -> None:
     assert longest_first(keys, cost) == ["a::new", "c::newer", "b::slow", "a::quick",
                                          "b::also-quick"]
     assert longest_first(keys, {}) == keys  # a first run: the order given
+
+
+def test_the_cache_s_case_seconds_are_read_relative_to_the_rootdir() -> None:
+    from numcheck.plugin.isolation import _seconds
+
+    kept = {"cases/a.toml::x": 1.5, "/elsewhere/b.toml::y": 2, "bad": "1", "neg": -1.0,
+            "flag": True}
+    assert _seconds(kept, "/root/") == {"/root/cases/a.toml::x": 1.5,
+                                        "/elsewhere/b.toml::y": 2.0}
+    assert _seconds(["not", "a", "table"], "/root/") == {}
 
 
 def test_the_pool_dispatches_by_cost_and_counts_each_case_s_seconds(

@@ -128,8 +128,8 @@ def isolated_executor(config: pytest.Config, session: Any,
     # Each case's seconds in the last run, kept in pytest's cache (absent under
     # -p no:cacheprovider, and not kept by xdist's workers, which run one at a time).
     cache = None if session.is_worker or workers < 2 else getattr(config, "cache", None)
-    key = f"numcheck/case-seconds/{session.device.kind}"
-    cost = _seconds(cache.get(key, {})) if cache is not None else {}
+    key, root = f"numcheck/case-seconds/{session.device.kind}", f"{config.rootpath}{os.sep}"
+    cost = _seconds(cache.get(key, {}), root) if cache is not None else {}
     isolated = Isolated(setup, cases=session.cases,
                         limits=Limits(run.timeout_s, run.timeout_first_call_s),
                         workers=workers, threads=threads, progress=session.progress,
@@ -138,7 +138,8 @@ def isolated_executor(config: pytest.Config, session: Any,
     if cache is not None:
         def keep() -> None:
             if isolated.seconds:
-                cache.set(key, {**cost, **{k: round(v, 3) for k, v in isolated.seconds.items()}})
+                cache.set(key, {k.removeprefix(root): round(v, 3)
+                                for k, v in {**cost, **isolated.seconds}.items()})
 
         config.add_cleanup(keep)
     if first is not None:
@@ -146,9 +147,10 @@ def isolated_executor(config: pytest.Config, session: Any,
     return isolated
 
 
-def _seconds(kept: object) -> dict[str, float]:
-    """The cache's case seconds, what is not a number left out (a hand-edited file)."""
+def _seconds(kept: object, root: str) -> dict[str, float]:
+    """The cache's case seconds (kept relative to the rootdir, so that a moved checkout
+    keeps them), what is not a number left out (a hand-edited file)."""
     if not isinstance(kept, dict):
         return {}
-    return {str(k): float(v) for k, v in kept.items()
+    return {os.path.join(root, k): float(v) for k, v in kept.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0}
