@@ -304,58 +304,56 @@ def cmd_independent(args: argparse.Namespace) -> int:
     sources: dict[Path, Any] = {}
     cached: tuple[Any, Any] | None = None
     rows = []
-    watch = ClockWatch(torch.cuda.current_device() if device == "cuda" else 0)
-    if device == "cuda":
-        watch.__enter__()
-    for r in report["records"]:
-        t = r.get("timing") or {}
-        if (t.get("speedup_min") is None and not args.all) or args.k not in r["id"]:
-            continue
-        src = ROOT / r["source"] if r.get("source") else None
-        if src is None or not src.exists():  # a run's cases folder outside the repo
-            src = Path(args.cases) / Path(r.get("source") or "").name
-        if src not in sources:
-            sources[src] = {c.id: c for c in load_case_file(src)}
-        case = sources[src][r["case"]]
-        op = get_op(case.op)
-        if cached is None or cached[0] is not case:  # records of one case come together
-            cached = None
+    # The SM clock sampled during the timings (no thread without NVML: on the CPU).
+    with ClockWatch(torch.cuda.current_device() if device == "cuda" else 0) as watch:
+        for r in report["records"]:
+            t = r.get("timing") or {}
+            if (t.get("speedup_min") is None and not args.all) or args.k not in r["id"]:
+                continue
+            src = ROOT / r["source"] if r.get("source") else None
+            if src is None or not src.exists():  # a run's cases folder outside the repo
+                src = Path(args.cases) / Path(r.get("source") or "").name
+            if src not in sources:
+                sources[src] = {c.id: c for c in load_case_file(src)}
+            case = sources[src][r["case"]]
+            op = get_op(case.op)
+            if cached is None or cached[0] is not case:  # records of one case come together
+                cached = None
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+                cpu_inputs, _ = CaseInputs(op, case).get(case.seeds[0])
+                cached = (case, to_device(cpu_inputs, device))
+            inputs = cached[1]
+            ref_v, var_v = op.variants[op.reference], op.variants[r["variant"]]
+            ref, var = (functools.partial(v.fn, _prepared(v, inputs, case.params, device),
+                                          case.params) for v in (ref_v, var_v))
+            extra: dict[str, Any] = {}
             if device == "cuda":
-                torch.cuda.empty_cache()
-            cpu_inputs, _ = CaseInputs(op, case).get(case.seeds[0])
-            cached = (case, to_device(cpu_inputs, device))
-        inputs = cached[1]
-        ref_v, var_v = op.variants[op.reference], op.variants[r["variant"]]
-        ref, var = (functools.partial(v.fn, _prepared(v, inputs, case.params, device),
-                                      case.params) for v in (ref_v, var_v))
-        extra: dict[str, Any] = {}
-        if device == "cuda":
-            ms, clocks = [], {"ref": [], "var": []}
-            for who, fn in (("ref", ref), ("var", var), ("ref", ref), ("var", var)):
-                t0 = watch.now()
-                ms.append(_bench(fn))
-                clocks[who].append(watch.window(t0, watch.now()))
-            a1, b1, a2, b2 = ms
-            ratio = statistics.median([a1 / b1, a2 / b2, a1 / b2, a2 / b1])
-            burst = _burst(ref, var, statistics.median([a1, a2]), statistics.median([b1, b2]))
-            extra = {"burst": burst, "burst_diff": burst / t["speedup"] - 1,
-                     "clock_ref": _merged(clocks["ref"]), "clock_var": _merged(clocks["var"])}
-        else:  # CPU dry run: plumbing only (each called once, as the timer would)
-            ref(), var()
-            ratio = float("nan")
-        rows.append({"id": r["id"], "numcheck": t["speedup"], "ci": [t["ci_low"], t["ci_high"]],
-                     "independent": ratio, "diff": ratio / t["speedup"] - 1, **extra})
-        del inputs, ref, var
-        clock = ""
-        if extra.get("clock_ref") and extra.get("clock_var"):
-            clock = (f"  SM {extra['clock_ref']['median_mhz']:.0f}/"
-                     f"{extra['clock_var']['median_mhz']:.0f} MHz "
-                     f"{','.join(extra['clock_var']['reasons']) or '-'}")
-        burst_text = f"  burst {extra['burst']:.3f}" if extra else ""
-        print(f"{r['id'][:64]:64} numcheck {t['speedup']:.3f} [{t['ci_low']:.3f}, "
-              f"{t['ci_high']:.3f}]  independent {ratio:.3f}  diff {rows[-1]['diff']:+.1%}"
-              f"{burst_text}{clock}", flush=True)
-    watch.__exit__()
+                ms, clocks = [], {"ref": [], "var": []}
+                for who, fn in (("ref", ref), ("var", var), ("ref", ref), ("var", var)):
+                    t0 = watch.now()
+                    ms.append(_bench(fn))
+                    clocks[who].append(watch.window(t0, watch.now()))
+                a1, b1, a2, b2 = ms
+                ratio = statistics.median([a1 / b1, a2 / b2, a1 / b2, a2 / b1])
+                burst = _burst(ref, var, statistics.median([a1, a2]), statistics.median([b1, b2]))
+                extra = {"burst": burst, "burst_diff": burst / t["speedup"] - 1,
+                         "clock_ref": _merged(clocks["ref"]), "clock_var": _merged(clocks["var"])}
+            else:  # CPU dry run: plumbing only (each called once, as the timer would)
+                ref(), var()
+                ratio = float("nan")
+            rows.append({"id": r["id"], "numcheck": t["speedup"], "ci": [t["ci_low"], t["ci_high"]],
+                         "independent": ratio, "diff": ratio / t["speedup"] - 1, **extra})
+            del inputs, ref, var
+            clock = ""
+            if extra.get("clock_ref") and extra.get("clock_var"):
+                clock = (f"  SM {extra['clock_ref']['median_mhz']:.0f}/"
+                         f"{extra['clock_var']['median_mhz']:.0f} MHz "
+                         f"{','.join(extra['clock_var']['reasons']) or '-'}")
+            burst_text = f"  burst {extra['burst']:.3f}" if extra else ""
+            print(f"{r['id'][:64]:64} numcheck {t['speedup']:.3f} [{t['ci_low']:.3f}, "
+                  f"{t['ci_high']:.3f}]  independent {ratio:.3f}  diff {rows[-1]['diff']:+.1%}"
+                  f"{burst_text}{clock}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     within = [abs(x["diff"]) <= 0.02 for x in rows if x["independent"] == x["independent"]]
