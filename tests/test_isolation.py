@@ -613,8 +613,10 @@ def test_a_crash_in_one_worker_fails_its_check_alone_and_names_the_worker(
         pool: pytest.Pytester, tmp_path: Path) -> None:
     write_case(pool, "exits", "logs_where")
     report = tmp_path / "r.json"
+    # (without pytest's cache: the cases go in collection order, not by the last run's
+    # seconds, so the worker each one lands in is known)
     result = pool.runpytest("--numcheck", "--numcheck-workers=2", "--numcheck-report",
-                            str(report))
+                            str(report), "-p", "no:cacheprovider")
     result.assert_outcomes(passed=4, failed=1)
     result.stdout.fnmatch_lines([
         "numcheck CRASH mhc_pre::tiny-mhc::exits[[]cpu[]]",
@@ -638,7 +640,7 @@ def test_a_hang_in_one_worker_is_caught_while_the_run_waits_on_the_other(
         CASE.replace('"honest"]', '"hangs_later"]').format(variants='"waits_for_hang_end"'))
     assert pool.runpytest("--numcheck", "--numcheck-regen", "-k", "fp32").ret == 0
     result = pool.runpytest("--numcheck", "--numcheck-workers=2", "--numcheck-timeout=10",
-                            "--numcheck-timeout-first-call=0")
+                            "--numcheck-timeout-first-call=0", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines([
         "numcheck TIMEOUT mhc_pre::tiny-mhc-after::hangs_later[[]cpu[]]",
