@@ -71,12 +71,10 @@ def _end_worker() -> None:
     os._exit(0)
 
 
-#: The test modules with the longest tests (the meta-device sweep, 4-5 s; the self-test, 24
+#: The test modules with the longest tests (the meta-device sweep, 3-5 s; the self-test, 24
 #: tests of up to 4 s, about a quarter of the suite's CPU), run first: a pytest-xdist worker
-#: must not end the run alone on one of them while the other waits. Only these: the load
-#: scheduler hands each worker a first chunk of an eighth of the tests, in collection order,
-#: and balances the rest as workers free up, so the first chunk must stay well under half
-#: of the work.
+#: must not end the run alone on one of them while the other waits. Work stealing (below)
+#: evens out the rest, taking from the end of a worker's queue.
 RUN_FIRST = ("test_variant_devices.py", "test_selftest.py")
 
 
@@ -85,6 +83,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     rank = {name: i for i, name in enumerate(RUN_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Work stealing for `-n N` (pytest-xdist's `--dist worksteal`) where the run left the
+    distribution at its default, `load`. The load scheduler hands out fixed chunks: the
+    README's test command on 2 cores had one worker finish 4.3 s before the other
+    (2026-12-06); a worker that runs out takes half of the other's queue instead. An
+    explicit `--dist` other than load is kept."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import WorkStealingScheduling
+
+    return WorkStealingScheduling(config, log)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
