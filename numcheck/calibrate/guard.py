@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from numcheck.calibrate.headroom import (
     BUG_FACTOR,
@@ -61,15 +61,6 @@ SUSPECT = frozenset({"element", "row", "rule", "borrower"})
 #: A simulated-reference row: its name ("promoted sums") and its limits (sim_* -> value).
 SimRow = tuple[str, Mapping[str, float]]
 RENEWABLE = frozenset({"record", "unrecorded"})
-
-
-class WorstLike(Protocol):
-    """A worst measurement with where it came from (numcheck.calibrate.Worst)."""
-
-    @property
-    def value(self) -> float: ...
-    @property
-    def seed(self) -> int: ...
 
 
 #: One member's worst measurements: output -> metric -> a Worst, or a bare value.
