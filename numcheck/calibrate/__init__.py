@@ -183,13 +183,10 @@ def seed_rows(op: OpSpec, golden: CaseGolden, measured: SeedResult) -> dict[str,
     return rows
 
 
-#: What a low-precision check's rules measured, kept beside each output's metrics so that
-#: calibration can refuse a member that breaks them (numcheck.calibrate.guard): its worst
-#: GEMM result over the bound an honest kernel stays within (``quant.sim_ratio``, at most 1)
-#: and its operands' findings against the declared scheme (``quant.operands``, none).
-QUANT_RULES = ("sim_ratio", "operand_findings")
-
-
+# What a low-precision check's rules measured, kept beside each output's metrics so that
+# calibration can refuse a member that breaks them (numcheck.calibrate.guard): its worst
+# GEMM result over the bound an honest kernel stays within (``quant.sim_ratio``, at most 1)
+# and its operands' findings against the declared scheme (``quant.operands``, none).
 def quant_row(quant: SimReport | None) -> Row:
     """The rules' measurements of one seed's second reference (empty without one)."""
     if quant is None:
