@@ -29,6 +29,7 @@ used with), subnormals included. Pure torch; nothing here knows about scales or 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -66,10 +67,7 @@ class ElementFormat:
     def max_exponent(self) -> int:
         """Exponent of the largest power of two in the format (e4m3fn 8, e5m2 15, e2m1 2): the
         ``emax_elem`` of the OCP MX scale rule."""
-        e = 0
-        while 2.0 ** (e + 1) <= self.max_value:
-            e += 1
-        return e
+        return math.frexp(self.max_value)[1] - 1
 
     @property
     def smallest_subnormal(self) -> float:
