@@ -157,12 +157,7 @@ def add_variant(op_name: str, variant: Variant, *, origin: str | None = None) ->
             f"numcheck: op {op_name!r} already has a variant {variant.name!r} (from {first}); "
             f"this one comes from {origin}. Fix: give your variant another name"
         )
-    _check_variant(op_name, variant, origin, op.outputs)
-    _check_quant(op, variant, origin)
-    updated = replace(op, variants={**op.variants, variant.name: variant})
-    _ops()[op_name] = updated
-    _ORIGINS[f"{op_name}::{variant.name}"] = origin
-    return updated
+    return set_variant(op_name, variant, origin=origin)
 
 
 def variant_origin(op_name: str, name: str) -> str | None:
