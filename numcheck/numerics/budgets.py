@@ -528,16 +528,13 @@ def _topk_budget(
     limits.update(
         {key: _number(f"{name}.{key}", given[key]) for key in TOPK_LIMITS if key in given}
     )
-    for kind in ("rel", "abs"):
-        key = f"tie_band_{kind}"
-        if key in given:
-            return TopkBudget(
-                limits=limits, tie_band=_number(f"{name}.{key}", given[key]), tie_band_kind=kind
-            )
-    for kind in ("rel", "abs"):
-        key = f"tie_band_{kind}"
-        if key in defaults:
-            return TopkBudget(limits=limits, tie_band=defaults[key], tie_band_kind=kind)
+    # The case's tie band, else the defaults' (checked numbers, so _number keeps them).
+    for source in (given, defaults):
+        for kind in ("rel", "abs"):
+            key = f"tie_band_{kind}"
+            if key in source:
+                return TopkBudget(limits=limits, tie_band=_number(f"{name}.{key}", source[key]),
+                                  tie_band_kind=kind)
     raise AssertionError("unreachable: _check_defaults requires a tie band in every row")
 
 
