@@ -18,12 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from numcheck.calibrate.headroom import (  # noqa: F401 (the rule's names, as this module had)
-    DEFAULT_HEADROOM,
-    FLOORS,
-    HEADROOM,
-    budget_value,
-)
+from numcheck.calibrate.headroom import budget_value
 from numcheck.cases import Case
 from numcheck.check.against_golden import run_numerics
 from numcheck.check.result import CheckResult
