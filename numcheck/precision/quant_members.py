@@ -141,7 +141,9 @@ class QuantMember:
         return QuantGemm(self.recipe)
 
 
-def _rows() -> tuple[QuantMember, ...]:
+@cache
+def quant_members() -> tuple[QuantMember, ...]:
+    """Every honest emulated FP8 and FP4 GEMM (module docstring)."""
     fast, promoted, fp32 = FAST_ACCUMULATION, PROMOTED_128, FP32_ACCUMULATION
     ue8m0_act = replace(DEEPSEEK_ACT, scale="ue8m0")
     ue8m0_weight = replace(DEEPSEEK_WEIGHT, scale="ue8m0")
@@ -198,12 +200,6 @@ def _rows() -> tuple[QuantMember, ...]:
                 f"{what} operands, emulated (no FP4 tensor cores on Hopper): products summed "
                 f"in fp32 per scale block, {out} result", envelope=(out == "bf16")))
     return tuple(rows)
-
-
-@cache
-def quant_members() -> tuple[QuantMember, ...]:
-    """Every honest emulated FP8 and FP4 GEMM (module docstring)."""
-    return _rows()
 
 
 def quant_members_for(precision: str) -> list[QuantMember]:
