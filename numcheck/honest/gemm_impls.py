@@ -208,7 +208,10 @@ def _triton_placement() -> tuple[tuple[str, ...], str]:
                 "only")
 
 
-def _table() -> tuple[GemmImpl, ...]:
+@cache
+def honest_gemms() -> tuple[GemmImpl, ...]:
+    """Every honest GEMM implementation, by precision class (built once: where the Triton
+    members run depends on this process's Triton mode)."""
     rows = [
         _emulated("fp32", "fp32", Recipe("fp32"),
                   "IEEE fp32 operands and accumulation, one pass over K (TF32 off)"),
@@ -274,13 +277,6 @@ def _table() -> tuple[GemmImpl, ...]:
                              devices=devices, unavailable=why))
     assert all(r.precision in PRECISIONS for r in rows)
     return tuple(rows)
-
-
-@cache
-def honest_gemms() -> tuple[GemmImpl, ...]:
-    """Every honest GEMM implementation, by precision class (built once: where the Triton
-    members run depends on this process's Triton mode)."""
-    return _table()
 
 
 def gemms_for(precision: str) -> list[GemmImpl]:
