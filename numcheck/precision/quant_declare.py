@@ -247,10 +247,6 @@ def pair_tag(a: Operand, b: Operand) -> str:
     return f"{_tag(a)}_{_tag(b)}"
 
 
-def _same_operands(q: GemmQuant, a: Operand, b: Operand) -> bool:
-    return q.a == a and q.b == b
-
-
 @cache
 def _table() -> tuple[SchemeMember, ...]:
     """The shipped members (numcheck.precision.quant_members) as declarations."""
@@ -297,7 +293,7 @@ def scheme_family(quant: GemmQuant) -> tuple[SchemeMember, ...]:
     """The honest emulated members of ``quant``'s operand schemes: the shipped ones
     (numcheck.precision.quant_members) where the schemes are among theirs, else every
     honest accumulation and output of the schemes (their declared model included)."""
-    shipped = [m for m in _table() if _same_operands(m.quant, quant.a, quant.b)]
+    shipped = [m for m in _table() if (m.quant.a, m.quant.b) == (quant.a, quant.b)]
     if shipped:
         declared = [m for m in shipped if m.quant == quant]
         extra = [] if declared else [
