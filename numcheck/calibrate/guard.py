@@ -158,7 +158,7 @@ def suspects(
     """
     lender = lender or {}
     sims = sims or {}
-    honest_members = {m for m in members if _is_member(m)}
+    honest_members = {m for m in members if m.startswith(MEMBER_PREFIX)}
     family_worst = honest or {}
     out: list[Finding] = []
     where = f"[{case}.budget.{table_variant}.*]"
@@ -213,11 +213,6 @@ def suspects(
             out.append(Finding(kind, case, member, where, head, tuple(lines),
                                "; ".join(brief)))
     return out
-
-
-def _is_member(label: str) -> bool:
-    """numcheck's own honest member (``gemm_<label>``, a device maybe appended)."""
-    return label.startswith(MEMBER_PREFIX)
 
 
 def _sim_lines(output: str, row: Mapping[str, Any], sim: SimRow,
