@@ -87,14 +87,6 @@ class RealGemm:
         return out
 
 
-def _constant_along_k(quant: GemmQuant) -> bool:
-    return all(operand_scheme(o).granularity in (PER_TENSOR, PER_ROW) for o in (quant.a, quant.b))
-
-
-def _fp8(quant: GemmQuant) -> bool:
-    return all(o.format.name == "e4m3fn" for o in (quant.a, quant.b))
-
-
 def real_gemms(quant: GemmQuant) -> list[GemmImpl]:
     """The real kernels of ``quant``'s operand schemes (module docstring): the operands
     dequantized and multiplied by torch's float32 GEMM (any device: how FP4 runs on Hopper,
@@ -108,10 +100,10 @@ def real_gemms(quant: GemmQuant) -> list[GemmImpl]:
             f"dequantized_{tag}_{out}out", q.precision, RealGemm(q, "dequantized"),
             f"{a.label} x {b.label} dequantized to float32, torch's float32 GEMM (TF32 off, "
             f"its own order of sums), {out} result", envelope=out == "bf16", quant=q))
-    if not _fp8(quant):
+    if not all(o.format.name == "e4m3fn" for o in (quant.a, quant.b)):
         return rows  # e5m2 and FP4: emulated (FP4 has no tensor cores on Hopper)
     cuda = ("cuda",)
-    if _constant_along_k(quant):
+    if all(operand_scheme(o).granularity in (PER_TENSOR, PER_ROW) for o in (quant.a, quant.b)):
         for acc, how, fast in ((PROMOTED_128, "promoted", "False"),
                                (FAST_ACCUMULATION, "fast", "True")):
             for out in ("fp32", "bf16"):
