@@ -111,20 +111,14 @@ def take(t: torch.Tensor, spec: BatchAxis | int, params: Params,
     return t.index_select(dim, _rows(spec, params, requests, t.device)).contiguous()
 
 
-def request_params(batch: Batch, params: Params, count: int) -> dict[str, Any]:
-    """The case's params for a batch of ``count`` requests (``size_param`` set)."""
-    out = dict(params)
-    if batch.size_param is not None:
-        out[batch.size_param] = count
-    return out
-
-
 def request_inputs(batch: Batch, inputs: Inputs, params: Params,
                    requests: Sequence[int]) -> tuple[Inputs, dict[str, Any]]:
     """The inputs and params of a batch made of ``requests`` alone (indices into the batch of
     ``inputs``, in that order): the batched inputs' entries of those requests, the shared
     inputs whole."""
-    sub = request_params(batch, params, len(requests))
+    sub = dict(params)
+    if batch.size_param is not None:
+        sub[batch.size_param] = len(requests)
     if batch.select is not None:
         return dict(batch.select(inputs, sub, requests)), sub
     out = {name: take(t, batch.inputs[name], params, requests) if name in batch.inputs else t
