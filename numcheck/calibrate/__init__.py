@@ -82,13 +82,6 @@ class Worst:
     seed: int
     variant: str
 
-    def as_list(self) -> list[Any]:
-        return [self.value, self.seed, self.variant]
-
-    @classmethod
-    def from_list(cls, data: Sequence[Any]) -> Worst:
-        return cls(float(data[0]), int(data[1]), str(data[2]))
-
 
 #: Worst values of one variant (or a pool of variants): output -> metric -> Worst.
 WorstTable = dict[str, dict[str, Worst]]

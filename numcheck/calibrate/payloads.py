@@ -133,11 +133,13 @@ Payload = NumericsPayload | SpeedPayload
 
 def table_out(table: WorstTable) -> dict[str, dict[str, list[Any]]]:
     """A worst table as JSON-able lists (what a payload's plain form carries)."""
-    return {o: {m: w.as_list() for m, w in row.items()} for o, row in table.items()}
+    return {o: {m: [w.value, w.seed, w.variant] for m, w in row.items()}
+            for o, row in table.items()}
 
 
 def table_in(data: Mapping[str, Mapping[str, Sequence[Any]]]) -> WorstTable:
-    return {o: {m: Worst.from_list(w) for m, w in row.items()} for o, row in data.items()}
+    return {o: {m: Worst(float(w[0]), int(w[1]), str(w[2])) for m, w in row.items()}
+            for o, row in data.items()}
 
 
 def payload_to_data(payload: Payload) -> dict[str, Any]:
