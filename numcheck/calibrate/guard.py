@@ -110,13 +110,9 @@ def row_class(precision: str, output: str, output_precision: Mapping[str, str]) 
 
 def worst_element(table: MemberTable) -> tuple[str, float, int | None] | None:
     """A member's worst ``max_err_ratio`` over its outputs: (output, value, seed)."""
-    best: tuple[str, float, int | None] | None = None
-    for output, row in table.items():
-        if ELEMENT_KEY in row:
-            value, seed = _value_seed(row[ELEMENT_KEY])
-            if best is None or value > best[1]:
-                best = (output, value, seed)
-    return best
+    found = [(output, *_value_seed(row[ELEMENT_KEY])) for output, row in table.items()
+             if ELEMENT_KEY in row]
+    return max(found, key=lambda f: f[1], default=None)
 
 
 def element_text(table: MemberTable, precision: str,
