@@ -24,7 +24,7 @@ key (:func:`parse_record`). Nothing here imports torch.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from numcheck.numerics.budgets import BudgetError, describe
@@ -59,13 +59,9 @@ class CalibrationRecord:
 
     def as_table(self) -> dict[str, Any]:
         """The record as the TOML table the case writer emits (``accepted`` only if any)."""
-        table: dict[str, Any] = {
-            "command": self.command, "date": self.date, "torch": self.torch,
-            "pool": list(self.pool), "devices": list(self.devices), "seeds": list(self.seeds),
-            "fresh_seeds": self.fresh_seeds, "first_fresh_seed": self.first_fresh_seed,
-        }
-        if self.accepted:
-            table["accepted"] = list(self.accepted)
+        table = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        if not self.accepted:
+            del table["accepted"]
         return table
 
     def seed_text(self) -> str:
