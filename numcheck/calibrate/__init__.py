@@ -414,8 +414,7 @@ def suggestion_findings(runs: Sequence[Mapping[str, Any]], cases: Sequence[Case]
                                 and is_worse(key, value, before[output][key])]
                 if widened:
                     findings.append(guard.borrower_widens(
-                        case.id, variant, lender, widened, table, precision,
-                        op.output_precision))
+                        case.id, variant, lender, widened, precision))
     return findings
 
 

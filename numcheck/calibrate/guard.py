@@ -260,7 +260,7 @@ def _rule_lines(output: str, row: Mapping[str, Any], said: Sequence[str]) -> lis
 
 def borrower_widens(
     case: str, borrower: str, lender: str, widened: Sequence[tuple[str, str, float, float]],
-    table: MemberTable, precision: str, output_precision: Mapping[str, str],
+    precision: str,
 ) -> Finding:
     """A ``budget_like`` borrower whose measurements would widen its lender's table:
     ``widened`` holds (output, key, the lender's pool alone, with the borrower)."""

@@ -233,7 +233,7 @@ def _plan_variant(plan: NumericsPlan, group: Group[NumericsPayload], p: Numerics
         widened = _widened(cells_own, with_it)
         if widened:
             plan.findings.append(guard.borrower_widens(
-                case, lab, variant, widened, t, precision or "its class", coarse))
+                case, lab, variant, widened, precision or "its class"))
     # A borrower that widens the table without being accepted is left out of what would be
     # written (nothing is written while its finding stands).
     keep = [i < len(own) or everything[i].variant in accepted
