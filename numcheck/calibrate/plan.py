@@ -83,10 +83,8 @@ def groups(payloads: Sequence[P]) -> Iterator[Group[P]]:
     found: dict[tuple[str, str], Group[P]] = {}
     for p in payloads:
         ref = p.check
-        key = (ref.path, ref.case)
-        if key not in found:
-            found[key] = Group(ref.source, ref.path, ref.case, [])
-        found[key].payloads.append(p)
+        group = found.setdefault((ref.path, ref.case), Group(ref.source, ref.path, ref.case, []))
+        group.payloads.append(p)
     return iter(found.values())
 
 
