@@ -23,6 +23,7 @@ Nothing here imports torch or pytest.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -110,9 +111,7 @@ def expand(
                              "swept parameter takes each point's value",
                              f"remove {name} from shape, or stop sweeping it")
         axes[name] = _axis_values(key, name, op.params[name], given)
-    count = 1
-    for axis in axes.values():
-        count *= len(axis)
+    count = math.prod(len(axis) for axis in axes.values())
     if count > MAX_POINTS:
         sizes = " x ".join(f"{len(v)} {n}" for n, v in axes.items())
         raise SweepError(SWEEP_KEY, f"the sweep makes {count} points ({sizes}), more than "
