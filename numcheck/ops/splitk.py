@@ -32,10 +32,7 @@ def split_k_matmul(
         write((a[..., lo:hi] @ b[..., lo:hi, :]).float()) for lo, hi in pairwise(bounds)
     ]
     if not tree:
-        acc = partials[0]
-        for part in partials[1:]:
-            acc = acc + part
-        return acc
+        return sum(partials[1:], partials[0])
     while len(partials) > 1:
         paired = [x + y for x, y in zip(partials[0::2], partials[1::2])]
         partials = paired + ([partials[-1]] if len(partials) % 2 else [])
