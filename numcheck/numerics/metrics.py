@@ -364,9 +364,13 @@ def compare(
             torch.where(compared, a_flat, 0.0), torch.where(compared, e_flat, 0.0)
         )
 
-    if n_compared == 0:
-        return undefined_where_nan(_nothing_compared(
-            a.numel(), calc, nonfinite, atol, rtol, u, has_rounding_ref=rounding_ref is not None))
+    if n_compared == 0:  # no position finite on both sides: no error measured
+        return undefined_where_nan(ErrorMetrics(
+            numel=a.numel(), n_compared=0, max_abs=0.0, max_abs_index=(), max_rel=0.0,
+            max_rel_index=(), rel_fro=0.0, calc_diff=calc, ulp_p50=0.0, ulp_p99=0.0, ulp_max=0.0,
+            frac_outside=0.0, n_outside=0, atol=float(atol), rtol=float(rtol), nonfinite=nonfinite,
+            max_err_ratio=0.0 if rounding_ref is not None else math.nan, unit_roundoff=u,
+        ))
 
     if n_compared == a.numel():
         positions = None
@@ -425,17 +429,6 @@ def compare(
         unit_roundoff=u,
         row_outside=row_outside,
     ))
-
-
-def _nothing_compared(numel: int, calc: float, nonfinite: NonFinite, atol: float, rtol: float,
-                      u: float, *, has_rounding_ref: bool) -> ErrorMetrics:
-    """The metrics of an output with no position finite on both sides: no error measured."""
-    return ErrorMetrics(
-        numel=numel, n_compared=0, max_abs=0.0, max_abs_index=(), max_rel=0.0,
-        max_rel_index=(), rel_fro=0.0, calc_diff=calc, ulp_p50=0.0, ulp_p99=0.0, ulp_max=0.0,
-        frac_outside=0.0, n_outside=0, atol=float(atol), rtol=float(rtol), nonfinite=nonfinite,
-        max_err_ratio=0.0 if has_rounding_ref else math.nan, unit_roundoff=u,
-    )
 
 
 def _max_rel(abs_err: torch.Tensor, ec: torch.Tensor) -> tuple[float, int | None]:
