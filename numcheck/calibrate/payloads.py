@@ -131,17 +131,6 @@ class SpeedPayload:
 Payload = NumericsPayload | SpeedPayload
 
 
-def table_out(table: WorstTable) -> dict[str, dict[str, list[Any]]]:
-    """A worst table as JSON-able lists (what a payload's plain form carries)."""
-    return {o: {m: [w.value, w.seed, w.variant] for m, w in row.items()}
-            for o, row in table.items()}
-
-
-def table_in(data: Mapping[str, Mapping[str, Sequence[Any]]]) -> WorstTable:
-    return {o: {m: Worst(float(w[0]), int(w[1]), str(w[2])) for m, w in row.items()}
-            for o, row in data.items()}
-
-
 def payload_to_data(payload: Payload) -> dict[str, Any]:
     """A payload as plain JSON values, in the file format's key order."""
     ref = payload.check
@@ -172,7 +161,9 @@ def payload_to_data(payload: Payload) -> dict[str, Any]:
                 "record": p.record.as_table() if p.record is not None else None}
         if p.pool_removed:  # keys added later are written only where they say something
             out["pool_removed"] = list(p.pool_removed)
-    out["table"] = table_out(p.table)
+    # The worst table as JSON-able [value, seed, variant] lists.
+    out["table"] = {o: {m: [w.value, w.seed, w.variant] for m, w in row.items()}
+                    for o, row in p.table.items()}
     return out
 
 
@@ -215,7 +206,9 @@ def payload_from_data(data: Mapping[str, Any]) -> Payload:
             budget_like=data.get("budget_like"), precision=str(data.get("precision") or ""),
             output_precision=dict(data.get("output_precision") or {}),
             origins=dict(data.get("origins") or {}),
-            expect=tuple(data["expect"]), table=table_in(data["table"]),
+            expect=tuple(data["expect"]),
+            table={o: {m: Worst(float(w[0]), int(w[1]), str(w[2])) for m, w in row.items()}
+                   for o, row in data["table"].items()},
             pool=tuple(data.get("pool") or ()), pool_from=data.get("pool_from"),
             pool_missing=tuple(data.get("pool_missing") or ()),
             pool_removed=tuple(data.get("pool_removed") or ()),
