@@ -108,18 +108,13 @@ def row_class(precision: str, output: str, output_precision: Mapping[str, str]) 
     return coarser(precision, storage) if storage else precision
 
 
-def worst_element(table: MemberTable) -> tuple[str, float, int | None] | None:
-    """A member's worst ``max_err_ratio`` over its outputs: (output, value, seed)."""
-    found = [(output, *_value_seed(row[ELEMENT_KEY])) for output, row in table.items()
-             if ELEMENT_KEY in row]
-    return max(found, key=lambda f: f[1], default=None)
-
-
 def element_text(table: MemberTable, precision: str,
                  output_precision: Mapping[str, str]) -> str:
     """``worst element y.max_err_ratio = 10 (seed 0): 10x the worst element of bf16's
     honest rounding envelope on the same inputs; bf16's default row allows 2.9``."""
-    found = worst_element(table)
+    # The member's worst max_err_ratio over its outputs: (output, value, seed).
+    found = max([(output, *_value_seed(row[ELEMENT_KEY])) for output, row in table.items()
+                 if ELEMENT_KEY in row], key=lambda f: f[1], default=None)
     if found is None:
         return "worst element: not measured (the op has no rounding envelope for its class)"
     output, value, seed = found
