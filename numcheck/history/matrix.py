@@ -10,7 +10,6 @@ rows come first.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from numcheck.history.devclass import sort_classes
 from numcheck.history.runs import Run
 from numcheck.history.series import CheckKey, check_key, check_label
 from numcheck.report.htmlpage import bar, budget_ratio, is_lower_bound, page_start
+from numcheck.report.htmltext import escape as _e
 from numcheck.report.markdown import md_table
 from numcheck.report.records import Record
 from numcheck.report.render import speedup_cell
@@ -170,10 +170,6 @@ def to_markdown(matrix: Matrix) -> str:
     lines = [f"## numcheck {headline(matrix)}", "", *(f"- {s}" for s in source_lines(matrix)),
              "", CELL_HELP + ".", "", *md_table(header, rows)]
     return "\n".join(lines) + "\n"
-
-
-def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
 
 
 def _cell_html(record: Record | None) -> str:

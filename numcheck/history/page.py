@@ -14,7 +14,6 @@ extra); without it the page has every table.
 
 from __future__ import annotations
 
-import html
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -33,6 +32,8 @@ from numcheck.history.svgseries import (
     still_text,
 )
 from numcheck.report.htmlpage import EXTRA_HINT, page_start, svg_img, write_page
+from numcheck.report.htmltext import escape as _e
+from numcheck.report.htmltext import table as _table
 
 #: Commit ids printed under each plot's x axis, at most.
 MAX_TICKS = 5
@@ -46,20 +47,6 @@ tr.regression td{background:#fdecea}tr.improved td{background:#e6f4ea}
 .plots img{width:100%;height:auto}
 .still{color:#555;margin:.2em 0}
 """
-
-
-def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _table(header: list[str], rows: list[list[str]], row_class: list[str] | None = None) -> str:
-    """Cells are HTML already."""
-    head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = []
-    for i, row in enumerate(rows):
-        cls = f' class="{row_class[i]}"' if row_class and row_class[i] else ""
-        body.append(f"<tr{cls}>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def colors(history: History) -> dict[str, str]:

@@ -22,7 +22,6 @@ and still has every table. Nothing here imports torch.
 from __future__ import annotations
 
 import base64
-import html
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from numcheck.invariance.table import invariance_rows
+from numcheck.report.htmltext import escape as _e
 from numcheck.report.invariance_html import invariance_html, invariance_summary_html
 from numcheck.report.localize_html import localization_html
 from numcheck.report.markdown import headline
@@ -84,10 +84,6 @@ section.check{border-top:2px solid #ddd;margin-top:1.2em;padding-top:.4em}
 .hint{color:#777;font-style:italic}
 code{font-family:ui-monospace,monospace}
 """
-
-
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
 
 
 def _num(value: Any, fmt: str = ".3g") -> str:

@@ -8,21 +8,12 @@ HTML: nothing to fetch, no script.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from numcheck.invariance.table import INVARIANCE_HEADER, batch_cell, determinism_cell
-
-
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+from numcheck.report.htmltext import escape as _e
+from numcheck.report.htmltext import table as _table
 
 
 def invariance_html(invariance: Mapping[str, Any] | None) -> str:

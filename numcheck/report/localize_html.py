@@ -9,17 +9,14 @@ Plain HTML with inline styles: nothing to fetch, no script, no plotting library.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from numcheck.report.htmltext import escape as _e
+
 #: Width of a strip in pixels; cells share it (at least 2 px each).
 STRIP_PX = 480
-
-
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
 
 
 def heatmap(grouping: Mapping[str, Any]) -> str:

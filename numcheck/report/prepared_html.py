@@ -8,18 +8,15 @@ Plain HTML: nothing to fetch, no script.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping
 from typing import Any
 
 from numcheck.overhead.units import megabytes
+from numcheck.report.htmltext import escape as _e
+from numcheck.report.htmltext import table as _table
 
 #: Ledger entries of the preparation listed (largest first).
 MAX_ENTRIES = 12
-
-
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
 
 
 def _bytes(n: Any) -> str:
@@ -27,12 +24,6 @@ def _bytes(n: Any) -> str:
     if isinstance(n, bool) or not isinstance(n, (int, float)):
         return "-"
     return megabytes(n)
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{h}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def prepared_html(prepared: Mapping[str, Any] | None) -> str:

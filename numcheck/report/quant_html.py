@@ -7,17 +7,14 @@ so a saved JSON report draws the same. Plain HTML: nothing to fetch, no script.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping
 from typing import Any
+
+from numcheck.report.htmltext import escape as _e
 
 #: Each output's metric against each reference, as the section's rows show them.
 REFERENCES = (("FP32 golden", "rel_fro"), ("FP32 golden", "calc_diff"),
               ("simulated", "sim_rel_fro"), ("simulated", "sim_calc_diff"))
-
-
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
 
 
 def _num(value: Any) -> str:
