@@ -47,6 +47,7 @@ from numcheck.overhead.casts import CastLedger, ledger_table
 from numcheck.overhead.kernels import COPY, CUDA_CORE_GEMM, KernelAudit, profile_kernels
 from numcheck.overhead.units import megabytes
 from numcheck.precision import TENSOR_CORE_PRECISIONS
+from numcheck.recorded.files import tensor_bytes
 
 OVERHEAD_GATES = (CASTS_GATE.name, KERNELS_GATE.name)
 
@@ -372,10 +373,6 @@ def overhead_row(case: str, variant: str, device: str, report: OverheadReport) -
     return [case, variant, device, str(len(led.casts)), str(len(led.copies)),
             megabytes(led.bytes_moved), f"{report.cast_bytes_ratio:.2f}",
             str(len(led.round_trips)), gemm, share]
-
-
-def tensor_bytes(tensors: Mapping[str, torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
 # Frames of the harness that calls a variant: skipped when finding the variant's own line.
