@@ -42,7 +42,7 @@ from numcheck.calibrate.casewriter import Edit, format_number
 from numcheck.calibrate.headroom import FLOORS
 from numcheck.calibrate.payloads import NumericsPayload, Payload
 from numcheck.honest import MEMBER_PREFIX
-from numcheck.numerics.budget_origin import Given, Inherited, Origin, origins_from_dict, root
+from numcheck.numerics.budget_origin import Given, Inherited, origins_from_dict, root
 from numcheck.numerics.calibration_record import CalibrationRecord
 from numcheck.numerics.metric_names import ERROR_METRICS, SIM_METRICS, TOPK_LIMITS
 
@@ -88,22 +88,16 @@ def groups(payloads: Sequence[P]) -> Iterator[Group[P]]:
     return iter(found.values())
 
 
-def origins(payload: NumericsPayload) -> dict[str, dict[str, Origin]]:
-    """Where each key of the payload's variant's budget is set (output -> key -> origin);
-    empty for a payload that does not carry it (written before it did)."""
-    return origins_from_dict(payload.origins)
-
-
 def own_keys(payload: NumericsPayload) -> dict[str, list[str]]:
     """Per output, the keys the variant's own table sets in the case file."""
     return {output: [k for k, o in keys.items() if isinstance(o, Given)]
-            for output, keys in origins(payload).items()}
+            for output, keys in origins_from_dict(payload.origins).items()}
 
 
 def inherited_keys(payload: NumericsPayload) -> dict[str, dict[str, Inherited]]:
     """Per output, the keys the variant takes from the storage class's table."""
     found = {output: {k: o for k, o in keys.items() if isinstance(o, Inherited)}
-             for output, keys in origins(payload).items()}
+             for output, keys in origins_from_dict(payload.origins).items()}
     return {output: keys for output, keys in found.items() if keys}
 
 
@@ -130,7 +124,7 @@ def plan_numerics(
     variant's budget then covers its worst on every device. ``accepted``: variants whose
     bug-sized measurements are pooled anyway (their findings are kept, the caller decides).
     The values the case file itself sets, and which table each suggestion belongs to, come
-    from each payload's origin record (:func:`origins`), never from the file's text.
+    from each payload's origin record (its ``origins``), never from the file's text.
     """
     if not payloads:
         return NumericsPlan(["numcheck calibrate: no numerics check ran"])
@@ -261,7 +255,7 @@ def _plan_variant(plan: NumericsPlan, group: Group[NumericsPayload], p: Numerics
     if p.pool_from == "record":
         lines.append(f"# {case}: {variant}'s pool from its calibration record: "
                      f"{', '.join(p.pool)}")
-    found = origins(p)
+    found = origins_from_dict(p.origins)
     over = f" over {len(points)} sweep points" if points else ""
     for output, row in table.items():
         header = f"[{case}.budget.{variant}.{output}]"
