@@ -208,7 +208,8 @@ def _plan_variant(plan: NumericsPlan, group: Group[NumericsPayload], p: Numerics
     # A sweep's points pool as one case: each point's measurements keep its label.
     labels = [label(q, devices) + (f" @{q.check.point}" if q.check.point else "")
               for q in everything]
-    tables = [relabel(q.table, lab) for q, lab in zip(everything, labels, strict=True)]
+    tables = [{o: {m: replace(w, variant=lab) for m, w in row.items()}
+               for o, row in q.table.items()} for q, lab in zip(everything, labels, strict=True)]
     own_tables = tables[:len(own)]
     if precision:
         plan.findings += guard.suspects(
@@ -427,10 +428,6 @@ def informative(payload: NumericsPayload) -> bool:
 
 def label(payload: Payload, devices: set[str]) -> str:
     return payload.variant if len(devices) == 1 else f"{payload.variant} {payload.check.device}"
-
-
-def relabel(table: WorstTable, name: str) -> WorstTable:
-    return {o: {m: replace(w, variant=name) for m, w in row.items()} for o, row in table.items()}
 
 
 def pool_of(payload: NumericsPayload, measured: Mapping[str, Any]) -> list[str]:
