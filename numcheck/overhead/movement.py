@@ -143,10 +143,6 @@ class OpClass:
     mutated: str | None = None
 
 
-def _is_tensor_type(type_text: str) -> bool:
-    return "Tensor" in type_text
-
-
 def _tags_of_packet(packet: Any) -> set[Any]:
     """Tags of every overload of ``packet``: an ``out`` or in-place overload carries fewer
     tags than the functional one, and the class belongs to the op, not the overload."""
@@ -192,7 +188,7 @@ def classify(func: Any) -> OpClass:
         return OpClass(VIEW, name)
     mutated = next((a.name for a in schema.arguments
                     if a.alias_info is not None and a.alias_info.is_write), None)
-    tensors = [a for a in schema.arguments if _is_tensor_type(str(a.type))]
+    tensors = [a for a in schema.arguments if "Tensor" in str(a.type)]
     data = tuple(a.name for a in tensors if a.name not in METADATA_ARGS and a.name != mutated)
     tags = _tags_of_packet(packet)
     if _is_move(name, tags):
