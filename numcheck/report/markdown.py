@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
 
 from numcheck.invariance.table import INVARIANCE_HEADER, invariance_rows
 from numcheck.report.drift import DRIFT_HEADER, drift_rows
@@ -97,12 +96,9 @@ def drift_markdown(drift: Drift) -> list[str]:
     if not rows:
         return [*lines, "No matching checks in the baseline.", ""]
     verdict = f"{len(regressions)} regression(s)" if regressions else "no regression"
-    lines += [f"{verdict}; rules: {_rules_text(asdict(drift.rules))}.", ""]
+    rules = ", ".join(f"{k} {v}" for k, v in asdict(drift.rules).items())
+    lines += [f"{verdict}; rules: {rules}.", ""]
     return [*lines, *md_table(DRIFT_HEADER, rows), ""]
-
-
-def _rules_text(rules: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in rules.items())
 
 
 def _by_op(records: Sequence[Record]) -> list[tuple[str, list[Record]]]:
