@@ -346,12 +346,7 @@ class MemberRuns:
                 self.operands[(prefix, position, fmt)] = canonical
             else:
                 rounded = to_format(canonical[0], fmt)
+                same = torch.equal(rounded.view(torch.int32), canonical[0].view(torch.int32))
                 self.operands[(prefix, position, fmt)] = (
-                    (canonical[0], "exact") if _same_bits(rounded, canonical[0])
-                    else (rounded, fmt))
+                    (canonical[0], "exact") if same else (rounded, fmt))  # bit for bit, NaNs too
         return self.operands[(prefix, position, fmt)]
-
-
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal bit for bit (NaN payloads included)."""
-    return torch.equal(a.view(torch.int32), b.view(torch.int32))
