@@ -97,18 +97,14 @@ def batch_size(batch: Batch, inputs: Inputs, params: Params) -> int:
     return next(iter(sizes.values()))
 
 
-def _rows(spec: BatchAxis | int, params: Params, requests: Sequence[int],
-          device: torch.device) -> torch.Tensor:
-    per = entries_per_request(spec, params)
-    return torch.tensor([r * per + j for r in requests for j in range(per)], dtype=torch.long,
-                        device=device)
-
-
 def take(t: torch.Tensor, spec: BatchAxis | int, params: Params,
          requests: Sequence[int]) -> torch.Tensor:
     """The entries of ``requests`` along the tensor's batch axis, contiguous."""
     dim = axis_of(spec).dim
-    return t.index_select(dim, _rows(spec, params, requests, t.device)).contiguous()
+    per = entries_per_request(spec, params)
+    rows = torch.tensor([r * per + j for r in requests for j in range(per)], dtype=torch.long,
+                        device=t.device)
+    return t.index_select(dim, rows).contiguous()
 
 
 def request_inputs(batch: Batch, inputs: Inputs, params: Params,
