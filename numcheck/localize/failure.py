@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -87,7 +88,7 @@ def localize_grid(
             expl = explain(heavy, g, labelled, grid, inputs, params, c.groups)
             if not expl and c.heavy == 1 and g.describe is not None:
                 expl = c.top[0]["name"]
-            explained.append((g, _with(c, explained_by=expl), heavy))
+            explained.append((g, replace(c, explained_by=expl), heavy))
         found = [next(((g2, c2, h2) for g2, c2, h2 in explained if g2 is g), (g, c, h))
                  for g, c, h in found]
         best_share = max(c.error_share for _, c, _ in explained)
@@ -113,12 +114,6 @@ def localize_grid(
         lines=tuple(lines[:2]), concentrated=bool(hot), transform=transform,
         groupings=tuple(c for _, c, _ in found),
     )
-
-
-def _with(c: Concentration, **changes: Any) -> Concentration:
-    from dataclasses import replace
-
-    return replace(c, **changes)
 
 
 def _jaccard(x: np.ndarray, y: np.ndarray) -> float:
@@ -333,8 +328,6 @@ def _sharpness(loc: Localization) -> int:
 
 def _against_simulated(loc: Localization) -> Localization:
     """A localization measured against the simulated reference, said so."""
-    from dataclasses import replace
-
     name = loc.output
     lines = tuple(line.replace(f"{name}:", f"{name} (against the simulated reference):", 1)
                   .replace("golden", "simulated") for line in loc.lines)
