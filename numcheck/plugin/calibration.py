@@ -189,7 +189,8 @@ class CalibrationMode:
         for title, (lines, found) in sections:
             out.append(f"\0numcheck calibrate: {title}")
             out += lines
-            _merge(edits, found)
+            for path, entries in found.items():
+                edits.setdefault(path, []).extend(entries)
         if settings.json_path is not None:
             save_run(settings.json_path, payloads, torch_version=_torch())
             out.append(f"numcheck calibrate: measurements saved to {settings.json_path} "
@@ -278,11 +279,6 @@ def refusal_lines(findings: list[Finding], *, write: bool) -> list[str]:
     if any(f.kind in ("record", "unrecorded") for f in others):
         lines.append(f"    ({CALIBRATE_RENEW_OPTION} sets tables from this run alone)")
     return lines
-
-
-def _merge(into: dict[str, list[Edit]], more: dict[str, list[Edit]]) -> None:
-    for path, found in more.items():
-        into.setdefault(path, []).extend(found)
 
 
 def _command(config: pytest.Config) -> str:
