@@ -426,13 +426,6 @@ def _request_of_rows(p: Params, rows: int) -> torch.Tensor:
     return torch.arange(rows) // p["next_n"]
 
 
-def _row_limits(inputs: Inputs, p: Params, rows: int) -> torch.Tensor:
-    """``[R, 1]``: how many tokens each row sees (``context_len - next_n + j + 1``)."""
-    n = p["next_n"]
-    ctx = inputs["context_lens"].cpu().long()[_request_of_rows(p, rows)]
-    return (ctx - n + torch.arange(rows) % n + 1).view(-1, 1)
-
-
 def _request_labels(inputs: Inputs, p: Params, shape: tuple[int, ...]) -> torch.Tensor:
     return _request_of_rows(p, shape[0]).view(-1, 1)
 
@@ -481,7 +474,10 @@ ROW_END_KINDS = ("a token before the last valid one", "the last valid token of e
 
 
 def _row_end_labels(inputs: Inputs, p: Params, shape: tuple[int, ...]) -> torch.Tensor:
-    limit = _row_limits(inputs, p, shape[0])
+    # ``[R, 1]``: how many tokens each row sees (``context_len - next_n + j + 1``).
+    n = p["next_n"]
+    ctx = inputs["context_lens"].cpu().long()[_request_of_rows(p, shape[0])]
+    limit = (ctx - n + torch.arange(shape[0]) % n + 1).view(-1, 1)
     t = torch.arange(shape[1]).view(1, -1)
     return torch.where(t < limit - 1, 0, torch.where(t == limit - 1, 1,
                        torch.where(t == limit, 2, 3)))
