@@ -152,20 +152,6 @@ def _weight_scheme(quant: GemmQuant) -> OperandScheme:
     return b
 
 
-def _prepare(quant: GemmQuant, weight: str) -> PrepareFn:
-    scheme = _weight_scheme(quant)
-
-    def prepare(inputs: Inputs, p: Params) -> Inputs:
-        q = _quantize(inputs[weight], scheme)
-        out = {"w_q": q.values, "w_s": q.scales}
-        if q.global_scale is not None:
-            out["w_g"] = q.global_scale
-        return out
-
-    prepare.__name__ = prepare.__qualname__ = "prepare_weight"
-    return prepare
-
-
 def _cuda_backend(quant: GemmQuant) -> str:
     """The kernel a declared GEMM runs on CUDA: Triton's block-scaled FP8 GEMM, cuBLAS's
     ``_scaled_mm``, or (FP4) dequantized float32 GEMMs; numcheck's emulation where the kernel
@@ -206,7 +192,17 @@ def prepare_weight(quant: GemmQuant, weight: str = "w") -> PrepareFn:
     """A variant's one-time preparation: input ``weight`` quantized by ``quant.b``, its
     elements (in their float8 dtype where torch has one: what a serving engine keeps), scales
     and NVFP4's global scale, as ``w_q``, ``w_s``, ``w_g``."""
-    return _prepare(quant, weight)
+    scheme = _weight_scheme(quant)
+
+    def prepare(inputs: Inputs, p: Params) -> Inputs:
+        q = _quantize(inputs[weight], scheme)
+        out = {"w_q": q.values, "w_s": q.scales}
+        if q.global_scale is not None:
+            out["w_g"] = q.global_scale
+        return out
+
+    prepare.__name__ = prepare.__qualname__ = "prepare_weight"
+    return prepare
 
 
 def quantized_linear(quant: GemmQuant, doc: str) -> tuple[VariantFn, PrepareFn]:
