@@ -19,6 +19,7 @@ from __future__ import annotations
 import faulthandler
 import importlib
 import importlib.util
+import io
 import os
 import pickle
 import socket
@@ -218,8 +219,6 @@ def send(conn: Connection, message: Any, *, plain: bool = False) -> None:
     if plain:
         conn.send_bytes(b"P" + pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
         return
-    import io
-
     import torch
 
     buffer = io.BytesIO(b"T")
@@ -233,8 +232,6 @@ def receive(conn: Connection) -> Any:
     data = conn.recv_bytes()
     if data[:1] == b"P":
         return pickle.loads(data[1:])
-    import io
-
     import torch
 
     return torch.load(io.BytesIO(data[1:]), weights_only=False)
