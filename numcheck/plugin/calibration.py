@@ -22,8 +22,10 @@ written file's header (``# set by: pytest ... (<date>, <device>, torch <version>
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -172,8 +174,6 @@ class CalibrationMode:
         earlier = [p for p in settings.earlier if isinstance(p, NumericsPayload)]
         speed = combine_speed([p for p in payloads if isinstance(p, SpeedPayload)],
                               [p for p in settings.earlier if isinstance(p, SpeedPayload)])
-        from datetime import date
-
         run = RunInfo(_command(self.config), date.today().isoformat(), _torch(),
                       measuring.fresh or 0, measuring.first_seed, CALIBRATE_ACCEPT_OPTION)
         plan = plan_numerics(numerics, run, earlier=earlier, accepted=settings.accepted)
@@ -283,15 +283,11 @@ def refusal_lines(findings: list[Finding], *, write: bool) -> list[str]:
 
 def _command(config: pytest.Config) -> str:
     """This run's command line, as the case file's header names it."""
-    import shlex
-
     return "pytest " + shlex.join(config.invocation_params.args)
 
 
 def _when(payloads: Sequence[Payload]) -> str:
     """``2026-12-03, cpu, torch 2.13.0+cpu``: the date, the devices measured, torch."""
-    from datetime import date
-
     devices = ", ".join(sorted({p.check.device for p in payloads})) or "-"
     return f"{date.today().isoformat()}, {devices}, torch {_torch()}"
 
