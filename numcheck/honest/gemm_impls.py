@@ -25,7 +25,6 @@ row of this table into a member of the op's honest family.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
@@ -150,20 +149,6 @@ def _emulated(label: str, precision: str, recipe: Recipe, doc: str, *,
                     envelope=envelope)
 
 
-def _batched(a: torch.Tensor, b: torch.Tensor,
-             mm: Callable[..., torch.Tensor], bmm: Callable[..., torch.Tensor],
-             **kw: object) -> torch.Tensor:
-    """``mm`` for 2-D operands, ``bmm`` over flattened leading dims otherwise (equal ones)."""
-    if a.dim() == 2 and b.dim() == 2:
-        return mm(a, b, **kw)
-    if a.shape[:-2] != b.shape[:-2]:
-        raise ValueError(f"GEMM operands {list(a.shape)} and {list(b.shape)}: need 2-D "
-                         "operands or equal leading (batch) dimensions")
-    lead = a.shape[:-2]
-    out = bmm(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]), **kw)
-    return out.reshape(*lead, *out.shape[-2:])
-
-
 def cublas_tf32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """torch's fp32 matmul with TF32 allowed: cuBLAS on tensor cores, operands rounded to
     nearest (``1 + 0.75 * 2^-10`` becomes ``1 + 2^-10``; docs/budgets.md, "Precision
@@ -178,9 +163,18 @@ def cublas_bf16(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def cublas_bf16_fp32out(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """cuBLAS with bf16 operands writing its fp32 accumulator (``out_dtype``, CUDA only)."""
-    return _batched(a.to(torch.bfloat16), b.to(torch.bfloat16), torch.mm, torch.bmm,
+    """cuBLAS with bf16 operands writing its fp32 accumulator (``out_dtype``, CUDA only):
+    ``mm`` for 2-D operands, ``bmm`` over flattened leading dims otherwise (equal ones)."""
+    a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
+    if a.dim() == 2 and b.dim() == 2:
+        return torch.mm(a, b, out_dtype=torch.float32)
+    if a.shape[:-2] != b.shape[:-2]:
+        raise ValueError(f"GEMM operands {list(a.shape)} and {list(b.shape)}: need 2-D "
+                         "operands or equal leading (batch) dimensions")
+    lead = a.shape[:-2]
+    out = torch.bmm(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]),
                     out_dtype=torch.float32)
+    return out.reshape(*lead, *out.shape[-2:])
 
 
 def _triton(mode: str) -> Gemm:
