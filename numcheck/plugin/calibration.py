@@ -54,6 +54,7 @@ from numcheck.plugin.options import (
     CALIBRATE_WRITE_OPTION,
 )
 from numcheck.plugin.session import NumcheckSession
+from numcheck.plugin.workers import is_worker
 
 #: ``report.user_properties`` name of a check's measurements (their plain form, a list of
 #: dicts: :func:`numcheck.calibrate.payloads.payload_to_data`).
@@ -108,8 +109,6 @@ class CalibrationMode:
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        from numcheck.plugin.workers import is_worker
-
         if is_worker(self.config):
             return
         for name, value in report.user_properties:
@@ -128,8 +127,6 @@ class CalibrationMode:
         collection error; no check selected is a usage error); selected checks that all
         skipped measured nothing, which a calibration step in a script must not take for
         success."""
-        from numcheck.plugin.workers import is_worker
-
         if is_worker(self.config) or self.config.option.collectonly:
             return
         if exitstatus == 0 and not self.payloads:
@@ -143,8 +140,6 @@ class CalibrationMode:
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        from numcheck.plugin.workers import is_worker
-
         if is_worker(self.config):
             return
         tr = terminalreporter
