@@ -127,8 +127,7 @@ def calibration_seeds(case: Case, fresh: int, first_seed: int = FIRST_FRESH_SEED
     A case on recorded inputs has its file's calls only (its seeds name them)."""
     if case.inputs.file is not None:
         return tuple(case.seeds)
-    extra = [first_seed + i for i in range(fresh)]
-    return tuple(dict.fromkeys([*case.seeds, *extra]))
+    return tuple(dict.fromkeys([*case.seeds, *range(first_seed, first_seed + fresh)]))
 
 
 # -- measuring (torch; no pytest) ----------------------------------------------------------
