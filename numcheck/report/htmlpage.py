@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from numcheck.invariance.table import invariance_rows
+from numcheck.report import svgplots
 from numcheck.report.htmltext import escape as _e
 from numcheck.report.invariance_html import invariance_html, invariance_summary_html
 from numcheck.report.localize_html import localization_html
@@ -231,8 +232,6 @@ def _plots(record: Record, plots: bool) -> str:
         return ""
     if not plots:
         return f'<p class="hint">{_e(EXTRA_HINT)}</p>'
-    from numcheck.report import svgplots
-
     for output, hist in errors.items():
         if hist and not hist.get("counts"):
             parts.append(f"<p><code>{_e(output)}</code>: all {_e(hist.get('zeros', 0))} compared "
@@ -334,8 +333,6 @@ def _check_section(i: int, record: Record, plots: bool, drift_row: Mapping[str, 
 
 def render_html(report: Report, *, plots: bool | None = None) -> str:
     """The whole page. ``plots=None`` draws plots when matplotlib is installed."""
-    from numcheck.report import svgplots
-
     if plots is None:
         plots = svgplots.available()
     title = headline(report)
