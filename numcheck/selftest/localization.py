@@ -21,6 +21,7 @@ from numcheck.check.against_golden import run_numerics
 from numcheck.check.make_golden import fresh_golden
 from numcheck.check.run import CaseInputs
 from numcheck.goldens.case_golden import CaseGolden
+from numcheck.localize import failure as localize
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError
 from numcheck.selftest import held_to, shipped_golden
@@ -57,8 +58,6 @@ def locate(
     op = get_op(op_name)
     held = held_to(case, variant, budget_of)
     seed = case.seeds[0] if len(case.seeds) == 1 else None
-    from numcheck.localize import failure as localize
-
     spent: list[float] = []
     real = localize.localize_failure
 
@@ -145,7 +144,6 @@ def honest_table(case: Case, variants: Sequence[str], golden: CaseGolden, inputs
     """Localize every output of every good variant, pass or fail, against ``golden``."""
     from numcheck.check.run import run_variant
     from numcheck.inputs import to_device
-    from numcheck.localize import failure as localize
     from numcheck.localize import spread
 
     op = get_op(case.op)
