@@ -29,7 +29,7 @@ from numcheck.numerics.verdict import Violation
 from numcheck.ops.registry import Inputs, OpSpec, get_op
 from numcheck.perf.limits import PerfSpec, violations
 from numcheck.perf.noise import machine_noise, noise_warning
-from numcheck.perf.roofline import Peaks, Roofline, peaks_for
+from numcheck.perf.roofline import Roofline, peaks_for
 from numcheck.perf.sequential import UNGATED, Outcome, run
 from numcheck.perf.speedup import Decision, SpeedupEstimate, Summary, summarize
 from numcheck.perf.table import ms_text
@@ -144,16 +144,13 @@ def measure_perf(
     device: str,
     cpu_inputs: Inputs,
     *,
-    peaks: Peaks | None = None,
-    seed: int = 0,
     preparer: Preparer = prepare,
 ) -> PerfResult:
     """Time ``variant`` against ``op.reference`` on ``device`` until the rule decides.
 
     Both are first called once through :func:`numcheck.check.run.run_variant`, so a variant
     that raises or returns the wrong outputs is a :class:`~numcheck.ops.spec.VariantError`
-    here too (perf-only cases have no numerics check to catch it first). ``seed`` is
-    accepted for compatibility; the order-statistic interval needs no resampling.
+    here too (perf-only cases have no numerics check to catch it first).
 
     A side with a one-time preparation (``Variant.prepare``) gets it from ``preparer``
     before anything is timed, as an engine prepares its weights at load time: only the
@@ -191,7 +188,7 @@ def measure_perf(
                                                     reason=f"{unset}; {reason}"))
     times = PairedTimes(outcome.reference, outcome.variant, timer.timer, list(timer.notes),
                         timer.calls_per_sample)
-    peaks = peaks or peaks_for(device)
+    peaks = peaks_for(device)
     flops = op.flops(params) if op.flops else None
     nbytes = op.min_bytes(params) if op.min_bytes else None
     ref_summary, var_summary = summarize(times.reference), summarize(times.variant)
