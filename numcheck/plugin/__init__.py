@@ -29,6 +29,7 @@ from numcheck.plugin.options import (  # re-exported: numcheck.plugin.OPTION etc
     EXPLAIN_OPTION,
     FIRST_CALL_INI,
     GOLDENS_INI,
+    GPU_MODELS_INI,
     GROUP,
     HTML_OPTION,
     MARKDOWN_OPTION,
@@ -174,8 +175,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   "summary (default 5)", default="5")
     parser.addini(CASES_INI, "folder of numcheck case files (*.toml), relative to the rootdir",
                   default="cases")
-    from numcheck.plugin.options import GPU_MODELS_INI
-
     parser.addini(GPU_MODELS_INI, "GPU models (device classes, as python -m numcheck onboard "
                   "--class prints them) case files may key thresholds by, beside the ones "
                   "numcheck knows (numcheck/devices.py)", type="args", default=[])
