@@ -31,7 +31,7 @@ from numcheck.execute.executor import Answer, Executor, InProcess, Request, rela
 from numcheck.execute.isolated import Isolated
 from numcheck.perf.noise import reset_machine_noise
 from numcheck.perf.sections import DeviceSections
-from numcheck.plugin import options
+from numcheck.plugin import benchrecord, options
 from numcheck.plugin.device import RunDevice
 from numcheck.plugin.reporting import (
     build_report,
@@ -114,8 +114,6 @@ class NumcheckSession:
         (recorded for pytest-benchmark under the item's ``name`` and ``nodeid``)."""
         perf = result.perf
         if perf is not None:
-            from numcheck.plugin import benchrecord
-
             assert isinstance(perf, PerfResult)  # what run_check's speed gate leaves
             benchrecord.record(self.config, name, nodeid, perf)
         self.overhead.add(result)
