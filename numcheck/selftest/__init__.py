@@ -27,8 +27,8 @@ from numcheck.check import run_check
 from numcheck.check.make_golden import fresh_golden as make_fresh_golden
 from numcheck.check.run import CaseInputs
 from numcheck.gates import CASTS_GATE
-from numcheck.goldens.case_golden import CaseGolden
-from numcheck.goldens.files import GoldenError
+from numcheck.goldens.case_golden import CaseGolden, load_for_case
+from numcheck.goldens.files import GoldenError, golden_path
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.ops.spec import VariantError
 
@@ -211,9 +211,6 @@ class Planted:
 
 def shipped_golden(case: Case, goldens_dir: Path) -> tuple[CaseGolden, CaseInputs]:
     """The committed golden of ``case``, validated for it; with the case's inputs."""
-    from numcheck.goldens.case_golden import load_for_case
-    from numcheck.goldens.files import golden_path
-
     inputs = CaseInputs(get_op(case.op), case)
     path = golden_path(goldens_dir, case.op, case.id)
     golden = load_for_case(path, inputs.op, case, fingerprint=inputs.fingerprint, regen_hint="")
