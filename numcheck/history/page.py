@@ -34,6 +34,7 @@ from numcheck.history.svgseries import (
 from numcheck.report.htmlpage import EXTRA_HINT, page_start, svg_img, write_page
 from numcheck.report.htmltext import escape as _e
 from numcheck.report.htmltext import table as _table
+from numcheck.report.svgplots import available
 
 #: Commit ids printed under each plot's x axis, at most.
 MAX_TICKS = 5
@@ -138,8 +139,6 @@ def render_history(history: History, *, plots: bool | None = None,
                    jobs: int | None = None) -> str:
     """The whole page. ``plots=None`` draws plots when matplotlib is installed; ``jobs``
     worker processes draw them (:func:`numcheck.history.pool.parallel_map`)."""
-    from numcheck.report.svgplots import available
-
     if plots is None:
         plots = available()
     title = headline(history)

@@ -45,6 +45,7 @@ from numcheck.calibrate.payloads import (
 from numcheck.calibrate.plan import RunInfo, plan_numerics
 from numcheck.calibrate.speed import combine_speed, speed_section
 from numcheck.execute.executor import relative
+from numcheck.ops.registry import get_op
 from numcheck.plugin.calibration_options import Settings
 from numcheck.plugin.options import (
     CALIBRATE_ACCEPT_OPTION,
@@ -82,8 +83,6 @@ class CalibrationMode:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """A pool naming a variant the op does not have is a usage error, before any run."""
-        from numcheck.ops.registry import get_op
-
         for item in session.items:
             case = getattr(item, "case", None)
             variant = getattr(item, "variant", "")

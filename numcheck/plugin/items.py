@@ -30,6 +30,7 @@ from numcheck.check.result import CheckResult, Settled, display_id
 from numcheck.execute.aborted import CheckAborted
 from numcheck.execute.executor import CheckRequest, Request
 from numcheck.goldens.files import GoldenError
+from numcheck.honest.gemm_family import complete_members
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError
 from numcheck.overhead.limits import OVERHEAD_GATES
@@ -63,8 +64,6 @@ class CaseFile(pytest.File):
     """A ``cases/*.toml`` file: one collector per case in it (a sweep's: one per point)."""
 
     def collect(self) -> Iterator[CaseNode | SweepNode]:
-        from numcheck.honest.gemm_family import complete_members
-
         state = session_of(self.config)
         # Registration is over: the members of schemes declared after add_gemm_members.
         complete_members()

@@ -29,8 +29,10 @@ from numcheck.check.run import CaseInputs
 from numcheck.gates import CASTS_GATE
 from numcheck.goldens.case_golden import CaseGolden, load_for_case
 from numcheck.goldens.files import GoldenError, golden_path
+from numcheck.inputs import to_device
 from numcheck.ops.registry import OpSpec, get_op
 from numcheck.ops.spec import VariantError
+from numcheck.prepare import with_preparation
 
 __all__ = ["Outcome", "Planted", "catch_table", "error_to_family", "family_outcomes",
            "fresh_golden", "fresh_seed_outcomes", "held_to", "numeric_verdict",
@@ -147,9 +149,6 @@ def error_to_family(
     outputs, of its worst element error divided by the honest family's worst element error
     (members that cannot run on ``device`` are skipped; inf where the family is exact and
     the variant is not, or where the variant raises or gives a non-finite for a finite)."""
-    from numcheck.inputs import to_device
-    from numcheck.prepare import with_preparation
-
     op = get_op(case.op)
     key = (case.op, case.id, seed, device, tuple(members))
     if key not in _FAMILY_WORST:

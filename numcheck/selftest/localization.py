@@ -19,9 +19,11 @@ from typing import Any
 from numcheck.cases import Case
 from numcheck.check.against_golden import run_numerics
 from numcheck.check.make_golden import fresh_golden
-from numcheck.check.run import CaseInputs
+from numcheck.check.run import CaseInputs, run_variant
 from numcheck.goldens.case_golden import CaseGolden
+from numcheck.inputs import to_device
 from numcheck.localize import failure as localize
+from numcheck.localize import spread
 from numcheck.ops.registry import get_op
 from numcheck.ops.spec import VariantError
 from numcheck.selftest import held_to, shipped_golden
@@ -142,10 +144,6 @@ class Honest:
 def honest_table(case: Case, variants: Sequence[str], golden: CaseGolden, inputs: CaseInputs,
                  *, device: str = "cpu") -> list[Honest]:
     """Localize every output of every good variant, pass or fail, against ``golden``."""
-    from numcheck.check.run import run_variant
-    from numcheck.inputs import to_device
-    from numcheck.localize import spread
-
     op = get_op(case.op)
     rows = []
     for seed in case.seeds:
