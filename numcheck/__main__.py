@@ -24,6 +24,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -100,10 +101,7 @@ def _rule_options(c: argparse.ArgumentParser) -> None:
 
 
 def _rules(args: argparse.Namespace) -> Rules:
-    return Rules(args.calc_diff_factor, args.calc_diff_floor, args.recall_drop,
-                 args.speedup_drop, args.same_device_factor, float(args.allow_removed),
-                 args.sim_same_device_factor, args.sim_factor, args.sim_floor,
-                 args.sim_ratio_factor, args.sim_ratio_floor)
+    return Rules(**{f.name: float(getattr(args, f.name)) for f in fields(Rules)})
 
 
 def _history_parsers(sub: Any) -> None:
