@@ -9,6 +9,7 @@ Peaks are measured once per process and device (:func:`peaks_for`) and cached, s
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,14 +68,10 @@ class Roofline:
         return None if self.flops is None else 100.0 * self.flops / self.seconds / self.peaks.flops
 
 
-_CACHE: dict[str, Peaks] = {}
-
-
+@functools.cache
 def peaks_for(device: str) -> Peaks:
     """The device's peaks, measured on first use in this process and cached."""
-    if device not in _CACHE:
-        _CACHE[device] = measure_peaks(device)
-    return _CACHE[device]
+    return measure_peaks(device)
 
 
 def measure_peaks(device: str) -> Peaks:
