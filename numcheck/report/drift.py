@@ -41,6 +41,7 @@ from typing import Any
 from numcheck.numerics.metric_names import KEY_METRICS, KEY_TOPK_METRICS
 from numcheck.report.drift_result import STATUS_ORDER, Drift, DriftRow, Rules
 from numcheck.report.records import Record, Report
+from numcheck.report.render import number_cell
 
 #: Columns of the drift table (text and markdown).
 DRIFT_HEADER = ["check", "calc_diff (base -> new)", "rel_fro (base -> new)",
@@ -244,11 +245,7 @@ def _arrow(pair: Sequence[float | None], fmt: str) -> str:
     b, n = pair
     if b is None and n is None:
         return "-"
-    return f"{_num(b, fmt)} -> {_num(n, fmt)}"
-
-
-def _num(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
+    return f"{number_cell(b, fmt)} -> {number_cell(n, fmt)}"
 
 
 def drift_rows(drift: Drift) -> list[list[str]]:

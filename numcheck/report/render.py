@@ -336,7 +336,8 @@ def flip_table(report: TopkReport, limit: int = MAX_FLIPS) -> list[str]:
     return lines
 
 
-def _cell(value: float | None, fmt: str = ".2e") -> str:
+def number_cell(value: float | None, fmt: str = ".2e") -> str:
+    """``value`` in ``fmt``, ``-`` when there is none."""
     return "-" if value is None else format(value, fmt)
 
 
@@ -394,10 +395,10 @@ def summary_table(records: Sequence[Record]) -> tuple[list[str], list[list[str]]
             r.variant,
             r.device,
             closest_cell(r),
-            _cell(r.key_metric("calc_diff")),
-            _cell(r.key_metric("rel_fro")),
-            _cell(r.key_metric("recall_min"), ".4f"),
-            _cell(r.key_metric("tie_recall_min"), ".4f"),
+            number_cell(r.key_metric("calc_diff")),
+            number_cell(r.key_metric("rel_fro")),
+            number_cell(r.key_metric("recall_min"), ".4f"),
+            number_cell(r.key_metric("tie_recall_min"), ".4f"),
             verdict_cell(r),
         ]
         if simulated:
