@@ -153,13 +153,8 @@ def _user_line(stack: Sequence[str] | None, skip: Sequence[str]) -> str | None:
             continue
         path, _, rest = entry.partition("(")
         line = rest.split(")", 1)[0]
-        return f"{_shorten(path)}:{line}"
+        return f"{path[path.rfind('/numcheck/') + 1 :]}:{line}"  # from numcheck/ on, if in it
     return None
-
-
-def _shorten(path: str) -> str:
-    marker = path.rfind("/numcheck/")
-    return path[marker + 1 :] if marker >= 0 else path
 
 
 def audit_from_events(
