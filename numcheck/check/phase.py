@@ -56,10 +56,8 @@ def span(name: str) -> Iterator[None]:
     except BaseException as exc:
         # Where it was raised, for whoever reports it once the phases have unwound.
         if getattr(exc, PHASE_ATTR, None) is None:
-            try:
+            with contextlib.suppress(AttributeError):
                 setattr(exc, PHASE_ATTR, _current)
-            except AttributeError:
-                pass
         raise
     finally:
         if before:
