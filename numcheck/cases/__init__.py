@@ -328,10 +328,11 @@ def _parse_case(where: _Where, body: Any, lookup: OpLookup, *,
                 measuring: bool = False) -> Case:
     case_id = where.case
     if not CASE_ID_PATTERN.fullmatch(case_id):
+        suggestion = re.sub(r"[^a-z0-9._-]+", "-", case_id.lower()).lstrip("._-") or "my-case"
         raise where.error(
             None,
             "the case id must match [a-z0-9][a-z0-9._-]* (it becomes a file name and a test id)",
-            f"rename the table, e.g. [{_suggest_id(case_id)}]",
+            f"rename the table, e.g. [{suggestion}]",
         )
     if not isinstance(body, dict):
         raise where.error(
@@ -997,11 +998,6 @@ def _unknown_key_fix(key: str, op: OpSpec) -> str:
     if key in op.variants or key in op.outputs:
         return f"budgets go in [<case>.budget.<variant>.<output>] tables; {allowed}"
     return f"remove or rename it; {allowed}"
-
-
-def _suggest_id(case_id: str) -> str:
-    suggestion = re.sub(r"[^a-z0-9._-]+", "-", case_id.lower()).lstrip("._-")
-    return suggestion or "my-case"
 
 
 def _type_word(expected: type) -> str:
