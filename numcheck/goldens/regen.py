@@ -85,20 +85,17 @@ def refuse_nonfinite(
         return
     shown = "; ".join(found[:6]) + (f"; ... ({len(found)} in all)" if len(found) > 6 else "")
     declared = ", ".join(f"{o}: {'/'.join(k)}" for o, k in op.nonfinite.items()) or "none"
+    first = found[0].split("output '", 1)[1].split("'", 1)[0]  # the output its line names
     raise GoldenRefused(
         f"numcheck: refusing to write the golden of case {case.id} ({case.source}): the "
         f"reference {op.reference!r} of op {op.name!r} produced values it does not allow "
         f"({shown}; allowed non-finite values: {declared}). The stored golden is left as it "
         "was.\nFix: check the case's shape parameters (an epsilon <= 0, an empty or "
         "degenerate shape) in the case file; if the op really produces them, declare them "
-        f"in its OpSpec, e.g. nonfinite={{'{_first_output(found)}': ('nan',)}}",
+        f"in its OpSpec, e.g. nonfinite={{'{first}': ('nan',)}}",
         path=path,
         case=case.id,
     )
-
-
-def _first_output(found: list[str]) -> str:
-    return found[0].split("output '", 1)[1].split("'", 1)[0]
 
 
 def store(
