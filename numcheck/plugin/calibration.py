@@ -173,7 +173,8 @@ class CalibrationMode:
         plan = plan_numerics(numerics, run, earlier=earlier, accepted=settings.accepted)
         sections = []
         if measuring.fresh is not None:
-            sections.append((f"suggested budgets ({_device(numerics)}, torch {_torch()})",
+            on = numerics[0].check.device if numerics else "-"
+            sections.append((f"suggested budgets ({on}, torch {_torch()})",
                              (plan.lines, plan.edits)))
         if measuring.speed_runs is not None:
             runs = measuring.speed_runs
@@ -284,10 +285,6 @@ def _when(payloads: Sequence[Payload]) -> str:
     """``2026-12-03, cpu, torch 2.13.0+cpu``: the date, the devices measured, torch."""
     devices = ", ".join(sorted({p.check.device for p in payloads})) or "-"
     return f"{date.today().isoformat()}, {devices}, torch {_torch()}"
-
-
-def _device(payloads: Sequence[Payload]) -> str:
-    return payloads[0].check.device if payloads else "-"
 
 
 def _torch() -> str:
