@@ -66,7 +66,9 @@ class PerfResult:
         return display_id(self.case, self.variant, self.device)
 
     def violations(self) -> list[Violation]:
-        detail = _times_text(self)
+        detail = (f"reference median {ms_text(self.reference.median)}, variant median "
+                  f"{ms_text(self.measured.median)} (IQR {self.measured.rel_iqr:.1%}), "
+                  f"{self.device} {self.times.timer}")
         warning = noise_warning(self.noise)
         if warning:
             detail += f"; {warning}"
@@ -129,12 +131,6 @@ class PerfResult:
             "peaks": r.peaks.as_dict(),
             "params": dict(self.case.params),
         }
-
-
-def _times_text(p: PerfResult) -> str:
-    return (f"reference median {ms_text(p.reference.median)}, variant median "
-            f"{ms_text(p.measured.median)} (IQR {p.measured.rel_iqr:.1%}), {p.device} "
-            f"{p.times.timer}")
 
 
 def measure_perf(
