@@ -100,10 +100,6 @@ def _rule_options(c: argparse.ArgumentParser) -> None:
                    "regression (default: it fails the comparison)")
 
 
-def _rules(args: argparse.Namespace) -> Rules:
-    return Rules(**{f.name: float(getattr(args, f.name)) for f in fields(Rules)})
-
-
 def _history_parsers(sub: Any) -> None:
     """merge, matrix and history (numcheck/history/commands.py runs them)."""
     m = sub.add_parser("merge", help="merge the reports of one run's shards into the report "
@@ -147,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        rules = _rules(args) if args.command in ("compare", "history") else None
+        rules = (Rules(**{f.name: float(getattr(args, f.name)) for f in fields(Rules)})
+                 if args.command in ("compare", "history") else None)
     except ValueError as exc:  # a rule value out of range
         parser.error(str(exc))
     try:
