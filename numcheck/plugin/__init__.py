@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from numcheck.plugin import hooks
+from numcheck.plugin import options as o
 from numcheck.plugin.options import (  # re-exported: numcheck.plugin.OPTION etc.
     BASELINE_OPTION,
     CASES_INI,
@@ -51,8 +53,6 @@ FIXTURE_GOLDENS = pytest.StashKey[list[tuple[Path, bool]]]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from numcheck.plugin import hooks
-
     pluginmanager.add_hookspecs(hooks)
 
 
@@ -184,8 +184,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def add_isolation_options(group: Any, parser: pytest.Parser) -> None:
     """Where checks run, their time limits, and the memory checker (docs/reliability.md)."""
-    from numcheck.plugin import options as o
-
     group.addoption(
         o.ISOLATE_OPTION, choices=o.ISOLATE_MODES, default=None,
         help="where checks run: 'process' (default) runs them in a worker process, so that "
