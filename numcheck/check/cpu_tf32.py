@@ -21,6 +21,9 @@ from typing import Any
 
 import torch
 
+from numcheck.check.run import run_variant
+from numcheck.inputs import to_device
+
 #: The note on a tf32 check whose outputs equal the reference's on the CPU.
 NOTE = "tf32 = fp32 bit for bit on cpu"
 
@@ -30,9 +33,6 @@ def tf32_cpu_note(op: Any, case: Any, variant: str, device: str, inputs: Any,
     """:data:`NOTE` for a tf32 variant on the CPU whose every output of every seed equals
     the reference's bit for bit; None otherwise (another device or precision, or a
     difference, which the metrics then report as usual)."""
-    from numcheck.check.run import run_variant
-    from numcheck.inputs import to_device
-
     if device != "cpu" or op.variants[variant].precision != "tf32" or variant == op.reference:
         return None
     reference = op.variants[op.reference]
