@@ -21,6 +21,7 @@ import pytest
 
 from numcheck.plugin import hooks
 from numcheck.plugin import options as o
+from numcheck.plugin.calibration_options import CALIBRATION_FLAGS, add_options, settings_from_config
 from numcheck.plugin.options import (  # re-exported: numcheck.plugin.OPTION etc.
     BASELINE_OPTION,
     CASES_INI,
@@ -166,8 +167,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="delete the stale goldens the run reports (golden files no case uses). "
         "Needs the whole cases folder: refused with -k or node ids.",
     )
-    from numcheck.plugin.calibration_options import add_options
-
     add_options(group)
     add_isolation_options(group, parser)
     parser.addini(FIRST_CALL_INI, "seconds after which a check's first call of its variant "
@@ -235,8 +234,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[FIXTURE_GOLDENS] = []
     if not config.getoption(OPTION):
         # --numcheck-regen alone is allowed: it regenerates numcheck_golden fixture goldens.
-        from numcheck.plugin.calibration_options import CALIBRATION_FLAGS
-
         needs_numcheck = (PERF_OPTION, EXPLAIN_OPTION, REPORT_OPTION, MARKDOWN_OPTION,
                           BASELINE_OPTION, PRUNE_OPTION, HTML_OPTION, OBTAINED_OPTION,
                           SAVE_OPTION, SAVE_DIR_OPTION, "--numcheck-isolate", "--numcheck-workers",
@@ -262,8 +259,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def register_calibration(config: pytest.Config) -> None:
     """With a calibration option, the checks measure instead of gating (plugin/calibration.py)."""
-    from numcheck.plugin.calibration_options import settings_from_config
-
     settings = settings_from_config(config)
     if settings.on:
         from numcheck.plugin.calibration import CalibrationMode
