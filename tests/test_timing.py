@@ -165,7 +165,6 @@ def test_roofline_figures() -> None:
     assert r.gbps == pytest.approx(400.0)
     assert r.floor_seconds == pytest.approx(1e-3)
     assert r.pct_of_floor == pytest.approx(10.0)
-    assert r.pct_of_peak_flops == pytest.approx(25.0)
     none = Roofline(None, None, 0.01, peaks)
     assert none.tflops is none.gbps is none.pct_of_floor is None
 

@@ -63,10 +63,6 @@ class Roofline:
         floor = self.floor_seconds
         return None if floor is None else 100.0 * floor / self.seconds
 
-    @property
-    def pct_of_peak_flops(self) -> float | None:
-        return None if self.flops is None else 100.0 * self.flops / self.seconds / self.peaks.flops
-
 
 @functools.cache
 def peaks_for(device: str) -> Peaks:
