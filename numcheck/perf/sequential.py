@@ -219,9 +219,10 @@ def final_decision(
     if threshold is None:
         if verdict == NOT_GATED:
             return Decision(NOT_GATED, None, f"{UNGATED} ({where})")
+        width = f"{estimate.rel_width:.1%}" if math.isfinite(estimate.rel_width) else "unbounded"
         return Decision(
             NOT_GATED, None,
-            f"too noisy on this machine: interval {ci} is {_width(estimate)} of the median "
+            f"too noisy on this machine: interval {ci} is {width} of the median "
             f"wide (target {rule.target_rel_width:.0%}) at the {_cap(stopped, rule)}; "
             f"reported, not gated ({where})",
         )
@@ -240,11 +241,6 @@ def final_decision(
         f"the machine, or move speedup_min away from the measured {estimate.median:.3f}x "
         f"(set it from several runs: the interval says where the speedup lies)",
     )
-
-
-def _width(estimate: SpeedupEstimate) -> str:
-    w = estimate.rel_width
-    return "unbounded" if not math.isfinite(w) else f"{w:.1%}"
 
 
 def _cap(stopped: str, rule: StoppingRule) -> str:
