@@ -10,6 +10,7 @@ time, so a bad combination is a usage error before anything runs.
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -255,8 +256,6 @@ def settings_from_config(config: pytest.Config) -> Settings:
 def load_run(path: Path) -> list[Payload]:
     """The measurements of a ``--numcheck-calibrate-json`` file; a UsageError naming the
     file and the fix when it is not one."""
-    import json
-
     # Only a calibration run reads one: the payloads' module is not imported otherwise.
     from numcheck.calibrate.payloads import RUN_FORMAT, read_run
 

@@ -11,6 +11,7 @@ says what to record instead. Nothing here imports pytest or any other numcheck r
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -152,8 +153,6 @@ def read_recorded(path: Path, *, max_bytes: int = MAX_BYTES) -> Recorded:
 
 
 def _metadata(data: bytes) -> dict[str, Any]:
-    import json
-
     n = int.from_bytes(data[:8], "little")
     header = json.loads(data[8 : 8 + n])
     meta = header.get("__metadata__") or {}

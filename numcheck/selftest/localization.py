@@ -11,6 +11,7 @@ figures of docs/reliability.md ("Localization"); the tests run a cheap subset.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -54,8 +55,6 @@ def locate(
     *, device: str = "cpu",
 ) -> Located:
     """Run one planted bug as the gate does and hold its localization to ``expected``."""
-    import time
-
     op_name, variant, budget_of = bug
     op = get_op(op_name)
     held = held_to(case, variant, budget_of)
