@@ -31,7 +31,7 @@ from numcheck.history.svgseries import (
     preload,
     still_text,
 )
-from numcheck.report.htmlpage import EXTRA_HINT, page_start, svg_img, write_page
+from numcheck.report.htmlpage import EXTRA_HINT, anchor, page_start, svg_img, write_page
 from numcheck.report.htmltext import escape as _e
 from numcheck.report.htmltext import table as _table
 from numcheck.report.svgplots import available
@@ -113,10 +113,6 @@ def plot_data(history: History, series: Series, palette: dict[str, str]) -> Chec
                      n_x, ticks, marks)
 
 
-def _anchor(i: int) -> str:
-    return f"check-{i}"
-
-
 def _moves_table(history: History, series: Series) -> str:
     rows, classes = [], []
     for m in series.moves:
@@ -144,7 +140,7 @@ def render_history(history: History, *, plots: bool | None = None,
     title = headline(history)
     palette = colors(history)
     ordered = history.moved + [s for s in history.series if not s.moves]
-    anchors = {s.key: _anchor(i) for i, s in enumerate(ordered)}  # a check's section
+    anchors = {s.key: anchor(i) for i, s in enumerate(ordered)}  # a check's section
     with collector_paused():
         data = [split_still(plot_data(history, s, palette)) for s in ordered]
     # Checks with nothing to plot (every figure held still, or skipped in every run) and no
@@ -204,7 +200,7 @@ def render_history(history: History, *, plots: bool | None = None,
         if i in quiet:
             continue
         moving, still = data[i]
-        out.append(f'<section class="check" id="{_anchor(i)}"><h3><code>{_e(series.label)}'
+        out.append(f'<section class="check" id="{anchor(i)}"><h3><code>{_e(series.label)}'
                    "</code></h3>")
         if series.moves:
             out.append(_moves_table(history, series))
@@ -248,7 +244,7 @@ def _quiet_table(history: History, ordered: list[Series], quiet: list[int]) -> s
             cells.append("<td>-</td>" if not points else
                          f"<td>{_e(cell_text(points[-1].record))}</td>")
         runs = sum(len(points) for points in series.lines.values())
-        body.append(f'<tr id="{_anchor(i)}"><td><code>{_e(series.label)}</code></td>'
+        body.append(f'<tr id="{anchor(i)}"><td><code>{_e(series.label)}</code></td>'
                     f'<td class="num">{runs}</td>{"".join(cells)}</tr>')
     return (f"<h2>Checks that held still</h2><p>{len(quiet)} check(s) whose every figure was "
             "the same in each run (or that no run measured): nothing to plot. Per device "

@@ -155,7 +155,8 @@ def _speedup(record: Record) -> str:
     return _e(text)
 
 
-def _anchor(i: int) -> str:
+def anchor(i: int) -> str:
+    """The id of the page's section of check ``i``."""
     return f"check-{i}"
 
 
@@ -291,7 +292,7 @@ def _drift_section(drift: Mapping[str, Any]) -> str:
 
 def _check_section(i: int, record: Record, plots: bool, drift_row: Mapping[str, Any] | None
                    ) -> str:
-    parts = [f'<section class="check" id="{_anchor(i)}">',
+    parts = [f'<section class="check" id="{anchor(i)}">',
              f"<h3><code>{_e(record.id)}</code> {_verdict(record)}</h3>"]
     if record.source:
         parts.append(f"<p>case file <code>{_e(record.source)}</code>, seeds "
@@ -356,7 +357,7 @@ def render_html(report: Report, *, plots: bool | None = None) -> str:
               "recall", "tie recall"] + (["speedup"] if timed else [])
     rows = []
     for r in ran:
-        row = [f'<a href="#{_anchor(index[id(r)])}"><code>{_e(r.id)}</code></a>',
+        row = [f'<a href="#{anchor(index[id(r)])}"><code>{_e(r.id)}</code></a>',
                _verdict(r), _closest(r), _num(r.key_metric("calc_diff"), ".2e"),
                _num(r.key_metric("rel_fro"), ".2e"), _num(r.key_metric("recall_min"), ".4f"),
                _num(r.key_metric("tie_recall_min"), ".4f")]
