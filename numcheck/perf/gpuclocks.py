@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from typing import Any
 
 #: nvidia-smi's clock event ("throttle") reason bits (nvml.h, nvmlClocksEventReason*).
@@ -39,17 +40,17 @@ def parse(text: str) -> list[dict[str, Any]]:
         if len(parts) != 6:
             continue
         index, sm, sm_max, reasons, temp, power = parts
-        mask = _int(reasons, 16) if reasons.lower().startswith("0x") else None
+        mask = _number(reasons, lambda t: int(t, 16)) if reasons.lower().startswith("0x") else None
         rows.append({
-            "index": _int(index),
-            "sm_clock_mhz": _int(sm),
-            "sm_clock_max_mhz": _int(sm_max),
+            "index": _number(index),
+            "sm_clock_mhz": _number(sm),
+            "sm_clock_max_mhz": _number(sm_max),
             "throttle_mask": mask,
             "throttle_reasons": [] if mask is None else
             [name for bit, name in REASONS.items() if mask & bit],
             "throttled": None if mask is None else bool(mask & THROTTLING),
-            "temperature_c": _int(temp),
-            "power_w": _float(power),
+            "temperature_c": _number(temp),
+            "power_w": _number(power, float),
         })
     return rows
 
@@ -87,15 +88,9 @@ def describe(rows: list[dict[str, Any]] | None) -> str:
     return "; ".join(parts)
 
 
-def _int(text: str, base: int = 10) -> int | None:
+def _number(text: str, parse: Callable[[str], Any] = int) -> Any:
+    """``parse(text)``, or None where nvidia-smi printed no number (``[N/A]``)."""
     try:
-        return int(text, base)
-    except ValueError:
-        return None
-
-
-def _float(text: str) -> float | None:
-    try:
-        return float(text)
+        return parse(text)
     except ValueError:
         return None
