@@ -144,6 +144,26 @@ def _test_process() -> None:
     gc.enable()
 
 
+#: Plugins that the pytest runs made by a test's pytester leave out (``-p no:NAME`` in
+#: PYTEST_ADDOPTS, in process and in the subprocesses they start), unless the test is marked
+#: ``pytester_keeps(NAME, ...)``. Each run registers every plugin anew: of an in-process run's
+#: ~45 ms on this project's 2-core VM, pytest-benchmark's options and session took ~10 ms
+#: and these four together ~14 ms, over some 300 runs in the README's test command. The
+#: tests that use a run's benchmark JSON or table keep it (test_perf_plugin.py).
+PYTESTER_LEAVES_OUT = ("benchmark", "logging", "doctest", "pastebin")
+
+
+@pytest.fixture
+def pytester(
+    pytester: pytest.Pytester, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> pytest.Pytester:
+    """pytest's pytester, whose runs leave out PYTESTER_LEAVES_OUT but what the test keeps."""
+    keep = {name for mark in request.node.iter_markers("pytester_keeps") for name in mark.args}
+    leave_out = [f"-p no:{name}" for name in PYTESTER_LEAVES_OUT if name not in keep]
+    monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(leave_out))
+    return pytester
+
+
 @pytest.fixture(scope="session")
 def fresh_python() -> Iterator[FreshPython]:
     """Fresh interpreters, forked from one that imported torch (tests/fresh.py): one server

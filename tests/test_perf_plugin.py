@@ -11,6 +11,9 @@ from numcheck.perf import timing
 from tests.caseproject import NO_CACHE, PLANTED, case_project, project_ini, write_goldens
 from tests.faketimer import factory
 
+#: Their runs record into pytest-benchmark and read its JSON and table back.
+pytestmark = pytest.mark.pytester_keeps("benchmark")
+
 # Tiny shapes, and a fake timer (tests/faketimer.py): these tests check the plumbing and the
 # messages, never the machine's speed. Its speedups by variant name:
 SPEEDUPS = {"slowed": 0.5, "tf32": 1.3, "bf16": 1.2}
