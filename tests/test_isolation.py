@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -157,6 +159,41 @@ def test_a_check_killed_while_timed_fails_alone_in_the_timing_phase(
     assert pid["tiny-mhc-after::fp32"] == pid["tiny-mhc-after::honest"] != pid["tiny-mhc::fp32"]
 
 
+@pytest.mark.slow  # a worker interpreter, and the device held for 10 s
+def test_a_check_that_waits_for_the_device_past_its_limit_does_not_time_out(
+        project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Another process holds the device (here a thread of this one, through the same lock
+    files) for 10 s, longer than the checks' 3 s limit: the worker's checks wait for it and
+    pass. Waiting is not hanging: on a GPU shared by xdist workers, a check held up behind
+    a neighbour's hung kernel had timed out (an H100, 2026-12-06)."""
+    from numcheck.perf.gpulock import LOCK_DIR_ENV, DeviceLock
+
+    write_case(project, "honest")
+    cases = project.path / "cases" / "mhc.toml"
+    cases.write_text(cases.read_text() + PERF)
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path / "locks"))
+    held = threading.Event()
+
+    def hold_the_device() -> None:
+        with DeviceLock("cpu", directory=tmp_path / "locks").exclusive():
+            held.set()
+            time.sleep(10.0)
+
+    holder = threading.Thread(target=hold_the_device)
+    holder.start()
+    assert held.wait(timeout=60)
+    report = project.path / "r.json"
+    result = project.runpytest("--numcheck", "--numcheck-perf", "--numcheck-timeout=3",
+                               "--numcheck-timeout-first-call=3", "--numcheck-report",
+                               str(report))
+    holder.join()
+    result.assert_outcomes(passed=4)
+    waits = [sum((r["timing"] or {}).get(k) or 0.0
+                 for k in ("lock_wait_s", "numerics_lock_wait_s"))
+             for r in records(report).values()]
+    assert max(waits) > 3.0  # it did wait past the limit
+
+
 @pytest.mark.slow
 def test_a_check_that_never_returns_times_out_and_the_run_goes_on(
         project: pytest.Pytester) -> None:
@@ -296,8 +333,41 @@ def test_phases_nest_and_a_listener_hears_each() -> None:
             with phase.span("first call"):
                 assert phase.current() == "first call"
             assert phase.current() == "numerics seed 0"
-    assert heard == ["numerics seed 0", "first call", "numerics seed 0"]
+    # The way out is heard too, to the end: the run counts the phase it is back in.
+    assert heard == ["numerics seed 0", "first call", "numerics seed 0", ""]
     assert phase.current() == ""
+
+
+def test_a_wait_for_the_device_is_a_phase_of_its_own(tmp_path: Path) -> None:
+    """A section that waits for the device lock (held here by another lock object, as by
+    another process) is heard in phase DEVICE_WAIT until it holds it; its body runs in the
+    phase before. The holder lets go when the waiter is heard waiting: no clock involved."""
+    from numcheck.perf.gpulock import DeviceLock
+
+    other = DeviceLock("cpu", directory=tmp_path)
+    mine = DeviceLock("cpu", directory=tmp_path)
+    heard: list[str] = []
+    held, waiting = threading.Event(), threading.Event()
+
+    def hold_until_waited_for() -> None:
+        with other.exclusive():
+            held.set()
+            waiting.wait(timeout=60)
+
+    def listen(name: str) -> None:
+        heard.append(name)
+        if name == phase.DEVICE_WAIT:
+            waiting.set()
+
+    holder = threading.Thread(target=hold_until_waited_for)
+    holder.start()
+    assert held.wait(timeout=60)
+    with phase.listening(listen), phase.span("ledger"):
+        with phase.device_wait(mine.shared()) as waited:
+            assert phase.current() == "ledger"
+            assert waiting.is_set() and waited > 0
+    holder.join()
+    assert heard == ["ledger", phase.DEVICE_WAIT, "ledger", ""]
 
 
 def test_aborted_lines_name_kind_check_phase_error_and_meaning() -> None:
@@ -509,6 +579,30 @@ def test_the_first_call_has_its_own_allowance_and_the_rest_count_together() -> N
     assert first.remaining(4.5) == -0.5
     assert first.overrun(4.5).startswith("its first call ran past its time limit: 3.5 s of 3 s")
     assert TimeUsed(Limits(), now=0.0).remaining(1e9) is None  # no limits: wait forever
+
+
+def test_a_wait_for_the_device_counts_against_no_limit() -> None:
+    """On a fake clock: the seconds a check waits for the device (another check holds it,
+    perhaps hung there until its own limit ends it) count nowhere; the check's limit goes on
+    counting from where it was once the check holds the device."""
+    from numcheck.check.phase import DEVICE_WAIT
+    from numcheck.execute.isolated import Limits, TimeUsed
+
+    used = TimeUsed(Limits(check_s=10, first_call_s=5), now=0.0)
+    used.enter("numerics seed 0", 1.0)
+    used.enter(DEVICE_WAIT, 4.0)  # 4 s of the check's 10 used
+    assert used.remaining(500.0) is None  # no limit while it waits
+    assert used.used(500.0) == 4.0
+    used.enter("ledger", 500.0)
+    assert used.remaining(503.0) == 3.0
+    assert used.remaining(507.0) == -1.0
+    assert used.overrun(507.0).startswith("the check ran past its time limit: 11.0 s of 10 s")
+    # Before a first call too: the first call's allowance starts when it does.
+    first = TimeUsed(Limits(check_s=10, first_call_s=5), now=0.0)
+    first.enter(DEVICE_WAIT, 0.0)
+    first.enter("", 100.0)
+    first.enter("first call", 101.0)
+    assert first.remaining(104.0) == 2.0
 
 
 # -- several workers -----------------------------------------------------------------------

@@ -15,9 +15,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
 
 #: The phase of a variant's first call (compile and warm-up: a time allowance of its own).
 FIRST_CALL = "first call"
+#: The phase of a check waiting for its device (numcheck.perf.gpulock): for another
+#: process's timed section, or for the numerics before its own. No time limit counts it: a
+#: check that hangs while holding the device is ended by its own limit, which frees it.
+DEVICE_WAIT = "waiting for the device"
 
 #: Hears every phase change (the name of the phase entered); None: nobody listens.
 Listener = Callable[[str], None]
@@ -60,15 +67,17 @@ def span(name: str) -> Iterator[None]:
                 setattr(exc, PHASE_ATTR, _current)
         raise
     finally:
-        if before:
-            enter(before)
-        else:
-            _reset()
+        enter(before)  # heard: the run then counts the time of the phase it is back in
 
 
-def _reset() -> None:
-    global _current
-    _current = ""
+@contextlib.contextmanager
+def device_wait(section: contextlib.AbstractContextManager[T]) -> Iterator[T]:
+    """``with section`` (a device lock: numcheck.perf.sections), in phase DEVICE_WAIT until
+    it is entered; the body runs in the phase before."""
+    with contextlib.ExitStack() as held:
+        with span(DEVICE_WAIT):
+            value = held.enter_context(section)
+        yield value
 
 
 @contextlib.contextmanager

@@ -90,14 +90,15 @@ LIMITS_LINE = ("limits:      --numcheck-timeout and --numcheck-timeout-first-cal
 
 class TimeUsed:
     """A check's time against its :class:`Limits`, phase by phase: the first call against
-    its own allowance, every other phase against the check's limit together. Pure: the
-    caller gives the clock's readings."""
+    its own allowance, every other phase against the check's limit together, and a wait for
+    the device (phase.DEVICE_WAIT: another check holds it) against none. Pure: the caller
+    gives the clock's readings."""
 
     def __init__(self, limits: Limits, now: float) -> None:
         self.limits = limits
         self.phase = ""
         self._start = now
-        #: Seconds outside the first call, before the current phase.
+        #: Seconds counted against the check's limit, before the current phase.
         self._spent = 0.0
 
     @property
@@ -107,16 +108,27 @@ class TimeUsed:
         return self.phase == FIRST_CALL
 
     @property
+    def waiting(self) -> bool:
+        """Waiting for the device: no limit counts it."""
+        from numcheck.check.phase import DEVICE_WAIT
+
+        return self.phase == DEVICE_WAIT
+
+    @property
     def limit(self) -> float | None:
+        if self.waiting:
+            return None
         return self.limits.first_call_s if self.in_first_call else self.limits.check_s
 
     def enter(self, phase: str, now: float) -> None:
-        if not self.in_first_call:
+        if not (self.in_first_call or self.waiting):
             self._spent += now - self._start
         self.phase, self._start = phase, now
 
     def used(self, now: float) -> float:
         """Seconds counted against the current phase's limit."""
+        if self.waiting:
+            return self._spent
         return now - self._start + (0.0 if self.in_first_call else self._spent)
 
     def remaining(self, now: float) -> float | None:
