@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import TypeVar
-
-T = TypeVar("T")
 
 #: The phase of a variant's first call (compile and warm-up: a time allowance of its own).
 FIRST_CALL = "first call"
@@ -71,9 +68,10 @@ def span(name: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def device_wait(section: contextlib.AbstractContextManager[T]) -> Iterator[T]:
+def device_wait(section: contextlib.AbstractContextManager[float]) -> Iterator[float]:
     """``with section`` (a device lock: numcheck.perf.sections), in phase DEVICE_WAIT until
-    it is entered; the body runs in the phase before."""
+    it is entered (yields what it yields: the seconds waited); the body runs in the phase
+    before."""
     with contextlib.ExitStack() as held:
         with span(DEVICE_WAIT):
             value = held.enter_context(section)

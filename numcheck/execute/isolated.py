@@ -100,19 +100,8 @@ class TimeUsed:
         self._start = now
         #: Seconds counted against the check's limit, before the current phase.
         self._spent = 0.0
-
-    @property
-    def in_first_call(self) -> bool:
-        from numcheck.check.phase import FIRST_CALL
-
-        return self.phase == FIRST_CALL
-
-    @property
-    def waiting(self) -> bool:
-        """Waiting for the device: no limit counts it."""
-        from numcheck.check.phase import DEVICE_WAIT
-
-        return self.phase == DEVICE_WAIT
+        #: In the first call; waiting for the device (no limit counts it).
+        self.in_first_call = self.waiting = False
 
     @property
     def limit(self) -> float | None:
@@ -121,9 +110,12 @@ class TimeUsed:
         return self.limits.first_call_s if self.in_first_call else self.limits.check_s
 
     def enter(self, phase: str, now: float) -> None:
+        from numcheck.check.phase import DEVICE_WAIT, FIRST_CALL
+
         if not (self.in_first_call or self.waiting):
             self._spent += now - self._start
         self.phase, self._start = phase, now
+        self.in_first_call, self.waiting = phase == FIRST_CALL, phase == DEVICE_WAIT
 
     def used(self, now: float) -> float:
         """Seconds counted against the current phase's limit."""
