@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from numcheck.check import phase
+from numcheck import phase
 from numcheck.ops import mhc
 from numcheck.ops.spec import Inputs, Outputs, Params
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from numcheck.check import phase
+from numcheck import phase
 from numcheck.execute.aborted import (
     CRASH,
     OOM,
@@ -338,14 +338,16 @@ def test_phases_nest_and_a_listener_hears_each() -> None:
     assert phase.current() == ""
 
 
-def test_a_wait_for_the_device_is_a_phase_of_its_own(tmp_path: Path) -> None:
-    """A section that waits for the device lock (held here by another lock object, as by
-    another process) is heard in phase DEVICE_WAIT until it holds it; its body runs in the
-    phase before. The holder lets go when the waiter is heard waiting: no clock involved."""
-    from numcheck.perf.gpulock import DeviceLock
+def test_a_wait_for_the_device_is_a_phase_of_its_own(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's section that waits for the device lock (held here by another lock object, as
+    by another process) is heard in phase DEVICE_WAIT until it holds it; its body runs in
+    the phase before. The holder lets go when the waiter is heard waiting: no clock."""
+    from numcheck.perf.gpulock import LOCK_DIR_ENV, DeviceLock
+    from numcheck.perf.sections import DeviceSections
 
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path))
     other = DeviceLock("cpu", directory=tmp_path)
-    mine = DeviceLock("cpu", directory=tmp_path)
     heard: list[str] = []
     held, waiting = threading.Event(), threading.Event()
 
@@ -362,12 +364,15 @@ def test_a_wait_for_the_device_is_a_phase_of_its_own(tmp_path: Path) -> None:
     holder = threading.Thread(target=hold_until_waited_for)
     holder.start()
     assert held.wait(timeout=60)
+    sections = DeviceSections("cpu", enabled=True)
     with phase.listening(listen), phase.span("ledger"):
-        with phase.device_wait(mine.shared()) as waited:
+        with sections.hold(exclusive=False) as waited:
             assert phase.current() == "ledger"
             assert waiting.is_set() and waited > 0
+        with sections.hold(exclusive=True):  # free now: the phase is heard all the same
+            pass
     holder.join()
-    assert heard == ["ledger", phase.DEVICE_WAIT, "ledger", ""]
+    assert heard == ["ledger", phase.DEVICE_WAIT, "ledger", phase.DEVICE_WAIT, "ledger", ""]
 
 
 def test_aborted_lines_name_kind_check_phase_error_and_meaning() -> None:
@@ -585,7 +590,7 @@ def test_a_wait_for_the_device_counts_against_no_limit() -> None:
     """On a fake clock: the seconds a check waits for the device (another check holds it,
     perhaps hung there until its own limit ends it) count nowhere; the check's limit goes on
     counting from where it was once the check holds the device."""
-    from numcheck.check.phase import DEVICE_WAIT
+    from numcheck.phase import DEVICE_WAIT
     from numcheck.execute.isolated import Limits, TimeUsed
 
     used = TimeUsed(Limits(check_s=10, first_call_s=5), now=0.0)

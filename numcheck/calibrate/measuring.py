@@ -160,7 +160,6 @@ def _pool(how: Measuring, variant: str,
 
 def _speed(request: MeasureRequest, op: OpSpec, inputs: Callable[[OpSpec, Case], CaseInputs],
            sections: DeviceSections | None) -> SpeedPayload:
-    from numcheck.check import phase
     from numcheck.check.perf import measure_perf
     from numcheck.prepare import Preparations
 
@@ -173,8 +172,7 @@ def _speed(request: MeasureRequest, op: OpSpec, inputs: Callable[[OpSpec, Case],
         # The same call as a gated timing, K times, holding the device alone; only the point
         # speedups and their intervals are kept (``estimate``; ``speedup`` in timing layers
         # that name it so).
-        with (phase.device_wait(sections.hold(exclusive=True)) if sections
-              else contextlib.nullcontext()):
+        with sections.hold(exclusive=True) if sections else contextlib.nullcontext():
             result = measure_perf(op, case, variant, device, cpu_inputs, preparer=preparer)
         est = getattr(result, "estimate", None) or result.speedup
         points.append(SpeedRun(est.median, est.low, est.high))

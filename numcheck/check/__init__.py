@@ -45,7 +45,7 @@ import contextlib
 from collections.abc import Callable, Collection, Iterator, Sequence
 
 from numcheck.cases import Case, Expectation
-from numcheck.check import phase
+from numcheck import phase
 from numcheck.check.against_golden import run_numerics
 from numcheck.check.firstcall import DEFAULT_NOTE_S, FirstCallWatch, Progress, device_sync
 from numcheck.check.invariance import measure_invariance
@@ -167,15 +167,6 @@ def _unlocked(*, exclusive: bool) -> Iterator[float]:
     yield 0.0
 
 
-def _holder(sections: DeviceSections) -> Callable[..., contextlib.AbstractContextManager[float]]:
-    """``sections.hold``, waiting for the device in a phase of its own (phase.DEVICE_WAIT),
-    which no time limit counts: on a GPU shared by processes, a check that hangs while it
-    holds the device would otherwise run out the limits of the checks that wait for it."""
-    if not sections.enabled:
-        return sections.hold  # no lock: nothing to wait for
-    return lambda *, exclusive: phase.device_wait(sections.hold(exclusive=exclusive))
-
-
 def run_check(
     op: OpSpec,
     case: Case,
@@ -216,7 +207,7 @@ def run_check(
     not_timed = partial and "perf" in gates
     if not_timed:
         gates.discard("perf")  # not like for like: see PARTIAL_NOT_TIMED
-    hold = _holder(sections) if sections is not None else _unlocked
+    hold = sections.hold if sections is not None else _unlocked
     numerics_wait = 0.0
     first_seed, _ = inputs.get(case.seeds[0])
     # The variant's first call (compiles, warm-up) is timed apart and never by the perf gate.

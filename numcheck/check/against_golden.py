@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from numcheck.cases import Case
-from numcheck.check import phase
+from numcheck import phase
 from numcheck.check.against_sim import simulate
 from numcheck.check.result import CheckResult, SeedResult
 from numcheck.check.run import (

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Self
 
-from numcheck.check import phase
+from numcheck import phase
 
 #: Where progress lines go (the plugin's terminal writer); None: nowhere.
 Progress = Callable[[str], None]

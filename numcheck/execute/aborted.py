@@ -2,7 +2,7 @@
 time limit, it ran out of memory, or the memory checker found errors in its kernels.
 
 An isolated run (:mod:`numcheck.execute.isolated`) turns each of these into an
-:class:`Aborted`: the kind, the phase the check was in (:mod:`numcheck.check.phase`), the
+:class:`Aborted`: the kind, the phase the check was in (:mod:`numcheck.phase`), the
 error, and what it means for the run. The item raises it as :class:`CheckAborted`, whose
 message is the failure the user reads; the record keeps the kind as its ``error_kind``.
 

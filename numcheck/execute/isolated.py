@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from numcheck.execute.aborted import CRASH, SANITIZER, TIMEOUT, Aborted, CheckAborted, exit_error
 from numcheck.execute.sanitizer import Sanitizer
 from numcheck.execute.worker import WorkerSetup, receive, send
+from numcheck.phase import DEVICE_WAIT, FIRST_CALL
 
 # Nothing imported here imports torch: the run's first worker starts before the pytest
 # process imports it (numcheck.plugin.isolation.start_early), so that both import it at once.
@@ -110,8 +111,6 @@ class TimeUsed:
         return self.limits.first_call_s if self.in_first_call else self.limits.check_s
 
     def enter(self, phase: str, now: float) -> None:
-        from numcheck.check.phase import DEVICE_WAIT, FIRST_CALL
-
         if not (self.in_first_call or self.waiting):
             self._spent += now - self._start
         self.phase, self._start = phase, now

@@ -7,7 +7,7 @@ the modules whose ``pytest_numcheck_register`` hook (or import) registered varia
 what the run's executor needs. It registers the same ops and variants as the parent, builds
 an :class:`~numcheck.execute.executor.InProcess` executor of its own, says it is ready, and
 then runs the requests it is sent (checks, or a calibration's measure requests). While one
-runs it tells the parent each phase (:mod:`numcheck.check.phase`) and each progress line (a
+runs it tells the parent each phase (:mod:`numcheck.phase`) and each progress line (a
 first call that runs long); a request ends with its answer, the exception that left no verdict, or an :class:`Aborted` (the CUDA
 context lost, out of memory), after which this process exits: a new one runs the next
 check. A crash or a hang needs no cooperation from here: the parent sees the socket close or
@@ -181,7 +181,7 @@ def kind_in(exc: BaseException, device: str) -> str | None:
 def run_job(worker: Worker, request: Request) -> tuple[tuple[Any, ...], bool]:
     """Run one request; the answer to send, and whether this process must end after it. An
     aborted answer names no check: the pytest process knows which it sent."""
-    from numcheck.check import phase
+    from numcheck import phase
 
     try:
         with phase.listening(lambda name: worker.send(("phase", name), True)):

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from numcheck import phase
 from numcheck.devices import DEVICE_NAME_ENV, run_class
 from numcheck.perf.gpulock import DeviceLock, device_key
 
@@ -43,7 +44,12 @@ class DeviceSections:
             yield 0.0
             return
         lock = self.lock()
-        with lock.exclusive() if exclusive else lock.shared() as waited:
+        with contextlib.ExitStack() as held:
+            # The wait is a phase of its own, which no time limit counts: on a GPU shared by
+            # processes, a check that hangs while it holds the device would otherwise run out
+            # the limits of the checks that wait for it.
+            with phase.span(phase.DEVICE_WAIT):
+                waited = held.enter_context(lock.exclusive() if exclusive else lock.shared())
             yield waited
 
     def header_lines(self, workers: int, *, perf: bool) -> list[str]:

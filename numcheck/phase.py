@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 
 #: The phase of a variant's first call (compile and warm-up: a time allowance of its own).
 FIRST_CALL = "first call"
-#: The phase of a check waiting for its device (numcheck.perf.gpulock): for another
+#: The phase of a check waiting for its device (numcheck.perf.sections): for another
 #: process's timed section, or for the numerics before its own. No time limit counts it: a
 #: check that hangs while holding the device is ended by its own limit, which frees it.
 DEVICE_WAIT = "waiting for the device"
@@ -65,17 +65,6 @@ def span(name: str) -> Iterator[None]:
         raise
     finally:
         enter(before)  # heard: the run then counts the time of the phase it is back in
-
-
-@contextlib.contextmanager
-def device_wait(section: contextlib.AbstractContextManager[float]) -> Iterator[float]:
-    """``with section`` (a device lock: numcheck.perf.sections), in phase DEVICE_WAIT until
-    it is entered (yields what it yields: the seconds waited); the body runs in the phase
-    before."""
-    with contextlib.ExitStack() as held:
-        with span(DEVICE_WAIT):
-            value = held.enter_context(section)
-        yield value
 
 
 @contextlib.contextmanager
