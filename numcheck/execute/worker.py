@@ -30,6 +30,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from numcheck import phase
 from numcheck.execute.aborted import (
     CRASH,
     OOM,
@@ -181,8 +182,6 @@ def kind_in(exc: BaseException, device: str) -> str | None:
 def run_job(worker: Worker, request: Request) -> tuple[tuple[Any, ...], bool]:
     """Run one request; the answer to send, and whether this process must end after it. An
     aborted answer names no check: the pytest process knows which it sent."""
-    from numcheck import phase
-
     try:
         with phase.listening(lambda name: worker.send(("phase", name), True)):
             value = worker.run(request)
