@@ -1,0 +1,32 @@
+"""tests/conftest.py's pytester: its runs leave out the plugins no test's run needs
+(PYTESTER_LEAVES_OUT), unless the test keeps one with ``pytester_keeps``."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import PYTESTER_LEAVES_OUT
+
+PROBE = """
+def test_plugins(pytestconfig):
+    # A plugin left out with -p no:NAME is listed as blocked, with no plugin object.
+    names = {name for name, plugin in pytestconfig.pluginmanager.list_name_plugin()
+             if plugin is not None}
+    print("LOADED", sorted(n for n in {PLUGINS} if n in names))
+"""
+
+
+def _loaded(pytester: pytest.Pytester) -> str:
+    pytester.makepyfile(PROBE.replace("{PLUGINS}", repr(set(PYTESTER_LEAVES_OUT))))
+    result = pytester.runpytest("-s")
+    result.assert_outcomes(passed=1)
+    return next(line[line.index("LOADED"):] for line in result.outlines if "LOADED" in line)
+
+
+def test_a_test_s_runs_leave_the_plugins_out(pytester: pytest.Pytester) -> None:
+    assert _loaded(pytester) == "LOADED []"
+
+
+@pytest.mark.pytester_keeps("benchmark")
+def test_a_test_keeps_the_plugin_it_names(pytester: pytest.Pytester) -> None:
+    assert _loaded(pytester) == "LOADED ['benchmark']"
