@@ -110,7 +110,6 @@ class RunInfo:
     torch: str = ""
     fresh: int = 0
     first_seed: int = 0
-    accept_option: str = "--numcheck-calibrate-accept"
 
 
 def plan_numerics(

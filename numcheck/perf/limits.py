@@ -28,12 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from numcheck.devices import ONBOARD
-from numcheck.gates import PERF_GATE
 from numcheck.numerics.verdict import Violation
 from numcheck.perf.sequential import StoppingRule
 from numcheck.perf.speedup import FAIL, UNDECIDED, Decision, SpeedupEstimate
-
-GATE = PERF_GATE
 
 #: The key of a ``speedup_min`` table that makes its ``cuda`` value hold on every GPU model.
 EVERY_CLASS = "every_class"

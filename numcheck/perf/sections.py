@@ -28,8 +28,6 @@ class DeviceSections:
         self.device = device
         self.enabled = enabled
         self._lock: DeviceLock | None = None
-        #: Wait of the last kernel audit, picked up by the check's record.
-        self.audit_wait_s: float | None = None
 
     def lock(self) -> DeviceLock:
         """The lock of this process's current device (made on first use)."""

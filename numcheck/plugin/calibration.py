@@ -169,7 +169,7 @@ class CalibrationMode:
         speed = combine_speed([p for p in payloads if isinstance(p, SpeedPayload)],
                               [p for p in settings.earlier if isinstance(p, SpeedPayload)])
         run = RunInfo(_command(self.config), date.today().isoformat(), _torch(),
-                      measuring.fresh or 0, measuring.first_seed, CALIBRATE_ACCEPT_OPTION)
+                      measuring.fresh or 0, measuring.first_seed)
         plan = plan_numerics(numerics, run, earlier=earlier, accepted=settings.accepted)
         sections = []
         if measuring.fresh is not None:
