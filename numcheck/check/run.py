@@ -47,9 +47,9 @@ class CaseInputs:
         if seed not in self._made:
             if self.case.inputs.file is not None:  # recorded inputs: call `seed` of the file
                 inputs = recorded_call(self.case.inputs, seed)
+                self._made[seed] = (inputs, input_fingerprint(inputs))
             else:
-                inputs = self.op.make_inputs(self.case.params, seed)
-            self._made[seed] = (inputs, input_fingerprint(inputs))
+                self._made[seed] = _made_inputs(self.op, self.case.params, seed)
         return self._made[seed]
 
     def envelope(self, key: tuple[Any, ...], make: Callable[[], list[Outputs]]) -> list[Outputs]:
@@ -63,6 +63,32 @@ class CaseInputs:
         """One hash over every seed's input fingerprint, in seed order."""
         joined = "|".join(f"{s}:{self.get(s)[1]}" for s in self.case.seeds)
         return hashlib.sha256(joined.encode()).hexdigest()
+
+
+#: Inputs made lately, kept across cases up to this many bytes: made once per seed.
+_RECENT_BYTES = 128 << 20
+_RECENT: dict[tuple[Any, ...], tuple[Inputs, str, int]] = {}
+
+
+def _made_inputs(op: OpSpec, params: Params, seed: int) -> tuple[Inputs, str]:
+    """``op.make_inputs(params, seed)`` with its fingerprint. A call gets its own copy (a
+    variant that writes into its inputs spoils no other case's); inputs a copy would not
+    reproduce (views, shared storage, autograd, subclasses, not on the CPU) are not kept."""
+    key = (op.make_inputs, repr(sorted(params.items())), seed)
+    if key in _RECENT:
+        _RECENT[key] = kept = _RECENT.pop(key)  # the most recent last
+        return {n: t.clone() for n, t in kept[0].items()}, kept[1]
+    inputs = op.make_inputs(params, seed)
+    made, size = (inputs, input_fingerprint(inputs)), sum(t.nbytes for t in inputs.values())
+    if size <= _RECENT_BYTES and all(
+            type(t) is torch.Tensor and t.device.type == "cpu" and not t.requires_grad
+            and t.is_contiguous() and t.untyped_storage().nbytes() == t.nbytes
+            for t in inputs.values()) and len(
+            {t.untyped_storage().data_ptr() for t in inputs.values()}) == len(inputs):
+        _RECENT[key] = ({n: t.clone() for n, t in inputs.items()}, made[1], size)
+        while sum(kept[2] for kept in _RECENT.values()) > _RECENT_BYTES:
+            _RECENT.pop(next(iter(_RECENT)))
+    return made
 
 
 def run_variant(
