@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import gpu_regression as reg
+from tests.conftest import outside_xdist
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,12 +86,11 @@ def test_every_script_the_regression_run_lists_has_a_cpu_plumbing_test() -> None
 
 def _run(*argv: str, cwd: Path = ROOT, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """A script run from the repository root as the steps run it; its output on failure."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
-    env.pop("NUMCHECK_DEVICE_NAME", None)
     # A script's pytest is no xdist worker, even where this test runs in one (CI runs the
-    # slow tier with -n 2): pytest-benchmark switches itself off where it sees this variable.
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        env.pop(name, None)
+    # slow tier with -n 2).
+    env = {**outside_xdist(os.environ),
+           "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
+    env.pop("NUMCHECK_DEVICE_NAME", None)
     proc = subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout, check=False)
     assert proc.returncode == 0, f"{argv}: exit {proc.returncode}\n{proc.stdout[-3000:]}\n" \

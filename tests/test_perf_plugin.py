@@ -47,13 +47,6 @@ def fake_timer() -> Iterator[list[tuple[str, str, str]]]:
         yield log
 
 
-@pytest.fixture(autouse=True)
-def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    # pytest-benchmark disables itself in xdist workers (by this variable); the inner
-    # pytester runs are not workers even when this suite runs under -n.
-    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
-
-
 SLOWED_GATED = "[tiny-mhc.perf.slowed]\nspeedup_min = { cpu = 1.0 }"
 
 

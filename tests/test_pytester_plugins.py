@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import LOGGING_PLUGIN, PYTESTER_LEAVES_OUT
+from tests.conftest import LOGGING_PLUGIN, PYTESTER_LEAVES_OUT, XDIST_WORKER_ENV, outside_xdist
 
 PROBE = """
 def test_plugins(pytestconfig):
@@ -40,3 +40,23 @@ def test_the_test_process_runs_without_the_logging_plugin(pytestconfig: pytest.C
     plugins = pytestconfig.pluginmanager.get_plugins()
     assert not any(isinstance(plugin, LoggingPlugin) for plugin in plugins)
     assert pytestconfig.pluginmanager.is_blocked(LOGGING_PLUGIN)
+
+
+@pytest.fixture
+def _as_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in zip(XDIST_WORKER_ENV, ("gw1", "2", "abc123"), strict=True):
+        monkeypatch.setenv(name, value)
+
+
+def test_a_test_s_runs_are_no_xdist_workers(_as_an_xdist_worker: None,
+                                            pytester: pytest.Pytester) -> None:
+    # Requested after _as_an_xdist_worker, as in a test that an xdist worker runs.
+    pytester.makepyfile("""
+        import os
+        def test_env():
+            print("XDIST", sorted(k for k in os.environ if k.startswith("PYTEST_XDIST")))
+    """)
+    for result in (pytester.runpytest("-s"), pytester.runpytest_subprocess("-s")):
+        result.assert_outcomes(passed=1)
+        assert any(line.endswith("XDIST []") for line in result.outlines), result.outlines
+    assert outside_xdist({"PYTEST_XDIST_WORKER": "gw0", "PATH": "/bin"}) == {"PATH": "/bin"}
