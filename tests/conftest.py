@@ -13,8 +13,6 @@ import pytest
 from tests.fresh import HOME_ENV, FreshPython, make_home, stop
 from tests.importgraph import importable_up_front
 
-#: The name pytest registers its logging plugin's per-run object under.
-LOGGING_PLUGIN = "logging-plugin"
 #: Set by pytest_configure when this run gave the test processes one thread (see there).
 _ONE_THREAD = False
 #: The fresh-interpreter home this process made for its run, and what HOME_ENV was before.
@@ -37,13 +35,6 @@ def pytest_configure(config: pytest.Config) -> None:
     # variants were registered (some by objects a worker process cannot import):
     # tests/test_isolation.py turns the worker process on where it is what they test.
     os.environ.setdefault("NUMCHECK_ISOLATE", "off")
-    # No pytest logging plugin in the test processes (its trylast pytest_configure, which
-    # registers it, comes after this one): no test reads captured log records, and around
-    # each phase of each test the plugin attaches its handler to every logger that does not
-    # propagate, torch's 42 of them: 880k handler calls in the README test command, whose
-    # user CPU it took from 133.6 to 120.5 s (one pair, 2-core VM, 2026-12-07). pytester's
-    # runs leave it out too (PYTESTER_LEAVES_OUT).
-    config.pluginmanager.set_blocked(LOGGING_PLUGIN)
     if "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = "1"
         _ONE_THREAD = True

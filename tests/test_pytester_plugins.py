@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import LOGGING_PLUGIN, PYTESTER_LEAVES_OUT, XDIST_WORKER_ENV, outside_xdist
+from tests.conftest import PYTESTER_LEAVES_OUT, XDIST_WORKER_ENV, outside_xdist
 
 PROBE = """
 def test_plugins(pytestconfig):
@@ -30,16 +30,6 @@ def test_a_test_s_runs_leave_the_plugins_out(pytester: pytest.Pytester) -> None:
 @pytest.mark.pytester_keeps("benchmark")
 def test_a_test_keeps_the_plugin_it_names(pytester: pytest.Pytester) -> None:
     assert _loaded(pytester) == "LOADED ['benchmark']"
-
-
-def test_the_test_process_runs_without_the_logging_plugin(pytestconfig: pytest.Config) -> None:
-    # Blocked by tests/conftest.py under the name pytest registers it with: were that name to
-    # change, the plugin object would be registered under the new one and found here.
-    from _pytest.logging import LoggingPlugin
-
-    plugins = pytestconfig.pluginmanager.get_plugins()
-    assert not any(isinstance(plugin, LoggingPlugin) for plugin in plugins)
-    assert pytestconfig.pluginmanager.is_blocked(LOGGING_PLUGIN)
 
 
 @pytest.fixture
