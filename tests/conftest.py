@@ -153,16 +153,17 @@ def _test_process() -> None:
 PYTESTER_LEAVES_OUT = ("benchmark", "logging", "doctest", "pastebin")
 
 
-#: What pytest-xdist puts in its workers' environment. A pytest run that a test starts (a
-#: pytester run, in process or not; a script's subprocess) is no worker of this run, even where
-#: the test runs in one (`-n 2`): pytest-benchmark switches itself off where it sees
-#: PYTEST_XDIST_WORKER, and its --benchmark-json then writes nothing.
-XDIST_WORKER_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+#: The prefix of what pytest-xdist puts in its workers' environment (PYTEST_XDIST_WORKER,
+#: _WORKER_COUNT, _TESTRUNUID), the rule benchmarks/reliability/isolation_runs.py keeps to. A
+#: pytest run that a test starts (a pytester run, in process or not; a script's subprocess) is
+#: no worker of this run, even where the test runs in one (`-n 2`): pytest-benchmark switches
+#: itself off where it sees PYTEST_XDIST_WORKER, and its --benchmark-json then writes nothing.
+XDIST_ENV_PREFIX = "PYTEST_XDIST_"
 
 
 def outside_xdist(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` for a process a test starts: without XDIST_WORKER_ENV."""
-    return {name: value for name, value in env.items() if name not in XDIST_WORKER_ENV}
+    """``env`` for a process a test starts: without xdist's worker variables."""
+    return {name: value for name, value in env.items() if not name.startswith(XDIST_ENV_PREFIX)}
 
 
 @pytest.fixture
@@ -170,12 +171,12 @@ def pytester(
     pytester: pytest.Pytester, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> pytest.Pytester:
     """pytest's pytester, whose runs leave out PYTESTER_LEAVES_OUT but what the test keeps,
-    and are no xdist workers (XDIST_WORKER_ENV)."""
+    and are no xdist workers (XDIST_ENV_PREFIX)."""
     keep = {name for mark in request.node.iter_markers("pytester_keeps") for name in mark.args}
     leave_out = [f"-p no:{name}" for name in PYTESTER_LEAVES_OUT if name not in keep]
     monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(leave_out))
-    for name in XDIST_WORKER_ENV:
-        monkeypatch.delenv(name, raising=False)
+    for name in os.environ.keys() - outside_xdist(os.environ).keys():
+        monkeypatch.delenv(name)
     return pytester
 
 

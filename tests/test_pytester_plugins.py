@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import PYTESTER_LEAVES_OUT, XDIST_WORKER_ENV, outside_xdist
+from tests.conftest import PYTESTER_LEAVES_OUT, XDIST_ENV_PREFIX, outside_xdist
 
 PROBE = """
 def test_plugins(pytestconfig):
@@ -34,8 +34,8 @@ def test_a_test_keeps_the_plugin_it_names(pytester: pytest.Pytester) -> None:
 
 @pytest.fixture
 def _as_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in zip(XDIST_WORKER_ENV, ("gw1", "2", "abc123"), strict=True):
-        monkeypatch.setenv(name, value)
+    for name, value in (("WORKER", "gw1"), ("WORKER_COUNT", "2"), ("TESTRUNUID", "abc123")):
+        monkeypatch.setenv(XDIST_ENV_PREFIX + name, value)
 
 
 def test_a_test_s_runs_are_no_xdist_workers(_as_an_xdist_worker: None,
