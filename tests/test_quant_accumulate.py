@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -45,6 +46,42 @@ def test_the_tensor_core_drops_bits_below_its_kept_width() -> None:
     neg = _exact([[256.0, -3 * 2.0**-7]])
     assert emulated_gemm(neg, b, FAST_ACCUMULATION).item() == 256.0
     assert emulated_gemm(neg, b, replace(FAST_ACCUMULATION, rounding="rn")).item() == 256 - 2**-5
+
+
+def _one_sum(a: list[float], b: list[float], acc: Accumulation) -> float:
+    """The tensor core's sum of one row pair, one product at a time in Python floats: the
+    module docstring's model written out, the oracle of the tensor-wide emulation."""
+    cut = {"trunc": math.trunc, "rn": round, "floor": math.floor}[acc.rounding]
+    c = 0.0
+    for s0 in range(0, len(a), acc.fused):
+        p = [x * y for x, y in zip(a[s0:s0 + acc.fused], b[s0:s0 + acc.fused], strict=True)]
+        e = math.frexp(max([abs(c)] + [abs(t) for t in p]))[1]
+        q = math.ldexp(1.0, e - 1 - acc.mantissa_bits)
+        c = cut(c / q) * q + sum(cut(t / q) * q for t in p)
+    return c
+
+
+@pytest.mark.parametrize("acc", [FAST_ACCUMULATION, replace(FAST_ACCUMULATION, rounding="rn"),
+                                 replace(FAST_ACCUMULATION, rounding="floor"),
+                                 replace(FAST_ACCUMULATION, mantissa_bits=9, fused=16,
+                                         fused_min=4)],
+                         ids=lambda a: f"{a.rounding}-{a.mantissa_bits}-{a.fused}")
+def test_the_emulation_sums_each_step_as_the_model_says_one_product_at_a_time(
+        acc: Accumulation) -> None:
+    # e4m3 values over a wide range of magnitudes, both signs and zeros, on a ragged K: each
+    # output's steps as the one-at-a-time model computes them, bit for bit.
+    g = torch.Generator().manual_seed(11)
+
+    def values(rows: int) -> torch.Tensor:
+        x = torch.randn(rows, 203, generator=g) * 2.0 ** torch.randint(-8, 8, (rows, 203),
+                                                                        generator=g)
+        x[torch.rand(rows, 203, generator=g) < 0.1] = 0.0
+        return x.to(torch.float8_e4m3fn).float()
+
+    a, b = values(5), values(6)
+    y = emulated_gemm(_exact(a.tolist()), _exact(b.tolist()), acc)
+    want = [[_one_sum(ra, rb, acc) for rb in b.tolist()] for ra in a.tolist()]
+    assert y.tolist() == want
 
 
 def test_promotion_resets_the_tensor_core_and_keeps_what_fast_accumulation_loses() -> None:
