@@ -7,6 +7,7 @@ run covers), on a GPU machine compiled on CUDA. Shapes are tiny so the interpret
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -106,6 +107,51 @@ def test_indexer_fused_any_tile_gives_the_same_logits() -> None:
     a = indexer_fused.logits(inputs, p["max_context"], block_l=16)
     b = indexer_fused.logits(inputs, p["max_context"], block_l=256)
     assert torch.equal(a, b)
+
+
+#: Compiles mhc_fused's y kernel (``y += pre * x``) for sm_90 with numcheck's launch options
+#: and, as the control, with fusion asked off; prints whether each PTX has an fp32 FMA.
+_COMPILE_Y_KERNEL = r"""
+import json, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from numcheck.ops import mhc_fused, triton_support
+
+fn = mhc_fused._y_kernel
+signature = {"x_ptr": "*i16", "pre_ptr": "*fp32", "y_ptr": "*bf16", "T": "i32", "C": "i32",
+             "N": "constexpr", "BLOCK_T": "constexpr", "BLOCK_C": "constexpr"}
+constants = {"N": 4, "BLOCK_T": 16, "BLOCK_C": 256}
+fma = {}
+sm90 = GPUTarget("cuda", 90, 32)
+for name, options in (("launch", triton_support.GPU_LAUNCH), ("off", {"enable_fp_fusion": False})):
+    src = ASTSource(fn=fn, signature=signature, constexprs={
+        (fn.arg_names.index(c),): v for c, v in constants.items()})
+    try:
+        ptx = triton.compile(src, target=sm90, options=dict(options)).asm["ptx"]
+    except RuntimeError as exc:  # no ptxas in this triton install
+        print(json.dumps({"skip": str(exc)}))
+        raise SystemExit(0)
+    fma[name] = "fma.rn.f32" in ptx
+print(json.dumps(fma))
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter with Triton compiling, not interpreting (tests/fresh.py)
+def test_the_kernels_contract_to_fma_as_measured_whatever_tritons_default(
+        tmp_path: Path, fresh_python: FreshPython) -> None:
+    """Under Triton 3.10's announced default (TRITON_DEFAULT_FP_FUSION=0), numcheck's launch
+    options still compile the fused kernels' multiply-adds to one FMA each, as when their
+    budgets were measured; with fusion asked off (the control) they are two roundings. In a
+    fresh interpreter with the interpreter off (here: no GPU needed to compile for sm_90)."""
+    if triton_support.TRITON_MISSING:
+        pytest.skip(triton_support.TRITON_MISSING)
+    proc = fresh_python.run(_COMPILE_Y_KERNEL, cwd=tmp_path, path=[ROOT],
+                            env={"TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "0"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    fma = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "skip" in fma:
+        pytest.skip(f"triton cannot compile for sm_90 here: {fma['skip']}")
+    assert fma == {"launch": True, "off": False}
 
 
 def test_indexer_fused_rejects_an_unknown_operand() -> None:

@@ -25,7 +25,7 @@ import torch
 
 # ruff: noqa: I001 -- this import must come first: the probe in it decides, before triton
 # is imported, whether the kernels run compiled or under the interpreter.
-from numcheck.ops.triton_support import INTERPRETED
+from numcheck.ops.triton_support import GPU_LAUNCH, INTERPRETED
 
 import triton
 import triton.language as tl
@@ -130,7 +130,8 @@ def logits(
         block_l = 1024 if device != "cuda" else 128
     block_l = min(block_l, max(16, triton.next_power_of_2(max_context)))
     grid = (b, math.ceil(max_context / block_l))
-    extra = {} if device != "cuda" else {"num_warps": num_warps or (8 if n * h >= 128 else 4)}
+    extra = {} if device != "cuda" else {"num_warps": num_warps or (8 if n * h >= 128 else 4),
+                                         **GPU_LAUNCH}
     _indexer_logits_kernel[grid](
         q.contiguous(), kv8, scales, inputs["weights"].contiguous(), lens.contiguous(),
         table.contiguous(), out, max_context, table.shape[1],

@@ -25,7 +25,7 @@ import torch
 
 # ruff: noqa: I001 -- this import must come first: the probe in it decides, before triton
 # is imported, whether the kernels run compiled or under the interpreter.
-from numcheck.ops.triton_support import INTERPRETED
+from numcheck.ops.triton_support import GPU_LAUNCH, INTERPRETED
 
 import triton
 import triton.language as tl
@@ -237,7 +237,7 @@ def mhc_pre(
     x_bits = x.contiguous().view(torch.int16)
     part = torch.empty(split, t, nmix_pad, dtype=torch.float32, device=dev)
     sq = torch.empty(split, t, dtype=torch.float32, device=dev)
-    gpu = {"num_warps": 4} if device == "cuda" else {}
+    gpu = {"num_warps": 4, **GPU_LAUNCH} if device == "cuda" else {}
     _proj_kernel[(math.ceil(t / block_t), split)](
         x_bits, hc_fn.contiguous(), part, sq, t, k, K_PER_SPLIT=k_per_split,
         NMIX=nmix, NMIX_PAD=nmix_pad, BLOCK_T=block_t, BLOCK_K=block_k,

@@ -111,6 +111,7 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
         c.stride(0), c.stride(1), c.stride(2),
         BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, IEEE=mode == "fp32",
         EMULATE=emulate, K_STEPS=triton.cdiv(k, BLOCK_K) if emulate else 1,
+        **({} if emulate else triton_support.GPU_LAUNCH),
     )
     return c.reshape(*lead, m, n)
 
@@ -198,6 +199,6 @@ def triton_block_fp8(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor,
         a8.stride(0), b8.stride(0), c.stride(0), sa.stride(0), sb.stride(0),
         BLOCK_M=BLOCK_FP8_M, BLOCK_N=BLOCK_FP8_N, GROUP=FP8_GROUP,
         OUT_BF16=store == torch.bfloat16, EMULATE=emulate,
-        K_STEPS=groups if emulate else 1,
+        K_STEPS=groups if emulate else 1, **({} if emulate else triton_support.GPU_LAUNCH),
     )
     return c.to(out_dtype)

@@ -31,6 +31,15 @@ import sys
 #: Set when this module switched the interpreter on itself (no CUDA, triton not imported).
 AUTO_INTERPRET = False
 
+#: What every numcheck kernel launch passes on a GPU, beside its tile options.
+#: ``enable_fp_fusion``: Triton contracts a multiply and an add into one FMA (one rounding
+#: where there were two) unless told otherwise, and takes its default from
+#: ``TRITON_DEFAULT_FP_FUSION``: on up to Triton 3.9, announced to turn off in 3.10. The
+#: fused variants' budgets were measured with it on, so their kernels ask for it: a Triton
+#: upgrade or that variable leaves their bits as measured. (The interpreter runs each
+#: operation alone, whatever the option; the option is not passed there.)
+GPU_LAUNCH: dict[str, object] = {"enable_fp_fusion": True}
+
 
 def _probe() -> tuple[str, tuple[str, ...], str]:
     """(why fused cannot run at all, devices it can run on, why not on the others)."""
