@@ -123,6 +123,24 @@ def test_dict_round_trip_keeps_non_finite_floats(results: dict[str, CheckResult]
     assert record_from_dict(record_to_dict(named)).case == "inf"
 
 
+def test_the_environment_names_triton_and_its_fma_default(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib import metadata
+
+    try:
+        installed: str | None = metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        installed = None
+    monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION", raising=False)
+    env = environment(torch_version="2.13", cuda_version=None, device="cpu",
+                      device_names=[], rootdir=tmp_path)
+    assert env["triton"] == installed and env["triton_default_fp_fusion"] is None
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    env = environment(torch_version="2.13", cuda_version=None, device="cpu",
+                      device_names=[], rootdir=tmp_path)
+    assert env["triton_default_fp_fusion"] == "0"
+
+
 def test_write_and_load_report(tmp_path: Path, results: dict[str, CheckResult]) -> None:
     recs = [record_from_result(r) for r in results.values()]
     env = environment(torch_version="2.13", cuda_version=None, device="cpu",

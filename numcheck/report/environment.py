@@ -5,11 +5,13 @@ Each probe is best effort: a missing ``nvidia-smi`` or ``git`` gives None, never
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,10 @@ def environment(
 ) -> dict[str, Any]:
     """Where a run happened. The driver comes from ``nvidia-smi`` and the commit from
     ``git``, each only when the tool is there (None otherwise). ``git_commit_date`` is the
-    commit's committer date (ISO 8601): ``python -m numcheck history`` orders runs by it."""
+    commit's committer date (ISO 8601): ``python -m numcheck history`` orders runs by it.
+    ``triton`` is the installed version (None without it; read from its metadata, not
+    imported), ``triton_default_fp_fusion`` the variable that sets whether Triton kernels
+    that do not say contract multiply-adds to FMAs (None: unset, Triton's own default)."""
     commit, commit_date = _git_head(rootdir) if rootdir is not None else (None, None)
     return {
         "numcheck": __version__,
@@ -35,6 +40,8 @@ def environment(
         "platform": platform.platform(),
         "torch": torch_version,
         "cuda": cuda_version,
+        "triton": _version("triton"),
+        "triton_default_fp_fusion": os.environ.get("TRITON_DEFAULT_FP_FUSION"),
         "device": device,
         "device_names": sorted(set(device_names)),
         "driver": _driver() if device == "cuda" else None,
@@ -43,6 +50,13 @@ def environment(
         "workers": workers,
         "argv": list(sys.argv[1:]),
     }
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _run(argv: Sequence[str], cwd: Path | None = None) -> str | None:

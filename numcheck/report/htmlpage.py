@@ -52,7 +52,7 @@ _SETTINGS = frozenset({"atol", "rtol", "allow_nan", "tie_band", "tie_band_kind"}
 #: Environment keys shown first in the run header, in this order, with their labels.
 _HEADER_KEYS = (
     ("device", "device"), ("device_names", "GPU"), ("torch", "torch"), ("cuda", "CUDA"),
-    ("driver", "driver"), ("numcheck", "numcheck"), ("python", "python"),
+    ("triton", "triton"), ("driver", "driver"), ("numcheck", "numcheck"), ("python", "python"),
     ("platform", "platform"), ("git_commit", "commit"), ("git_commit_date", "commit date"),
     ("workers", "xdist workers"),
     ("argv", "arguments"),
