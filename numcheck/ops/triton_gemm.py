@@ -14,6 +14,9 @@ honest families, on CUDA, and the e4m3 one to the FP8 families (numcheck.honest.
 :func:`triton_block_fp8` is DeepSeek V3's block-scaled FP8 GEMM written the same way: per
 128-wide block of K, ``tl.dot`` on e4m3 operands, then the block's activation and weight
 scales applied to its result in the fp32 accumulator (a promotion every 128 of K).
+It is the CUDA kernel of a shipped FP8 variant (numcheck.ops.fp8_gemm), so its launch asks
+for FMA contraction as measured (triton_support.GPU_LAUNCH); :func:`triton_matmul` keeps
+whatever the installed Triton does by default, as a user's first kernel would.
 
 Under Triton's interpreter (a CPU) they run too, for tests of their indexing: the interpreter
 computes ``tl.dot`` in IEEE fp32 whatever the input precision, and reads bf16 as raw
@@ -111,7 +114,6 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
         c.stride(0), c.stride(1), c.stride(2),
         BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, IEEE=mode == "fp32",
         EMULATE=emulate, K_STEPS=triton.cdiv(k, BLOCK_K) if emulate else 1,
-        **({} if emulate else triton_support.GPU_LAUNCH),
     )
     return c.reshape(*lead, m, n)
 

@@ -31,7 +31,8 @@ import sys
 #: Set when this module switched the interpreter on itself (no CUDA, triton not imported).
 AUTO_INTERPRET = False
 
-#: What every numcheck kernel launch passes on a GPU, beside its tile options.
+#: What the shipped variants' kernel launches pass on a GPU, beside their tile options (the
+#: honest member ``triton_matmul`` passes nothing: it models the library's defaults).
 #: ``enable_fp_fusion``: Triton contracts a multiply and an add into one FMA (one rounding
 #: where there were two) unless told otherwise, and takes its default from
 #: ``TRITON_DEFAULT_FP_FUSION``: on up to Triton 3.9, announced to turn off in 3.10. The
