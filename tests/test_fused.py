@@ -112,26 +112,20 @@ def test_indexer_fused_any_tile_gives_the_same_logits() -> None:
 #: Compiles mhc_fused's y kernel (``y += pre * x``) for sm_90 with numcheck's launch options
 #: and, as the control, with fusion asked off; prints whether each PTX has an fp32 FMA.
 _COMPILE_Y_KERNEL = r"""
-import json, triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import json
 from numcheck.ops import mhc_fused, triton_support
+from tests.sm90 import sm90_ptx
 
-fn = mhc_fused._y_kernel
 signature = {"x_ptr": "*i16", "pre_ptr": "*fp32", "y_ptr": "*bf16", "T": "i32", "C": "i32",
              "N": "constexpr", "BLOCK_T": "constexpr", "BLOCK_C": "constexpr"}
 constants = {"N": 4, "BLOCK_T": 16, "BLOCK_C": 256}
-fma = {}
-sm90 = GPUTarget("cuda", 90, 32)
-for name, options in (("launch", triton_support.GPU_LAUNCH), ("off", {"enable_fp_fusion": False})):
-    src = ASTSource(fn=fn, signature=signature, constexprs={
-        (fn.arg_names.index(c),): v for c, v in constants.items()})
-    try:
-        ptx = triton.compile(src, target=sm90, options=dict(options)).asm["ptx"]
-    except RuntimeError as exc:  # no ptxas in this triton install
-        print(json.dumps({"skip": str(exc)}))
-        raise SystemExit(0)
-    fma[name] = "fma.rn.f32" in ptx
+try:
+    fma = {name: "fma.rn.f32" in sm90_ptx(mhc_fused._y_kernel, signature, constants,
+                                          options=options)
+           for name, options in (("launch", triton_support.GPU_LAUNCH),
+                                 ("off", {"enable_fp_fusion": False}))}
+except RuntimeError as exc:  # no ptxas in this triton install
+    fma = {"skip": str(exc)}
 print(json.dumps(fma))
 """
 

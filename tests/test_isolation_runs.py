@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.reliability import isolation_runs as iso
+from tests.sm90 import sm90_ptx
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,11 +89,7 @@ def test_the_cuda_variants_kernels_build_for_a_gpu(monkeypatch: pytest.MonkeyPat
     """The crashing example's Triton kernels compile for sm_90 here, without a GPU (its
     CUDA-only variants never run on the CPU): the spin loop keeps its volatile load, and the
     wild load adds 4 TiB to its pointer."""
-    triton = pytest.importorskip("triton")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from triton.runtime.jit import JITFunction
-
+    pytest.importorskip("triton")
     monkeypatch.syspath_prepend(iso.EXAMPLE)  # the example project's own package
     from crashing_kernels import triton_kernels as k
     kernels = {
@@ -104,20 +101,13 @@ def test_the_cuda_variants_kernels_build_for_a_gpu(monkeypatch: pytest.MonkeyPat
                              {"WILD": k.WILD, "BLOCK": k.BLOCK}),
         "spin_kernel": ({"flag_ptr": "*i32"}, {}),
     }
-    ptx = {}
-    for name, (signature, constants) in kernels.items():
-        fn = getattr(k, name)
-        if not isinstance(fn, JITFunction):  # under TRITON_INTERPRET=1: compile its source
-            fn = JITFunction(fn.fn)
-        src = ASTSource(fn=fn, signature=signature, constexprs={
-            (fn.arg_names.index(c),): v for c, v in constants.items()})
-        try:
-            # enable_fp_fusion said, not left to TRITON_DEFAULT_FP_FUSION (which Triton 3.9
-            # warns about): these kernels have no multiply-add for it to change.
-            ptx[name] = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                                       options={"enable_fp_fusion": True}).asm["ptx"]
-        except RuntimeError as exc:  # no ptxas in this triton install
-            pytest.skip(f"triton cannot compile for sm_90 here: {exc}")
+    try:
+        # These kernels have no multiply-add for enable_fp_fusion to change.
+        ptx = {name: sm90_ptx(getattr(k, name), signature, constants,
+                              options={"enable_fp_fusion": True})
+               for name, (signature, constants) in kernels.items()}
+    except RuntimeError as exc:  # no ptxas in this triton install
+        pytest.skip(f"triton cannot compile for sm_90 here: {exc}")
     assert "ld.volatile.global" in ptx["spin_kernel"]
     assert str(k.WILD * 4) in ptx["wild_load_kernel"]  # the byte offset, 4 TiB
     assert "ld.global" in ptx["row_scale_kernel"]
