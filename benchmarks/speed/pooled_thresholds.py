@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|")
     for (case_id, variant), speedups in sorted(runs.items()):
         case = cases.get(case_id)
-        spec = case.perf.get(variant) if case is not None and case.perf else None
-        now = getattr(spec, "speedup_min", {}).get(args.device_class) if spec else None
+        spec = case.perf.get(variant) if case is not None else None
+        now = spec.speedup_min.get(args.device_class) if spec is not None else None
         expect = case.expect.get(variant) if case is not None else None
         if now is None or (expect is not None and "perf.speedup_min" in expect.fails):
             continue  # ungated here, or known-bad: its threshold must keep failing it
