@@ -26,7 +26,13 @@ SUMMARY = ("linear::perf-linear-v3-expert-down-prefill-t2048  bf16             c
            "[18.78, 18.89]     PASS")
 
 
-def _logs(tmp_path: Path, bf16: list[float], roundtrip: float = 1.06) -> list[str]:
+#: The GPU runner's env.txt beside its logs: the card they were made on.
+ENV = "date: 2026-12-07T14:07:07+00:00\ngpu: {gpu}, 580.159.04, 81559 MiB, 1980 MHz\n"
+
+
+def _logs(tmp_path: Path, bf16: list[float], roundtrip: float = 1.06,
+          gpu: str = "NVIDIA H100 80GB HBM3") -> list[str]:
+    (tmp_path / "env.txt").write_text(ENV.format(gpu=gpu))
     paths = []
     for i, s in enumerate(bf16):
         path = tmp_path / f"perf-{i}.txt"
@@ -76,3 +82,14 @@ def test_a_slower_card_lowers_the_threshold_and_a_faster_one_never_raises_it(
     assert _threshold(cases, "perf-mhc-v4pro-t4k-prefill", "bf16_roundtrip") == 1.02
     assert "| linear::perf-linear-v3-expert-down-prefill-t2048::bf16 | 3 | 18.000 |" in (
         capsys.readouterr().out)
+
+
+def test_a_log_of_another_class_or_of_no_known_card_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "h200").mkdir()
+    h200 = _logs(tmp_path / "h200", [18.0], gpu="NVIDIA H200")
+    with pytest.raises(SystemExit, match=r"perf-0.txt: made on a card of class H200, not H100"):
+        pooled_thresholds.main([*h200, "--class", "H100"])
+    (tmp_path / "h200" / "env.txt").unlink()
+    with pytest.raises(SystemExit, match=r"no env.txt with a 'gpu:' line beside it"):
+        pooled_thresholds.main([*h200, "--class", "H200"])
+    assert pooled_thresholds.card_class(Path(_logs(tmp_path, [18.0])[0])) == "H100"

@@ -27,6 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from numcheck.cases import load_cases
+from numcheck.devices import device_class
 from numcheck.perf.thresholds import propose_speedup_min
 
 #: A row of the end-of-run perf table (numcheck.perf.table) for a gated check:
@@ -36,10 +37,28 @@ _ROW = re.compile(r"^(?P<case>\S+::\S+)\s+(?P<variant>\S+)\s+cuda\s+\S+\s+\S+ m?
                   r"\S+ m?s\s+(?P<speedup>[\d.]+) \[[\d.]+, [\d.]+\]\s.*\(min [\d.]+\)\s*$")
 
 
-def pooled_speedups(paths: list[Path]) -> dict[tuple[str, str], list[float]]:
-    """(op::case, variant) -> the point speedup of each run that gated it."""
+def card_class(log: Path) -> str:
+    """The device class of the card a perf log was made on, from the ``gpu:`` line of the
+    runner's env.txt beside it (a table's rows do not say which card they are from)."""
+    env = log.parent / "env.txt"
+    gpu = next((line[4:].split(",")[0].strip() for line in
+                (env.read_text().splitlines() if env.exists() else [])
+                if line.startswith("gpu:")), None)
+    if gpu is None:
+        raise SystemExit(f"{log}: no env.txt with a 'gpu:' line beside it, so its card is "
+                         f"unknown. Fix: keep the GPU runner's env.txt in the log's folder")
+    return device_class(gpu)
+
+
+def pooled_speedups(paths: list[Path], cls: str | None = None
+                    ) -> dict[tuple[str, str], list[float]]:
+    """(op::case, variant) -> the point speedup of each run that gated it; with ``cls``, a
+    log made on a card of another class is an error."""
     runs: dict[tuple[str, str], list[float]] = defaultdict(list)
     for path in paths:
+        if cls is not None and (made_on := card_class(path)) != cls:
+            raise SystemExit(f"{path}: made on a card of class {made_on}, not {cls}. Fix: "
+                             f"give only the logs of {cls} runs")
         for line in path.read_text().splitlines():
             m = _ROW.match(line)
             if m:
@@ -54,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", type=Path, default=Path("cases"))
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args(argv)
-    runs = pooled_speedups(args.logs)
+    runs = pooled_speedups(args.logs, args.device_class)
     cases = {f"{c.op}::{c.id}": c for c in load_cases(args.cases)}
     edits: dict[Path, list] = defaultdict(list)
     print(f"{len(args.logs)} runs of class {args.device_class}")
@@ -78,13 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _write(edits: dict[Path, list], device_class: str, n_logs: int) -> None:
+def _write(edits: dict[Path, list], cls: str, n_logs: int) -> None:
     import tomlkit
 
     from numcheck.calibrate.casewriter import Edit, write_edits
 
     command = " ".join(["python", "-m", "benchmarks.speed.pooled_thresholds",
-                        "--class", device_class, f"<{n_logs} perf-N.txt of docs/evidence>",
+                        "--class", cls, f"<{n_logs} perf-N.txt of docs/evidence>",
                         "--write"])
     for path, rows in edits.items():
         doc = tomlkit.parse(Path(path).read_text())
@@ -92,12 +111,12 @@ def _write(edits: dict[Path, list], device_class: str, n_logs: int) -> None:
         for table, variant, new, old, n in rows:
             item = doc[table]["perf"][variant].item("speedup_min")
             said = item.trivia.comment.lstrip("# ").strip()
-            why = (f"{device_class} lowered from {old:g}: the rule over {n} recorded runs "
+            why = (f"{cls} lowered from {old:g}: the rule over {n} recorded runs "
                    f"(benchmarks/speed/pooled_thresholds.py)")
             # The class's own part of the line's comment described the old value.
-            rest = re.sub(rf"\s*;?\s*{device_class} \([^)]*\): runs [\d. ]+", "", said).strip()
+            rest = re.sub(rf"\s*;?\s*{cls} \([^)]*\): runs [\d. ]+", "", said).strip()
             file_edits.append(Edit((table, "perf", variant), "speedup_min", new,
-                                   sub=device_class, comment=f"{rest}; {why}" if rest else why))
+                                   sub=cls, comment=f"{rest}; {why}" if rest else why))
         changes, skipped = write_edits(Path(path), file_edits,
                                        (command, datetime.date.today().isoformat()))
         for change in [*changes, *skipped]:
